@@ -1,0 +1,15 @@
+"""specviz: an instrumented, exact speculative decoder and the tools to see what it does.
+
+Notation: p is the target's distribution, q the draft's (Leviathan et al. 2023).
+"""
+from .config import PRESETS, DecodeConfig
+from .decoder import Decoding, autoregressive_generate, speculative_generate
+from .drafters import Drafter, ModelDrafter, PromptLookupDrafter, Proposal
+from .models import check_tokenizers, list_models, load_model
+from .trace import Round, Summary, Trace
+
+__all__ = [
+    "PRESETS", "DecodeConfig", "Decoding", "autoregressive_generate", "speculative_generate",
+    "Drafter", "ModelDrafter", "PromptLookupDrafter", "Proposal", "check_tokenizers", "list_models",
+    "load_model", "Round", "Summary", "Trace",
+]

@@ -1,0 +1,72 @@
+"""DecodeConfig: every knob of one generation run, validated once, plus named presets."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+K_POLICIES = ("fixed", "history", "heuristic")
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """Settings shared by speculative and autoregressive generation.
+
+    temperature == 0 means greedy. Otherwise logits are divided by temperature, then
+    top-k (0 = off), then top-p (1.0 = off) filtering is applied, in that order, to the
+    target's AND the draft's logits (the order transformers' ``generate()`` uses).
+    """
+
+    k: int = 4
+    max_new_tokens: int = 64
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 0
+    k_policy: str = "fixed"
+    min_k: int = 1
+    max_k: int = 10
+    record: bool = True  # False keeps only what generation needs (benchmarks the recording overhead)
+
+    def __post_init__(self):
+        _check_int("k", self.k, low=1, hint="draft at least one token per round")
+        _check_int("max_new_tokens", self.max_new_tokens, low=0)
+        _check_int("top_k", self.top_k, low=0, hint="use 0 to turn top-k off")
+        _check_int("seed", self.seed, low=0)
+        _check_int("min_k", self.min_k, low=1)
+        _check_int("max_k", self.max_k, low=self.min_k, hint=f"max_k must be >= min_k ({self.min_k})")
+        if not _is_number(self.temperature) or self.temperature < 0:
+            raise ValueError(f"temperature must be a number >= 0 (0 = greedy), got {self.temperature!r}")
+        if not _is_number(self.top_p) or not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1] (1.0 = off), got {self.top_p!r}")
+        if self.k_policy not in K_POLICIES:
+            raise ValueError(f"k_policy must be one of {K_POLICIES}, got {self.k_policy!r}")
+        if self.k_policy != "fixed" and not self.min_k <= self.k <= self.max_k:
+            raise ValueError(
+                f"with k_policy={self.k_policy!r} the starting k ({self.k}) must lie in "
+                f"[min_k, max_k] = [{self.min_k}, {self.max_k}]"
+            )
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and x == x  # rejects NaN
+
+
+def _check_int(name: str, value, low: int, hint: str = "") -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if value < low:
+        raise ValueError(f"{name} must be >= {low}, got {value}" + (f" ({hint})" if hint else ""))
+
+
+PRESETS = {
+    "greedy": DecodeConfig(k=4, temperature=0.0),
+    "sample": DecodeConfig(k=4, temperature=1.0),
+    "nucleus": DecodeConfig(k=4, temperature=0.8, top_k=50, top_p=0.95),
+    "adaptive": DecodeConfig(k=4, temperature=0.0, k_policy="heuristic"),
+}

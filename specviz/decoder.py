@@ -1,0 +1,196 @@
+"""Speculative and autoregressive generation as generators of rounds.
+
+Each round: draft (the drafter proposes up to k tokens x_i ~ q_i) -> verify (the target scores
+the context plus every proposal in ONE forward pass, giving p_1..p_{k+1}) -> accept (sampling.verify)
+-> commit (append the emitted tokens; caches roll back to the committed prefix on the next sync).
+The autoregressive baseline is the same loop with nothing drafted: one target token per forward.
+"""
+from __future__ import annotations
+
+import time
+from typing import Iterator
+
+import torch
+
+from .config import DecodeConfig
+from .drafters import Drafter, Proposal, as_drafter
+from .kpolicy import make_policy
+from .lm import CachedLM, Stopwatch, context_window
+from .sampling import Verdict, beta, logits_to_probs, point_mass, verify, verify_greedy
+from .trace import Round, Trace
+
+RESIDUAL_TOP = 8  # how many residual tokens a round records for the replay
+
+
+class Decoding:
+    """One generation run. Iterate it to get rounds as they happen; ``trace`` fills in as it goes."""
+
+    def __init__(self, target, draft, input_ids: torch.Tensor, cfg: DecodeConfig | None = None):
+        cfg = cfg or DecodeConfig()
+        if not isinstance(cfg, DecodeConfig):
+            raise ValueError(f"cfg must be a specviz.DecodeConfig, got {type(cfg).__name__}")
+        self.cfg = cfg
+        prompt = _prompt_list(input_ids)
+        self.drafter: Drafter | None = None if draft is None else as_drafter(draft)
+        _check_window(prompt, cfg, target, self.drafter)
+        self.target = CachedLM(target)
+        self.generator = torch.Generator(device=self.target.device).manual_seed(cfg.seed)
+        self.committed = list(prompt)
+        self.trace = Trace(
+            prompt_ids=list(prompt), config=cfg, mode="autoregressive" if draft is None else "speculative",
+            target_name=getattr(target.config, "_name_or_path", "") or type(target).__name__,
+            draft_name=self.drafter.name if self.drafter else "", eos_token_ids=_eos_ids(target),
+        )
+        self._clock = Stopwatch(self.target.device)
+
+    def __iter__(self) -> Iterator[Round]:
+        cfg, trace, policy = self.cfg, self.trace, make_policy(self.cfg)
+        start = time.perf_counter()
+        self._prefill()
+        while len(trace.new_tokens) < cfg.max_new_tokens and not trace.stop_reason:
+            left = cfg.max_new_tokens - len(trace.new_tokens)
+            k = 0 if self.drafter is None else min(policy.k, left - 1)  # never draft past the budget
+            r = self._round(len(trace.rounds), k)
+            trace.rounds.append(r)
+            trace.total_s = time.perf_counter() - start
+            policy.update(r)
+            yield r
+        trace.stop_reason = trace.stop_reason or "length"
+        trace.total_s = time.perf_counter() - start
+
+    def run(self) -> Trace:
+        for _ in self:
+            pass
+        return self.trace
+
+    def _prefill(self) -> None:
+        with self._clock.running():
+            if len(self.committed) > 1:
+                self.target.feed(self.committed[:-1])
+            if self.drafter is not None:
+                self.drafter.start(self.committed, self.cfg, self.target.vocab_size, self.target.device)
+                self.drafter.prefill(self.committed)
+        self.trace.prefill_s = self._clock.take()
+
+    def _round(self, index: int, k: int) -> Round:
+        t0 = time.perf_counter()
+        with self._clock.running():
+            proposal = self._draft(k)
+        draft_s = self._clock.take()
+        with self._clock.running():
+            p, logits = self._verify_pass(proposal.tokens)
+        target_s = self._clock.take()
+        verdict = self._accept(p, logits, proposal)
+        emitted = self._commit(proposal.tokens[: verdict.n_accepted].tolist() + [verdict.next_token])
+        return self._record(index, k, proposal, p, verdict, emitted, draft_s, target_s, time.perf_counter() - t0)
+
+    # -- the four steps ---------------------------------------------------------------------------
+    def _draft(self, k: int) -> Proposal:
+        if k == 0:
+            return Proposal(torch.empty(0, dtype=torch.long, device=self.target.device), None)
+        return self.drafter.propose(self.committed, k, self.generator)
+
+    def _verify_pass(self, drafted: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One target forward over the pending token(s) and all drafts: p_1..p_{m+1}, (m+1, V)."""
+        pending = self.target.sync(self.committed)
+        logits = self.target.feed(pending + drafted.tolist())[len(pending) - 1:]
+        cfg = self.cfg
+        return logits_to_probs(logits, cfg.temperature, cfg.top_k, cfg.top_p), logits
+
+    def _accept(self, p: torch.Tensor, logits: torch.Tensor, proposal: Proposal) -> Verdict:
+        if self.cfg.greedy:
+            return verify_greedy(logits, proposal.tokens)
+        return verify(p, self._q(proposal, p), proposal.tokens, self.generator)
+
+    def _commit(self, tokens: list[int]) -> list[int]:
+        """Append tokens to the committed sequence, stopping after an EOS; returns what was kept."""
+        eos = self.trace.eos_token_ids
+        for i, t in enumerate(tokens):
+            if t in eos:
+                tokens = tokens[: i + 1]
+                self.trace.stop_reason = "eos"
+                break
+        self.committed.extend(tokens)
+        return tokens
+
+    # -- recording --------------------------------------------------------------------------------
+    def _q(self, proposal: Proposal, p: torch.Tensor) -> torch.Tensor:
+        return proposal.q if proposal.q is not None else point_mass(proposal.tokens, p.shape[-1], p.dtype)
+
+    def _record(self, index, k, proposal, p, verdict, emitted, draft_s, target_s, wall_s) -> Round:
+        n, m, cfg = verdict.n_accepted, len(proposal.tokens), self.cfg
+        resampled = verdict.next_token if verdict.rejected else None
+        bonus = verdict.next_token if not verdict.rejected else None
+        if len(emitted) <= n:  # an accepted draft was EOS: nothing drawn after it is kept
+            resampled = bonus = None
+        if not cfg.record:
+            return Round(index, k, tuple(proposal.tokens.tolist()), (), (), (), (), (), n, tuple(emitted),
+                         resampled, bonus, 0.0, (), draft_s, target_s, wall_s)
+        x = proposal.tokens
+        q = self._q(proposal, p)
+        idx = torch.arange(m, device=x.device)
+        verified = min(n + 1, m)  # positions the verify step actually looked at
+        if cfg.greedy:
+            b = (p[:m].argmax(-1) == q.argmax(-1)).to(p.dtype)[:verified].tolist()
+        else:
+            b = beta(p[:verified], q[:verified]).tolist()
+        u = verdict.u[:verified].tolist() if verdict.u is not None else []
+        return Round(
+            index=index, k=k, drafted=tuple(x.tolist()), q=tuple(q[idx, x].tolist()), p=tuple(p[idx, x].tolist()),
+            accept_prob=tuple(verdict.accept_prob.tolist()), u=_pad(u, m), beta=_pad(b, m), n_accepted=n,
+            emitted=tuple(emitted), resampled=resampled, bonus=bonus, next_p=float(p[n, verdict.next_token]),
+            residual_top=_residual_top(verdict, p, q), draft_s=draft_s, target_s=target_s, wall_s=wall_s,
+        )
+
+
+def _residual_top(verdict: Verdict, p: torch.Tensor, q: torch.Tensor) -> tuple:
+    if verdict.residual is None:
+        return ()
+    n = verdict.n_accepted
+    top = torch.topk(verdict.residual, min(RESIDUAL_TOP, verdict.residual.shape[-1]))
+    return tuple((int(t), float(r), float(p[n, t]), float(q[n, t])) for r, t in zip(top.values, top.indices) if r > 0)
+
+
+def _pad(values: list, m: int) -> tuple:
+    return tuple(values) + (None,) * (m - len(values))
+
+
+def speculative_generate(target, draft, input_ids: torch.Tensor, cfg: DecodeConfig | None = None) -> Trace:
+    """Speculative decoding of ``target`` with ``draft`` (a causal LM sharing its tokenizer, or a Drafter)."""
+    if draft is None:
+        raise ValueError("speculative_generate needs a draft model or drafter; use autoregressive_generate for none")
+    return Decoding(target, draft, input_ids, cfg).run()
+
+
+def autoregressive_generate(target, input_ids: torch.Tensor, cfg: DecodeConfig | None = None) -> Trace:
+    """The baseline: same target, transforms, cache and timing, one token per target forward."""
+    return Decoding(target, None, input_ids, cfg).run()
+
+
+def _prompt_list(input_ids) -> list[int]:
+    if not isinstance(input_ids, torch.Tensor) or input_ids.dtype != torch.long or input_ids.dim() != 2:
+        raise ValueError("input_ids must be a LongTensor of shape [1, n] (e.g. tokenizer(text, return_tensors='pt').input_ids)")
+    if input_ids.shape[0] != 1:
+        raise ValueError(f"input_ids must hold one prompt (shape [1, n]), got shape {list(input_ids.shape)}; "
+                         "decode batches with speculative_generate_batch")
+    if input_ids.shape[1] == 0:
+        raise ValueError("the prompt is empty: give at least one token")
+    return input_ids[0].tolist()
+
+
+def _check_window(prompt: list[int], cfg: DecodeConfig, target, drafter: Drafter | None) -> None:
+    need = len(prompt) + cfg.max_new_tokens
+    for who, window in (("target", context_window(target)), ("draft", drafter and drafter.window)):
+        if window is not None and need > window:
+            raise ValueError(
+                f"prompt ({len(prompt)} tokens) + max_new_tokens ({cfg.max_new_tokens}) = {need} exceeds the "
+                f"{who}'s context window of {window} tokens: shorten the prompt or lower max_new_tokens"
+            )
+
+
+def _eos_ids(model) -> list[int]:
+    gen = getattr(model, "generation_config", None)
+    eos = getattr(gen, "eos_token_id", None) if gen is not None else None
+    if eos is None:
+        return []
+    return [int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])]

@@ -1,0 +1,101 @@
+"""A causal LM with its KV cache: feed tokens, read logits, roll back.
+
+One rollback mechanism for every architecture: transformers' own ``DynamicCache.crop``
+(which, since transformers 5, takes a negative count of tokens to remove).
+"""
+from __future__ import annotations
+
+import inspect
+import time
+from contextlib import contextmanager
+
+import torch
+from transformers import DynamicCache
+
+
+class CachedLM:
+    """Wraps a transformers causal LM; ``ids`` are the tokens whose keys/values are in the cache."""
+
+    def __init__(self, model):
+        self.model = model
+        self.device = model_device(model)
+        self.cache = DynamicCache(config=model.config)
+        self.ids: list[int] = []
+        self._synced = 0  # ids[:_synced] are known to match the committed sequence
+        self._cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+    @property
+    def vocab_size(self) -> int:
+        return self.model.get_output_embeddings().weight.shape[0]
+
+    @torch.inference_mode()
+    def feed(self, ids: list[int]) -> torch.Tensor:
+        """Append ids to the cache; return the logits after each of them, (len(ids), V)."""
+        x = torch.tensor([ids], dtype=torch.long, device=self.device)
+        out = self.model(input_ids=x, use_cache=True, **{self._cache_kw: self.cache})
+        self.cache = getattr(out, "cache", None) or out.past_key_values
+        self.ids.extend(ids)
+        return out.logits[0]
+
+    def rollback(self, keep: int) -> None:
+        """Drop every cached position from index ``keep`` on."""
+        drop = len(self.ids) - keep
+        if drop > 0:
+            self.cache.crop(-drop)
+            del self.ids[keep:]
+
+    def sync(self, committed: list[int]) -> list[int]:
+        """Roll the cache back to the longest prefix it shares with ``committed[:-1]``.
+
+        Returns the pending tokens (in committed, not yet in the cache): at least the last one,
+        whose logits the next step needs.
+        """
+        limit = min(len(self.ids), len(committed) - 1)
+        keep = min(self._synced, limit)  # committed only grows, so the old agreement stands
+        while keep < limit and self.ids[keep] == committed[keep]:
+            keep += 1
+        self.rollback(keep)
+        self._synced = keep
+        return committed[keep:]
+
+
+def model_device(model) -> torch.device:
+    return next(model.parameters()).device
+
+
+def context_window(model) -> int | None:
+    """The number of positions a model can attend over, or None if its config does not say."""
+    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        value = getattr(cfg, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+class Stopwatch:
+    """Wall-clock timing that waits for queued GPU work, so CUDA timings are honest."""
+
+    def __init__(self, device: torch.device):
+        self.sync = {"cuda": torch.cuda.synchronize, "mps": torch.mps.synchronize}.get(device.type, _no_sync)
+        self.seconds = 0.0
+
+    @contextmanager
+    def running(self):
+        """Adds the wall time of the with-block to ``seconds``."""
+        self.sync()
+        t0 = time.perf_counter()
+        try:
+            yield self
+        finally:
+            self.sync()
+            self.seconds += time.perf_counter() - t0
+
+    def take(self) -> float:
+        """Returns the accumulated seconds and starts again from zero."""
+        seconds, self.seconds = self.seconds, 0.0
+        return seconds
+
+
+def _no_sync() -> None:
+    pass

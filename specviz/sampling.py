@@ -1,0 +1,139 @@
+"""The sampling math of speculative decoding, as pure tensor functions.
+
+Notation (Leviathan et al. 2023, kept everywhere in specviz):
+    p      the TARGET model's next-token distribution (after temperature / top-k / top-p)
+    q      the DRAFT's next-token distribution, processed by exactly the same transforms
+    x_i    the i-th drafted token, x_i ~ q_i
+    u_i    a uniform draw; x_i is accepted iff u_i < min(1, p_i(x_i) / q_i(x_i))
+    beta   sum_v min(p(v), q(v)): the probability that a position is accepted
+    alpha  E[beta], the acceptance rate;  tau  tokens emitted per round
+At the first rejection n the emitted token is drawn from the residual
+norm(max(0, p_n - q_n)) over the FULL vocabulary; if all k drafts are accepted a bonus
+token is drawn from p_{k+1}. A model-free drafter is a point mass q = onehot(x), for
+which the same formulas accept with probability p(x) and resample from p without x.
+
+No models and no globals here: everything is testable with hand-built tensors.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+def process_logits(logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+    """Temperature, then top-k, then top-p, as transformers' warpers do; removed entries become -inf.
+
+    logits: (..., V). temperature must be > 0 (greedy never calls this).
+    """
+    logits = _as_float(logits) / temperature
+    if top_k > 0 and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=False)
+        cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+        remove_sorted = cumulative <= (1 - top_p)
+        remove_sorted[..., -1:] = False  # always keep the most likely token
+        remove = remove_sorted.scatter(-1, order, remove_sorted)
+        logits = logits.masked_fill(remove, float("-inf"))
+    return logits
+
+
+def logits_to_probs(logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+    """The distribution generation samples from. Greedy (temperature 0) reports the plain softmax,
+    which is what the timeline shows as the model's confidence; the greedy decision uses argmax."""
+    if temperature == 0:
+        return _as_float(logits).softmax(dim=-1)
+    return process_logits(logits, temperature, top_k, top_p).softmax(dim=-1)
+
+
+def align_vocab(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Make draft logits cover exactly the target's vocabulary (padded embedding tables differ in size).
+
+    Extra draft rows are cut (the draft can never propose a token the target cannot score); missing rows
+    get -inf (probability 0). q is then defined on the target's vocabulary and sampled from as defined.
+    """
+    extra = vocab_size - logits.shape[-1]
+    if extra < 0:
+        return logits[..., :vocab_size]
+    if extra > 0:
+        pad = logits.new_full((*logits.shape[:-1], extra), float("-inf"))
+        return torch.cat([logits, pad], dim=-1)
+    return logits
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """One token id per row of probs (..., V)."""
+    flat = probs.reshape(-1, probs.shape[-1])
+    return torch.multinomial(flat, 1, generator=generator).reshape(probs.shape[:-1])
+
+
+def beta(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """Per-position acceptance probability sum_v min(p, q). p, q: (k, V) -> (k,)."""
+    return torch.minimum(p, q).sum(dim=-1)
+
+
+def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """norm(max(0, p - q)) over the full vocabulary; where p == q (no residual mass) it is p itself."""
+    r = torch.clamp(p - q, min=0)
+    total = r.sum(dim=-1, keepdim=True)
+    return torch.where(total > 0, r / total.clamp(min=torch.finfo(r.dtype).tiny), p)
+
+
+def point_mass(tokens: torch.Tensor, vocab_size: int, dtype=torch.float32) -> torch.Tensor:
+    """q for a model-free drafter: onehot rows, (k,) -> (k, V)."""
+    q = torch.zeros(len(tokens), vocab_size, dtype=dtype, device=tokens.device)
+    return q.scatter_(1, tokens.view(-1, 1), 1.0)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The outcome of verifying one round's k drafts against the target."""
+
+    n_accepted: int  # drafts 0..n_accepted-1 accepted; draft n_accepted (if < k) rejected
+    next_token: int  # the residual resample (if a rejection happened) or the bonus token
+    accept_prob: torch.Tensor  # (k,) min(1, p/q) at each drafted token (greedy: 1.0 or 0.0)
+    u: torch.Tensor | None  # (k,) the uniform draws (None in greedy)
+    residual: torch.Tensor | None  # (V,) norm(max(0, p_n - q_n)) at the rejected position, else None
+
+    @property
+    def rejected(self) -> bool:
+        return self.n_accepted < len(self.accept_prob)
+
+
+def verify(p: torch.Tensor, q: torch.Tensor, drafted: torch.Tensor, generator: torch.Generator | None) -> Verdict:
+    """Speculative sampling (Leviathan et al. 2023, Algorithm 1; Chen et al. 2023).
+
+    p: (k+1, V) target distributions at the k drafted positions plus the one after them.
+    q: (k, V) draft distributions the k drafts were sampled from.  drafted: (k,) token ids.
+    """
+    k = drafted.shape[0]
+    idx = torch.arange(k, device=drafted.device)
+    p_x, q_x = p[idx, drafted], q[idx, drafted]
+    accept_prob = torch.clamp(p_x / q_x, max=1.0)  # q_x > 0: x was sampled from q
+    u = torch.rand(k, generator=generator, device=p.device, dtype=p.dtype)
+    rejected = (u >= accept_prob).nonzero()
+    n = int(rejected[0]) if len(rejected) else k
+    if n == k:  # all accepted: a free token from the target's last distribution
+        return Verdict(n, int(sample(p[k], generator)), accept_prob, u, None)
+    r = residual(p[n], q[n])
+    return Verdict(n, int(sample(r, generator)), accept_prob, u, r)
+
+
+def verify_greedy(target_logits: torch.Tensor, drafted: torch.Tensor) -> Verdict:
+    """Greedy: accept while the draft equals the target's argmax, then append the target's argmax.
+
+    target_logits: (k+1, V). The output equals the target's own greedy decode token for token.
+    """
+    k = drafted.shape[0]
+    best = target_logits.argmax(dim=-1)  # (k+1,)
+    match = (best[:k] == drafted).to(target_logits.dtype)
+    mismatches = (match == 0).nonzero()
+    n = int(mismatches[0]) if len(mismatches) else k
+    return Verdict(n, int(best[n]), match, None, None)
+
+
+def _as_float(logits: torch.Tensor) -> torch.Tensor:
+    # half-precision logits are upcast; float64 (used by exactness tests) is kept
+    return logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits

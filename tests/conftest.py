@@ -1,0 +1,59 @@
+"""Tiny random-init models built from configs (no downloads), shared by the tests."""
+import copy
+
+import pytest
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+torch.set_num_threads(1)  # tiny models: one thread is fastest, and never oversubscribes a shared CPU
+
+
+def tiny_llama(vocab=64, seed=0, layers=2, hidden=32, window=256, sharpen=1.0):
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=window,
+                      bos_token_id=None, eos_token_id=None, pad_token_id=None, tie_word_embeddings=False)
+    return _finish(LlamaForCausalLM(cfg), sharpen)
+
+
+def tiny_gpt2(vocab=64, seed=0, layers=2, hidden=32, window=256, sharpen=1.0):
+    torch.manual_seed(seed)
+    cfg = GPT2Config(vocab_size=vocab, n_embd=hidden, n_layer=layers, n_head=2, n_positions=window,
+                     bos_token_id=None, eos_token_id=None, pad_token_id=None, tie_word_embeddings=False)
+    return _finish(GPT2LMHeadModel(cfg), sharpen)
+
+
+def perturbed(model, scale=0.5, seed=1):
+    """A draft that mostly agrees with its target: the target's weights plus noise."""
+    torch.manual_seed(seed)
+    draft = copy.deepcopy(model)
+    with torch.no_grad():
+        for w in draft.parameters():
+            w.add_(scale * w.std() * torch.randn_like(w))
+    return draft.eval()
+
+
+def _finish(model, sharpen):
+    """float64 (no near-ties that flip between batched and unbatched GEMMs) and, optionally, peakier
+    distributions (random init is nearly uniform) so p and q differ enough to exercise the residual."""
+    model = model.double().eval()
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(sharpen)
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+    return model
+
+
+@pytest.fixture(scope="session")
+def llama():
+    return tiny_llama()
+
+
+@pytest.fixture(scope="session")
+def gpt2():
+    return tiny_gpt2()
+
+
+@pytest.fixture
+def prompt():
+    return torch.tensor([[1, 5, 9, 3, 7]])

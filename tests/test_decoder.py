@@ -1,0 +1,202 @@
+"""The decoder against references: the target's own greedy decode, its exact law, a full recompute."""
+import pytest
+import torch
+from conftest import perturbed, tiny_gpt2, tiny_llama
+from stats import chi2_pvalue
+
+import specviz
+from specviz import DecodeConfig, Decoding, PromptLookupDrafter, autoregressive_generate, speculative_generate
+
+
+def reference_greedy(model, prompt, n):
+    out = model.generate(prompt, do_sample=False, max_new_tokens=n, min_new_tokens=n if
+                         model.generation_config.eos_token_id is None else 0)
+    return out[0, prompt.shape[1]:].tolist()
+
+
+SHARP_LLAMA = tiny_llama(seed=3, sharpen=30)
+SHARP_GPT2 = tiny_gpt2(seed=4, sharpen=30)
+DRAFTS = {
+    "perturbed": lambda t: perturbed(t, 0.3),
+    "other-arch": lambda t: tiny_gpt2(seed=5, layers=1, sharpen=30) if isinstance(t, type(SHARP_LLAMA)) else
+    tiny_llama(seed=5, layers=1, sharpen=30),
+    "itself": lambda t: t,
+    "prompt-lookup": lambda t: PromptLookupDrafter(),
+}
+
+
+@pytest.mark.parametrize("target", [SHARP_LLAMA, SHARP_GPT2], ids=["llama", "gpt2"])
+@pytest.mark.parametrize("draft", list(DRAFTS))
+@pytest.mark.parametrize("k", [1, 3, 7])
+def test_greedy_equals_target_greedy(target, draft, k, prompt):
+    cfg = DecodeConfig(k=k, max_new_tokens=40, temperature=0)
+    trace = speculative_generate(target, DRAFTS[draft](target), prompt, cfg)
+    assert trace.new_tokens == reference_greedy(target, prompt, 40)
+    assert [t for r in trace.rounds for t in r.emitted] == trace.new_tokens
+    if draft == "itself":
+        assert trace.summary().acceptance_rate == 1.0
+
+
+def test_greedy_paths_exercise_partial_acceptance(prompt):
+    s = speculative_generate(SHARP_LLAMA, perturbed(SHARP_LLAMA, 0.3), prompt, DecodeConfig(k=4, temperature=0)).summary()
+    assert 0.2 < s.acceptance_rate < 0.95, s  # both accepts and rejects happen, so rollback is tested
+
+
+def test_autoregressive_greedy_equals_generate(prompt):
+    trace = autoregressive_generate(SHARP_GPT2, prompt, DecodeConfig(max_new_tokens=30, temperature=0))
+    assert trace.new_tokens == reference_greedy(SHARP_GPT2, prompt, 30)
+    assert all(r.k == 0 and len(r.emitted) == 1 for r in trace.rounds)
+
+
+# -- losslessness: the law of the first tokens equals the target's exact law ----------------------
+V = 8
+LOSSLESS_TARGET = tiny_llama(vocab=V, seed=11, sharpen=5)
+LOSSLESS_DRAFTS = {"gpt2": tiny_gpt2(vocab=V, seed=12, sharpen=5), "perturbed": perturbed(LOSSLESS_TARGET, 0.5),
+                   "lookup": PromptLookupDrafter()}
+N_RUNS = 1000
+
+
+def exact_first_two(target, prompt, cfg):
+    """P(t1, t2) = p(t1 | prompt) p(t2 | prompt, t1), with the same transforms, as a (V, V) table."""
+    with torch.no_grad():
+        p1 = specviz.sampling.logits_to_probs(target(prompt).logits[0, -1], cfg.temperature, cfg.top_k, cfg.top_p)
+        ext = torch.cat([prompt.repeat(V, 1), torch.arange(V)[:, None]], dim=1)
+        p2 = specviz.sampling.logits_to_probs(target(ext).logits[:, -1], cfg.temperature, cfg.top_k, cfg.top_p)
+    return p1[:, None] * p2
+
+
+@pytest.mark.parametrize("k,draft,extra", [
+    (1, "gpt2", {}), (2, "perturbed", {}), (2, "perturbed", {"top_k": 5, "top_p": 0.9, "temperature": 0.8}),
+    (2, "lookup", {"top_k": 6}),
+])
+def test_speculative_sampling_is_lossless(k, draft, extra):
+    prompt = torch.tensor([[1, 2, 1, 2, 1]])  # repeats, so prompt lookup proposes something
+    cfg = DecodeConfig(k=k, max_new_tokens=k + 1, **extra)
+    exact = exact_first_two(LOSSLESS_TARGET, prompt, cfg)
+    drafter = LOSSLESS_DRAFTS[draft]
+    counts = torch.zeros(V, V)
+    rejections = 0
+    for seed in range(N_RUNS):
+        trace = speculative_generate(LOSSLESS_TARGET, drafter, prompt, DecodeConfig(**{**cfg.to_dict(), "seed": seed}))
+        t1, t2 = trace.new_tokens[:2]
+        counts[t1, t2] += 1
+        rejections += trace.rounds[0].rejected
+    assert 10 < rejections < N_RUNS - 10  # both branches (residual and acceptance/bonus) are exercised
+    assert chi2_pvalue(counts, exact) > 1e-3
+
+
+# -- caches ------------------------------------------------------------------------------------
+def test_caches_equal_full_recompute_after_rejections(prompt):
+    target = tiny_llama(seed=3, sharpen=30)
+    run = Decoding(target, perturbed(target, 0.5), prompt, DecodeConfig(k=4, max_new_tokens=60))
+    rounds = list(run)
+    assert sum(r.rejected for r in rounds) >= 3
+    for lm in (run.target, run.drafter.lm):
+        pending = lm.sync(run.committed)
+        cached = lm.feed(pending)[-1]
+        assert len(lm.ids) == lm.cache.get_seq_length() == len(run.committed)
+        with torch.no_grad():
+            full = lm.model(torch.tensor([run.committed])).logits[0, -1]
+        torch.testing.assert_close(cached, full)
+
+
+# -- determinism, EOS, budget, policies ----------------------------------------------------------
+def test_same_seed_same_trace(llama, prompt):
+    draft = perturbed(llama, 0.5)
+    cfg = DecodeConfig(k=3, max_new_tokens=30, seed=7)
+    a, b = speculative_generate(llama, draft, prompt, cfg), speculative_generate(llama, draft, prompt, cfg)
+    strip = lambda t: [(r.drafted, r.u, r.p, r.q, r.emitted) for r in t.rounds]  # noqa: E731 (timings differ)
+    assert strip(a) == strip(b)
+    c = speculative_generate(llama, draft, prompt, DecodeConfig(k=3, max_new_tokens=30, seed=8))
+    assert strip(c) != strip(a)
+
+
+def test_stops_at_eos_and_keeps_nothing_after(prompt):
+    target = tiny_llama(seed=3, sharpen=30)
+    ref = reference_greedy(target, prompt, 40)
+    eos = ref[9]
+    target.generation_config.eos_token_id = eos
+    cut = ref[: ref.index(eos) + 1]
+    for draft in (target, perturbed(target, 0.3), PromptLookupDrafter()):
+        trace = speculative_generate(target, draft, prompt, DecodeConfig(k=4, max_new_tokens=40, temperature=0))
+        assert trace.new_tokens == cut and trace.stop_reason == "eos"
+    target.generation_config.eos_token_id = None
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 5, 13])
+def test_max_new_tokens_bound(llama, prompt, n):
+    trace = speculative_generate(llama, llama, prompt, DecodeConfig(k=4, max_new_tokens=n))
+    assert len(trace.new_tokens) == n
+    assert all(r.k <= 4 for r in trace.rounds)
+
+
+def test_history_policy_follows_the_tutorials_rule(prompt):
+    t = tiny_llama(seed=3, sharpen=30)
+    up = speculative_generate(t, t, prompt, DecodeConfig(k=2, k_policy="history", max_k=6, max_new_tokens=60,
+                                                         temperature=0))
+    assert [r.k for r in up.rounds][:5] == [2, 3, 4, 5, 6]  # all accepted: +1 a round up to max_k
+    trace = speculative_generate(t, perturbed(t, 0.6), prompt, DecodeConfig(k=5, k_policy="history", max_new_tokens=80,
+                                                                            temperature=0))
+    k, left, recent = 5, 80, []
+    for r, nxt in zip(trace.rounds, trace.rounds[1:]):  # replay the rule on the recorded rounds
+        left -= len(r.emitted)
+        recent = (recent + [r.n_accepted / len(r.drafted)])[-10:]
+        mean = sum(recent) / len(recent)
+        k = min(k + 1, 10) if mean > 0.8 else (max(k - 1, 1) if mean < 0.5 else k)
+        assert nxt.k == min(k, left - 1)
+    assert min(r.k for r in trace.rounds[:-1]) < 5  # the rule did move k
+
+
+def test_heuristic_policy_is_transformers_schedule(prompt):
+    t = tiny_llama(seed=3, sharpen=30)
+    trace = speculative_generate(t, perturbed(t, 0.4), prompt, DecodeConfig(k=3, k_policy="heuristic", max_k=50,
+                                                                            max_new_tokens=80, temperature=0))
+    left = 80
+    for r, nxt in zip(trace.rounds, trace.rounds[1:]):
+        left -= len(r.emitted)
+        expected = r.k + 2 if r.n_accepted == r.k else max(1, r.k - 1)
+        assert nxt.k == min(expected, left - 1)
+
+
+def test_prompt_lookup_proposes_the_latest_match():
+    from specviz.drafters import lookup_continuation
+    ids = [1, 2, 3, 9, 1, 2, 3, 4, 5, 1, 2, 3]
+    assert lookup_continuation(ids, 3, 3, 1) == [4, 5, 1]  # latest earlier "1 2 3" is followed by 4 5 1
+    assert lookup_continuation([7, 8, 9], 3, 3, 1) == []
+    assert lookup_continuation([5, 6, 5], 4, 3, 1) == [6, 5]
+
+
+# -- bad input ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kwargs,match", [
+    ({"k": 0}, "k must be >= 1"), ({"temperature": -1}, "temperature"), ({"top_k": -2}, "top_k"),
+    ({"top_p": 0}, "top_p"), ({"top_p": 1.5}, "top_p"), ({"max_new_tokens": -1}, "max_new_tokens"),
+    ({"k": 2.5}, "integer"), ({"k_policy": "magic"}, "k_policy"), ({"temperature": float("nan")}, "temperature"),
+    ({"k_policy": "history", "k": 20, "max_k": 10}, r"\[min_k, max_k\]"),
+])
+def test_config_rejects_bad_values(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        DecodeConfig(**kwargs)
+
+
+def test_bad_prompts_and_windows(llama):
+    with pytest.raises(ValueError, match="empty"):
+        speculative_generate(llama, llama, torch.empty(1, 0, dtype=torch.long), DecodeConfig())
+    with pytest.raises(ValueError, match="shape"):
+        speculative_generate(llama, llama, torch.tensor([1, 2, 3]), DecodeConfig())
+    with pytest.raises(ValueError, match=r"200 tokens\) \+ max_new_tokens \(64\) = 264 exceeds the target's context window of 256"):
+        speculative_generate(llama, llama, torch.ones(1, 200, dtype=torch.long), DecodeConfig())
+    small = tiny_gpt2(window=128)
+    with pytest.raises(ValueError, match="draft's context window of 128"):
+        speculative_generate(llama, small, torch.ones(1, 100, dtype=torch.long), DecodeConfig())
+    with pytest.raises(ValueError, match="draft must be"):
+        speculative_generate(llama, "gpt2", torch.ones(1, 3, dtype=torch.long), DecodeConfig())
+
+
+@pytest.mark.parametrize("draft_vocab", [60, 72])
+def test_padded_vocabularies_work_over_the_shared_range(prompt, draft_vocab):
+    target = tiny_llama(seed=3, sharpen=30)
+    draft = tiny_llama(vocab=draft_vocab, seed=3, sharpen=30)
+    greedy = speculative_generate(target, draft, prompt, DecodeConfig(k=3, temperature=0, max_new_tokens=30))
+    assert greedy.new_tokens == reference_greedy(target, prompt, 30)
+    sampled = speculative_generate(target, draft, prompt, DecodeConfig(k=3, max_new_tokens=30))
+    assert all(x < min(64, draft_vocab) for r in sampled.rounds for x in r.drafted)
