@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from transformers import AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM
+from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKENIZER_DIR = ROOT / "assets/models/tokenizer"
@@ -158,6 +158,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--adaptive-threads", type=int, default=1, help="1: periodically pick the faster of "
                     "1..--threads torch threads (CPU shared with other jobs); 0: always --threads")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--init", type=Path, help="start from this checkpoint's weights instead of random init")
     return ap.parse_args(argv)
 
 
@@ -175,6 +176,8 @@ def train(args) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     sizes = preset_sizes(args)
     model = build_model(sizes, tokenizer, args.seed)
+    if args.init:  # continue from a saved checkpoint (same preset), e.g. after an interrupted run
+        model.load_state_dict(AutoModelForCausalLM.from_pretrained(args.init, dtype=torch.float32).state_dict())
     n_params = count_params(model)
     print(f"preset {args.preset} {sizes}: {n_params:,} parameters", flush=True)
     train_tok = encode_docs(tokenizer, load_texts(args.train))

@@ -5,11 +5,12 @@ Notation: p is the target's distribution, q the draft's (Leviathan et al. 2023).
 from .config import PRESETS, DecodeConfig
 from .decoder import Decoding, autoregressive_generate, speculative_generate
 from .drafters import Drafter, ModelDrafter, PromptLookupDrafter, Proposal
-from .models import check_tokenizers, list_models, load_model
+from .models import DEFAULT_DRAFT, DEFAULT_TARGET, check_tokenizers, list_drafters, list_models, load_drafter, load_model
+from .ngram import NGramDrafter, NGramModel
 from .trace import Round, Summary, Trace
 
 __all__ = [
     "PRESETS", "DecodeConfig", "Decoding", "autoregressive_generate", "speculative_generate",
     "Drafter", "ModelDrafter", "PromptLookupDrafter", "Proposal", "check_tokenizers", "list_models",
-    "load_model", "Round", "Summary", "Trace",
+    "load_model", "list_drafters", "load_drafter", "DEFAULT_TARGET", "DEFAULT_DRAFT", "Round", "Summary", "Trace", "NGramDrafter", "NGramModel",
 ]

@@ -6,13 +6,40 @@ import json
 from pathlib import Path
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets" / "models"
+DEFAULT_TARGET = "target"
+DEFAULT_DRAFT = "small"
+PROMPT_LOOKUP = "prompt-lookup"
+NOT_MODELS = {"tokenizer"}  # asset folders that are not causal LMs
 
 
 def list_models() -> list[str]:
     """Names of the bundled models (folders of assets/models holding a config.json)."""
     if not ASSETS.is_dir():
         return []
-    return sorted(p.name for p in ASSETS.iterdir() if (p / "config.json").is_file())
+    return sorted(p.name for p in ASSETS.iterdir() if (p / "config.json").is_file() and p.name not in NOT_MODELS)
+
+
+def list_ngrams() -> list[str]:
+    """Names of the bundled n-gram drafts (folders of assets/models holding an ngram.json)."""
+    return sorted(p.name for p in ASSETS.iterdir() if (p / "ngram.json").is_file()) if ASSETS.is_dir() else []
+
+
+def list_drafters() -> list[str]:
+    """Everything that can draft for the bundled target: bundled LMs other than it, and model-free drafters."""
+    return [m for m in list_models() if m != DEFAULT_TARGET] + list_ngrams() + [PROMPT_LOOKUP]
+
+
+def load_drafter(name: str, device: str | None = None):
+    """A draft by name: prompt lookup, a bundled n-gram, or a causal LM (bundled, hub ID or path)."""
+    if name == PROMPT_LOOKUP:
+        from .drafters import PromptLookupDrafter
+
+        return PromptLookupDrafter()
+    if name in list_ngrams():
+        from .ngram import NGramDrafter, NGramModel
+
+        return NGramDrafter(NGramModel.load(ASSETS / name), name=name)
+    return load_model(name, device=device)[0]
 
 
 def resolve(name_or_path: str) -> str:
@@ -28,6 +55,8 @@ def load_model(name_or_path: str, device: str | None = None, dtype=None):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    if name_or_path in list_ngrams():
+        raise ValueError(f"{name_or_path!r} is an n-gram drafter, not a causal LM: load it with load_drafter")
     path = resolve(name_or_path)
     if dtype is None:  # half precision is slow on CPUs: compute in float32 there
         dtype = torch.float32 if (device or "cpu") == "cpu" else "auto"
@@ -35,8 +64,10 @@ def load_model(name_or_path: str, device: str | None = None, dtype=None):
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     except OSError as e:
+        detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ValueError(
-            f"could not load {name_or_path!r}: {e}. Bundled models: {', '.join(list_models()) or 'none'}"
+            f"could not load {name_or_path!r}: it is not a bundled model ({', '.join(list_models()) or 'none built'}) "
+            f"and loading it as a hub ID or local path failed: {detail}"
         ) from e
     if device:
         model = model.to(device)

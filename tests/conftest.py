@@ -1,5 +1,8 @@
 """Tiny random-init models built from configs (no downloads), shared by the tests."""
 import copy
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the tests never reach a model hub (set before transformers loads)
 
 import pytest
 import torch

@@ -1,0 +1,110 @@
+"""An n-gram draft: token counts from a corpus, smoothed into a real distribution q.
+
+q(w | h) interpolates absolute-discounted counts down to an add-one unigram:
+    q_n(w | h) = max(c(h, w) - D, 0) / c(h) + D * N1+(h) / c(h) * q_{n-1}(w | h[1:])
+where N1+(h) is the number of distinct words seen after h (Ney et al. 1994); contexts never
+seen fall through to the lower order. So q > 0 everywhere and sums to 1: it drives the exact
+verify step like any draft model. Counts are stored as sorted sparse keys in safetensors.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from .drafters import Drafter, Proposal
+from .sampling import align_vocab, logits_to_probs, sample
+
+
+class NGramModel:
+    """Counts of every order 1..n; ``keys[i]`` encodes an (i+1)-gram as a base-V integer, sorted."""
+
+    def __init__(self, vocab_size: int, keys: list[torch.Tensor], counts: list[torch.Tensor], discount: float = 0.75):
+        self.vocab_size, self.keys, self.counts, self.discount = vocab_size, keys, counts, discount
+        self.order = len(keys)
+        unigram = torch.ones(vocab_size, dtype=torch.float64).index_add_(0, keys[0], counts[0].double())
+        self.unigram = unigram / unigram.sum()  # add-one smoothed
+
+    @classmethod
+    def fit(cls, tokens: torch.Tensor, vocab_size: int, order: int = 3, min_count: int = 1,
+            discount: float = 0.75) -> "NGramModel":
+        """tokens: 1-D LongTensor of the whole corpus; n-grams (n >= 2) seen < min_count times are pruned."""
+        if order < 1:
+            raise ValueError(f"order must be >= 1, got {order}")
+        keys, counts = [], []
+        for n in range(1, order + 1):
+            grams = tokens.unfold(0, n, 1).long()  # (N - n + 1, n)
+            code = torch.zeros(len(grams), dtype=torch.long)
+            for j in range(n):
+                code = code * vocab_size + grams[:, j]
+            k, c = torch.unique(code, sorted=True, return_counts=True)
+            if n > 1 and min_count > 1:
+                k, c = k[c >= min_count], c[c >= min_count]
+            keys.append(k)
+            counts.append(c.to(torch.int32))
+        return cls(vocab_size, keys, counts, discount)
+
+    def distribution(self, context: list[int]) -> torch.Tensor:
+        """q(. | context), a (V,) float tensor summing to 1."""
+        V, q = self.vocab_size, self.unigram
+        for n in range(2, self.order + 1):
+            if len(context) < n - 1:
+                break
+            h = 0
+            for t in context[-(n - 1):]:
+                h = h * V + t
+            lo, hi = torch.searchsorted(self.keys[n - 1], torch.tensor([h * V, (h + 1) * V]))
+            if hi == lo:
+                continue  # unseen context: keep the lower order
+            words = self.keys[n - 1][lo:hi] - h * V
+            c = self.counts[n - 1][lo:hi].double()
+            total, distinct = c.sum(), len(c)
+            q = q * (self.discount * distinct / total)
+            q.index_add_(0, words, torch.clamp(c - self.discount, min=0) / total)
+        return q.float()
+
+    def save(self, folder: str | Path, **meta) -> None:
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        tensors = {f"keys_{i + 1}": _compact(k, self.vocab_size ** (i + 1)) for i, k in enumerate(self.keys)} | {
+            f"counts_{i + 1}": c for i, c in enumerate(self.counts)}
+        save_file(tensors, folder / "ngram.safetensors")
+        info = {"kind": "ngram", "vocab_size": self.vocab_size, "order": self.order, "discount": self.discount}
+        (folder / "ngram.json").write_text(json.dumps(info | meta, indent=1))
+
+    @classmethod
+    def load(cls, folder: str | Path) -> "NGramModel":
+        folder = Path(folder)
+        info = json.loads((folder / "ngram.json").read_text())
+        t = load_file(folder / "ngram.safetensors")
+        order = info["order"]
+        keys = [t[f"keys_{n}"].long() for n in range(1, order + 1)]
+        counts = [t[f"counts_{n}"] for n in range(1, order + 1)]
+        return cls(info["vocab_size"], keys, counts, info["discount"])
+
+
+class NGramDrafter(Drafter):
+    """Drafts x_i ~ q_i from an NGramModel, q processed by the run's temperature / top-k / top-p like any draft."""
+
+    def __init__(self, model: NGramModel, name: str = "ngram"):
+        self.model, self.name = model, name
+
+    def propose(self, committed, k, generator):
+        cfg, context, tokens, qs = self.cfg, list(committed), [], []
+        for _ in range(k):
+            logq = self.model.distribution(context).log().to(self.device)
+            q = logits_to_probs(align_vocab(logq, self.vocab_size), cfg.temperature, cfg.top_k, cfg.top_p)
+            x = int(q.argmax()) if cfg.greedy else int(sample(q, generator))
+            tokens.append(x)
+            qs.append(q)
+            context.append(x)
+        q = torch.stack(qs) if qs else None
+        return Proposal(torch.tensor(tokens, dtype=torch.long, device=self.device), q)
+
+
+
+def _compact(keys: torch.Tensor, span: int) -> torch.Tensor:
+    """int32 storage where every key fits (it halves the file), int64 otherwise."""
+    return keys.int() if span < 2**31 else keys

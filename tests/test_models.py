@@ -1,0 +1,50 @@
+"""The registry: bundled models load offline; tokenizer compatibility is checked over shared ids."""
+import pytest
+import torch
+from tokenizers import Tokenizer, models
+from transformers import PreTrainedTokenizerFast
+
+import specviz
+from specviz.models import ASSETS, check_tokenizers, resolve
+
+
+def word_tokenizer(words):
+    return PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)},
+                                                                               unk_token=words[0])))
+
+
+def test_same_vocab_passes_and_padded_sizes_pass():
+    check_tokenizers(word_tokenizer(["<unk>", "a", "b"]), word_tokenizer(["<unk>", "a", "b"]))
+    # a longer vocabulary that agrees on the shared ids (like a padded or extended table) is fine
+    check_tokenizers(word_tokenizer(["<unk>", "a", "b", "c"]), word_tokenizer(["<unk>", "a", "b"]))
+
+
+def test_different_vocab_is_a_clear_error():
+    with pytest.raises(ValueError, match=r"differs from the target's on 2 of 3 shared ids \(id 1: 'a' vs 'b'"):
+        check_tokenizers(word_tokenizer(["<unk>", "a", "b"]), word_tokenizer(["<unk>", "b", "a"]))
+
+
+def test_unknown_names_are_value_errors():
+    with pytest.raises(ValueError, match="could not load 'no-such-model': it is not a bundled model"):
+        specviz.load_model("no-such-model")
+    with pytest.raises(ValueError, match="non-empty"):
+        resolve("  ")
+
+
+@pytest.mark.skipif(not (ASSETS / "tokenizer").is_dir(), reason="bundled tokenizer not built")
+def test_bundled_tokenizer_round_trips():
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(ASSETS / "tokenizer")
+    text = "ROMEO:\n  But soft! what light through yonder window breaks?\tÆ ß — 'tis <b>&amp;"
+    ids = tok(text).input_ids
+    assert ids[0] == tok.bos_token_id
+    assert tok.decode(ids, skip_special_tokens=True) == text
+
+
+@pytest.mark.parametrize("name", specviz.list_models())
+def test_each_bundled_model_loads_offline_and_shares_the_tokenizer(name):
+    model, tok = specviz.load_model(name)
+    target_tok = specviz.load_model(specviz.DEFAULT_TARGET)[1]
+    check_tokenizers(target_tok, tok)
+    assert model.dtype == torch.float32 and not model.training
+    assert model.generation_config.eos_token_id == tok.eos_token_id

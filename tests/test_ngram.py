@@ -1,0 +1,57 @@
+"""The n-gram draft: hand-computed smoothing, a proper distribution, storage, and it drives the decoder."""
+import pytest
+import torch
+from conftest import tiny_llama
+
+from specviz import DecodeConfig, NGramDrafter, NGramModel, speculative_generate
+from specviz.models import ASSETS
+
+
+def toy():
+    return NGramModel.fit(torch.tensor([0, 1, 0, 1, 0, 2]), vocab_size=3, order=2, discount=0.5)
+
+
+def test_distribution_by_hand():
+    # unigram add-one: (4, 3, 2) / 9; after 0: c(0,1) = 2, c(0,2) = 1 -> total 3, 2 distinct
+    q = toy().distribution([0]).double()
+    lam = 0.5 * 2 / 3
+    expected = [lam * 4 / 9, 1.5 / 3 + lam * 3 / 9, 0.5 / 3 + lam * 2 / 9]
+    assert q.tolist() == pytest.approx(expected)
+    assert toy().distribution([]).tolist() == pytest.approx([4 / 9, 3 / 9, 2 / 9])
+    assert toy().distribution([2]).tolist() == pytest.approx([4 / 9, 3 / 9, 2 / 9])  # unseen context: lower order
+
+
+def test_q_sums_to_one_everywhere():
+    g = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, 50, (5000,), generator=g)
+    model = NGramModel.fit(tokens, 64, order=3, min_count=2)
+    for ctx in ([], [3], [3, 7], tokens[:10].tolist(), [63, 63, 63]):
+        q = model.distribution(ctx)
+        assert q.shape == (64,) and (q > 0).all() and q.sum().item() == pytest.approx(1.0, abs=1e-6)
+
+
+def test_save_load_round_trip(tmp_path):
+    model = NGramModel.fit(torch.randint(0, 40, (3000,), generator=torch.Generator().manual_seed(1)), 40, order=3)
+    model.save(tmp_path / "ng")
+    back = NGramModel.load(tmp_path / "ng")
+    for ctx in ([], [1], [4, 5], [7, 7, 7]):
+        assert torch.equal(back.distribution(ctx), model.distribution(ctx))
+
+
+def test_drives_the_decoder_exactly(prompt):
+    target = tiny_llama(seed=3, sharpen=30)
+    corpus = target.generate(prompt, do_sample=True, max_new_tokens=200)[0]  # text the target likes
+    drafter = NGramDrafter(NGramModel.fit(corpus, 64, order=3))
+    ref = target.generate(prompt, do_sample=False, max_new_tokens=40, min_new_tokens=40)[0, 5:].tolist()
+    greedy = speculative_generate(target, drafter, prompt, DecodeConfig(k=4, temperature=0, max_new_tokens=40))
+    assert greedy.new_tokens == ref
+    sampled = speculative_generate(target, drafter, prompt, DecodeConfig(k=4, max_new_tokens=40))
+    assert len(sampled.new_tokens) == 40 and all(0 < q <= 1 for r in sampled.rounds for q in r.q)
+
+
+@pytest.mark.skipif(not (ASSETS / "ngram" / "ngram.json").is_file(), reason="bundled n-gram not built")
+def test_bundled_ngram_loads_through_the_registry():
+    import specviz
+    drafter = specviz.load_drafter("ngram")
+    assert isinstance(drafter, NGramDrafter) and "ngram" in specviz.list_drafters()
+    assert drafter.model.distribution([0, 100]).sum().item() == pytest.approx(1.0, abs=1e-5)

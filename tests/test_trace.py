@@ -1,0 +1,77 @@
+"""Trace records: hand-computed summaries, the frame, the JSON round trip, malformed input."""
+import json
+
+import pytest
+
+from specviz import DecodeConfig, PromptLookupDrafter, Round, Trace, speculative_generate
+
+
+def rnd(index, drafted, n_accepted, emitted, k=None, u=None, beta=None, bonus=None, resampled=None):
+    m = len(drafted)
+    return Round(index=index, k=m if k is None else k, drafted=tuple(drafted), q=(0.5,) * m, p=(0.25,) * m,
+                 accept_prob=(0.5,) * m, u=tuple(u or [None] * m), beta=tuple(beta or [None] * m),
+                 n_accepted=n_accepted, emitted=tuple(emitted), resampled=resampled, bonus=bonus, next_p=0.1,
+                 residual_top=((7, 0.6, 0.3, 0.1),) if resampled is not None else (), draft_s=0.01, target_s=0.02,
+                 wall_s=0.04)
+
+
+def hand_trace():
+    # round 0: 4 drafted, 2 accepted, resample; round 1: 4 drafted, all accepted + bonus; round 2: 2 drafted, 0 accepted
+    rounds = [
+        rnd(0, [1, 2, 3, 4], 2, [1, 2, 9], u=[0.1, 0.2, 0.9, None], beta=[0.6, 0.5, 0.4, None], resampled=9),
+        rnd(1, [5, 6, 7, 8], 4, [5, 6, 7, 8, 10], u=[0.1, 0.1, 0.1, 0.1], beta=[0.9, 0.9, 0.9, 0.9], bonus=10),
+        rnd(2, [3, 3], 0, [11], u=[0.99, None], beta=[0.2, None], resampled=11),
+    ]
+    return Trace(prompt_ids=[0, 1], config=DecodeConfig(), rounds=rounds, total_s=0.5, token_text={1: "a<b"})
+
+
+def test_summary_by_hand():
+    s = hand_trace().summary()
+    assert (s.rounds, s.new_tokens, s.drafted, s.accepted) == (3, 9, 10, 6)
+    assert s.acceptance_rate == pytest.approx(6 / 10)  # accepted / drafted, not / (k + 1)
+    assert s.tau == pytest.approx(9 / 3)
+    assert s.alpha == pytest.approx((0.6 + 0.5 + 0.4 + 0.9 * 4 + 0.2) / 8)
+    assert s.target_forwards_per_token == pytest.approx(3 / 9)
+    assert s.tokens_per_s == pytest.approx(9 / 0.5)
+    # position i: rounds with n_accepted > i over rounds that drafted position i
+    assert s.per_position == pytest.approx((2 / 3, 2 / 3, 1 / 2, 1 / 2))
+
+
+def test_frame_rows_and_statuses():
+    df = hand_trace().to_frame()
+    r0 = df[df["round"] == 0]
+    assert r0["status"].tolist() == ["accepted", "accepted", "rejected", "discarded", "resampled"]
+    assert df[df.drafted].shape[0] == 10
+    assert df[df.status == "bonus"].token.tolist() == [10]
+    assert df.loc[0, "ratio"] == pytest.approx(0.5) and df.loc[0, "text"] == "a<b"
+    assert (df[df.drafted].status == "accepted").sum() / df.drafted.sum() == hand_trace().summary().acceptance_rate
+
+
+def test_new_tokens_are_the_rounds_emitted():
+    assert hand_trace().new_tokens == [1, 2, 9, 5, 6, 7, 8, 10, 11]
+
+
+def test_json_round_trip_is_lossless(llama, prompt):
+    for trace in (hand_trace(), speculative_generate(llama, llama, prompt, DecodeConfig(k=3, max_new_tokens=20)),
+                  speculative_generate(llama, PromptLookupDrafter(), prompt, DecodeConfig(temperature=0))):
+        back = Trace.from_json(trace.to_json())
+        assert back == trace
+        assert back.to_frame().equals(trace.to_frame())
+
+
+@pytest.mark.parametrize("text", ["", "{", "[]", '{"schema": "other"}', json.dumps({"schema": "specviz.trace/1"}),
+                                  "\x00\xff garbage"])
+def test_malformed_json_is_a_value_error(text):
+    with pytest.raises(ValueError, match="trace"):
+        Trace.from_json(text)
+
+
+def test_tampered_round_is_a_value_error():
+    data = json.loads(hand_trace().to_json())
+    data["rounds"][0]["surprise"] = 1
+    with pytest.raises(ValueError, match="unexpected"):
+        Trace.from_json(json.dumps(data))
+    data = json.loads(hand_trace().to_json())
+    data["config"]["k"] = -3
+    with pytest.raises(ValueError, match="k must be"):
+        Trace.from_json(json.dumps(data))
