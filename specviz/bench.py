@@ -20,18 +20,11 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from .config import DecodeConfig
+from .config import EXAMPLE_PROMPTS, DecodeConfig
 from .decoder import autoregressive_generate, speculative_generate
 from .drafters import Drafter
 from .models import DEFAULT_DRAFT, DEFAULT_TARGET, load_drafter, load_model
 
-EXAMPLE_PROMPTS = [
-    "ROMEO:",
-    "Shall I compare thee to a summer's day?",
-    "To be, or not to be, that is the question:",
-    "Of Man's first disobedience, and the fruit",
-    "KING HENRY:\nOnce more unto the breach, dear friends,",
-]
 
 
 @dataclass

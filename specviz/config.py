@@ -4,6 +4,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 K_POLICIES = ("fixed", "history", "heuristic")
+EXAMPLE_PROMPTS = [  # in the style of the bundled models' corpus (Shakespeare and Milton)
+    "ROMEO:",
+    "Shall I compare thee to a summer's day?",
+    "To be, or not to be, that is the question:",
+    "Of Man's first disobedience, and the fruit",
+    "KING HENRY:\nOnce more unto the breach, dear friends,",
+]
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,73 @@
+"""Acceptance and speedup against k, measured beside the autoregressive baseline in one run.
+
+For each repeat and prompt, the baseline and every (draft, k) run back to back with the same seed,
+so machine noise hits both alike. ``sweep`` returns one row per run; ``summarize`` aggregates per
+(draft, k) and puts Leviathan's predictions (from the alpha and cost ratio c measured in the same
+run) beside the measurements.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Iterable
+
+import pandas as pd
+from tqdm.auto import tqdm
+
+from .config import DecodeConfig
+from .decoder import autoregressive_generate, speculative_generate
+from .theory import expected_speedup, expected_tokens
+
+
+def run_row(trace, **labels) -> dict:
+    """The additive counts of one run, so that aggregates are ratios of sums."""
+    rs = trace.rounds
+    return labels | dict(
+        new_tokens=len(trace.new_tokens), rounds=len(rs), drafted=sum(len(r.drafted) for r in rs),
+        accepted=sum(r.n_accepted for r in rs), beta_sum=sum(b for r in rs for b in r.beta if b is not None),
+        beta_n=sum(b is not None for r in rs for b in r.beta), seconds=trace.total_s,
+        draft_s=sum(r.draft_s for r in rs), target_s=sum(r.target_s for r in rs),
+    )
+
+
+def sweep(target, drafts: dict, prompts: list, ks: Iterable[int] = range(1, 9), cfg: DecodeConfig | None = None,
+          repeats: int = 1, progress: bool = True) -> pd.DataFrame:
+    """One row per run: draft ("" for the baseline), k (0 for the baseline), prompt, repeat and counts."""
+    cfg, ks = cfg or DecodeConfig(), list(ks)
+    rows = []
+    total = repeats * len(prompts) * (1 + len(drafts) * len(ks))
+    with tqdm(total=total, disable=not progress, desc="sweep") as bar:
+        for rep in range(repeats):
+            for i, ids in enumerate(prompts):
+                run_cfg = replace(cfg, seed=cfg.seed + rep)
+                rows.append(run_row(autoregressive_generate(target, ids, run_cfg), draft="", k=0, prompt=i, repeat=rep))
+                bar.update()
+                for name, draft in drafts.items():
+                    for k in ks:
+                        trace = speculative_generate(target, draft, ids, replace(run_cfg, k=k))
+                        rows.append(run_row(trace, draft=name, k=k, prompt=i, repeat=rep))
+                        bar.update()
+    return pd.DataFrame(rows)
+
+
+def summarize(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per (draft, k): acceptance, alpha, tau, tokens/s, measured speedup, c, and the theory beside them."""
+    base = runs[runs.draft == ""]
+    base_tps = base.new_tokens.sum() / base.seconds.sum()
+    target_step = base.target_s.sum() / base.rounds.sum()  # one target forward of one token
+    g = runs[runs.draft != ""].groupby(["draft", "k"], sort=False).sum(numeric_only=True).reset_index()
+    out = pd.DataFrame({"draft": g.draft, "k": g.k})
+    out["acceptance_rate"] = g.accepted / g.drafted
+    out["alpha"] = g.beta_sum / g.beta_n
+    out["tau"] = g.new_tokens / g.rounds
+    out["tokens_per_s"] = g.new_tokens / g.seconds
+    out["baseline_tokens_per_s"] = base_tps
+    out["speedup"] = out.tokens_per_s / base_tps
+    out["c"] = (g.draft_s / g.drafted) / target_step
+    out["tau_theory"] = [expected_tokens(min(a, 1.0), int(k)) for a, k in zip(out.alpha, out.k)]
+    out["speedup_theory"] = [expected_speedup(min(a, 1.0), int(k), c) for a, k, c in zip(out.alpha, out.k, out.c)]
+    return out
+
+
+def best_k(summary: pd.DataFrame, column: str = "speedup") -> pd.DataFrame:
+    """The row with the highest ``column`` for each draft."""
+    return summary.loc[summary.groupby("draft", sort=False)[column].idxmax()].reset_index(drop=True)

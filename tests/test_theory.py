@@ -1,0 +1,52 @@
+"""Closed forms against hand-computed values."""
+import pytest
+
+from specviz.config import DecodeConfig
+from specviz.theory import cost_ratio, expected_speedup, expected_tokens, mean_k, measured_speedup
+from specviz.trace import Round, Trace
+
+
+def test_expected_tokens_hand_values():
+    assert expected_tokens(0.5, 2) == pytest.approx(1.75)  # 1 + 0.5 + 0.25
+    assert expected_tokens(0.0, 5) == pytest.approx(1.0)  # first draft always rejected: just the resample
+    assert expected_tokens(0.8, 1) == pytest.approx(1.8)
+
+
+@pytest.mark.parametrize("k", [0, 1, 4, 9])
+def test_alpha_one_limit_is_k_plus_one(k):
+    assert expected_tokens(1.0, k) == k + 1
+    assert expected_tokens(1 - 1e-9, k) == pytest.approx(k + 1, rel=1e-6)  # continuous at the limit
+
+
+def test_expected_speedup_hand_values():
+    assert expected_speedup(0.5, 2, 0.0) == pytest.approx(1.75)  # free draft: speedup = tokens per round
+    assert expected_speedup(0.5, 2, 0.25) == pytest.approx(1.75 / 1.5)
+    assert expected_speedup(0.0, 3, 0.1) == pytest.approx(1 / 1.3)  # useless draft slows things down
+
+
+def test_bad_arguments_raise():
+    with pytest.raises(ValueError, match="alpha"):
+        expected_tokens(1.5, 2)
+    with pytest.raises(ValueError, match="cost ratio"):
+        expected_speedup(0.5, 2, -1)
+
+
+def _round(i, drafted, draft_s, target_s):
+    m = len(drafted)
+    return Round(i, m, tuple(drafted), (0.5,) * m, (0.5,) * m, (1.0,) * m, (None,) * m, (1.0,) * m, m,
+                 tuple(drafted) + (9,), None, 9, 0.5, (), draft_s, target_s, draft_s + target_s)
+
+
+def test_cost_ratio_and_mean_k_from_trace():
+    # 6 drafted tokens in 0.06 s -> 0.01 s each; 2 rounds of target in 0.2 s -> 0.1 s each: c = 0.1
+    t = Trace([1], DecodeConfig(), rounds=[_round(0, [1, 2, 3, 4], 0.04, 0.08), _round(1, [5, 6], 0.02, 0.12)])
+    assert cost_ratio(t) == pytest.approx(0.1)
+    assert mean_k(t) == 3
+    assert cost_ratio(Trace([1], DecodeConfig())) == 0.0
+
+
+def test_measured_speedup_is_tokens_per_s_ratio():
+    fast = Trace([1], DecodeConfig(), rounds=[_round(0, [1, 2, 3], 0.0, 0.1)], total_s=1.0)  # 4 tokens/s
+    slow = Trace([1], DecodeConfig(), rounds=[_round(0, [], 0.0, 0.1)], total_s=0.5)  # 2 tokens/s
+    assert measured_speedup(fast, slow) == pytest.approx(2.0)
+    assert measured_speedup(fast, None) is None
