@@ -45,10 +45,27 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--warmup", type=int, default=30, help="warmup steps")
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--generated-fraction", type=float, default=0.0, help="on-policy share of each batch")
+    ap.add_argument("--target-share", type=float, default=0.3,
+                    help="share of training windows that are text the target generated (from corpus prefixes)")
+    ap.add_argument("--target-samples", type=int, default=256, help="how many target-generated windows to make")
     ap.add_argument("--val-windows", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     return ap.parse_args(argv)
+
+
+@torch.no_grad()
+def target_text(target, windows: torch.Tensor, n: int, seed: int, prefix: int = 32, batch: int = 64) -> torch.Tensor:
+    """n windows whose first ``prefix`` tokens come from the corpus and the rest is sampled from the target (T = 1):
+    the contexts a draft meets when it drafts for this target."""
+    g = torch.Generator().manual_seed(seed)
+    rows = windows[torch.randint(0, len(windows), (n,), generator=g)]
+    torch.manual_seed(seed)
+    out = [target.generate(rows[i:i + batch, :prefix], do_sample=True, top_k=0, top_p=1.0,
+                           max_new_tokens=rows.shape[1] - prefix, min_new_tokens=rows.shape[1] - prefix)
+           for i in range(0, n, batch)]
+    print(f"generated {n} target windows", flush=True)
+    return torch.cat(out)[:, : rows.shape[1]]
 
 
 def main(argv=None) -> dict:
@@ -60,6 +77,10 @@ def main(argv=None) -> dict:
     print(f"target {count_params(target):,} params; draft {args.preset} {count_params(draft):,} params", flush=True)
     train = make_windows(load_texts(args.train), tokenizer, args.seq_len)
     held = make_windows(load_texts(args.valid), tokenizer, args.seq_len)[: args.val_windows]
+    if args.target_share > 0:
+        generated = target_text(target, train, args.target_samples, args.seed)
+        repeat = max(1, round(args.target_share * len(train) / ((1 - args.target_share) * len(generated))))
+        train = torch.cat([train, generated.repeat(repeat, 1)])
     kl_before = kl_on_batch(target, draft, held)
     print(f"{len(train):,} training windows; valid KL before {kl_before:.4f}", flush=True)
     start = time.time()
@@ -71,7 +92,8 @@ def main(argv=None) -> dict:
     log = {"command": " ".join(sys.argv), "target": str(args.target), "preset": args.preset,
            "sizes": PRESETS[args.preset], "config": draft.config.to_dict(), "parameters": count_params(draft),
            "objective": "forward KL(p_target || q_draft), full distribution (DistillSpec)",
-           "temperature": args.temperature, "generated_fraction": args.generated_fraction,
+           "temperature": args.temperature, "target_share": args.target_share,
+           "target_samples": args.target_samples, "generated_fraction": args.generated_fraction,
            "seq_len": args.seq_len, "batch": args.batch, "peak_lr": args.lr, "steps": result.steps,
            "tokens_seen": result.steps * args.batch * args.seq_len, "wall_seconds": round(time.time() - start, 1),
            "final_kl_loss": sum(tail) / len(tail), "valid_kl_before": kl_before, "valid_kl_after": kl_after,

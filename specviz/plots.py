@@ -1,0 +1,113 @@
+"""Figures: pure functions from a DataFrame (``Trace.to_frame()`` or ``rounds_frame``) to a Plotly figure.
+
+Notation: p target probability, q draft probability, u uniform draw, min(1, p/q) the acceptance
+probability of a draft (Leviathan et al. 2023).
+"""
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+
+COLOURS = {  # the timeline's colours, so a status looks the same everywhere
+    "accepted": "#16a34a", "rejected": "#dc2626", "discarded": "#9ca3af", "resampled": "#ea580c", "bonus": "#2563eb",
+}
+ROUND_COLUMNS = ["round", "k", "drafted", "n_accepted", "emitted", "draft_s", "target_s", "wall_s"]
+
+
+def rounds_frame(trace) -> pd.DataFrame:
+    """One row per round: k requested, tokens drafted, accepted and emitted, and its timings."""
+    rows = [[r.index, r.k, len(r.drafted), r.n_accepted, len(r.emitted), r.draft_s, r.target_s, r.wall_s]
+            for r in trace.rounds]
+    return pd.DataFrame(rows, columns=ROUND_COLUMNS)
+
+
+def _layout(fig: go.Figure, title: str, x: str, y: str) -> go.Figure:
+    fig.update_layout(title=title, xaxis_title=x, yaxis_title=y, template="plotly_white", height=320,
+                      margin=dict(l=50, r=20, t=50, b=45), legend=dict(orientation="h", y=-0.25),
+                      paper_bgcolor="rgba(0,0,0,0)")
+    return fig
+
+
+def acceptance_by_position(tokens: pd.DataFrame) -> go.Figure:
+    """P(draft i accepted | draft i proposed) for each draft position i = 1..k."""
+    drafted = tokens[tokens["drafted"]]
+    rate = drafted.groupby("position")["status"].apply(lambda s: (s == "accepted").mean())
+    count = drafted.groupby("position").size()
+    fig = go.Figure(go.Bar(x=[int(i) + 1 for i in rate.index], y=rate.to_numpy(dtype=float),
+                           marker_color=COLOURS["accepted"], customdata=count.to_numpy(),
+                           hovertemplate="position %{x}: %{y:.2f} of %{customdata} drafts accepted<extra></extra>"))
+    fig.update_yaxes(range=[0, 1])
+    return _layout(fig, "Acceptance rate per draft position", "draft position", "accepted / drafted")
+
+
+def tokens_per_round(rounds: pd.DataFrame) -> go.Figure:
+    """Histogram of tokens emitted per round (1 = the first draft was rejected; k+1 = all accepted)."""
+    counts = rounds["emitted"].value_counts().sort_index()
+    fig = go.Figure(go.Bar(x=counts.index.to_numpy(), y=counts.to_numpy(), marker_color=COLOURS["bonus"],
+                           hovertemplate="%{y} rounds emitted %{x} tokens<extra></extra>"))
+    fig.update_xaxes(dtick=1)
+    return _layout(fig, "Tokens emitted per round", "tokens emitted", "rounds")
+
+
+def p_vs_q(tokens: pd.DataFrame) -> go.Figure:
+    """Each drafted token at (q, p), coloured by its fate; above the diagonal p > q: always accepted."""
+    drafted = tokens[tokens["drafted"]]
+    fig = go.Figure(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", name="p = q",
+                               line=dict(color="#888", dash="dot"), hoverinfo="skip"))
+    for status in ("accepted", "rejected", "discarded"):
+        part = drafted[drafted["status"] == status]
+        fig.add_trace(go.Scatter(
+            x=part["q"], y=part["p"], mode="markers", name=status, marker=dict(color=COLOURS[status], size=8),
+            text=part["text"].map(repr), customdata=part["round"],
+            hovertemplate="%{text}<br>q = %{x:.3f}, p = %{y:.3f}<br>round %{customdata}<extra>" + status + "</extra>"))
+    fig.update_xaxes(range=[0, 1.02])
+    fig.update_yaxes(range=[0, 1.02])
+    return _layout(fig, "p against q, per drafted token", "q (draft)", "p (target)")
+
+
+def round_times(rounds: pd.DataFrame) -> go.Figure:
+    """Stacked bars: time per round spent drafting and verifying (one target forward)."""
+    fig = go.Figure()
+    for col, name, colour in (("draft_s", "draft", "#a855f7"), ("target_s", "target", "#0ea5e9")):
+        fig.add_trace(go.Bar(x=rounds["round"], y=rounds[col] * 1e3, name=name, marker_color=colour,
+                             hovertemplate="round %{x}: %{y:.1f} ms<extra>" + name + "</extra>"))
+    fig.update_layout(barmode="stack")
+    return _layout(fig, "Time per round: draft vs target", "round", "ms")
+
+
+def accept_line(round_tokens: pd.DataFrame) -> go.Figure:
+    """One round: min(1, p/q) per draft position (bars) and the uniform draw u (markers).
+    Sampling accepts a draft when u < min(1, p/q): markers inside their bar were accepted."""
+    d = round_tokens[round_tokens["drafted"]]
+    x = d["position"].to_numpy() + 1
+    colours = [COLOURS[s] for s in d["status"]]
+    fig = go.Figure(go.Bar(x=x, y=d["accept_prob"], name="min(1, p/q)", marker_color=colours, opacity=0.55,
+                           hovertemplate="position %{x}: min(1, p/q) = %{y:.3f}<extra></extra>"))
+    fig.add_trace(go.Scatter(x=x, y=d["u"], mode="markers", name="u", marker=dict(symbol="x", size=13, color="#111827",
+                             line=dict(width=1, color="#f9fafb")),
+                             hovertemplate="position %{x}: u = %{y:.3f}<extra></extra>"))
+    fig.update_yaxes(range=[0, 1.05])
+    fig.update_xaxes(dtick=1)
+    return _layout(fig, "Accept line: u against min(1, p/q)", "draft position", "probability")
+
+
+def residual_bars(residual: pd.DataFrame) -> go.Figure:
+    """Top tokens of the residual norm(max(0, p - q)) at a rejection, beside their p and q.
+    Columns: text, residual, p, q. An empty frame (no rejection) gives an annotated empty figure."""
+    fig = go.Figure()
+    for col, name, colour in (("residual", "residual", COLOURS["resampled"]), ("p", "p (target)", "#0ea5e9"),
+                              ("q", "q (draft)", "#a855f7")):
+        fig.add_trace(go.Bar(x=residual["text"], y=residual[col], name=name, marker_color=colour,
+                             hovertemplate="%{x}: %{y:.3f}<extra>" + name + "</extra>"))
+    fig.update_layout(barmode="group")
+    if residual.empty:
+        fig.add_annotation(text="no rejection this round: nothing was resampled", showarrow=False,
+                           x=0.5, y=0.5, xref="paper", yref="paper")
+    return _layout(fig, "Residual at the rejection: top tokens", "token", "probability")
+
+
+def residual_frame(trace, index: int) -> pd.DataFrame:
+    """Round ``index``'s recorded residual top: token, text, residual, p, q."""
+    r = trace.rounds[index]
+    rows = [[t, repr(trace.text(t)), res, p, q] for t, res, p, q in r.residual_top]
+    return pd.DataFrame(rows, columns=["token", "text", "residual", "p", "q"])

@@ -1,0 +1,157 @@
+"""Trace -> HTML: the generated text as tokens coloured by their fate, and one round's replay.
+
+Pure functions of a Trace; every piece of text (token, prompt, number) goes through ``_esc``
+(html.escape with quote=True), because the UI shows this HTML unsanitized.
+Notation: p target probability, q draft probability, u the uniform draw, beta = sum min(p, q).
+"""
+from __future__ import annotations
+
+import html
+
+from .trace import Round, Trace
+
+STATUSES = ("prompt", "accepted", "rejected", "resampled", "bonus", "discarded")
+LEGEND = {
+    "accepted": "accepted draft", "rejected": "rejected draft", "resampled": "resampled (residual)",
+    "bonus": "bonus (all accepted)", "discarded": "discarded (never verified)",
+}
+# Translucent fills and saturated underlines read on light and dark backgrounds alike;
+# text colour is inherited from the theme.
+CSS = """
+.sv-timeline { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 1.05rem;
+  line-height: 2.1; white-space: pre-wrap; word-break: break-word; }
+.sv-legend { font-family: ui-sans-serif, system-ui, sans-serif; font-size: 0.9rem; margin-bottom: 0.4rem; }
+.sv-legend .sv-tok { margin-right: 0.6rem; }
+.sv-tok { border-radius: 3px; padding: 0.05rem 0.1rem; border-bottom: 3px solid transparent; cursor: help; }
+.sv-prompt { background: rgba(128, 128, 128, 0.18); border-bottom-color: rgba(128, 128, 128, 0.6); }
+.sv-accepted { background: rgba(34, 197, 94, 0.28); border-bottom-color: #16a34a; }
+.sv-rejected { background: rgba(239, 68, 68, 0.28); border-bottom-color: #dc2626; text-decoration: line-through;
+  text-decoration-color: #dc2626; text-decoration-thickness: 2px; }
+.sv-resampled { background: rgba(249, 115, 22, 0.32); border-bottom-color: #ea580c; }
+.sv-bonus { background: rgba(59, 130, 246, 0.30); border-bottom-color: #2563eb; }
+.sv-discarded { background: rgba(128, 128, 128, 0.12); opacity: 0.5; border-bottom: 2px dashed #888; }
+.sv-round { border-left: 2px solid rgba(128, 128, 128, 0.7); padding-left: 2px; margin-left: 3px; }
+.sv-round-n { font-size: 0.65rem; vertical-align: super; opacity: 0.7; margin-right: 1px; }
+.sv-ws { opacity: 0.55; }
+.sv-table { border-collapse: collapse; font-size: 0.95rem; }
+.sv-table td, .sv-table th { padding: 0.15rem 0.6rem; border-bottom: 1px solid rgba(128, 128, 128, 0.35);
+  text-align: right; }
+.sv-table td.sv-left, .sv-table th.sv-left { text-align: left; }
+.sv-table td.sv-decision { min-width: 16rem; }
+"""
+
+
+def fill_token_text(trace: Trace, tokenizer) -> Trace:
+    """Record the text of every id the trace mentions (prompt, drafts, emitted, resampled, bonus,
+    residual candidates) in ``trace.token_text``, so its JSON replays without a tokenizer."""
+    ids = set(trace.prompt_ids)
+    for r in trace.rounds:
+        ids.update(r.drafted, r.emitted, (t[0] for t in r.residual_top))
+        ids.update(t for t in (r.resampled, r.bonus) if t is not None)
+    for i in ids - trace.token_text.keys():
+        trace.token_text[i] = tokenizer.decode([i], clean_up_tokenization_spaces=False)
+    return trace
+
+
+def _esc(x) -> str:
+    return html.escape(str(x), quote=True)
+
+
+def visible(text: str) -> str:
+    """Escaped token text with newlines and tabs shown as glyphs (the newline still breaks the line)."""
+    out = _esc(text).replace("\t", '<span class="sv-ws">→</span>\t')
+    out = out.replace("\r", '<span class="sv-ws">␍</span>')
+    return out.replace("\n", '<span class="sv-ws">↵</span>\n')
+
+
+def token_span(text: str, status: str, title: str = "") -> str:
+    return f'<span class="sv-tok sv-{status}" data-status="{_esc(status)}" title="{_esc(title)}">{visible(text)}</span>'
+
+
+def _num(x) -> str:
+    return "–" if x is None else f"{x:.3g}"
+
+
+def decision(r: Round, i: int, greedy: bool) -> str:
+    """The verify step's decision at drafted position i, in words, with the recorded numbers."""
+    status = _status(r, i)
+    if status == "discarded":
+        why = "an accepted EOS ended the run" if i < r.n_accepted else "an earlier draft in this round was rejected"
+        return f"not verified: {why}; discarded"
+    if greedy:
+        return ("draft = target argmax: accepted" if status == "accepted"
+                else "draft ≠ target argmax: rejected; the target's argmax is appended instead")
+    a, u = r.accept_prob[i], r.u[i]
+    if status == "accepted":
+        return f"u = {_num(u)} < min(1, p/q) = {_num(a)}: accepted"
+    return f"u = {_num(u)} ≥ min(1, p/q) = {_num(a)}: rejected; a token is resampled from norm(max(0, p − q))"
+
+
+def _status(r: Round, i: int) -> str:
+    s = r.status(i)
+    return "discarded" if s == "accepted" and i >= len(r.emitted) else s  # accepted after an emitted EOS
+
+
+def _draft_title(trace: Trace, r: Round, i: int) -> str:
+    p, q, u, b = r.p[i], r.q[i], r.u[i], r.beta[i]
+    ratio = p / q if q else None
+    return (f"{trace.text(r.drafted[i])!r}  round {r.index}, draft {i + 1} of {len(r.drafted)}\n"
+            f"p = {_num(p)}   q = {_num(q)}   p/q = {_num(ratio)}   u = {_num(u)}   beta = {_num(b)}\n"
+            f"{decision(r, i, trace.config.greedy)}")
+
+
+def _next_title(trace: Trace, r: Round, status: str, token: int) -> str:
+    pos = f"round {r.index}, position {r.n_accepted + 1}"
+    if status == "bonus":
+        what = (f"all {len(r.drafted)} drafts accepted: a bonus token from the target's p" if r.drafted
+                else "no drafts (autoregressive)" if r.k == 0 else "the drafter proposed nothing: one target token")
+    elif trace.config.greedy:
+        what = "after the rejection: the target's argmax"
+    else:
+        what = "after the rejection: drawn from the residual norm(max(0, p − q))"
+    return f"{trace.text(token)!r}  {pos}\np = {_num(r.next_p)}\n{what}"
+
+
+def round_spans(trace: Trace, r: Round) -> str:
+    """One round: its drafts by fate, then the resampled or bonus token."""
+    parts = [f'<span class="sv-round-n">{r.index}</span>']
+    for i, x in enumerate(r.drafted):
+        parts.append(token_span(trace.text(x), _status(r, i), _draft_title(trace, r, i)))
+    for status, tok in (("resampled", r.resampled), ("bonus", r.bonus)):
+        if tok is not None:
+            parts.append(token_span(trace.text(tok), status, _next_title(trace, r, status, tok)))
+    return f'<span class="sv-round" data-round="{r.index}">{"".join(parts)}</span>'
+
+
+def legend() -> str:
+    items = "".join(token_span(label, status, label) for status, label in LEGEND.items())
+    return f'<div class="sv-legend">{items}<span>a bar and small number start each round · hover a token for p, q, u and the decision</span></div>'
+
+
+def timeline_html(trace: Trace | None) -> str:
+    """The hero view: prompt, then every round's tokens coloured by fate."""
+    if trace is None:
+        return f'{legend()}<div class="sv-timeline"><i>Run a prompt, or import a trace, to see it here.</i></div>'
+    prompt = "".join(token_span(trace.text(t), "prompt", f"prompt token {t}") for t in trace.prompt_ids)
+    rounds = "".join(round_spans(trace, r) for r in trace.rounds)
+    return f'{legend()}<div class="sv-timeline">{prompt}{rounds}</div>'
+
+
+def replay_html(trace: Trace | None, index: int) -> str:
+    """One round in detail: the proposals with q, p and the decision, then what was appended."""
+    if trace is None or not trace.rounds:
+        return "<p><i>No rounds yet.</i></p>"
+    r = trace.rounds[max(0, min(int(index), len(trace.rounds) - 1))]
+    head = "".join(f"<th>{h}</th>" for h in ("#", "q", "p", "p/q", "min(1, p/q)", "u", "beta"))
+    rows = []
+    for i, x in enumerate(r.drafted):
+        ratio = r.p[i] / r.q[i] if r.q[i] else None
+        cells = "".join(f"<td>{_num(v)}</td>" for v in (r.q[i], r.p[i], ratio, r.accept_prob[i], r.u[i], r.beta[i]))
+        rows.append(f'<tr><td class="sv-left">{token_span(trace.text(x), _status(r, i), _draft_title(trace, r, i))}'
+                    f'</td><td>{i + 1}</td>{cells}<td class="sv-left sv-decision">{_esc(decision(r, i, trace.config.greedy))}</td></tr>')
+    table = (f'<table class="sv-table"><tr><th class="sv-left">draft</th>{head}<th class="sv-left">decision</th></tr>'
+             f'{"".join(rows)}</table>') if rows else "<p>No drafts this round (the drafter found nothing to propose).</p>"
+    appended = "".join(token_span(trace.text(t), "prompt", f"id {t}") for t in r.emitted)
+    return (f"<p><b>Round {r.index}</b> of {len(trace.rounds) - 1}: k = {r.k}, {len(r.drafted)} drafted, "
+            f"{r.n_accepted} accepted; draft {r.draft_s * 1e3:.1f} ms, target {r.target_s * 1e3:.1f} ms.</p>"
+            f'{table}<p>Appended: <span class="sv-timeline">{appended}</span> ({len(r.emitted)} tokens)</p>')

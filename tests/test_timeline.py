@@ -1,0 +1,95 @@
+"""The timeline: escaping, one class per fate, hover text with the recorded numbers, visible newlines."""
+import re
+
+import pytest
+
+from specviz.config import DecodeConfig
+from specviz.timeline import CSS, LEGEND, decision, fill_token_text, replay_html, timeline_html
+from specviz.trace import Round, Trace
+
+EVIL = "<script>alert(1)</script>"
+QUOTE = '"onmouseover=alert(2)'
+TEXT = {1: "ROMEO", 2: ":", 3: EVIL, 4: QUOTE, 5: "\n", 6: " thou", 7: " art", 8: "<b>x</b>", 9: " love"}
+
+
+def sample_trace(greedy=False):
+    # round 0: drafts 3, 4, 5; 3 accepted, 4 rejected (u = 0.9 >= 0.2), 5 discarded; 6 resampled
+    r0 = Round(0, 3, (3, 4, 5), q=(0.5, 0.8, 0.3), p=(0.6, 0.16, 0.1), accept_prob=(1.0, 0.2, 1 / 3),
+               u=(0.41, 0.9, None), beta=(0.7, 0.35, None), n_accepted=1, emitted=(3, 6), resampled=6, bonus=None,
+               next_p=0.25, residual_top=((6, 0.5, 0.25, 0.05), (8, 0.3, 0.2, 0.1)), draft_s=0.01, target_s=0.05,
+               wall_s=0.07)
+    # round 1: both drafts accepted (u = 0.1 < 0.73), bonus 9
+    r1 = Round(1, 2, (7, 5), q=(0.4, 0.5), p=(0.292, 0.9), accept_prob=(0.73, 1.0), u=(0.1, 0.5), beta=(0.6, 0.8),
+               n_accepted=2, emitted=(7, 5, 9), resampled=None, bonus=9, next_p=0.4, residual_top=(),
+               draft_s=0.01, target_s=0.05, wall_s=0.07)
+    cfg = DecodeConfig(k=3, temperature=0.0 if greedy else 1.0)
+    return Trace([1, 2, 8], cfg, rounds=[r0, r1], token_text=dict(TEXT), stop_reason="length", total_s=0.2)
+
+
+def spans(html, status):
+    return re.findall(rf'<span class="sv-tok sv-{status}"[^>]*title="([^"]*)"', html)
+
+
+def test_every_token_text_is_escaped():
+    html = timeline_html(sample_trace()) + replay_html(sample_trace(), 0)
+    assert EVIL not in html and "<b>x</b>" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert '"onmouseover' not in html and "&quot;onmouseover=alert(2)" in html
+    # no tag in the output other than the ones the timeline writes itself
+    assert set(re.findall(r"<(\w+)", html)) <= {"div", "span", "table", "tr", "td", "th", "p", "b", "i"}
+
+
+def test_each_fate_gets_its_class_and_colour():
+    html = timeline_html(sample_trace())
+    body = html.split('class="sv-timeline"')[1]  # past the legend
+    for status, count in (("prompt", 3), ("accepted", 3), ("rejected", 1), ("discarded", 1), ("resampled", 1),
+                          ("bonus", 1)):
+        assert len(spans(body, status)) == count, status
+        assert re.search(rf"\.sv-{status} \{{[^}}]*background: rgba", CSS), status
+    assert "line-through" in CSS.split(".sv-rejected")[1].split("}")[0]
+    assert html.count('class="sv-round"') == 2  # round boundaries
+    assert all(label in html for label in LEGEND.values())
+
+
+def test_hover_states_the_decision_with_recorded_numbers():
+    body = timeline_html(sample_trace()).split('class="sv-timeline"')[1]
+    accepted, rejected = spans(body, "accepted")[0], spans(body, "rejected")[0]
+    assert "u = 0.41 &lt; min(1, p/q) = 1: accepted" in accepted
+    assert "p = 0.6" in accepted and "q = 0.5" in accepted and "p/q = 1.2" in accepted and "beta = 0.7" in accepted
+    assert "u = 0.9 ≥ min(1, p/q) = 0.2: rejected" in rejected
+    assert "u = 0.1 &lt; min(1, p/q) = 0.73: accepted" in spans(body, "accepted")[1]
+    assert "discarded" in spans(body, "discarded")[0] and "bonus" in spans(body, "bonus")[0]
+    assert "residual" in spans(body, "resampled")[0]
+
+
+def test_greedy_decision_words():
+    t = sample_trace(greedy=True)
+    assert decision(t.rounds[0], 0, greedy=True) == "draft = target argmax: accepted"
+    assert decision(t.rounds[0], 1, greedy=True).startswith("draft ≠ target argmax: rejected")
+
+
+def test_newlines_are_visible_and_still_break():
+    html = timeline_html(sample_trace())
+    assert "↵</span>\n" in html
+    assert "white-space: pre-wrap" in CSS
+
+
+def test_replay_lists_the_rounds_proposals_and_what_was_appended():
+    html = replay_html(sample_trace(), 0)
+    assert html.count("<tr>") == 4  # header + 3 drafts
+    assert "0.16" in html and "0.8" in html  # p and q of the rejected draft
+    assert "(2 tokens)" in html
+    assert "Round 1" in replay_html(sample_trace(), 99)  # clamped to the last round
+
+
+class FakeTokenizer:
+    def decode(self, ids, clean_up_tokenization_spaces=False):
+        return f"t{ids[0]}"
+
+
+def test_fill_token_text_covers_every_id():
+    t = sample_trace()
+    t.token_text = {}
+    fill_token_text(t, FakeTokenizer())
+    assert set(t.token_text) == {1, 2, 3, 4, 5, 6, 7, 8, 9}  # 8: prompt and residual_top
+    assert t.token_text[8] == "t8"

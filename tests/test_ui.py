@@ -1,0 +1,134 @@
+"""The app's handlers as plain functions, and the /generate API through gradio_client."""
+import json
+import os
+import socket
+
+import gradio as gr
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from specviz import DecodeConfig, Trace, speculative_generate
+from specviz.handlers import ModelStore
+from specviz.models import ASSETS, load_drafter
+from specviz.ui import build_demo, make_handlers
+from tests.conftest import perturbed, tiny_llama
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+TOKENIZER = ASSETS / "tokenizer"  # the bundled family's tokenizer; the models are tiny random ones
+SETTINGS = dict(k=3, k_policy="fixed", temperature=0.8, top_k=0, top_p=0.95, max_new_tokens=12, seed=7)
+
+
+@pytest.fixture(scope="module")
+def pair():
+    tok = AutoTokenizer.from_pretrained(TOKENIZER)
+    target = tiny_llama(vocab=len(tok), window=128, sharpen=20.0)
+    return target, perturbed(target, scale=0.3), tok
+
+
+@pytest.fixture(scope="module")
+def store(pair):
+    target, draft, tok = pair
+    return ModelStore(load_model=lambda name: (target, tok),
+                      load_drafter=lambda name: draft if name == "tiny" else load_drafter(name),
+                      list_targets=lambda: ["tiny-target"], list_drafters=lambda: ["tiny", "prompt-lookup"],
+                      default_target="tiny-target", default_draft="small")
+
+
+def last(stream):
+    out = None
+    for out in stream:
+        pass
+    return out
+
+
+def test_run_and_generate_match_speculative_generate(pair, store):
+    target, draft, tok = pair
+    ids = tok("ROMEO:", return_tensors="pt").input_ids
+    cfg = DecodeConfig(**SETTINGS)
+    want = speculative_generate(target, draft, ids, cfg).new_tokens
+    h = make_handlers(store)
+    outs = last(h.run("ROMEO:", "tiny-target", "tiny", *SETTINGS.values(), False))
+    trace = outs[0]
+    assert trace.new_tokens == want and len(want) == 12
+    assert trace.draft_name == "tiny" and trace.token_text  # texts filled for replay
+    assert 'class="sv-tok sv-' in outs[2] and len(outs) == 12
+    api = Trace.from_json(h.generate("ROMEO:", "tiny-target", "tiny", 3, 0.8, 0, 0.95, 12, 7))
+    assert api.new_tokens == want
+
+
+def test_default_draft_falls_back_to_first_available(store):
+    assert store.default_draft() == "tiny"  # "small" is not available
+    assert store.default_target() == "tiny-target"
+
+
+def test_run_with_baseline_reports_measured_and_predicted_speedup(store):
+    outs = last(make_handlers(store).run("To be, or not to be", "tiny-target", "prompt-lookup", *SETTINGS.values(), True))
+    base = outs[1]
+    assert base is not None and base.mode == "autoregressive" and len(base.new_tokens) == 12
+    assert "measured **" in outs[3] and "predicted **" in outs[3]
+
+
+@pytest.mark.parametrize("args, message", [
+    (("   ", "tiny-target", "tiny"), "prompt is empty"),
+    (("ROMEO:", "gpt-5", "tiny"), "unknown target 'gpt-5'"),
+    (("ROMEO:", "tiny-target", "../../etc"), "unknown draft"),
+])
+def test_bad_input_raises_readable_gr_error(store, args, message):
+    with pytest.raises(gr.Error, match=message):
+        last(make_handlers(store).run(*args, *SETTINGS.values(), False))
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(k=0), "k must be >= 1"), (dict(top_p=0.0), "top_p must be in"), (dict(temperature=-1.0), "temperature"),
+    (dict(max_new_tokens=200), "exceeds the target's context window of 128"), (dict(seed=1.5), "whole number"),
+])
+def test_out_of_range_settings_raise_gr_error(store, change, message):
+    settings = {**SETTINGS, **change}
+    with pytest.raises(gr.Error, match=message):
+        last(make_handlers(store).run("ROMEO:", "tiny-target", "tiny", *settings.values(), False))
+
+
+def test_json_export_import_round_trip(store, tmp_path):
+    h = make_handlers(store)
+    trace = last(h.run("ROMEO:", "tiny-target", "tiny", *SETTINGS.values(), False))[0]
+    csv, js = h.export(trace)
+    assert csv.endswith(".csv") and open(csv).readline().startswith("round,k,position")
+    outs = h.load(js)
+    assert outs[0].to_json() == trace.to_json() and outs[1] is None  # no baseline without the models
+    assert outs[2].count("sv-tok") > 12  # timeline rebuilt from token_text alone
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"schema": "nope"}')
+    with pytest.raises(gr.Error, match="not a specviz trace"):
+        h.load(str(bad))
+    with pytest.raises(gr.Error, match="nothing to export"):
+        h.export(None)
+
+
+def test_replay_steps_clamp(store):
+    h = make_handlers(store)
+    trace = last(h.run("ROMEO:", "tiny-target", "tiny", *SETTINGS.values(), False))[0]
+    n = len(trace.rounds)
+    assert h.step(trace, 0, -1) == 0 and h.step(trace, n - 1, +1) == n - 1 and h.step(trace, 0, +1) == 1
+    html, accept, residual = h.replay(trace, 1)
+    assert "Round 1" in html and accept.data[0].y is not None
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_generate_endpoint_with_gradio_client(store):
+    from gradio_client import Client
+
+    demo = build_demo(store)
+    port = free_port()
+    demo.queue().launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
+    try:
+        out = Client(f"http://127.0.0.1:{port}/", verbose=False).predict("ROMEO:", api_name="/generate")
+        trace = Trace.from_json(out if isinstance(out, str) else json.dumps(out))
+        assert trace.draft_name == "tiny" and len(trace.new_tokens) == 64  # the defaults
+    finally:
+        demo.close()
