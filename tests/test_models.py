@@ -48,3 +48,17 @@ def test_each_bundled_model_loads_offline_and_shares_the_tokenizer(name):
     check_tokenizers(target_tok, tok)
     assert model.dtype == torch.float32 and not model.training
     assert model.generation_config.eos_token_id == tok.eos_token_id
+
+
+@pytest.mark.skipif(not {specviz.DEFAULT_TARGET, specviz.DEFAULT_DRAFT} <= set(specviz.list_models()),
+                    reason="bundled default pair not built")
+def test_default_pair_greedy_equals_the_targets_own_greedy():
+    target, tok = specviz.load_model(specviz.DEFAULT_TARGET, dtype=torch.float64)
+    draft = specviz.load_model(specviz.DEFAULT_DRAFT, dtype=torch.float64)[0]
+    for text in specviz.EXAMPLE_PROMPTS[:2]:
+        ids = tok(text, return_tensors="pt").input_ids
+        trace = specviz.speculative_generate(target, draft, ids, specviz.DecodeConfig(k=4, temperature=0,
+                                                                                    max_new_tokens=48))
+        ref = target.generate(ids, do_sample=False, max_new_tokens=48)[0, ids.shape[1]:].tolist()
+        assert trace.new_tokens == ref
+        assert trace.summary().acceptance_rate > 0.3  # a trained draft agrees with its target often
