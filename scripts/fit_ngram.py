@@ -4,7 +4,6 @@ import sys
 import time
 from pathlib import Path
 
-import torch
 from transformers import AutoTokenizer
 
 ROOT = Path(__file__).resolve().parent.parent

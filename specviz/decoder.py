@@ -30,16 +30,16 @@ class Decoding:
         if not isinstance(cfg, DecodeConfig):
             raise ValueError(f"cfg must be a specviz.DecodeConfig, got {type(cfg).__name__}")
         self.cfg = cfg
-        prompt = _prompt_list(input_ids)
+        prompt = prompt_list(input_ids)
         self.drafter: Drafter | None = None if draft is None else as_drafter(draft)
-        _check_window(prompt, cfg, target, self.drafter)
+        check_window(prompt, cfg, target, self.drafter)
         self.target = CachedLM(target)
         self.generator = torch.Generator(device=self.target.device).manual_seed(cfg.seed)
         self.committed = list(prompt)
         self.trace = Trace(
             prompt_ids=list(prompt), config=cfg, mode="autoregressive" if draft is None else "speculative",
             target_name=getattr(target.config, "_name_or_path", "") or type(target).__name__,
-            draft_name=self.drafter.name if self.drafter else "", eos_token_ids=_eos_ids(target),
+            draft_name=self.drafter.name if self.drafter else "", eos_token_ids=eos_ids(target),
         )
         self._clock = Stopwatch(self.target.device)
 
@@ -118,29 +118,34 @@ class Decoding:
         return proposal.q if proposal.q is not None else point_mass(proposal.tokens, p.shape[-1], p.dtype)
 
     def _record(self, index, k, proposal, p, verdict, emitted, draft_s, target_s, wall_s) -> Round:
-        n, m, cfg = verdict.n_accepted, len(proposal.tokens), self.cfg
-        resampled = verdict.next_token if verdict.rejected else None
-        bonus = verdict.next_token if not verdict.rejected else None
-        if len(emitted) <= n:  # an accepted draft was EOS: nothing drawn after it is kept
-            resampled = bonus = None
-        if not cfg.record:
-            return Round(index, k, tuple(proposal.tokens.tolist()), (), (), (), (), (), n, tuple(emitted),
-                         resampled, bonus, 0.0, (), draft_s, target_s, wall_s)
-        x = proposal.tokens
-        q = self._q(proposal, p)
-        idx = torch.arange(m, device=x.device)
-        verified = min(n + 1, m)  # positions the verify step actually looked at
-        if cfg.greedy:
-            b = (p[:m].argmax(-1) == q.argmax(-1)).to(p.dtype)[:verified].tolist()
-        else:
-            b = beta(p[:verified], q[:verified]).tolist()
-        u = verdict.u[:verified].tolist() if verdict.u is not None else []
-        return Round(
-            index=index, k=k, drafted=tuple(x.tolist()), q=tuple(q[idx, x].tolist()), p=tuple(p[idx, x].tolist()),
-            accept_prob=tuple(verdict.accept_prob.tolist()), u=_pad(u, m), beta=_pad(b, m), n_accepted=n,
-            emitted=tuple(emitted), resampled=resampled, bonus=bonus, next_p=float(p[n, verdict.next_token]),
-            residual_top=_residual_top(verdict, p, q), draft_s=draft_s, target_s=target_s, wall_s=wall_s,
-        )
+        q = self._q(proposal, p) if self.cfg.record else None
+        return record_round(self.cfg, index, k, proposal.tokens, q, p, verdict, emitted, draft_s, target_s, wall_s)
+
+
+def record_round(cfg: DecodeConfig, index, k, x, q, p, verdict, emitted, draft_s, target_s, wall_s) -> Round:
+    """The Round record of one verified proposal x (m,) with its q (m, V) and p (m+1, V); shared by the
+    single-prompt and the batched decoders. Without cfg.record only what generation needs is kept."""
+    n, m = verdict.n_accepted, len(x)
+    resampled = verdict.next_token if verdict.rejected else None
+    bonus = verdict.next_token if not verdict.rejected else None
+    if len(emitted) <= n:  # an accepted draft was EOS: nothing drawn after it is kept
+        resampled = bonus = None
+    if not cfg.record:
+        return Round(index, k, tuple(x.tolist()), (), (), (), (), (), n, tuple(emitted),
+                     resampled, bonus, 0.0, (), draft_s, target_s, wall_s)
+    idx = torch.arange(m, device=x.device)
+    verified = min(n + 1, m)  # positions the verify step actually looked at
+    if cfg.greedy:
+        b = (p[:m].argmax(-1) == q.argmax(-1)).to(p.dtype)[:verified].tolist()
+    else:
+        b = beta(p[:verified], q[:verified]).tolist()
+    u = verdict.u[:verified].tolist() if verdict.u is not None else []
+    return Round(
+        index=index, k=k, drafted=tuple(x.tolist()), q=tuple(q[idx, x].tolist()), p=tuple(p[idx, x].tolist()),
+        accept_prob=tuple(verdict.accept_prob.tolist()), u=_pad(u, m), beta=_pad(b, m), n_accepted=n,
+        emitted=tuple(emitted), resampled=resampled, bonus=bonus, next_p=float(p[n, verdict.next_token]),
+        residual_top=_residual_top(verdict, p, q), draft_s=draft_s, target_s=target_s, wall_s=wall_s,
+    )
 
 
 def _residual_top(verdict: Verdict, p: torch.Tensor, q: torch.Tensor) -> tuple:
@@ -167,7 +172,7 @@ def autoregressive_generate(target, input_ids: torch.Tensor, cfg: DecodeConfig |
     return Decoding(target, None, input_ids, cfg).run()
 
 
-def _prompt_list(input_ids) -> list[int]:
+def prompt_list(input_ids) -> list[int]:
     if not isinstance(input_ids, torch.Tensor) or input_ids.dtype != torch.long or input_ids.dim() != 2:
         raise ValueError("input_ids must be a LongTensor of shape [1, n] (e.g. tokenizer(text, return_tensors='pt').input_ids)")
     if input_ids.shape[0] != 1:
@@ -178,7 +183,7 @@ def _prompt_list(input_ids) -> list[int]:
     return input_ids[0].tolist()
 
 
-def _check_window(prompt: list[int], cfg: DecodeConfig, target, drafter: Drafter | None) -> None:
+def check_window(prompt: list[int], cfg: DecodeConfig, target, drafter: Drafter | None) -> None:
     need = len(prompt) + cfg.max_new_tokens
     for who, window in (("target", context_window(target)), ("draft", drafter and drafter.window)):
         if window is not None and need > window:
@@ -188,7 +193,7 @@ def _check_window(prompt: list[int], cfg: DecodeConfig, target, drafter: Drafter
             )
 
 
-def _eos_ids(model) -> list[int]:
+def eos_ids(model) -> list[int]:
     gen = getattr(model, "generation_config", None)
     eos = getattr(gen, "eos_token_id", None) if gen is not None else None
     if eos is None:

@@ -112,20 +112,33 @@ def _on_policy(draft, batch: torch.Tensor, n_rows: int, prompt_len: int) -> torc
     return torch.cat([out[:, : batch.size(1)], batch[n_rows:]])
 
 
+def kl_loss(target, temperature: float = 1.0) -> Callable:
+    """The distillation objective as a loss function of (draft, batch): KL(p_target || q_draft)."""
+    def loss(draft, batch):
+        with torch.no_grad():
+            p_logits = target(input_ids=batch).logits
+        return forward_kl(p_logits, draft(input_ids=batch).logits, temperature)
+    return loss
+
+
 def iter_distill(target, draft, data, *, steps: int = 200, seq_len: int = 128, batch_size: int = 8,
                  lr: float = 1e-3, temperature: float = 1.0, tokenizer=None, generated_fraction: float = 0.0,
                  max_seconds: float | None = None, warmup: int | None = None, weight_decay: float = 0.0,
-                 seed: int = 0) -> Iterator[tuple[int, float]]:
+                 seed: int = 0, loss_fn: Callable | None = None) -> Iterator[tuple[int, float]]:
     """Train ``draft`` towards ``target``; yield ``(step, kl)`` after each optimiser step.
 
     ``data``: texts (with ``tokenizer``), a 1-D token tensor or ``[N, L]`` windows.
     ``generated_fraction``: share of each batch replaced by draft samples (on-policy data).
+    ``loss_fn(draft, batch)``: another objective on the same batches, optimiser and schedule (e.g. plain
+    cross-entropy for a baseline; ``target`` may then be None). Default: :func:`kl_loss`.
     Stops after ``steps`` steps or ``max_seconds``; breaking out of the loop stops early.
     """
     windows = _as_windows(data, tokenizer, seq_len)
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
-    target.eval()
+    if loss_fn is None:
+        target.eval()
+        loss_fn = kl_loss(target, temperature)
     draft.train()
     opt = torch.optim.AdamW(draft.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
     warmup = max(1, steps // 20) if warmup is None else max(1, warmup)
@@ -138,9 +151,7 @@ def iter_distill(target, draft, data, *, steps: int = 200, seq_len: int = 128, b
             group["lr"] = lr * _lr_scale(step, steps, elapsed / max_seconds if max_seconds else 0.0, warmup)
         batch = windows[torch.randint(0, len(windows), (batch_size,), generator=gen)]
         batch = _on_policy(draft, batch, round(generated_fraction * batch_size), max(1, batch.size(1) // 4))
-        with torch.no_grad():
-            p_logits = target(input_ids=batch).logits
-        loss = forward_kl(p_logits, draft(input_ids=batch).logits, temperature)
+        loss = loss_fn(draft, batch)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)

@@ -8,7 +8,7 @@ run) beside the measurements.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import pandas as pd
 from tqdm.auto import tqdm
@@ -29,24 +29,28 @@ def run_row(trace, **labels) -> dict:
     )
 
 
+def iter_sweep(target, drafts: dict, prompts: list, ks: Iterable[int] = range(1, 9), cfg: DecodeConfig | None = None,
+               repeats: int = 1) -> Iterator[tuple[dict, object]]:
+    """Every run as (run_row, trace) as soon as it finishes: per repeat and prompt, the baseline
+    (draft "", k 0, trace None) then every (draft, k) with a fixed k."""
+    cfg, ks = cfg or DecodeConfig(), list(ks)
+    for rep in range(repeats):
+        for i, ids in enumerate(prompts):
+            run_cfg = replace(cfg, seed=cfg.seed + rep)
+            yield run_row(autoregressive_generate(target, ids, run_cfg), draft="", k=0, prompt=i, repeat=rep), None
+            for name, draft in drafts.items():
+                for k in ks:
+                    trace = speculative_generate(target, draft, ids, replace(run_cfg, k=k, k_policy="fixed"))
+                    yield run_row(trace, draft=name, k=k, prompt=i, repeat=rep), trace
+
+
 def sweep(target, drafts: dict, prompts: list, ks: Iterable[int] = range(1, 9), cfg: DecodeConfig | None = None,
           repeats: int = 1, progress: bool = True) -> pd.DataFrame:
     """One row per run: draft ("" for the baseline), k (0 for the baseline), prompt, repeat and counts."""
-    cfg, ks = cfg or DecodeConfig(), list(ks)
-    rows = []
+    ks = list(ks)
     total = repeats * len(prompts) * (1 + len(drafts) * len(ks))
-    with tqdm(total=total, disable=not progress, desc="sweep") as bar:
-        for rep in range(repeats):
-            for i, ids in enumerate(prompts):
-                run_cfg = replace(cfg, seed=cfg.seed + rep)
-                rows.append(run_row(autoregressive_generate(target, ids, run_cfg), draft="", k=0, prompt=i, repeat=rep))
-                bar.update()
-                for name, draft in drafts.items():
-                    for k in ks:
-                        trace = speculative_generate(target, draft, ids, replace(run_cfg, k=k))
-                        rows.append(run_row(trace, draft=name, k=k, prompt=i, repeat=rep))
-                        bar.update()
-    return pd.DataFrame(rows)
+    runs = iter_sweep(target, drafts, prompts, ks, cfg, repeats)
+    return pd.DataFrame([row for row, _ in tqdm(runs, total=total, disable=not progress, desc="sweep")])
 
 
 def summarize(runs: pd.DataFrame) -> pd.DataFrame:

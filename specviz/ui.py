@@ -192,6 +192,10 @@ def build_demo(store: ModelStore | None = None) -> gr.Blocks:
                        api_visibility="undocumented")
         export_btn.click(h.export, [trace_state], [files], api_visibility="undocumented")
         gr.api(h.generate, api_name="generate", **MODEL_QUEUE)
+        from .ui_labs import build_lab_tabs  # imported here: ui_labs reuses this module's helpers
+
+        gr.Markdown("## Labs")
+        build_lab_tabs(store)
     return demo
 
 

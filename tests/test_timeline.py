@@ -1,7 +1,6 @@
 """The timeline: escaping, one class per fate, hover text with the recorded numbers, visible newlines."""
 import re
 
-import pytest
 
 from specviz.config import DecodeConfig
 from specviz.timeline import CSS, LEGEND, decision, fill_token_text, replay_html, timeline_html

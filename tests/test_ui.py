@@ -5,7 +5,6 @@ import socket
 
 import gradio as gr
 import pytest
-import torch
 from transformers import AutoTokenizer
 
 from specviz import DecodeConfig, Trace, speculative_generate

@@ -1,0 +1,256 @@
+"""Batched speculative and autoregressive generation: several prompts decoded together.
+
+Notation as in ``specviz.sampling``: p target, q draft. Each batch round is the single-prompt round
+(draft -> verify -> accept -> commit) for every active row at once: the draft runs k batched steps, the
+target verifies every row's drafts in ONE batched forward, then each row accepts its own number of tokens.
+
+Uneven acceptance, by masking. Every model keeps one DynamicCache over a padded time axis shared by the
+rows, with a key mask (B, T) and, per row, the ids and columns of its cached tokens. A forward appends one
+chunk per row, right-aligned (left-padded, pads masked out); a row's position id is its count of real
+tokens so far, so holes and padding never shift positions. When a row rejects drafts, their columns are
+masked out forever (``BatchLM.sync``, the batched ``CachedLM.sync``): caches stay append-only, and only the
+columns past the furthest kept column of any row are cropped. Finished rows (EOS, max_new_tokens) feed
+nothing (all pads) and their trace is final.
+
+RNG: one ``torch.Generator`` per row, seeded ``cfg.seed + row``, drawn in the single-prompt order, so row b
+makes exactly the draws of ``speculative_generate(prompt_b, seed=cfg.seed + b)`` and reproduces its trace
+(up to the floating-point difference between batched and unbatched matmuls).
+
+Timing: ``draft_s``, ``target_s`` and ``wall_s`` of a row's Round are the BATCH's times for that round
+(shared by every row in it); ``prefill_s`` is the batch prefill; ``total_s`` is the batch's wall time until
+that row finished. A batch uses one k for every row (``k_policy='fixed'``), capped per row by its budget.
+"""
+from __future__ import annotations
+
+import inspect
+import time
+from typing import Iterator
+
+import torch
+from transformers import DynamicCache
+
+from .config import DecodeConfig
+from .decoder import check_window, eos_ids, prompt_list, record_round
+from .drafters import Drafter, ModelDrafter, as_drafter
+from .lm import Stopwatch, model_device
+from .sampling import Verdict, align_vocab, logits_to_probs, point_mass, sample, verify, verify_greedy
+from .trace import Round, Trace
+
+PAD = 0  # the id fed at padded columns (always masked out, so any id the model can embed)
+
+
+class BatchLM:
+    """A causal LM over B rows on one padded time axis. ``ids[b]`` are row b's cached tokens, kept at
+    columns ``cols[b]``; ``mask`` (B, T) is 1 exactly at those columns."""
+
+    def __init__(self, model, rows: int):
+        self.model, self.device = model, model_device(model)
+        self.cache = DynamicCache(config=model.config)
+        self.mask = torch.zeros(rows, 0, dtype=torch.long, device=self.device)
+        self.ids: list[list[int]] = [[] for _ in range(rows)]
+        self.cols: list[list[int]] = [[] for _ in range(rows)]
+        self._synced = [0] * rows  # ids[b][:_synced[b]] are known to match row b's committed sequence
+        self._cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+    def feed(self, chunks: list[list[int]]) -> torch.Tensor | None:
+        """Append chunks[b] to row b, right-aligned; logits (B, W, V), W = the longest chunk (None if 0)."""
+        width, start = max(map(len, chunks)), self.mask.shape[1]
+        if width == 0:
+            return None
+        B = len(chunks)
+        x = torch.full((B, width), PAD, dtype=torch.long)
+        new = torch.zeros(B, width, dtype=torch.long)
+        pos = torch.zeros(B, width, dtype=torch.long)  # pads get position 0: masked, never read
+        for b, chunk in enumerate(chunks):
+            if chunk:
+                n, lo = len(chunk), width - len(chunk)
+                x[b, lo:], new[b, lo:] = torch.tensor(chunk), 1
+                pos[b, lo:] = torch.arange(len(self.ids[b]), len(self.ids[b]) + n)  # real tokens before it
+                self.ids[b].extend(chunk)
+                self.cols[b].extend(range(start + lo, start + width))
+        self.mask = torch.cat([self.mask, new.to(self.device)], dim=1)  # (B, T + W)
+        with torch.inference_mode():  # (the mask is built outside it: sync edits it in place)
+            out = self.model(input_ids=x.to(self.device), attention_mask=self.mask, position_ids=pos.to(self.device),
+                             use_cache=True, **{self._cache_kw: self.cache})
+        self.cache = getattr(out, "cache", None) or out.past_key_values
+        return out.logits
+
+    def sync(self, b: int, committed: list[int]) -> list[int]:
+        """Mask out row b's cached tokens past its longest prefix shared with ``committed[:-1]``;
+        return the pending tokens (at least the last one, whose logits the next step needs)."""
+        ids = self.ids[b]
+        limit = min(len(ids), len(committed) - 1)
+        keep = min(self._synced[b], limit)  # committed only grows, so the old agreement stands
+        while keep < limit and ids[keep] == committed[keep]:
+            keep += 1
+        if keep < len(ids):
+            self.mask[b, self.cols[b][keep:]] = 0  # the holes: kept in the cache, masked out forever
+            del ids[keep:], self.cols[b][keep:]
+        self._synced[b] = keep
+        return committed[keep:]
+
+    def compact(self) -> None:
+        """Crop the columns past the furthest column any row still uses (the cache's own crop)."""
+        used = max((c[-1] + 1 for c in self.cols if c), default=0)
+        drop = self.mask.shape[1] - used
+        if drop > 0 and used > 0:
+            self.cache.crop(-drop)  # transformers 5: a negative count removes that many positions
+            self.mask = self.mask[:, :used]
+
+
+class BatchDecoding:
+    """One batched run. Iterate it to get, per batch round, each row's Round (None for finished rows)."""
+
+    def __init__(self, target, draft, prompts: list[torch.Tensor], cfg: DecodeConfig | None = None):
+        cfg = cfg or DecodeConfig()
+        if not isinstance(cfg, DecodeConfig):
+            raise ValueError(f"cfg must be a specviz.DecodeConfig, got {type(cfg).__name__}")
+        if cfg.k_policy != "fixed":
+            raise ValueError(f"batched decoding drafts one k for every row: use k_policy='fixed', not {cfg.k_policy!r}")
+        if not isinstance(prompts, (list, tuple)) or not prompts:
+            raise ValueError("list_of_input_ids must be a non-empty list of [1, n] LongTensors, one per prompt")
+        self.cfg, self.prompts = cfg, [prompt_list(ids) for ids in prompts]
+        self.drafter: Drafter | None = None if draft is None else as_drafter(draft)
+        for prompt in self.prompts:
+            check_window(prompt, cfg, target, self.drafter)
+        B = len(self.prompts)
+        self.target = BatchLM(target, B)
+        self.vocab_size = target.get_output_embeddings().weight.shape[0]
+        self.draft_lm = BatchLM(self.drafter.model, B) if isinstance(self.drafter, ModelDrafter) else None
+        if self.drafter is not None and self.draft_lm is None:  # model-free: proposals row by row
+            self.drafter.start(self.prompts[0], cfg, self.vocab_size, self.target.device)
+        self.generators = [torch.Generator(device=self.target.device).manual_seed(cfg.seed + b) for b in range(B)]
+        self.committed = [list(p) for p in self.prompts]
+        self.traces = [Trace(
+            prompt_ids=list(p), config=cfg, mode="autoregressive" if draft is None else "speculative",
+            target_name=getattr(target.config, "_name_or_path", "") or type(target).__name__,
+            draft_name=self.drafter.name if self.drafter else "", eos_token_ids=eos_ids(target),
+        ) for p in self.prompts]
+        self._clock = Stopwatch(self.target.device)
+
+    def done(self, b: int) -> bool:
+        trace = self.traces[b]
+        return bool(trace.stop_reason) or len(trace.new_tokens) >= self.cfg.max_new_tokens
+
+    def __iter__(self) -> Iterator[list[Round | None]]:
+        start, index = time.perf_counter(), 0
+        self._prefill()
+        while not all(self.done(b) for b in range(len(self.traces))):
+            rounds = self._round(index)
+            for b, r in enumerate(rounds):
+                if r is not None:
+                    self.traces[b].rounds.append(r)
+                    self.traces[b].total_s = time.perf_counter() - start
+                    if self.done(b):
+                        self.traces[b].stop_reason = self.traces[b].stop_reason or "length"
+            index += 1
+            yield rounds
+        for trace in self.traces:
+            trace.stop_reason = trace.stop_reason or "length"
+
+    def run(self) -> list[Trace]:
+        for _ in self:
+            pass
+        return self.traces
+
+    def _prefill(self) -> None:
+        with self._clock.running():
+            self.target.feed([c[:-1] for c in self.committed])
+            if self.draft_lm is not None:
+                self.draft_lm.feed([self._visible(c[:-1]) for c in self.committed])
+        prefill_s = self._clock.take()
+        for trace in self.traces:
+            trace.prefill_s = prefill_s
+
+    def _round(self, index: int) -> list[Round | None]:
+        t0, B, cfg = time.perf_counter(), len(self.traces), self.cfg
+        active = [not self.done(b) for b in range(B)]
+        ks = [min(cfg.k, cfg.max_new_tokens - len(self.traces[b].new_tokens) - 1) if active[b] and self.drafter
+              else 0 for b in range(B)]  # never draft past a row's budget
+        with self._clock.running():
+            drafted, qs = self._draft(ks)
+        draft_s = self._clock.take()
+        with self._clock.running():
+            ps, logits = self._verify_pass(active, drafted)
+        target_s = self._clock.take()
+        decided = {}  # row -> what record_round() needs, for every active row
+        for b in (b for b in range(B) if active[b]):
+            q = qs[b] if qs[b] is not None else point_mass(drafted[b], ps[b].shape[-1], ps[b].dtype)
+            verdict = self._accept(b, ps[b], logits[b], q, drafted[b])
+            emitted = self._commit(b, drafted[b][: verdict.n_accepted].tolist() + [verdict.next_token])
+            decided[b] = (index, ks[b], drafted[b], q, ps[b], verdict, emitted)
+        for lm in (self.target, self.draft_lm):
+            if lm is not None:
+                lm.compact()
+        wall_s = time.perf_counter() - t0
+        return [record_round(cfg, *decided[b], draft_s, target_s, wall_s) if b in decided else None for b in range(B)]
+
+    # -- the four steps, every row at once ------------------------------------------------------------
+    def _draft(self, ks: list[int]) -> tuple[list[torch.Tensor], list[torch.Tensor | None]]:
+        """Row b proposes ks[b] tokens: (ks[b],) ids and the (ks[b], V) distributions q they came from."""
+        if self.draft_lm is None:
+            return self._draft_model_free(ks)
+        cfg, B, lm = self.cfg, len(ks), self.draft_lm
+        tokens, qs = [[] for _ in range(B)], [[] for _ in range(B)]
+        chunks = [lm.sync(b, self._visible(self.committed[b])) if ks[b] else [] for b in range(B)]
+        for i in range(max(ks)):  # step i feeds each drafting row's pending tokens (i = 0) or x_i
+            logits = align_vocab(lm.feed(chunks)[:, -1], self.vocab_size)  # (B, V)
+            q = logits_to_probs(logits, cfg.temperature, cfg.top_k, cfg.top_p)
+            for b in (b for b in range(B) if i < ks[b]):
+                x = int(q[b].argmax()) if cfg.greedy else int(sample(q[b], self.generators[b]))
+                tokens[b].append(x)
+                qs[b].append(q[b])
+            chunks = [self._visible(tokens[b][-1:]) if i + 1 < ks[b] else [] for b in range(B)]
+        return ([torch.tensor(t, dtype=torch.long, device=self.target.device) for t in tokens],
+                [torch.stack(q) if q else None for q in qs])
+
+    def _draft_model_free(self, ks):
+        props = [self.drafter.propose(self.committed[b], k, self.generators[b]) if k else None
+                 for b, k in enumerate(ks)]
+        empty = torch.empty(0, dtype=torch.long, device=self.target.device)
+        return [p.tokens if p else empty for p in props], [p.q if p else None for p in props]
+
+    def _verify_pass(self, active, drafted) -> tuple[list, list]:
+        """ONE target forward over every active row's pending token(s) and drafts: per row p_1..p_{m+1}."""
+        cfg = self.cfg
+        chunks = [self.target.sync(b, c) + drafted[b].tolist() if active[b] else []
+                  for b, c in enumerate(self.committed)]
+        logits = self.target.feed(chunks)  # (B, W, V), each row's chunk ends at column W - 1
+        rows = [logits[b, -(len(drafted[b]) + 1):] if active[b] else None for b in range(len(chunks))]
+        probs = [lg if lg is None else logits_to_probs(lg, cfg.temperature, cfg.top_k, cfg.top_p) for lg in rows]
+        return probs, rows
+
+    def _accept(self, b: int, p, logits, q, drafted) -> Verdict:
+        if self.cfg.greedy:
+            return verify_greedy(logits, drafted)
+        return verify(p, q, drafted, self.generators[b])
+
+    def _commit(self, b: int, tokens: list[int]) -> list[int]:
+        """Append tokens to row b, stopping after an EOS; returns what was kept."""
+        trace = self.traces[b]
+        for i, t in enumerate(tokens):
+            if t in trace.eos_token_ids:
+                tokens = tokens[: i + 1]
+                trace.stop_reason = "eos"
+                break
+        self.committed[b].extend(tokens)
+        return tokens
+
+    def _visible(self, ids: list[int]) -> list[int]:
+        """As ModelDrafter: ids the draft cannot embed (a target's padded vocabulary) are shown as id 0."""
+        n_embed = self.draft_lm.model.get_input_embeddings().weight.shape[0]
+        return ids if n_embed >= self.vocab_size else [i if i < n_embed else 0 for i in ids]
+
+
+def speculative_generate_batch(target, draft, list_of_input_ids: list[torch.Tensor],
+                               cfg: DecodeConfig | None = None) -> list[Trace]:
+    """Speculative decoding of several prompts at once (each a [1, n] LongTensor); one Trace per prompt."""
+    if draft is None:
+        raise ValueError("speculative_generate_batch needs a draft; use autoregressive_generate_batch for none")
+    return BatchDecoding(target, draft, list_of_input_ids, cfg).run()
+
+
+def autoregressive_generate_batch(target, list_of_input_ids: list[torch.Tensor],
+                                  cfg: DecodeConfig | None = None) -> list[Trace]:
+    """The batched baseline: one target forward per token for every row at once; one Trace per prompt."""
+    return BatchDecoding(target, None, list_of_input_ids, cfg).run()

@@ -1,0 +1,108 @@
+"""Benchmark: batched speculative vs batched autoregressive decoding, tokens/s against batch size.
+
+    python -m specviz.batch_bench [--batch-sizes 1 2 4 8] [--k 4] [--max-new-tokens 48] [--repeats 2]
+
+Greedy, the same k for every batch size; prompts are specviz.EXAMPLE_PROMPTS cycled to fill a batch.
+The two methods are interleaved (their order alternates each repeat and batch size) so that machine noise
+hits both alike. Tokens/s = total generated tokens over total wall time, per method and batch size.
+The draft is the bundled "small" LM if it exists, else the first bundled draft LM, else a stand-in: a
+perturbed copy of the target (--standin perturbed) or its first N layers (--standin layers:N).
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import time
+
+import pandas as pd
+import torch
+
+from .batch import autoregressive_generate_batch, speculative_generate_batch
+from .config import EXAMPLE_PROMPTS, DecodeConfig
+from .models import DEFAULT_DRAFT, DEFAULT_TARGET, list_drafters, list_models, load_model
+
+BATCH_COLUMNS = ["batch_size", "method", "tokens", "seconds", "tokens_per_s", "acceptance_rate"]
+
+
+def pick_draft(target, standin: str = "perturbed"):
+    """(draft model, description): a bundled draft LM if any, else a stand-in built from the target."""
+    bundled = [m for m in list_drafters() if m in list_models()]
+    if bundled:
+        name = DEFAULT_DRAFT if DEFAULT_DRAFT in bundled else bundled[0]
+        return load_model(name, device=str(target.device))[0], f"bundled {name!r}"
+    draft = copy.deepcopy(target)
+    if standin.startswith("layers:"):  # the target's first N layers, sharing its embeddings and head
+        n = int(standin.split(":")[1])
+        draft.model.layers = draft.model.layers[:n]
+        draft.config.num_hidden_layers = n
+        return draft.eval(), f"STAND-IN (no bundled draft LM): the target's first {n} layers"
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for w in draft.parameters():
+            w.add_(0.05 * w.std() * torch.randn_like(w))
+    return draft.eval(), "STAND-IN (no bundled draft LM): a perturbed copy of the target (0.05 std noise)"
+
+
+def batch_of(prompts: list[torch.Tensor], size: int) -> list[torch.Tensor]:
+    return [prompts[i % len(prompts)] for i in range(size)]
+
+
+@torch.inference_mode()
+def run_batch_bench(target, draft, prompts, cfg: DecodeConfig, sizes=(1, 2, 4, 8), repeats: int = 2) -> pd.DataFrame:
+    """The batch frame: one row per (batch size, method) with total tokens, seconds and tokens/s."""
+    fns = {"speculative": lambda ids: speculative_generate_batch(target, draft, ids, cfg),
+           "autoregressive": lambda ids: autoregressive_generate_batch(target, ids, cfg)}
+    for fn in fns.values():  # warm-up: first calls allocate
+        fn(batch_of(prompts, 2))
+    totals = {(size, name): [0, 0.0, 0, 0] for size in sizes for name in fns}  # tokens, s, accepted, drafted
+    for rep in range(repeats):
+        for i, size in enumerate(sizes):
+            names = list(fns) if (rep + i) % 2 == 0 else list(fns)[::-1]
+            for name in names:
+                t0 = time.perf_counter()
+                traces = fns[name](batch_of(prompts, size))
+                totals[size, name][1] += time.perf_counter() - t0
+                rounds = [r for t in traces for r in t.rounds]
+                tally = totals[size, name]
+                tally[0] += sum(len(r.emitted) for r in rounds)
+                tally[2] += sum(r.n_accepted for r in rounds)
+                tally[3] += sum(len(r.drafted) for r in rounds)
+    rows = [[size, name, n, s, n / s if s else 0.0, a / d if d else float("nan")]
+            for (size, name), (n, s, a, d) in totals.items()]
+    return pd.DataFrame(rows, columns=BATCH_COLUMNS)
+
+
+def report(frame: pd.DataFrame) -> str:
+    wide = frame.pivot(index="batch_size", columns="method", values="tokens_per_s")
+    accept = frame[frame.method == "speculative"].set_index("batch_size").acceptance_rate
+    lines = [f"{'batch':>5}{'spec tok/s':>12}{'AR tok/s':>10}{'spec/AR':>9}{'accepted':>10}"]
+    for size, row in wide.iterrows():
+        lines.append(f"{size:>5}{row.speculative:>12.1f}{row.autoregressive:>10.1f}"
+                     f"{row.speculative / row.autoregressive:>8.2f}x{accept[size]:>10.2f}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--target", default=DEFAULT_TARGET)
+    ap.add_argument("--standin", default="perturbed", help="draft if none is bundled: perturbed | layers:N")
+    ap.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 2, 4, 8])
+    ap.add_argument("--k", type=int, default=4)
+    ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's default)")
+    ap.add_argument("--device", default="cpu")
+    args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    target, tok = load_model(args.target, device=args.device)
+    draft, about = pick_draft(target, args.standin)
+    cfg = DecodeConfig(k=args.k, temperature=0.0, max_new_tokens=args.max_new_tokens, record=False)
+    prompts = [tok(p, return_tensors="pt").input_ids.to(args.device) for p in EXAMPLE_PROMPTS]
+    print(f"target={args.target} draft: {about}\nk={args.k} greedy max_new_tokens={args.max_new_tokens} "
+          f"repeats={args.repeats} threads={torch.get_num_threads()} device={args.device}")
+    print(report(run_batch_bench(target, draft, prompts, cfg, tuple(args.batch_sizes), args.repeats)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,146 @@
+"""Figures for the labs: pure functions from a DataFrame to a Plotly figure.
+
+Inputs: ``specviz.summarize`` (k sweep), ``labs.per_position``, ``labs.policy_summary`` / ``labs.round_ks``,
+``lossless.counts_frame`` / ``lossless.decomposition``, and the distillation lab's points.
+Notation: p target, q draft, alpha acceptance, tau tokens per round.
+"""
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from .plots import COLOURS, _layout
+
+PALETTE = ["#2563eb", "#dc2626", "#16a34a", "#a855f7", "#ea580c", "#0891b2", "#be185d", "#4b5563"]
+
+
+# -- k sweep -------------------------------------------------------------------------------------------
+def against_k(summary: pd.DataFrame, column: str, title: str, y: str, theory: str | None = None,
+              mark_best: bool = False) -> go.Figure:
+    """``column`` against k, one line per draft; ``theory`` dashed beside it; optionally a star at the
+    best k measured and a diamond at the best k predicted."""
+    fig = go.Figure()
+    for i, (draft, g) in enumerate(summary.groupby("draft", sort=False)):
+        colour = PALETTE[i % len(PALETTE)]
+        fig.add_trace(go.Scatter(x=g.k, y=g[column], mode="lines+markers", name=f"{draft} measured",
+                                 line=dict(color=colour), hovertemplate="k=%{x}: %{y:.3f}<extra>" + draft + "</extra>"))
+        if theory:
+            fig.add_trace(go.Scatter(x=g.k, y=g[theory], mode="lines", name=f"{draft} theory",
+                                     line=dict(color=colour, dash="dash"),
+                                     hovertemplate="k=%{x}: %{y:.3f} predicted<extra>" + draft + "</extra>"))
+        if mark_best:
+            for col, symbol, label in ((column, "star", "best k measured"), (theory, "diamond", "best k predicted")):
+                if col:
+                    best = g.loc[g[col].idxmax()]
+                    fig.add_trace(go.Scatter(x=[best.k], y=[best[col]], mode="markers", name=f"{draft} {label}",
+                                             marker=dict(symbol=symbol, size=16, color=colour,
+                                                         line=dict(width=1, color="#111"))))
+    fig.update_xaxes(dtick=1)
+    return _layout(fig, title, "k (drafts per round)", y)
+
+
+def acceptance_vs_k(summary: pd.DataFrame) -> go.Figure:
+    return against_k(summary, "acceptance_rate", "Acceptance rate against k (dashed: alpha = mean beta)",
+                     "accepted / drafted", theory="alpha")
+
+
+def tau_vs_k(summary: pd.DataFrame) -> go.Figure:
+    return against_k(summary, "tau", "Tokens per round tau: measured and (1 - a^(k+1)) / (1 - a)", "tokens / round",
+                     theory="tau_theory")
+
+
+def speedup_vs_k(summary: pd.DataFrame) -> go.Figure:
+    fig = against_k(summary, "speedup", "Speedup over autoregressive: measured and predicted", "speedup",
+                    theory="speedup_theory", mark_best=True)
+    fig.add_hline(y=1.0, line=dict(color="#888", dash="dot"))
+    return fig
+
+
+def position_heatmap(positions: pd.DataFrame, draft: str | None = None) -> go.Figure:
+    """Acceptance rate at draft position (rows) for each k (columns), for one draft (default: the first)."""
+    draft = draft if draft is not None else (positions.draft.iloc[0] if len(positions) else "")
+    g = positions[positions.draft == draft]
+    grid = g.pivot(index="position", columns="k", values="rate").sort_index().sort_index(axis=1)
+    fig = go.Figure(go.Heatmap(z=grid.to_numpy(), x=grid.columns.to_numpy(), y=grid.index.to_numpy(), zmin=0, zmax=1,
+                               colorscale="Greens", colorbar=dict(title="rate"),
+                               hovertemplate="k=%{x}, position %{y}: %{z:.2f}<extra></extra>"))
+    fig.update_xaxes(dtick=1)
+    fig.update_yaxes(dtick=1, autorange="reversed")
+    return _layout(fig, f"Acceptance per draft position ({draft})", "k", "draft position")
+
+
+# -- k policies ----------------------------------------------------------------------------------------
+def policy_bars(summary: pd.DataFrame) -> go.Figure:
+    """tokens/s (left) and acceptance rate (right) per policy."""
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("tokens / s", "acceptance rate"))
+    fig.add_trace(go.Bar(x=summary.policy, y=summary.tokens_per_s, marker_color=COLOURS["bonus"], name="tokens/s"), 1, 1)
+    fig.add_trace(go.Bar(x=summary.policy, y=summary.acceptance_rate, marker_color=COLOURS["accepted"],
+                         name="acceptance"), 1, 2)
+    fig.update_yaxes(range=[0, 1], row=1, col=2)
+    return _layout(fig, "Fixed k against adaptive k policies", "", "")
+
+
+def k_per_round(rounds: pd.DataFrame) -> go.Figure:
+    """The k each round used, per policy (``labs.round_ks``: rounds of all prompts in order)."""
+    fig = go.Figure()
+    for i, (policy, g) in enumerate(rounds.groupby("policy", sort=False)):
+        fig.add_trace(go.Scatter(x=g.step, y=g.k, mode="lines", name=policy, line=dict(shape="hv", color=PALETTE[i % 8]),
+                                 hovertemplate="round %{x}: k=%{y}<extra>" + policy + "</extra>"))
+    return _layout(fig, "k used by each round (prompts one after another)", "round", "k")
+
+
+# -- losslessness --------------------------------------------------------------------------------------
+def _top(frame: pd.DataFrame, top: int) -> pd.DataFrame:
+    cols = [c for c in ("p", "q", "empirical") if c in frame]
+    return frame.assign(key=frame[cols].max(axis=1)).nlargest(top, "key").sort_values("p", ascending=False)
+
+
+def emitted_bars(counts: pd.DataFrame, title: str, labels: dict | None = None, top: int = 20) -> go.Figure:
+    """One variant's emitted-token frequencies beside p and q for the top tokens (``lossless.counts_frame``)."""
+    g = _top(counts, top)
+    x = [labels.get(t, str(t)) if labels is not None else str(t) for t in g.token]
+    fig = go.Figure()
+    for col, name, colour in (("empirical", "emitted (empirical)", COLOURS["resampled"]),
+                              ("p", "p (target)", "#0ea5e9"), ("q", "q (draft)", "#a855f7")):
+        fig.add_trace(go.Bar(x=x, y=g[col], name=name, marker_color=colour,
+                             hovertemplate="%{x}: %{y:.4f}<extra>" + name + "</extra>"))
+    fig.update_layout(barmode="group")
+    return _layout(fig, title, "token", "probability")
+
+
+def decomposition_bars(decomp: pd.DataFrame, labels: dict | None = None, top: int = 20) -> go.Figure:
+    """Stacked: min(p, q) (accepted) + (1 - beta) norm(max(0, p - q)) (resampled) = p, with p as a marker."""
+    g = _top(decomp, top)
+    x = [labels.get(t, str(t)) if labels is not None else str(t) for t in g.token]
+    fig = go.Figure([go.Bar(x=x, y=g.accept, name="min(p, q): drafted and accepted", marker_color=COLOURS["accepted"]),
+                     go.Bar(x=x, y=g.residual, name="(1 - beta) residual: resampled", marker_color=COLOURS["resampled"]),
+                     go.Scatter(x=x, y=g.p, mode="markers", name="p (target)",
+                                marker=dict(symbol="line-ew", size=22, line=dict(width=3, color="#111")))])
+    fig.update_layout(barmode="stack")
+    return _layout(fig, "Why it is exact: accepted part + resampled part = p", "token", "probability")
+
+
+# -- distillation --------------------------------------------------------------------------------------
+def training_loss(points: pd.DataFrame) -> go.Figure:
+    """Training loss per step for each method (KL for distillation, cross-entropy for the baseline)."""
+    fig = go.Figure()
+    for i, (method, g) in enumerate(points[points.loss.notna()].groupby("method", sort=False)):
+        fig.add_trace(go.Scatter(x=g.step, y=g.loss, mode="lines", name=method, line=dict(color=PALETTE[i])))
+    return _layout(fig, "Training loss", "step", "loss")
+
+
+def checkpoints_chart(points: pd.DataFrame) -> go.Figure:
+    """At each checkpoint: alpha, the expected acceptance rate against the target (solid; smoother than the
+    counted rate on a few tokens), and held-out KL(p || q) (dotted)."""
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    evals = points[points.heldout_kl.notna()]
+    for i, (method, g) in enumerate(evals.groupby("method", sort=False)):
+        colour = PALETTE[i]
+        fig.add_trace(go.Scatter(x=g.seconds, y=g.alpha, mode="lines+markers", name=f"{method}: acceptance α",
+                                 line=dict(color=colour)), secondary_y=False)
+        fig.add_trace(go.Scatter(x=g.seconds, y=g.heldout_kl, mode="lines+markers", name=f"{method}: held-out KL",
+                                 line=dict(color=colour, dash="dot")), secondary_y=True)
+    fig.update_yaxes(title_text="acceptance α", range=[0, 1], secondary_y=False)
+    fig.update_yaxes(title_text="KL(p || q)", secondary_y=True)
+    return _layout(fig, "Acceptance climbs as KL falls", "training seconds", "")

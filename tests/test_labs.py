@@ -1,0 +1,197 @@
+"""The labs: streamed sweep and per-position acceptance, k policies, distillation lab, figures, handlers."""
+import os
+
+import gradio as gr
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from conftest import perturbed, tiny_llama
+from transformers import AutoTokenizer
+
+from specviz import DecodeConfig, PromptLookupDrafter, distill_lab, iter_sweep, summarize, sweep
+from specviz import lab_plots, labs
+from specviz.handlers import ModelStore
+from specviz.lab_distill import CE, KL, fresh_draft
+from specviz.models import ASSETS, load_drafter
+from specviz.ui_labs import make_lab_handlers, split_prompts
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+GREEDY = DecodeConfig(temperature=0, max_new_tokens=12)
+TINY = dict(hidden=32, layers=1, heads=2, kv_heads=2, intermediate=64)
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_llama(seed=3, sharpen=30)
+
+
+def test_iter_sweep_rows_equal_sweep(target, prompt):
+    drafts = {"near": perturbed(target, 0.4), "lookup": PromptLookupDrafter()}
+    streamed = pd.DataFrame([row for row, _ in iter_sweep(target, drafts, [prompt], [1, 3], GREEDY)])
+    batch = sweep(target, drafts, [prompt], [1, 3], GREEDY, progress=False)
+    cols = ["draft", "k", "prompt", "new_tokens", "rounds", "drafted", "accepted"]
+    pd.testing.assert_frame_equal(streamed[cols], batch[cols])
+
+
+def test_per_position_draft_equal_target_accepts_everything(target, prompt):
+    rows = []
+    for row, trace in iter_sweep(target, {"itself": target}, [prompt], [1, 2, 4], GREEDY):
+        if trace is not None:
+            rows += labs.position_rows(trace, draft=row["draft"], k=row["k"], prompt=row["prompt"])
+    pos = labs.per_position(pd.DataFrame(rows))
+    assert (pos.rate == 1.0).all() and sorted(pos.position[pos.k == 4]) == [1, 2, 3, 4]
+    # 12 tokens at k=4, everything accepted: rounds emit 5, 5 then the last 2 (k capped at 1)
+    assert pos[pos.k == 4].set_index("position").drafted.tolist() == [3, 2, 2, 2]
+    fig = lab_plots.position_heatmap(pos)
+    assert fig.data[0].z.shape == (4, 3) and np.nanmax(fig.data[0].z) == 1.0
+
+
+def test_position_rows_by_hand(target, prompt):
+    trace = labs.speculative_generate(target, PromptLookupDrafter(), prompt, DecodeConfig(temperature=0, k=3,
+                                                                                          max_new_tokens=10))
+    rows = labs.position_rows(trace, draft="x", k=3)
+    for r in rows:  # counts straight from the rounds
+        i = r["position"] - 1
+        assert r["drafted"] == sum(len(x.drafted) > i for x in trace.rounds)
+        assert r["accepted"] == sum(x.n_accepted > i for x in trace.rounds)
+    assert sum(r["accepted"] for r in rows) == sum(x.n_accepted for x in trace.rounds)
+
+
+def test_policy_comparison(target, prompt):
+    cfg = DecodeConfig(temperature=0, max_new_tokens=24, k=2, max_k=6)
+    runs, rounds = labs.compare_policies(target, target, [prompt], cfg, fixed_ks=[2, 4])
+    summary = labs.policy_summary(runs)
+    assert list(summary.policy) == [labs.BASELINE, "fixed k=2", "fixed k=4", "history", "heuristic"]
+    assert (summary.acceptance_rate.iloc[1:] == 1.0).all()  # draft == target
+    ks = labs.round_ks(rounds)
+    heuristic = ks[ks.policy == "heuristic"].k.tolist()
+    assert heuristic[:3] == [2, 4, 6]  # +2 after every fully accepted round, capped at max_k
+    assert set(ks[ks.policy == "fixed k=4"].k) <= {1, 2, 3, 4}  # 4, capped only by the tokens left
+    fig = lab_plots.k_per_round(ks)
+    assert [t.name for t in fig.data] == ["fixed k=2", "fixed k=4", "history", "heuristic"]
+    bars = lab_plots.policy_bars(summary)
+    assert list(bars.data[1].y[1:]) == [1.0] * 4
+
+
+def test_sweep_figures_hold_the_summary(target, prompt):
+    runs = sweep(target, {"near": perturbed(target, 0.4)}, [prompt], [1, 2, 3], DecodeConfig(max_new_tokens=12),
+                 progress=False)
+    s = summarize(runs)
+    speed = lab_plots.speedup_vs_k(s)
+    names = [t.name for t in speed.data]
+    assert names == ["near measured", "near theory", "near best k measured", "near best k predicted"]
+    assert list(speed.data[0].y) == list(s.speedup) and list(speed.data[1].y) == list(s.speedup_theory)
+    assert speed.data[2].x[0] == s.k[s.speedup.idxmax()] and speed.data[3].x[0] == s.k[s.speedup_theory.idxmax()]
+    assert list(lab_plots.tau_vs_k(s).data[1].y) == list(s.tau_theory)
+
+
+def test_estimate_scales_with_runs(target, prompt):
+    costs = labs.measure_costs(target, {"itself": target}, prompt, [1, 4], GREEDY)
+    assert costs.token_s > 0 and costs.alpha["itself"] == 1.0  # draft == target: always accepted
+    one = labs.estimate_seconds(costs, 1, [1, 2], 64)
+    assert labs.estimate_seconds(costs, 2, [1, 2], 64) == pytest.approx(2 * one)
+    assert one == pytest.approx(labs.estimate_seconds(costs, 1, [1, 2], 64, 1.0))
+    assert one < labs.estimate_seconds(costs, 1, [1, 2], 64, 0.0)
+    lo, hi = costs.round_s["itself"]
+    assert costs.round("itself", 1) == pytest.approx(lo) and costs.round("itself", 4) == pytest.approx(hi)
+
+
+def test_distill_lab_lowers_kl_and_ce_runs_the_same_budget():
+    target = tiny_llama(vocab=64, seed=5, sharpen=10)
+    data = torch.randint(0, 64, (40, 16), generator=torch.Generator().manual_seed(0))
+    prompts = [torch.tensor([[1, 2, 3]]), torch.tensor([[7, 8]])]
+    lab = distill_lab(target, data, prompts, seconds=3.0, eval_every_s=1.0, seq_len=16, batch_size=4, lr=3e-3,
+                      heldout_windows=4, max_steps=60)
+    pts = lab.points
+    assert set(lab.drafts) == {KL, CE}
+    for method in (KL, CE):
+        evals = pts[(pts.method == method) & pts.heldout_kl.notna()]
+        steps = pts[(pts.method == method) & pts.loss.notna()]
+        assert len(evals) >= 2 and evals.acceptance.between(0, 1).all() and len(steps) > 5
+        assert steps.seconds.max() >= 3.0 or len(steps) == 60  # the whole budget, or the step cap
+    kl = pts[(pts.method == KL) & pts.heldout_kl.notna()].heldout_kl
+    assert kl.iloc[-1] < 0.8 * kl.iloc[0]
+    # identical starts: the first checkpoint of both methods is the same model
+    first = pts[pts.heldout_kl.notna()].groupby("method").heldout_kl.first()
+    assert first[KL] == pytest.approx(first[CE])
+    fig = lab_plots.checkpoints_chart(pts)
+    assert {t.name for t in fig.data} == {f"{m}: {w}" for m in (KL, CE) for w in ("acceptance α", "held-out KL")}
+
+
+def test_fresh_draft_matches_target_vocab(target):
+    draft = fresh_draft(target, TINY)
+    assert draft.get_output_embeddings().weight.shape[0] == 64 and draft.config.tie_word_embeddings
+
+
+# -- handlers --------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def store():
+    tok = AutoTokenizer.from_pretrained(ASSETS / "tokenizer")
+    big = tiny_llama(vocab=len(tok), window=128, sharpen=20.0)
+    draft = perturbed(big, scale=0.3)
+    return ModelStore(load_model=lambda name: (big, tok),
+                      load_drafter=lambda name: draft if name == "tiny" else load_drafter(name),
+                      list_targets=lambda: ["tiny-target"], list_drafters=lambda: ["tiny", "prompt-lookup"],
+                      default_target="tiny-target", default_draft="tiny")
+
+
+def last(stream):
+    out = None
+    for out in stream:
+        pass
+    return out
+
+
+def test_sweep_handler_streams_and_writes_csv(store):
+    h = make_lab_handlers(store)
+    outs = list(h.run_sweep("tiny-target", ["tiny"], "ROMEO:\n\nTo be, or not", 1, 2, 0.0, 0, 1.0, 8, 0, True, 2))
+    assert outs[0][0].startswith("**Estimated")
+    final = outs[-1]
+    assert len(final) == 10 and [os.path.basename(f) for f in final[-1]][:3] == ["sweep_runs.csv", "sweep_summary.csv",
+                                                                                  "per_position.csv"]
+    assert len(pd.read_csv(final[-1][0])) == 2 * (1 + 2)
+    tables = [o[1] for o in outs if isinstance(o[1], pd.DataFrame)]
+    assert list(tables[-1].k) == [1, 2]
+
+
+def test_lossless_handler_streams_batches(store):
+    h = make_lab_handlers(store)
+    outs = list(h.run_lossless("tiny-target", "tiny", "ROMEO:", 2, 1.0, 0, 1.0, 0, 2000, 500))
+    assert len(outs) == 4 and list(outs[-1][1].draws) == [2000] * 3
+    assert "WRONG" in outs[-1][3].layout.title.text
+
+
+def test_distill_handler_keeps_drafts_in_state(store):
+    h = make_lab_handlers(store)
+    final = last(h.run_distill("tiny-target", "tiny", 2, False, 100, {}))  # checkpoints: start, end
+    mine = final[3]
+    assert len(mine) == 1 and final[4].endswith(".zip")
+    html, summary = h.try_draft("ROMEO:", "tiny-target", next(iter(mine)), mine, 0.0)
+    assert "sv-tok" in html and "acceptance rate" in summary
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda h: last(h.run_sweep("tiny-target", [], "ROMEO:", 1, 2, 0.0, 0, 1.0, 8, 0, False, 2)), "at least one draft"),
+    (lambda h: last(h.run_sweep("tiny-target", ["tiny"], "ROMEO:", 3, 2, 0.0, 0, 1.0, 8, 0, False, 2)), "smallest k"),
+    (lambda h: last(h.run_sweep("tiny-target", ["tiny"], "  \n\n ", 1, 2, 0.0, 0, 1.0, 8, 0, False, 2)), "at least one prompt"),
+    (lambda h: last(h.run_lossless("tiny-target", "tiny", "ROMEO:", 0, 0.0, 0, 1.0, 0, 1000, 100)), "needs sampling"),
+    (lambda h: last(h.run_lossless("tiny-target", "tiny", "ROMEO:", 0, 1.0, 0, 1.0, 0, 5, 100)), "draws must lie"),
+    (lambda h: last(h.run_lossless("tiny-target", "prompt-lookup", "ROMEO:", 0, 1.0, 0, 1.0, 0, 1000, 100)), "proposes nothing"),
+    (lambda h: last(h.run_distill("tiny-target", "prompt-lookup", 5, False, 1, {})), "model-free"),
+    (lambda h: h.try_draft("ROMEO:", "tiny-target", None, {}, 0.0), "train a draft first"),
+])
+def test_bad_input_raises_readable_gr_error(store, call, message):
+    with pytest.raises(gr.Error, match=message):
+        call(make_lab_handlers(store))
+
+
+def test_lab_tabs_are_in_the_app(store):
+    from specviz.ui import build_demo
+
+    labels = {c.get("props", {}).get("label") for c in build_demo(store).config["components"]}
+    assert {"k sweep lab", "Losslessness lab", "Distillation lab"} <= labels
+
+
+def test_split_prompts_keeps_single_newlines():
+    assert split_prompts("KING HENRY:\nOnce more\n\nROMEO:\n") == ["KING HENRY:\nOnce more", "ROMEO:"]
