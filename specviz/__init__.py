@@ -3,6 +3,7 @@
 Notation: p is the target's distribution, q the draft's (Leviathan et al. 2023).
 """
 from .batch import autoregressive_generate_batch, speculative_generate_batch
+from .compare import compare
 from .config import EXAMPLE_PROMPTS, PRESETS, DecodeConfig
 from .decoder import Decoding, autoregressive_generate, speculative_generate
 from .distill import distill, iter_distill
@@ -24,5 +25,5 @@ __all__ = [
     "load_model", "load_drafter", "list_models", "list_drafters", "check_tokenizers", "DEFAULT_TARGET", "DEFAULT_DRAFT",
     "Trace", "Round", "Summary",
     "sweep", "iter_sweep", "summarize", "best_k", "position_rows", "per_position", "compare_policies", "policy_summary",
-    "lossless_lab", "fit_table", "distill", "iter_distill", "distill_lab", "fresh_draft",
+    "lossless_lab", "fit_table", "distill", "iter_distill", "distill_lab", "fresh_draft", "compare",
 ]

@@ -196,6 +196,10 @@ def build_demo(store: ModelStore | None = None) -> gr.Blocks:
 
         gr.Markdown("## Labs")
         build_lab_tabs(store)
+        from .ui_compare import build_compare_tabs
+
+        gr.Markdown("## Compare drafts, batch")
+        build_compare_tabs(store)
     return demo
 
 

@@ -1,0 +1,66 @@
+"""The Compare drafts tab's figures: pure functions from ``compare.compare_table`` (one row per draft) or
+``compare.disagreement_frame`` (token, text, p, one ``q <name>`` column per draft) to a Plotly figure.
+Notation: p target, q draft, tau tokens per round."""
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from .lab_plots import PALETTE
+from .plots import _layout
+
+TARGET_COLOUR = "#0ea5e9"
+
+
+def _colour(i: int) -> str:
+    return PALETTE[i % len(PALETTE)]
+
+
+def position_columns(table: pd.DataFrame) -> list[str]:
+    return sorted((c for c in table.columns if c.startswith("accept@")), key=lambda c: int(c.split("@")[1]))
+
+
+def acceptance_by_position(table: pd.DataFrame) -> go.Figure:
+    """P(draft position i accepted | drafted), one line per draft."""
+    cols, fig = position_columns(table), go.Figure()
+    for i, (_, row) in enumerate(table.iterrows()):
+        fig.add_trace(go.Scatter(x=list(range(1, len(cols) + 1)), y=row[cols].astype(float).tolist(),
+                                 mode="lines+markers", name=row.draft,
+                                 line=dict(color=_colour(i)),
+                                 hovertemplate="position %{x}: %{y:.2f} accepted<extra>" + row.draft + "</extra>"))
+    fig.update_yaxes(range=[0, 1.05])
+    fig.update_xaxes(dtick=1)
+    return _layout(fig, "Acceptance rate per draft position", "draft position", "accepted / drafted")
+
+
+def _bars(table: pd.DataFrame, column: str, title: str, y: str, fmt: str) -> go.Figure:
+    fig = go.Figure(go.Bar(x=table.draft, y=table[column], marker_color=[_colour(i) for i in range(len(table))],
+                           text=[format(v, fmt) for v in table[column]], textposition="auto",
+                           hovertemplate="%{x}: %{y:" + fmt + "}<extra></extra>"))
+    return _layout(fig, title, "draft", y)
+
+
+def speedup_bars(table: pd.DataFrame) -> go.Figure:
+    """Measured speedup per draft over the autoregressive baseline run in the same call; 1 = no gain."""
+    fig = _bars(table, "speedup", "Speedup over the autoregressive baseline", "× baseline tokens/s", ".2f")
+    fig.add_hline(y=1.0, line=dict(color="#888", dash="dot"), annotation_text="baseline")
+    return fig
+
+
+def tau_bars(table: pd.DataFrame) -> go.Figure:
+    """tau, tokens per round (target forwards saved), per draft; 1 = every first draft rejected."""
+    fig = _bars(table, "tau", "τ: tokens per round", "tokens / round", ".2f")
+    fig.add_hline(y=1.0, line=dict(color="#888", dash="dot"))
+    return fig
+
+
+def disagreement_bars(frame: pd.DataFrame) -> go.Figure:
+    """Grouped bars per token: the target's p, then each draft's q."""
+    fig = go.Figure(go.Bar(x=frame.text, y=frame.p, name="p (target)", marker_color=TARGET_COLOUR,
+                           hovertemplate="%{x}: p = %{y:.3f}<extra></extra>"))
+    for i, col in enumerate(c for c in frame.columns if c.startswith("q ")):
+        fig.add_trace(go.Bar(x=frame.text, y=frame[col], name=col, marker_color=_colour(i),
+                             hovertemplate="%{x}: %{y:.3f}<extra>" + col + "</extra>"))
+    fig.update_layout(barmode="group")
+    fig.update_yaxes(range=[0, 1.02])
+    return _layout(fig, "Next-token probabilities: target p against each draft's q", "token", "probability")
