@@ -38,6 +38,8 @@ class DecodeConfig:
         _check_int("max_new_tokens", self.max_new_tokens, low=0)
         _check_int("top_k", self.top_k, low=0, hint="use 0 to turn top-k off")
         _check_int("seed", self.seed, low=0)
+        if self.seed >= 2**63:
+            raise ValueError(f"seed must be < 2**63 (a torch.Generator seed), got {self.seed}")
         _check_int("min_k", self.min_k, low=1)
         _check_int("max_k", self.max_k, low=self.min_k, hint=f"max_k must be >= min_k ({self.min_k})")
         if not _is_number(self.temperature) or self.temperature < 0:

@@ -3,9 +3,12 @@ traces, summarise a run against its baseline, export and import traces. Errors a
 a message for the user; ``specviz.ui`` turns them into gr.Error."""
 from __future__ import annotations
 
+import functools
+import os
 import tempfile
 import threading
 import time
+from collections import OrderedDict
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -19,19 +22,41 @@ from .trace import Trace
 
 STREAM_EVERY_S = 0.25  # faster UI updates freeze the browser (gradio issue 6847)
 MAX_PROMPT_CHARS = 4000
+CACHE_ENV = "SPECVIZ_MODEL_CACHE_GB"
 
 
 class ModelStore:
     """Models by name, loaded lazily on first use and shared by every user (a lock guards loading).
+    Only listed names load: the bundled family, plus the hub PRESETS or any hub ID as SPECVIZ_ALLOW_MODELS
+    says (never a local path from a web form). The cache keeps the most recently used models within
+    ``limit_bytes`` of parameters (SPECVIZ_MODEL_CACHE_GB; 8 on CUDA, 16 on CPU by default), on
+    ``device`` (SPECVIZ_DEVICE, else CUDA where available, else the CPU).
     Inject the loaders and name lists to run the UI on other models (the tests use tiny ones)."""
 
-    def __init__(self, load_model: Callable = models.load_model, load_drafter: Callable = models.load_drafter,
-                 list_targets: Callable = models.list_models, list_drafters: Callable = models.list_drafters,
-                 default_target: str = models.DEFAULT_TARGET, default_draft: str = models.DEFAULT_DRAFT):
-        self._load_model, self._load_drafter = load_model, load_drafter
-        self.list_targets, self.list_drafters = list_targets, list_drafters
+    def __init__(self, load_model: Callable | None = None, load_drafter: Callable | None = None,
+                 list_targets: Callable | None = None, list_drafters: Callable | None = None,
+                 default_target: str = models.DEFAULT_TARGET, default_draft: str = models.DEFAULT_DRAFT,
+                 allow: str | None = None, limit_bytes: float | None = None,
+                 load_tokenizer: Callable | None = None, device: str | None = None):
+        self.allow, self.device = allow or models.allow_policy(), device or models.default_device()
+        if load_tokenizer is None and load_drafter is None:  # injected drafters come without the pair check
+            load_tokenizer = models.load_tokenizer
+        load_model = load_model or functools.partial(models.load_model, device=self.device)
+        load_drafter = load_drafter or functools.partial(models.load_drafter, device=self.device)
+        hub = self.allow != "bundled"  # the pickers offer the presets; "any" also takes other hub IDs by API
+
+        def targets():
+            return models.list_models() + (models.preset_targets() if hub else [])
+
+        def drafts():
+            return models.list_drafters() + (models.preset_drafts() if hub else [])
+
+        self.list_targets, self.list_drafters = list_targets or targets, list_drafters or drafts
+        self._load_model, self._load_drafter, self._load_tokenizer = load_model, load_drafter, load_tokenizer
         self._default_target, self._default_draft = default_target, default_draft
-        self._cache: dict[tuple[str, str], object] = {}
+        self.limit_bytes = cache_limit_bytes() if limit_bytes is None else limit_bytes
+        self._cache: OrderedDict[tuple[str, str], tuple[object, int]] = OrderedDict()  # oldest use first
+        self._pairs_ok: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
 
     def default_target(self) -> str | None:
@@ -50,13 +75,64 @@ class ModelStore:
         """A draft LM or model-free drafter for a listed draft name."""
         return self._get("draft", name, self.list_drafters(), self._load_drafter)
 
+    def pair(self, target: str, draft: str):
+        """(target model, tokenizer, drafter); ValueError if a draft LM's tokenizer differs from the target's
+        (checked on the tokenizers, before the draft's weights load; remembered once it passes)."""
+        model, tok = self.target(target)
+        if (self._load_tokenizer and (target, draft) not in self._pairs_ok and draft in self.list_drafters()
+                and not _model_free(draft)):
+            try:
+                models.check_tokenizers(tok, self._load_tokenizer(draft))
+            except ValueError as e:
+                raise ValueError(f"{draft!r} cannot draft for {target!r}: {e}") from None
+            self._pairs_ok.add((target, draft))
+        return model, tok, self.draft(draft)
+
+    def cached(self) -> list[tuple[str, str]]:
+        """(kind, name) of the models held, least recently used first."""
+        return list(self._cache)
+
     def _get(self, kind: str, name: str, allowed: list[str], load: Callable):
-        if name not in allowed:  # never load arbitrary paths or hub IDs from a web form
+        if name not in allowed and not (self.allow == "any" and models.is_hub_id(name)):
             raise ValueError(f"unknown {kind} {name!r}: choose one of {', '.join(allowed) or '(none available)'}")
         with self._lock:
-            if (kind, name) not in self._cache:
-                self._cache[(kind, name)] = load(name)
-            return self._cache[(kind, name)]
+            if (kind, name) in self._cache:
+                self._cache.move_to_end((kind, name))
+            else:
+                obj = load(name)
+                self._cache[(kind, name)] = (obj, param_bytes(obj))
+                self._evict()
+            return self._cache[(kind, name)][0]
+
+    def _evict(self):
+        """Drop least recently used models until the rest fit the limit (the newest always stays)."""
+        dropped = False
+        while len(self._cache) > 1 and sum(size for _, size in self._cache.values()) > self.limit_bytes:
+            self._cache.popitem(last=False)
+            dropped = True
+        if dropped and torch.cuda.is_available():
+            torch.cuda.empty_cache()  # handlers still running keep their own references
+
+
+def _model_free(draft: str) -> bool:
+    return draft == models.PROMPT_LOOKUP or draft in models.list_ngrams()
+
+
+def param_bytes(obj) -> int:
+    """Bytes of parameters and buffers of a module, of a (model, tokenizer) pair's model, else 0."""
+    module = obj[0] if isinstance(obj, tuple) else obj
+    if not isinstance(module, torch.nn.Module):
+        return 0
+    return sum(t.numel() * t.element_size() for t in (*module.parameters(), *module.buffers()))
+
+
+def cache_limit_bytes() -> float:
+    """SPECVIZ_MODEL_CACHE_GB (GiB) of parameters, by default 8 on CUDA and 16 on CPU."""
+    default = 8 if torch.cuda.is_available() else 16
+    try:
+        return float(os.environ.get(CACHE_ENV) or default) * 2**30
+    except ValueError:
+        raise ValueError(f"{CACHE_ENV} must be a number of GiB, got {os.environ[CACHE_ENV]!r}") from None
 
 
 def make_config(k, k_policy, temperature, top_k, top_p, max_new_tokens, seed) -> DecodeConfig:
@@ -93,8 +169,7 @@ def stream_run(store: ModelStore, prompt: str, target: str, draft: str, cfg: Dec
                every_s: float = STREAM_EVERY_S) -> Iterator[Trace]:
     """Speculative decoding as a stream of the growing trace: at most one yield per ``every_s``
     seconds, plus the finished trace. Token texts are filled in as rounds arrive."""
-    model, tok = store.target(target)
-    drafter = store.draft(draft)
+    model, tok, drafter = store.pair(target, draft)
     run = Decoding(model, drafter, encode(tok, prompt), cfg)
     run.trace.target_name, run.trace.draft_name = target, draft
     last = time.perf_counter()

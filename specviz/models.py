@@ -1,8 +1,18 @@
-"""Loading models: the bundled family by name (offline), anything else by hub ID or local path;
-and the check that a draft shares the target's tokenizer."""
+"""Loading models: the bundled family by name (offline), curated hub pairs (PRESETS), anything else
+by hub ID or local path; and the check that a draft shares the target's tokenizer.
+
+Hub loading never hangs offline: the hub's reachability is probed once (HUB_TIMEOUT_S, remembered for
+HUB_RECHECK_S) and, when it is unreachable, models load from the local cache only or fail at once
+saying so. Remote code is never run (trust_remote_code=False)."""
 from __future__ import annotations
 
 import json
+import math
+import os
+import re
+import threading
+import time
+from importlib.util import find_spec
 from pathlib import Path
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets" / "models"
@@ -10,6 +20,23 @@ DEFAULT_TARGET = "target"
 DEFAULT_DRAFT = "small"
 PROMPT_LOOKUP = "prompt-lookup"
 NOT_MODELS = {"tokenizer"}  # asset folders that are not causal LMs
+
+# Hub pairs people compare: target -> drafts that share its tokenizer.
+PRESETS: dict[str, tuple[str, ...]] = {
+    "HuggingFaceTB/SmolLM2-1.7B-Instruct": ("HuggingFaceTB/SmolLM2-135M-Instruct",),
+    "Qwen/Qwen2.5-1.5B-Instruct": ("Qwen/Qwen2.5-0.5B-Instruct",),
+    "Qwen/Qwen2.5-7B-Instruct": ("Qwen/Qwen2.5-0.5B-Instruct",),
+    "openai-community/gpt2-large": ("distilbert/distilgpt2", "openai-community/gpt2"),
+    "openai-community/gpt2-xl": ("distilbert/distilgpt2", "openai-community/gpt2"),
+    "EleutherAI/pythia-1.4b": ("EleutherAI/pythia-70m",),
+}
+ALLOW_ENV = "SPECVIZ_ALLOW_MODELS"  # which names the web UI may load: bundled | presets | any (hub IDs)
+ALLOW_POLICIES = ("bundled", "presets", "any")
+HUB_TIMEOUT_S = 2.0
+HUB_RECHECK_S = 60.0
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
+_hub = {"at": -math.inf, "ok": False}
+_hub_lock = threading.Lock()
 
 
 def list_models() -> list[str]:
@@ -27,6 +54,28 @@ def list_ngrams() -> list[str]:
 def list_drafters() -> list[str]:
     """Everything that can draft for the bundled target: bundled LMs other than it, and model-free drafters."""
     return [m for m in list_models() if m != DEFAULT_TARGET] + list_ngrams() + [PROMPT_LOOKUP]
+
+
+def preset_targets() -> list[str]:
+    return list(PRESETS)
+
+
+def preset_drafts() -> list[str]:
+    return list(dict.fromkeys(d for drafts in PRESETS.values() for d in drafts))
+
+
+def allow_policy() -> str:
+    """The web UI's allowlist from SPECVIZ_ALLOW_MODELS (default "bundled")."""
+    policy = os.environ.get(ALLOW_ENV, "bundled").strip().lower() or "bundled"
+    if policy not in ALLOW_POLICIES:
+        raise ValueError(f"{ALLOW_ENV}={policy!r}: use one of {', '.join(ALLOW_POLICIES)}")
+    return policy
+
+
+def is_hub_id(name: str) -> bool:
+    """"owner/name" or "name" as the hub spells them: no path syntax, nothing that exists on this disk."""
+    return (isinstance(name, str) and bool(HUB_ID.match(name)) and ".." not in name
+            and not Path(name).expanduser().exists())
 
 
 def load_drafter(name: str, device: str | None = None):
@@ -50,28 +99,149 @@ def resolve(name_or_path: str) -> str:
     return str(bundled) if (bundled / "config.json").is_file() else name_or_path
 
 
-def load_model(name_or_path: str, device: str | None = None, dtype=None):
-    """Return (model, tokenizer) in eval mode. Bundled names load offline from assets/models."""
+# -- the hub -----------------------------------------------------------------------------------------
+def _probe_hub(timeout: float) -> bool:
+    """One HEAD request to the hub endpoint; any HTTP answer means reachable."""
+    import httpx
+    from huggingface_hub import constants
+
+    try:
+        httpx.head(constants.ENDPOINT, timeout=timeout)
+        return True
+    except Exception:
+        return False
+
+
+def hub_reachable() -> bool:
+    """False in offline mode (HF_HUB_OFFLINE); else a probe bounded by HUB_TIMEOUT_S (name lookup
+    included: it runs in a thread), remembered for HUB_RECHECK_S."""
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE or os.environ.get("HF_HUB_OFFLINE", "").upper() in {"1", "ON", "YES", "TRUE"}:
+        return False
+    with _hub_lock:
+        if time.monotonic() - _hub["at"] < HUB_RECHECK_S:
+            return _hub["ok"]
+        result = []
+        probe = threading.Thread(target=lambda: result.append(_probe_hub(HUB_TIMEOUT_S)), daemon=True)
+        probe.start()
+        probe.join(HUB_TIMEOUT_S + 0.5)
+        _hub.update(at=time.monotonic(), ok=bool(result and result[0]))
+        return _hub["ok"]
+
+
+def _source(name_or_path: str) -> tuple[str, dict]:
+    """(path or ID, from_pretrained options): local folders and, with the hub unreachable, cache only."""
+    path = resolve(name_or_path)
+    local = Path(path).expanduser().exists()
+    offline = not local and not hub_reachable()
+    return path, dict(trust_remote_code=False, local_files_only=local or offline)
+
+
+def _load_error(name: str, e: Exception, offline: bool) -> ValueError:
+    bundled = ", ".join(list_models()) or "none built"
+    if offline:
+        return ValueError(f"could not load {name!r}: it is not a bundled model and the model hub is unreachable "
+                          f"from here (offline), nor is it in the local cache. Use a bundled model ({bundled}), "
+                          "or run where the hub is reachable")
+    detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return ValueError(f"could not load {name!r}: it is not a bundled model ({bundled}) "
+                      f"and loading it as a hub ID or local path failed: {detail}")
+
+
+def load_tokenizer(name_or_path: str):
+    from transformers import AutoTokenizer
+
+    path, options = _source(name_or_path)
+    try:
+        return AutoTokenizer.from_pretrained(path, **options)
+    except (OSError, ValueError) as e:
+        raise _load_error(name_or_path, e, options["local_files_only"] and not Path(path).exists()) from e
+
+
+def default_device() -> str:
+    """SPECVIZ_DEVICE if set, else "cuda" where available, else "cpu"."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return os.environ.get("SPECVIZ_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def default_dtype(device: str | None):
+    """float32 on CPUs (half precision is slow there), bfloat16 on CUDA (float16 where bf16 is missing)."""
+    import torch
+
+    device = device or "cpu"
+    if device.startswith("cuda"):
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.float32 if device == "cpu" else "auto"
+
+
+def needs_device_map(n_params: int | None, dtype, free_bytes: int, headroom: float = 0.85) -> bool:
+    """Whether the weights (n_params in dtype) overflow ``headroom`` of a GPU's free memory."""
+    import torch
+
+    size = torch.empty((), dtype=dtype).element_size() if isinstance(dtype, torch.dtype) else 2
+    return n_params is not None and n_params * size > headroom * free_bytes
+
+
+def param_count(path: str) -> int | None:
+    """Parameters stored in a folder's or hub repo's safetensors files, without loading them (None if unknown)."""
+    try:
+        if Path(path).is_dir():
+            from safetensors import safe_open
+
+            n = 0
+            for f in Path(path).glob("*.safetensors"):
+                with safe_open(str(f), "pt") as s:
+                    n += sum(math.prod(s.get_slice(k).get_shape()) for k in s.keys())
+            return n or None
+        from huggingface_hub import get_safetensors_metadata
+
+        return sum(get_safetensors_metadata(path).parameter_count.values()) if hub_reachable() else None
+    except Exception:
+        return None
+
+
+def load_model(name_or_path: str, device: str | None = None, dtype=None):
+    """Return (model, tokenizer) in eval mode. Bundled names load offline from assets/models. On CUDA
+    a target too large for the GPU's free memory is spread with device_map="auto" (needs accelerate)."""
+    import torch
+    from transformers import AutoModelForCausalLM
 
     if name_or_path in list_ngrams():
         raise ValueError(f"{name_or_path!r} is an n-gram drafter, not a causal LM: load it with load_drafter")
-    path = resolve(name_or_path)
-    if dtype is None:  # half precision is slow on CPUs: compute in float32 there
-        dtype = torch.float32 if (device or "cpu") == "cpu" else "auto"
+    tokenizer = load_tokenizer(name_or_path)
+    path, options = _source(name_or_path)
+    options["dtype"] = default_dtype(device) if dtype is None else dtype
+    if (device or "").startswith("cuda") and find_spec("accelerate") and needs_device_map(
+            param_count(path), options["dtype"], torch.cuda.mem_get_info()[0]):
+        options["device_map"], device = "auto", None
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        model = AutoModelForCausalLM.from_pretrained(path, **options)
     except OSError as e:
-        detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ValueError(
-            f"could not load {name_or_path!r}: it is not a bundled model ({', '.join(list_models()) or 'none built'}) "
-            f"and loading it as a hub ID or local path failed: {detail}"
-        ) from e
+        raise _load_error(name_or_path, e, options["local_files_only"] and not Path(path).exists()) from e
     if device:
         model = model.to(device)
     return model.eval(), tokenizer
+
+
+def load_pair(target_name: str, draft_name: str, device: str | None = None, dtype=None):
+    """(target, draft, tokenizer) for a pair; ValueError before loading any weights if the draft's
+    tokenizer differs from the target's. Model-free drafts (prompt lookup, n-grams) need no check."""
+    if draft_name == PROMPT_LOOKUP or draft_name in list_ngrams():
+        target, tokenizer = load_model(target_name, device, dtype)
+        return target, load_drafter(draft_name), tokenizer
+    check_pair(target_name, draft_name)
+    target, tokenizer = load_model(target_name, device, dtype)
+    return target, load_model(draft_name, device, dtype)[0], tokenizer
+
+
+def check_pair(target_name: str, draft_name: str) -> None:
+    target_tokenizer, draft_tokenizer = load_tokenizer(target_name), load_tokenizer(draft_name)
+    try:
+        check_tokenizers(target_tokenizer, draft_tokenizer)
+    except ValueError as e:
+        raise ValueError(f"{draft_name!r} cannot draft for {target_name!r}: {e}") from None
 
 
 def check_tokenizers(target_tokenizer, draft_tokenizer) -> None:

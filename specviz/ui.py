@@ -13,6 +13,7 @@ import gradio as gr
 
 from . import handlers, plots
 from .config import EXAMPLE_PROMPTS, K_POLICIES
+from .gpu import gpu_task
 from .handlers import ModelStore
 from .timeline import CSS, replay_html, timeline_html
 from .trace import Trace
@@ -108,9 +109,9 @@ def make_handlers(store: ModelStore) -> SimpleNamespace:
         cfg = handlers.make_config(k, "fixed", temperature, top_k, top_p, max_new_tokens, seed)
         return handlers.generate(store, prompt, target, draft, cfg).to_json()
 
-    return SimpleNamespace(run=_friendly(run), step=_friendly(step), load=_friendly(load),
+    return SimpleNamespace(run=gpu_task(_friendly(run)), step=_friendly(step), load=_friendly(load),
                            replay=_friendly(replay_views), export=_friendly(handlers.export_trace),
-                           generate=_friendly(generate))
+                           generate=gpu_task(_friendly(generate)))
 
 
 # -- layout ------------------------------------------------------------------------------------------

@@ -79,7 +79,7 @@ def make_compare_handlers(store: ModelStore) -> SimpleNamespace:
             raise ValueError("pick at least one draft to compare")
         cfg = make_config(k, "fixed", temperature, top_k, top_p, max_new, seed)
         model, tok = store.target(target)
-        ids, chosen = encode(tok, prompt), {d: store.draft(d) for d in drafts}
+        ids, chosen = encode(tok, prompt), {d: store.pair(target, d)[2] for d in drafts}
         sizes, runs, start = {d: draft_size(x) for d, x in chosen.items()}, [], time.perf_counter()
         for run in iter_compare(model, chosen, ids, cfg):
             run.trace.target_name = target
@@ -103,7 +103,7 @@ def make_compare_handlers(store: ModelStore) -> SimpleNamespace:
         if not state:
             raise ValueError("run a comparison first: the position indexes into its baseline run")
         model, tok = store.target(state["target"])
-        drafts, base = {d: store.draft(d) for d in state["drafts"]}, state["baseline"]
+        drafts, base = {d: store.pair(state["target"], d)[2] for d in state["drafts"]}, state["baseline"]
         position = _int(position, "position")
         frame = disagreement(model, drafts, base, position, state["cfg"], text=_token_text(tok))
         context = "".join(base.text(t) for t in context_at(base, position)[-24:])
@@ -120,7 +120,7 @@ def make_compare_handlers(store: ModelStore) -> SimpleNamespace:
         texts = split_prompts(prompts_text)
         if len(texts) > MAX_BATCH:
             raise ValueError(f"{len(texts)} prompts: a batch here holds at most {MAX_BATCH}")
-        run = BatchDecoding(model, store.draft(draft), [encode(tok, p) for p in texts], cfg)
+        run = BatchDecoding(model, store.pair(target, draft)[2], [encode(tok, p) for p in texts], cfg)
         last = time.perf_counter()
         for _ in run:
             if time.perf_counter() - last >= STREAM_EVERY_S:
@@ -134,7 +134,7 @@ def make_compare_handlers(store: ModelStore) -> SimpleNamespace:
         model, tok = store.target(target)
         prompts = [encode(tok, p) for p in split_prompts(prompts_text)]
         start = time.perf_counter()
-        frame = run_batch_bench(model, store.draft(draft), prompts, cfg, sizes=BENCH_SIZES, repeats=1)
+        frame = run_batch_bench(model, store.pair(target, draft)[2], prompts, cfg, sizes=BENCH_SIZES, repeats=1)
         status = (f"**Done in {time.perf_counter() - start:.1f} s**: greedy, k = {cfg.k}, {BENCH_TOKENS} tokens per "
                   f"row, batch sizes {', '.join(map(str, BENCH_SIZES))} (your prompts cycled to fill a batch), one "
                   "repeat, methods interleaved. Small scale: expect noise.")

@@ -16,6 +16,7 @@ from . import handlers, lab_plots, labs, lossless
 from .config import EXAMPLE_PROMPTS
 from .decoder import Decoding
 from .drafters import Drafter
+from .gpu import gpu_task
 from .handlers import STREAM_EVERY_S, ModelStore, encode, make_config
 from .lab_distill import iter_distill_lab, lab_drafts
 from .models import ASSETS
@@ -77,7 +78,7 @@ def make_lab_handlers(store: ModelStore) -> SimpleNamespace:
         cfg = make_config(ks[0], "fixed", temperature, top_k, top_p, max_new, seed)
         model, tok = store.target(target)
         prompts = [encode(tok, p) for p in split_prompts(prompts_text)]
-        return model, {d: store.draft(d) for d in drafts}, prompts, list(ks), cfg
+        return model, {d: store.pair(target, d)[2] for d in drafts}, prompts, list(ks), cfg
 
     def estimate(*args):
         """Markdown: the predicted duration, from a short timed pilot run of the baseline and each draft."""
@@ -124,7 +125,7 @@ def make_lab_handlers(store: ModelStore) -> SimpleNamespace:
         extra, draws = int(_number(extra, "generated tokens", 0, 256)), int(_number(draws, "draws", 100, 1_000_000))
         cfg = make_config(1, "fixed", temperature, top_k, top_p, max(extra, 1), seed)
         model, tok = store.target(target)
-        d = lossless.next_token_dists(model, store.draft(draft), encode(tok, prompt), cfg, extra)
+        d = lossless.next_token_dists(model, store.pair(target, draft)[2], encode(tok, prompt), cfg, extra)
         labels, same_q = _LabelCache(tok), bool((d.q == d.q_raw).all())
         decomp = lab_plots.decomposition_bars(lossless.decomposition(d.p, d.q), labels)
         start = time.perf_counter()
@@ -140,7 +141,7 @@ def make_lab_handlers(store: ModelStore) -> SimpleNamespace:
     def run_distill(target, start, seconds, compare_ce, eval_every, user_drafts):
         """Streams (status, loss chart, checkpoint chart, user drafts state, zip, try-it dropdown)."""
         model, tok = store.target(target)
-        base = None if start == FRESH else store.draft(start)
+        base = None if start == FRESH else store.pair(target, start)[2]
         if isinstance(base, Drafter):
             raise ValueError(f"{start!r} is model-free: nothing to train. Pick a model draft or {FRESH!r}")
         seconds, eval_every = _number(seconds, "budget", 2, 900), _number(eval_every, "checkpoint every", 1, 900)
@@ -172,9 +173,9 @@ def make_lab_handlers(store: ModelStore) -> SimpleNamespace:
         fill_token_text(run.trace, tok)
         return timeline_html(run.trace), handlers.summary_markdown(run.trace, None)
 
-    return SimpleNamespace(estimate=_friendly(estimate), run_sweep=_friendly(run_sweep),
-                           run_lossless=_friendly(run_lossless), run_distill=_friendly(run_distill),
-                           try_draft=_friendly(try_draft))
+    return SimpleNamespace(estimate=gpu_task(_friendly(estimate)), run_sweep=gpu_task(_friendly(run_sweep)),
+                           run_lossless=gpu_task(_friendly(run_lossless)), run_distill=gpu_task(_friendly(run_distill)),
+                           try_draft=gpu_task(_friendly(try_draft)))
 
 
 def _title(variant: str) -> str:

@@ -1,0 +1,85 @@
+"""Bad input against the running app (gradio_client -> /generate): each gets a readable error, the
+server keeps serving, and concurrent clients get exactly the traces they get alone."""
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import gradio as gr
+import pytest
+from gradio_client import Client
+from gradio_client.exceptions import AppError
+
+from specviz import Trace
+from specviz.ui import build_demo, make_handlers
+from tests.test_ui import SETTINGS, free_port, last, pair, store  # noqa: F401 (fixtures)
+
+VALID = dict(prompt="ROMEO:", target="tiny-target", draft="tiny", k=3, seed=7, max_new_tokens=12)
+
+
+@pytest.fixture(scope="module")
+def client(store):  # noqa: F811
+    demo = build_demo(store)
+    port = free_port()
+    demo.queue().launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
+    try:
+        yield Client(f"http://127.0.0.1:{port}/", verbose=False)
+    finally:
+        demo.close()
+
+
+def generate(client, **change) -> Trace:
+    out = client.predict(api_name="/generate", **{**VALID, **change})
+    return Trace.from_json(out if isinstance(out, str) else json.dumps(out))
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(prompt=""), "the prompt is empty"),
+    (dict(prompt=None), "the prompt is empty"),
+    (dict(prompt="word " * 700), r"prompt \(\d+ tokens\) \+ max_new_tokens \(12\) = \d+ exceeds the target's context"),
+    (dict(prompt="x" * 5000), "the prompt is 5000 characters long; keep it under 4000"),
+    (dict(k=0), "k must be >= 1"),
+    (dict(k="abc"), "k must be a whole number, got 'abc'"),
+    (dict(k=None), "k must be a whole number, got None"),
+    (dict(temperature="hot"), "temperature must be a number, got 'hot'"),
+    (dict(top_p=5), r"top_p must be in \(0, 1\]"),
+    (dict(max_new_tokens=10**9), "exceeds the target's context window of 128"),
+    (dict(seed=-1), "seed must be >= 0"),
+    (dict(seed=2**70), "seed must be < 2\\*\\*63"),
+    (dict(target="gpt-5"), "unknown target 'gpt-5': choose one of tiny-target"),
+    (dict(draft="../../etc/passwd"), "unknown draft '../../etc/passwd'"),
+    (dict(target="/etc/passwd"), "unknown target '/etc/passwd'"),
+])
+def test_bad_input_is_a_readable_error_and_the_server_keeps_serving(client, change, message):
+    with pytest.raises(AppError, match=message):
+        generate(client, **change)
+    assert len(generate(client, max_new_tokens=3).new_tokens) == 3
+
+
+@pytest.mark.parametrize("prompt", ["<script>alert(1)</script>", '<img src=x onerror="alert(1)">'])
+def test_markup_in_prompts_is_text(client, store, prompt):  # noqa: F811
+    assert len(generate(client, prompt=prompt, max_new_tokens=4).new_tokens) == 4
+    outs = last(make_handlers(store).run(prompt, "tiny-target", "tiny", *SETTINGS.values(), False))
+    assert "<script" not in outs[2] and "<img" not in outs[2] and "&lt;" in outs[2]  # the timeline escapes it
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"{not json", "malformed trace JSON: Expecting property name"),
+    (b"\xff\xfe\x00garbage\x80", "could not read the uploaded file: 'utf-8' codec can't decode"),
+    (b'{"schema": "specviz.trace/1", "prompt_ids": "\x01\x02\x1b[2J"}', "malformed trace JSON: Invalid control"),
+    (b"[1, 2, 3]", "not a specviz trace"),
+    (b"", "malformed trace JSON: Expecting value"),
+])
+def test_malformed_trace_uploads_are_readable_errors(store, tmp_path, content, message):  # noqa: F811
+    path = tmp_path / "trace.json"
+    path.write_bytes(content)
+    with pytest.raises(gr.Error, match=message):
+        make_handlers(store).load(str(path))
+
+
+def test_concurrent_clients_get_the_traces_they_get_alone(client):
+    prompts = ["ROMEO:", "To be, or not to be", "JULIET:", "Now is the winter"]
+    alone = {p: generate(client, prompt=p) for p in prompts}
+    with ThreadPoolExecutor(8) as pool:  # a client each: separate sessions, one shared server and ModelStore
+        together = list(pool.map(lambda p: (p, generate(Client(client.src, verbose=False), prompt=p)), prompts * 2))
+    for p, trace in together:
+        assert trace.new_tokens == alone[p].new_tokens
+        assert [r.u for r in trace.rounds] == [r.u for r in alone[p].rounds]
