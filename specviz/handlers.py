@@ -10,7 +10,7 @@ import threading
 import time
 from collections import OrderedDict
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NamedTuple
 
 import torch
 
@@ -165,11 +165,37 @@ def encode(tokenizer, prompt) -> torch.Tensor:
     return tokenizer(prompt, return_tensors="pt").input_ids
 
 
+class TrainedDraft(NamedTuple):
+    """A draft one user trained in the distillation lab (kept in that user's gr.State, never shared)."""
+    model: object
+    target: str  # the target it was trained against: it drafts with that target's tokenizer
+
+
+def user_pair(store: ModelStore, target: str, draft: str, user_drafts: dict | None = None):
+    """(target model, tokenizer, drafter): ``draft`` looked up in this user's trained drafts
+    ({name: TrainedDraft}) first, else in the shared store (``store.pair``)."""
+    mine = (user_drafts or {}).get(draft) if isinstance(draft, str) else None
+    if mine is None:
+        return store.pair(target, draft)
+    if mine.target != target:
+        raise ValueError(f"{draft!r} was trained for target {mine.target!r}, not {target!r}: pick {mine.target!r} "
+                         "as the target, or train a draft for this one")
+    model, tok = store.target(target)
+    return model, tok, mine.model
+
+
+def draft_choices(store: ModelStore, user_drafts: dict | None = None) -> list[str]:
+    """The draft names one user can pick: the store's, then their own trained drafts."""
+    names = store.list_drafters()
+    return names + [n for n in (user_drafts or {}) if n not in names]
+
+
 def stream_run(store: ModelStore, prompt: str, target: str, draft: str, cfg: DecodeConfig,
-               every_s: float = STREAM_EVERY_S) -> Iterator[Trace]:
+               every_s: float = STREAM_EVERY_S, user_drafts: dict | None = None) -> Iterator[Trace]:
     """Speculative decoding as a stream of the growing trace: at most one yield per ``every_s``
-    seconds, plus the finished trace. Token texts are filled in as rounds arrive."""
-    model, tok, drafter = store.pair(target, draft)
+    seconds, plus the finished trace. Token texts are filled in as rounds arrive. ``user_drafts``:
+    this user's trained drafts, picked by name before the store's."""
+    model, tok, drafter = user_pair(store, target, draft, user_drafts)
     run = Decoding(model, drafter, encode(tok, prompt), cfg)
     run.trace.target_name, run.trace.draft_name = target, draft
     last = time.perf_counter()
@@ -180,10 +206,11 @@ def stream_run(store: ModelStore, prompt: str, target: str, draft: str, cfg: Dec
     yield fill_token_text(run.trace, tok)
 
 
-def generate(store: ModelStore, prompt: str, target: str, draft: str, cfg: DecodeConfig) -> Trace:
+def generate(store: ModelStore, prompt: str, target: str, draft: str, cfg: DecodeConfig,
+             user_drafts: dict | None = None) -> Trace:
     """The whole run at once (the API endpoint)."""
     trace = None
-    for trace in stream_run(store, prompt, target, draft, cfg, every_s=float("inf")):
+    for trace in stream_run(store, prompt, target, draft, cfg, every_s=float("inf"), user_drafts=user_drafts):
         pass
     return trace
 

@@ -1,6 +1,7 @@
 """The gradio app: ``build_demo()`` lays out controls, timeline, round replay and charts and wires
 thin handlers (``specviz.handlers`` does the work); ``launch()`` serves it. Per-user data is the
-current Trace (and its baseline) in gr.State; models are shared through one ModelStore."""
+current Trace (and its baseline) and the drafts trained in the distillation lab, in gr.State; models are
+shared through one ModelStore."""
 from __future__ import annotations
 
 import functools
@@ -82,10 +83,12 @@ def make_handlers(store: ModelStore) -> SimpleNamespace:
     """The event handlers as plain functions (tests call them without a server)."""
     skip = (gr.skip(),) * 8  # slider, replay x3, charts x4 stay as they are while a run streams
 
-    def run(prompt, target, draft, k, k_policy, temperature, top_k, top_p, max_new_tokens, seed, with_baseline=True):
+    def run(prompt, target, draft, k, k_policy, temperature, top_k, top_p, max_new_tokens, seed, with_baseline=True,
+            user_drafts=None):
+        """``user_drafts``: this user's trained drafts ({name: TrainedDraft}), pickable by name."""
         cfg = handlers.make_config(k, k_policy, temperature, top_k, top_p, max_new_tokens, seed)
         trace = None
-        for trace in handlers.stream_run(store, prompt, target, draft, cfg):
+        for trace in handlers.stream_run(store, prompt, target, draft, cfg, user_drafts=user_drafts):
             yield trace, None, timeline_html(trace), handlers.summary_markdown(trace, None), *skip
         yield trace, None, *all_views(trace, None)
         if with_baseline:
@@ -109,9 +112,14 @@ def make_handlers(store: ModelStore) -> SimpleNamespace:
         cfg = handlers.make_config(k, "fixed", temperature, top_k, top_p, max_new_tokens, seed)
         return handlers.generate(store, prompt, target, draft, cfg).to_json()
 
+    def draft_pickers(user_drafts):
+        """New choices for the explorer's draft dropdown and the compare tab's draft checkboxes (values kept)."""
+        choices = handlers.draft_choices(store, user_drafts)
+        return gr.update(choices=choices), gr.update(choices=choices)
+
     return SimpleNamespace(run=gpu_task(_friendly(run)), step=_friendly(step), load=_friendly(load),
                            replay=_friendly(replay_views), export=_friendly(handlers.export_trace),
-                           generate=gpu_task(_friendly(generate)))
+                           generate=gpu_task(_friendly(generate)), draft_pickers=_friendly(draft_pickers))
 
 
 # -- layout ------------------------------------------------------------------------------------------
@@ -147,6 +155,7 @@ def build_demo(store: ModelStore | None = None) -> gr.Blocks:
     h = make_handlers(store)
     with gr.Blocks(title="specviz: see speculative decoding") as demo:
         trace_state, base_state = gr.State(None), gr.State(None)
+        user_drafts = gr.State({})  # this user's trained drafts (name -> TrainedDraft): theirs alone
         gr.Markdown("# specviz: see speculative decoding\nA small **draft** guesses k tokens, the **target** checks "
                     "them all in one forward pass, and a coin flip per token keeps the output exactly the target's.")
         with gr.Row():
@@ -183,7 +192,7 @@ def build_demo(store: ModelStore | None = None) -> gr.Blocks:
 
         outputs = [trace_state, base_state, timeline, summary, round_slider, replay, accept, residual,
                    by_pos, hist, pq, times]
-        run_btn.click(h.run, inputs, outputs, api_visibility="undocumented", **MODEL_QUEUE)
+        run_btn.click(h.run, inputs + [user_drafts], outputs, api_visibility="undocumented", **MODEL_QUEUE)
         upload.upload(h.load, [upload], outputs, api_visibility="undocumented")
         round_slider.change(h.replay, [trace_state, round_slider], [replay, accept, residual],
                             api_visibility="undocumented")
@@ -196,11 +205,12 @@ def build_demo(store: ModelStore | None = None) -> gr.Blocks:
         from .ui_labs import build_lab_tabs  # imported here: ui_labs reuses this module's helpers
 
         gr.Markdown("## Labs")
-        build_lab_tabs(store)
+        trained = build_lab_tabs(store, user_drafts)
         from .ui_compare import build_compare_tabs
 
         gr.Markdown("## Compare drafts, batch")
-        build_compare_tabs(store)
+        compare_drafts = build_compare_tabs(store, user_drafts)
+        trained.then(h.draft_pickers, [user_drafts], [inputs[2], compare_drafts], api_visibility="undocumented")
     return demo
 
 

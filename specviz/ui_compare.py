@@ -1,6 +1,7 @@
 """The Compare drafts and Batch tabs. ``make_compare_handlers(store)`` gives the handlers as plain
 functions (the tests call them); ``build_compare_tabs(store)`` lays the tabs out inside ``ui.build_demo``'s
-Blocks. Per-user results (the last comparison's settings and baseline run) live in gr.State."""
+Blocks. Per-user results (the last comparison's settings and baseline run) live in gr.State, and so do the
+user's drafts trained in the distillation lab, which the comparison can pick by name."""
 from __future__ import annotations
 
 import html
@@ -17,7 +18,7 @@ from .batch_plots import tokens_per_s_by_batch
 from .compare import (BASELINE, compare_table, context_at, disagreement, divergence_frame, draft_size,
                       iter_compare)
 from .config import EXAMPLE_PROMPTS, DecodeConfig
-from .handlers import STREAM_EVERY_S, ModelStore, _int, encode, make_config
+from .handlers import STREAM_EVERY_S, ModelStore, _int, encode, make_config, user_pair
 from .timeline import fill_token_text, timeline_html
 from .ui import MODEL_QUEUE, _chart, _friendly
 from .ui_labs import _sampling_controls, split_prompts
@@ -73,13 +74,14 @@ def make_compare_handlers(store: ModelStore) -> SimpleNamespace:
     def _token_text(tok):
         return lambda t: tok.decode([int(t)], clean_up_tokenization_spaces=False)
 
-    def run_compare(target, drafts, prompt, k, temperature, top_k, top_p, max_new, seed):
-        """Streams (state, status, timelines, table, 3 charts, divergence, position slider, disagreement x3)."""
+    def run_compare(target, drafts, prompt, k, temperature, top_k, top_p, max_new, seed, user_drafts=None):
+        """Streams (state, status, timelines, table, 3 charts, divergence, position slider, disagreement x3).
+        ``user_drafts``: this user's trained drafts ({name: TrainedDraft}), picked by name before the store's."""
         if not drafts:
             raise ValueError("pick at least one draft to compare")
         cfg = make_config(k, "fixed", temperature, top_k, top_p, max_new, seed)
         model, tok = store.target(target)
-        ids, chosen = encode(tok, prompt), {d: store.pair(target, d)[2] for d in drafts}
+        ids, chosen = encode(tok, prompt), {d: user_pair(store, target, d, user_drafts)[2] for d in drafts}
         sizes, runs, start = {d: draft_size(x) for d, x in chosen.items()}, [], time.perf_counter()
         for run in iter_compare(model, chosen, ids, cfg):
             run.trace.target_name = target
@@ -87,7 +89,8 @@ def make_compare_handlers(store: ModelStore) -> SimpleNamespace:
             fill_token_text(run.trace, tok)
             done = f"**{len(runs) - 1} / {len(chosen)} drafts** done ({time.perf_counter() - start:.1f} s)…"
             yield (SKIP, done, timelines_html(runs), *table_views(compare_table(runs, sizes)), *(SKIP,) * 5)
-        state = dict(target=target, drafts=list(chosen), cfg=cfg, baseline=runs[0].trace)
+        mine = {d: user_drafts[d] for d in chosen if d in (user_drafts or {})}  # for disagree: same user
+        state = dict(target=target, drafts=list(chosen), cfg=cfg, baseline=runs[0].trace, user_drafts=mine)
         divergence = divergence_frame(runs)
         first = divergence.position.dropna()
         position = int(first.min()) if len(first) else 0
@@ -103,7 +106,9 @@ def make_compare_handlers(store: ModelStore) -> SimpleNamespace:
         if not state:
             raise ValueError("run a comparison first: the position indexes into its baseline run")
         model, tok = store.target(state["target"])
-        drafts, base = {d: store.pair(state["target"], d)[2] for d in state["drafts"]}, state["baseline"]
+        mine = state.get("user_drafts")
+        drafts = {d: user_pair(store, state["target"], d, mine)[2] for d in state["drafts"]}
+        base = state["baseline"]
         position = _int(position, "position")
         frame = disagreement(model, drafts, base, position, state["cfg"], text=_token_text(tok))
         context = "".join(base.text(t) for t in context_at(base, position)[-24:])
@@ -153,7 +158,8 @@ def _settings(max_new: int) -> list:
     return [k, *_sampling_controls(0.0), new, seed]
 
 
-def _compare_tab(store: ModelStore, h) -> None:
+def _compare_tab(store: ModelStore, h, user_drafts: gr.State) -> gr.CheckboxGroup:
+    """The tab; returns its draft checkboxes (their choices grow with the user's trained drafts)."""
     state = gr.State(None)
     gr.Markdown("One target, several drafts, the same prompt, settings and seed; the autoregressive baseline runs "
                 "in the same call, so every speedup has the same denominator. Timelines appear as each draft finishes.")
@@ -178,11 +184,12 @@ def _compare_tab(store: ModelStore, h) -> None:
     with gr.Row():
         dis_table = gr.Dataframe(label="Top tokens: p (target) and q per draft", interactive=False)
         dis_chart = _chart("Where a draft's q misses the target's top token, its draft gets rejected.")
-    run_btn.click(h.run_compare, [target, drafts, prompt, *settings],
+    run_btn.click(h.run_compare, [target, drafts, prompt, *settings, user_drafts],
                   [state, status, timelines, table, acc, speed, tau, divergence, position, note, dis_table, dis_chart],
                   api_visibility="undocumented", **MODEL_QUEUE)
     position.release(h.disagree, [state, position], [note, dis_table, dis_chart], api_visibility="undocumented",
                      **MODEL_QUEUE)
+    return drafts
 
 
 def _batch_tab(store: ModelStore, h) -> None:
@@ -208,11 +215,14 @@ def _batch_tab(store: ModelStore, h) -> None:
                     api_visibility="undocumented", **MODEL_QUEUE)
 
 
-def build_compare_tabs(store: ModelStore) -> None:
-    """The Compare drafts and Batch tabs, inside the caller's gr.Blocks."""
+def build_compare_tabs(store: ModelStore, user_drafts: gr.State | None = None) -> gr.CheckboxGroup:
+    """The Compare drafts and Batch tabs, inside the caller's gr.Blocks. ``user_drafts``: the user's trained
+    drafts (a gr.State dict; a fresh one if None). Returns the compare tab's draft checkboxes."""
     h = make_compare_handlers(store)
+    user_drafts = gr.State({}) if user_drafts is None else user_drafts
     with gr.Tabs():
         with gr.Tab("Compare drafts"):
-            _compare_tab(store, h)
+            drafts = _compare_tab(store, h, user_drafts)
         with gr.Tab("Batch"):
             _batch_tab(store, h)
+    return drafts

@@ -17,8 +17,8 @@ from .config import EXAMPLE_PROMPTS
 from .decoder import Decoding
 from .drafters import Drafter
 from .gpu import gpu_task
-from .handlers import STREAM_EVERY_S, ModelStore, encode, make_config
-from .lab_distill import iter_distill_lab, lab_drafts
+from .handlers import STREAM_EVERY_S, ModelStore, TrainedDraft, encode, make_config, user_pair
+from .lab_distill import CE, KL, iter_distill_lab, lab_drafts
 from .models import ASSETS
 from .sweep import iter_sweep, summarize
 from .timeline import fill_token_text, timeline_html
@@ -27,6 +27,7 @@ from .ui import MODEL_QUEUE, _chart, _friendly
 LAB_TEXT = ASSETS.parent.parent / "tests" / "data" / "corpus_sample.txt"  # small, committed: enough for a lab
 FRESH = "fresh tiny draft"
 SKIP = gr.skip()
+SHORT = {KL: "KL", CE: "CE"}  # method -> its tag in a trained draft's name
 NO_RAW = (" This draft exposes no unprocessed logits (a point mass or an n-gram), so the 'unprocessed q' "
           "mistake cannot happen with it: pick a model draft to see it.")
 
@@ -156,8 +157,9 @@ def make_lab_handlers(store: ModelStore) -> SimpleNamespace:
                 last = time.time()
                 yield (f"**{point['method']}**: step {point['step']}, {point['seconds']:.0f} / {seconds:.0f} s",
                        *_distill_views(points), SKIP, SKIP, SKIP)
-        stamp = time.strftime("%H:%M:%S")
-        mine = dict(user_drafts or {}) | {f"{method} @ {stamp}": d.eval() for method, d in drafts.items()}
+        mine = dict(user_drafts or {})
+        for method, d in drafts.items():  # e.g. "lab: KL 30s #1"; the explorer and compare tabs list them too
+            mine[f"lab: {SHORT.get(method, method)} {seconds:g}s #{len(mine) + 1}"] = TrainedDraft(d.eval(), target)
         yield ("**Done.** Try the trained drafts below, or download them.", *_distill_views(points), mine,
                _zip(drafts, tok), gr.update(choices=list(mine), value=list(mine)[-len(drafts)]))
 
@@ -165,8 +167,8 @@ def make_lab_handlers(store: ModelStore) -> SimpleNamespace:
         """Streams (timeline, summary) of speculative decoding with one of this user's trained drafts."""
         if not user_drafts or name not in user_drafts:
             raise ValueError("train a draft first (run the distillation above), then pick it here")
-        model, tok = store.target(target)
-        run = Decoding(model, user_drafts[name], encode(tok, prompt), make_config(4, "fixed", temperature, 0, 1.0, 64, 0))
+        model, tok, drafter = user_pair(store, target, name, user_drafts)
+        run = Decoding(model, drafter, encode(tok, prompt), make_config(4, "fixed", temperature, 0, 1.0, 64, 0))
         run.trace.target_name, run.trace.draft_name = target, name
         for _ in run:
             pass
@@ -280,8 +282,8 @@ def _lossless_tab(store: ModelStore, h) -> None:
                   [status, table, right, wrong_a, wrong_b, decomp], api_visibility="undocumented", **MODEL_QUEUE)
 
 
-def _distill_tab(store: ModelStore, h) -> None:
-    mine = gr.State({})  # this user's trained drafts: name -> model
+def _distill_tab(store: ModelStore, h, mine: gr.State):
+    """The tab; ``mine`` is this user's trained drafts (name -> TrainedDraft). Returns the Train event."""
     gr.Markdown("Distil a draft towards the target (forward KL) for a short budget and watch its acceptance rate "
                 "climb as the held-out KL falls; beside it, an identical draft trained on the same batches with "
                 "plain cross-entropy. Acceptance α (mean β) is measured on the example prompts (k = 4, T = 1, 16 tokens); "
@@ -304,19 +306,24 @@ def _distill_tab(store: ModelStore, h) -> None:
         temperature = gr.Slider(0, 2, value=0.8, step=0.05, label="Temperature")
     try_btn = gr.Button("Decode with it")
     timeline, summary = gr.HTML(), gr.Markdown()
-    run_btn.click(h.run_distill, [target, start, seconds, compare, every, mine],
+    trained = run_btn.click(h.run_distill, [target, start, seconds, compare, every, mine],
                   [status, loss, checks, mine, zipped, pick], api_visibility="undocumented", **MODEL_QUEUE)
     try_btn.click(h.try_draft, [prompt, target, pick, mine, temperature], [timeline, summary],
                   api_visibility="undocumented", **MODEL_QUEUE)
+    return trained
 
 
-def build_lab_tabs(store: ModelStore) -> None:
-    """The three lab tabs, inside the caller's gr.Blocks."""
+def build_lab_tabs(store: ModelStore, user_drafts: gr.State | None = None):
+    """The three lab tabs, inside the caller's gr.Blocks. Drafts trained in the distillation lab go into
+    ``user_drafts`` (a gr.State dict, per user; a fresh one if None). Returns the Train event (chain
+    ``.then`` on it to refresh other draft pickers)."""
     h = make_lab_handlers(store)
+    user_drafts = gr.State({}) if user_drafts is None else user_drafts
     with gr.Tabs():
         with gr.Tab("k sweep lab"):
             _sweep_tab(store, h)
         with gr.Tab("Losslessness lab"):
             _lossless_tab(store, h)
         with gr.Tab("Distillation lab"):
-            _distill_tab(store, h)
+            trained = _distill_tab(store, h, user_drafts)
+    return trained

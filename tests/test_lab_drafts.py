@@ -1,0 +1,119 @@
+"""Drafts trained in the distillation lab are pickable, for their user only, in the explorer and the
+Compare drafts tab: through the handlers, with the user's gr.State dict passed in."""
+import os
+
+import gradio as gr
+import pytest
+from conftest import perturbed, tiny_llama
+from transformers import AutoTokenizer
+
+from specviz import DecodeConfig, speculative_generate
+from specviz.handlers import ModelStore, TrainedDraft
+from specviz.models import ASSETS, load_drafter
+from specviz.ui import build_demo, make_handlers
+from specviz.ui_compare import make_compare_handlers
+from specviz.ui_labs import make_lab_handlers
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+SETTINGS = dict(k=3, k_policy="fixed", temperature=0.8, top_k=0, top_p=0.95, max_new_tokens=10, seed=7)
+
+
+def last(stream):
+    out = None
+    for out in stream:
+        pass
+    return out
+
+
+@pytest.fixture(scope="module")
+def pair():
+    tok = AutoTokenizer.from_pretrained(ASSETS / "tokenizer")
+    big = tiny_llama(vocab=len(tok), window=128, sharpen=20.0)
+    return big, perturbed(big, scale=0.3), tok
+
+
+@pytest.fixture(scope="module")
+def store(pair):
+    big, draft, tok = pair
+    return ModelStore(load_model=lambda name: (big, tok),
+                      load_drafter=lambda name: draft if name == "tiny" else load_drafter(name),
+                      list_targets=lambda: ["tiny-target", "other-target"], list_drafters=lambda: ["tiny", "prompt-lookup"],
+                      default_target="tiny-target", default_draft="tiny")
+
+
+@pytest.fixture(scope="module")
+def mine(store):
+    """One user's state after a tiny distillation run (KL only, 2 s, checkpoints at start and end)."""
+    final = last(make_lab_handlers(store).run_distill("tiny-target", "tiny", 2, False, 100, {}))
+    return final[3]
+
+
+def test_trained_draft_is_named_and_kept_with_its_target(mine):
+    (name, entry), = mine.items()
+    assert name == "lab: KL 2s #1" and isinstance(entry, TrainedDraft) and entry.target == "tiny-target"
+
+
+def test_explorer_runs_the_users_trained_draft(pair, store, mine):
+    big, _, tok = pair
+    name = next(iter(mine))
+    cfg = DecodeConfig(**SETTINGS)
+    want = speculative_generate(big, mine[name].model, tok("ROMEO:", return_tensors="pt").input_ids, cfg).new_tokens
+    trace = last(make_handlers(store).run("ROMEO:", "tiny-target", name, *SETTINGS.values(), False, mine))[0]
+    assert trace.new_tokens == want and len(want) == 10 and trace.draft_name == name
+    # the lab's own try box still works with the same state
+    html, summary = make_lab_handlers(store).try_draft("ROMEO:", "tiny-target", name, mine, 0.0)
+    assert "sv-tok" in html and name in summary
+
+
+def test_compare_runs_the_users_trained_draft(pair, store, mine, monkeypatch):
+    import specviz.ui_compare as ui_compare
+
+    big, _, tok = pair
+    name = next(iter(mine))
+    seen = []
+    real = ui_compare.iter_compare
+    monkeypatch.setattr(ui_compare, "iter_compare", lambda *a, **kw: (seen.append(r) or r for r in real(*a, **kw)))
+    h = make_compare_handlers(store)
+    outs = list(h.run_compare("tiny-target", [name, "tiny"], "ROMEO:", 3, 0.8, 0, 1.0, 10, 7, mine))
+    state = outs[-1][0]
+    assert state["drafts"] == [name, "tiny"] and list(outs[-2][3].draft) == [name, "tiny"]
+    cfg = DecodeConfig(k=3, temperature=0.8, top_k=0, top_p=1.0, max_new_tokens=10, seed=7, max_k=10)
+    want = speculative_generate(big, mine[name].model, tok("ROMEO:", return_tensors="pt").input_ids, cfg).new_tokens
+    run = next(r for r in seen if r.draft == name)
+    assert run.trace.new_tokens == want and len(want) == 10
+    note, frame, fig = h.disagree(state, 0)  # the comparison's state remembers the user's draft
+    assert f"q {name}" in frame.columns
+
+
+def test_unknown_names_and_other_users_get_readable_errors(store, mine):
+    name = next(iter(mine))
+    h, c = make_handlers(store), make_compare_handlers(store)
+    other = {"lab: KL 5s #1": mine[name]}  # another user's state: their own dict, not this one
+    for state in (mine, {}, other, None):
+        with pytest.raises(gr.Error, match="unknown draft"):
+            last(h.run("ROMEO:", "tiny-target", "lab: nope", *SETTINGS.values(), False, state))
+    for state in ({}, None, {"lab: KL 5s #2": mine[name]}):
+        with pytest.raises(gr.Error, match="unknown draft"):
+            last(h.run("ROMEO:", "tiny-target", name, *SETTINGS.values(), False, state))
+        with pytest.raises(gr.Error, match="unknown draft"):
+            last(c.run_compare("tiny-target", [name], "ROMEO:", 3, 0.0, 0, 1.0, 8, 0, state))
+    with pytest.raises(gr.Error, match="trained for target 'tiny-target'"):
+        last(h.run("ROMEO:", "other-target", name, *SETTINGS.values(), False, mine))
+    with pytest.raises(gr.Error, match="trained for target 'tiny-target'"):
+        last(c.run_compare("other-target", [name], "ROMEO:", 3, 0.0, 0, 1.0, 8, 0, mine))
+
+
+def test_draft_pickers_list_the_store_then_the_users_drafts(store, mine):
+    h = make_handlers(store)
+    explorer, compare = h.draft_pickers(mine)
+    assert explorer["choices"] == compare["choices"] == ["tiny", "prompt-lookup", *mine] and "value" not in explorer
+    assert h.draft_pickers({})[0]["choices"] == ["tiny", "prompt-lookup"]
+
+
+def test_app_wires_training_to_both_pickers(store):
+    config = build_demo(store).config
+    ids = {}
+    for c in config["components"]:  # the first of each (the explorer's Draft comes before the labs')
+        ids.setdefault((c.get("props", {}).get("label"), c["type"]), c["id"])
+    pickers = [ids[("Draft", "dropdown")], ids[("Drafts", "checkboxgroup")]]
+    assert any(d["outputs"] == pickers for d in config["dependencies"])
