@@ -1,7 +1,6 @@
 """A real browser drives the app: run an example, hover details on coloured tokens, every chart
 drawn, stepping through rounds; saves docs/screenshot.png. Needs Debian's chromium and playwright
 (CI: apt-get install -y chromium; pip install playwright); skipped without them."""
-import os
 import re
 import socket
 from pathlib import Path
@@ -12,32 +11,10 @@ from specviz import DEFAULT_TARGET, list_models
 from specviz.config import EXAMPLE_PROMPTS
 from specviz.handlers import ModelStore
 from specviz.ui import build_demo, launch
+from tests.apphelpers import CHROMIUM, needs_chromium, sync_api, tiny_store  # shared skip/require logic
 
-CHROMIUM = "/usr/bin/chromium"
 SCREENSHOT = Path(__file__).resolve().parent.parent / "docs" / "screenshot.png"
-if os.environ.get("SPECVIZ_REQUIRE_BROWSER") == "1":  # CI: a missing browser is a failure, not a skip
-    import playwright.sync_api as sync_api
-
-    assert os.path.exists(CHROMIUM), f"{CHROMIUM} is missing (apt-get install -y chromium)"
-else:
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
-pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM),
-                                reason=f"{CHROMIUM} is missing (apt-get install -y chromium)")
-
-
-def tiny_store():
-    from transformers import AutoTokenizer
-
-    from specviz.models import ASSETS, load_drafter
-    from tests.conftest import perturbed, tiny_llama
-
-    tok = AutoTokenizer.from_pretrained(ASSETS / "tokenizer")
-    target = tiny_llama(vocab=len(tok), window=256, sharpen=20.0)
-    draft = perturbed(target, scale=0.3)
-    return ModelStore(load_model=lambda name: (target, tok),
-                      load_drafter=lambda name: draft if name == "tiny" else load_drafter(name),
-                      list_targets=lambda: ["tiny-target"], list_drafters=lambda: ["tiny", "prompt-lookup"],
-                      default_target="tiny-target")
+pytestmark = needs_chromium
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,63 @@
+"""Shared by the browser tests: where chromium is, how to launch it, whether a missing browser skips
+(locally) or fails (SPECVIZ_REQUIRE_BROWSER=1, CI), a ModelStore of tiny random models, and serving
+a demo on a free port. Import from here; don't copy."""
+import os
+import socket
+from contextlib import contextmanager
+
+import pytest
+
+from specviz.handlers import ModelStore
+from specviz.ui import launch
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update"]
+if os.environ.get("SPECVIZ_REQUIRE_BROWSER") == "1":  # CI: a missing browser is a failure, not a skip
+    import playwright.sync_api as sync_api
+
+    assert os.path.exists(CHROMIUM), f"{CHROMIUM} is missing (apt-get install -y chromium)"
+else:
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
+needs_chromium = pytest.mark.skipif(not os.path.exists(CHROMIUM),
+                                    reason=f"{CHROMIUM} is missing (apt-get install -y chromium)")
+
+
+def tiny_store(**options):
+    """Tiny random-init target and perturbed draft behind the real tokenizer; ``options`` go to ModelStore
+    (default_draft="prompt-lookup", say)."""
+    from transformers import AutoTokenizer
+
+    from specviz.models import ASSETS, load_drafter
+    from tests.conftest import perturbed, tiny_llama
+
+    tok = AutoTokenizer.from_pretrained(ASSETS / "tokenizer")
+    target = tiny_llama(vocab=len(tok), window=256, sharpen=20.0)
+    draft = perturbed(target, scale=0.3)
+    return ModelStore(load_model=lambda name: (target, tok),
+                      load_drafter=lambda name: draft if name == "tiny" else load_drafter(name),
+                      list_targets=lambda: ["tiny-target"], list_drafters=lambda: ["tiny", "prompt-lookup"],
+                      default_target="tiny-target", **options)
+
+
+@contextmanager
+def serve(demo):
+    """The demo served (ui.launch: theme and CSS) on a free local port; yields its URL."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    launch(demo, prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
+    try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        demo.close()
+
+
+@contextmanager
+def chromium_page(**page_options):
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield browser.new_page(**page_options)
+        finally:
+            browser.close()

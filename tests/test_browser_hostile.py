@@ -1,0 +1,68 @@
+"""Hostile prompts in a real browser: markup typed into the prompt is shown as text in the timeline,
+its hover titles and the round replay, and never runs. Same skip/require rules as test_browser.py
+(tests/apphelpers.py: skipped without playwright or chromium, a failure under SPECVIZ_REQUIRE_BROWSER=1)."""
+import pytest
+
+from specviz.ui import build_demo
+from tests.apphelpers import chromium_page, needs_chromium, serve, sync_api, tiny_store
+
+pytestmark = needs_chromium
+HOSTILE = {  # prompt -> a character that must reach the drafts' hover titles as itself
+    "<script>window.__pwned=1</script>": "<", '<img src=x onerror="window.__pwned=1">': "<",
+    '"quotes" & ampersands': '"', "&lt;b&gt; &amp;amp; &#x3C;": "&",  # entities typed stay entities, undecoded
+}
+GLYPHS = ("↵", "→", "␍")  # whitespace shown as glyphs: such tokens' text differs from their title's repr
+
+
+@pytest.fixture(scope="module")
+def app_url():
+    # prompt-lookup drafts n-grams copied from the prompt, so the hostile text reaches the drafts' hover titles too
+    with serve(build_demo(tiny_store(default_draft="prompt-lookup"))) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def page(app_url):
+    with chromium_page(viewport={"width": 1400, "height": 1000}) as page:
+        yield page
+
+
+def run(page, app_url, prompt):
+    page.goto(app_url)
+    page.locator("#prompt textarea").fill(prompt)
+    page.get_by_label("Also run the autoregressive baseline (measured speedup)").uncheck()
+    page.locator("#run").click()
+    summary = page.locator("#summary")
+    sync_api.expect(summary).to_contain_text("predicted", timeout=60_000)
+    sync_api.expect(summary).not_to_contain_text("running…", timeout=60_000)  # the decode finished
+    sync_api.expect(page.locator("#replay")).to_contain_text("Round 0", timeout=60_000)  # and its views are in
+    page.wait_for_timeout(300)  # an injected <img onerror> would fire on its own tick
+
+
+@pytest.mark.parametrize("hostile", HOSTILE)
+def test_hostile_prompt_is_shown_as_text_and_never_runs(page, app_url, hostile):
+    prompt = f"{hostile} | {hostile} |"  # repeated: prompt-lookup matches " |" and drafts the markup's first tokens
+    run(page, app_url, prompt)
+    assert page.evaluate("typeof window.__pwned") == "undefined"  # no injected script or handler ran
+    assert page.locator('img[src="x"]').count() == 0 and page.locator("#timeline .sv-timeline img").count() == 0
+    assert page.locator("#timeline script, #replay script, #replay img").count() == 0
+    timeline = page.locator("#timeline .sv-timeline")
+    text = timeline.inner_text()
+    assert prompt in text  # the markup as characters: neither run as markup, nor escaped twice, nor decoded
+
+    tokens = timeline.locator(".sv-tok").evaluate_all(
+        "els => els.map(e => [e.dataset.status, e.textContent, e.getAttribute('title')])")
+    generated = [(t, title) for status, t, title in tokens if status != "prompt"]
+    assert generated and all(title for _, title in generated)
+    for t, title in generated:  # a title starts with its token's text, repr()'d: the escaped text, decoded once
+        if not any(g in t for g in GLYPHS):
+            assert title.startswith(f"{t!r}  round "), (t, title)
+    titles = "\n".join(title for _, title in generated)
+    assert HOSTILE[hostile] in titles, titles  # hostile characters reached the hover titles, as characters
+    if "&" not in hostile:
+        assert "&lt;" not in titles and "&quot;" not in titles and "&amp;" not in titles  # not escaped twice
+
+    replay = page.locator("#replay .sv-tok").evaluate_all("els => els.map(e => e.getAttribute('title'))")
+    assert replay and HOSTILE[hostile] in "".join(replay)  # round 0 drafted the markup: its replay shows it
+    if "&" not in hostile:
+        assert "&lt;" not in "".join(replay) and "&quot;" not in "".join(replay)
