@@ -51,6 +51,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--val-windows", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--init", type=Path, help="continue from this draft checkpoint instead of a fresh draft")
     return ap.parse_args(argv)
 
 
@@ -74,6 +75,8 @@ def main(argv=None) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(args.target)
     target = AutoModelForCausalLM.from_pretrained(args.target, dtype=torch.float32).eval()
     draft = build_model(PRESETS[args.preset], tokenizer, args.seed)
+    if args.init:  # a second budget on a saved draft (same preset)
+        draft.load_state_dict(AutoModelForCausalLM.from_pretrained(args.init, dtype=torch.float32).state_dict())
     print(f"target {count_params(target):,} params; draft {args.preset} {count_params(draft):,} params", flush=True)
     train = make_windows(load_texts(args.train), tokenizer, args.seq_len)
     held = make_windows(load_texts(args.valid), tokenizer, args.seq_len)[: args.val_windows]
@@ -89,7 +92,8 @@ def main(argv=None) -> dict:
                      max_seconds=args.minutes * 60, warmup=args.warmup, seed=args.seed, progress=True)
     kl_after = kl_on_batch(target, draft, held)
     tail = result.losses[-20:] or [math.nan]
-    log = {"command": " ".join(sys.argv), "target": str(args.target), "preset": args.preset,
+    log = {"command": " ".join(sys.argv), "init": str(args.init) if args.init else None,
+           "target": str(args.target), "preset": args.preset,
            "sizes": PRESETS[args.preset], "config": draft.config.to_dict(), "parameters": count_params(draft),
            "objective": "forward KL(p_target || q_draft), full distribution (DistillSpec)",
            "temperature": args.temperature, "target_share": args.target_share,

@@ -5,7 +5,7 @@
 Greedy, the same k for every batch size; prompts are specviz.EXAMPLE_PROMPTS cycled to fill a batch.
 The two methods are interleaved (their order alternates each repeat and batch size) so that machine noise
 hits both alike. Tokens/s = total generated tokens over total wall time, per method and batch size.
-The draft is the bundled "small" LM if it exists, else the first bundled draft LM, else a stand-in: a
+The draft is the bundled default draft LM (DEFAULT_DRAFT) if it exists, else the first bundled draft LM, else a stand-in: a
 perturbed copy of the target (--standin perturbed) or its first N layers (--standin layers:N).
 """
 from __future__ import annotations

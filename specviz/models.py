@@ -17,7 +17,7 @@ from pathlib import Path
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets" / "models"
 DEFAULT_TARGET = "target"
-DEFAULT_DRAFT = "small"
+DEFAULT_DRAFT = "tiny"  # the fastest distilled draft on a CPU (see assets/models/README.md)
 PROMPT_LOOKUP = "prompt-lookup"
 NOT_MODELS = {"tokenizer"}  # asset folders that are not causal LMs
 

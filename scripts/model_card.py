@@ -1,0 +1,55 @@
+"""Write the tables of assets/models/README.md from the training logs and family_eval.json.
+
+    python scripts/measure_family.py && python scripts/model_card.py   # prints markdown to paste
+"""
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+ASSETS = ROOT / "assets" / "models"
+
+
+def training_table() -> str:
+    rows = ["| model | parameters | objective | steps | tokens seen | wall time | final train loss | validation |",
+            "|---|---|---|---|---|---|---|---|"]
+    for name in ("target", "small", "tiny", "small-ce"):
+        path = ASSETS / name / "train_log.json"
+        if not path.is_file():
+            continue
+        log = json.loads(path.read_text())
+        distilled = "objective" in log
+        objective = "forward KL to target" if distilled else "next-token cross-entropy"
+        loss = log.get("final_kl_loss") if distilled else log.get("final_train_loss")
+        valid = (f"KL {log['valid_kl_before']:.3f} -> {log['valid_kl_after']:.3f}" if distilled
+                 else f"ppl {log['valid_ppl']:.1f}")
+        minutes = log.get("wall_seconds", 0) / 60
+        rows.append(f"| {name} | {log['parameters']:,} | {objective} | {log['steps']} | {log.get('tokens_seen', 0):,} | "
+                    f"{minutes:.1f} min | {loss:.3f} | {valid} |")
+    return "\n".join(rows)
+
+
+def eval_tables() -> str:
+    path = ASSETS / "family_eval.json"
+    if not path.is_file():
+        return "(run scripts/measure_family.py)"
+    ev = json.loads(path.read_text())
+    acc = {}
+    for r in ev["acceptance"]:
+        acc.setdefault(r["draft"], {})[r["temperature"]] = r
+    out = ["| draft | acceptance (greedy) | tau (greedy) | acceptance (T = 1) | tau (T = 1) |", "|---|---|---|---|---|"]
+    for d, by_t in acc.items():
+        g, s = by_t[0.0], by_t[1.0]
+        out.append(f"| {d} | {g['acceptance_rate']:.3f} | {g['tau']:.2f} | {s['acceptance_rate']:.3f} | {s['tau']:.2f} |")
+    out += ["", "| draft | best k | acceptance | tau | speedup measured | speedup predicted | c |",
+            "|---|---|---|---|---|---|---|"]
+    for r in ev["best"]:
+        out.append(f"| {r['draft']} | {r['k']} | {r['acceptance_rate']:.3f} | {r['tau']:.2f} | {r['speedup']:.2f}x | "
+                   f"{r['speedup_theory']:.2f}x | {r['c']:.3f} |")
+    out.append(f"\nMeasured by `{ev['command']}` ({ev['seconds']:.0f} s, {ev['threads']} threads, "
+               f"{len(ev['prompts'])} prompts x {ev['max_new_tokens']} tokens).")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    sys.stdout.write(training_table() + "\n\n" + eval_tables() + "\n")
