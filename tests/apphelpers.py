@@ -26,14 +26,10 @@ needs_chromium = pytest.mark.skipif(not os.path.exists(CHROMIUM),
 def tiny_store(**options):
     """Tiny random-init target and perturbed draft behind the real tokenizer; ``options`` go to ModelStore
     (default_draft="prompt-lookup", say)."""
-    from transformers import AutoTokenizer
+    from specviz.models import load_drafter
+    from tests.conftest import ui_models
 
-    from specviz.models import ASSETS, load_drafter
-    from tests.conftest import perturbed, tiny_llama
-
-    tok = AutoTokenizer.from_pretrained(ASSETS / "tokenizer")
-    target = tiny_llama(vocab=len(tok), window=256, sharpen=20.0)
-    draft = perturbed(target, scale=0.3)
+    target, draft, tok = ui_models(window=256)
     return ModelStore(load_model=lambda name: (target, tok),
                       load_drafter=lambda name: draft if name == "tiny" else load_drafter(name),
                       list_targets=lambda: ["tiny-target"], list_drafters=lambda: ["tiny", "prompt-lookup"],

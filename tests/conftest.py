@@ -26,6 +26,26 @@ def tiny_gpt2(vocab=64, seed=0, layers=2, hidden=32, window=256, sharpen=1.0):
     return _finish(GPT2LMHeadModel(cfg), sharpen)
 
 
+def ui_models(window=128):
+    """(target, draft, tokenizer) for the app's tests: a tiny random target behind the bundled tokenizer and
+    a perturbed copy of it as the draft."""
+    from transformers import AutoTokenizer
+
+    from specviz.models import ASSETS
+
+    tok = AutoTokenizer.from_pretrained(ASSETS / "tokenizer")
+    target = tiny_llama(vocab=len(tok), window=window, sharpen=20.0)
+    return target, perturbed(target, scale=0.3), tok
+
+
+def last(stream):
+    """The final item a streaming handler yields."""
+    out = None
+    for out in stream:
+        pass
+    return out
+
+
 def perturbed(model, scale=0.5, seed=1):
     """A draft that mostly agrees with its target: the target's weights plus noise."""
     torch.manual_seed(seed)

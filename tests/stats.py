@@ -1,6 +1,9 @@
-"""A chi-square goodness-of-fit test for the losslessness tests."""
+"""For the losslessness tests: a chi-square goodness-of-fit test and the exact law of the first two tokens."""
 import numpy as np
+import torch
 from scipy.stats import chisquare
+
+from specviz.sampling import logits_to_probs
 
 
 def chi2_pvalue(counts, probs, min_expected=5.0):
@@ -15,3 +18,13 @@ def chi2_pvalue(counts, probs, min_expected=5.0):
         assert obs[-1] == 0, "a token with probability 0 was emitted"
         obs, exp = obs[:-1], exp[:-1]
     return chisquare(obs, exp).pvalue
+
+
+def exact_first_two(target, prompt, cfg):
+    """P(t1, t2) = p(t1 | prompt) p(t2 | prompt, t1), with the run's transforms, as a (V, V) table."""
+    with torch.no_grad():
+        p1 = logits_to_probs(target(prompt).logits[0, -1], cfg.temperature, cfg.top_k, cfg.top_p)
+        V = p1.shape[-1]
+        ext = torch.cat([prompt.repeat(V, 1), torch.arange(V)[:, None]], dim=1)
+        p2 = logits_to_probs(target(ext).logits[:, -1], cfg.temperature, cfg.top_k, cfg.top_p)
+    return p1[:, None] * p2

@@ -2,9 +2,8 @@
 import pytest
 import torch
 from conftest import perturbed, tiny_gpt2, tiny_llama
-from stats import chi2_pvalue
+from stats import chi2_pvalue, exact_first_two
 
-import specviz
 from specviz import DecodeConfig, PromptLookupDrafter, autoregressive_generate, speculative_generate
 from specviz.batch import BatchDecoding, autoregressive_generate_batch, speculative_generate_batch
 
@@ -91,14 +90,6 @@ LOSSLESS_TARGET = tiny_llama(vocab=V, seed=11, sharpen=5)
 LOSSLESS_DRAFT = perturbed(LOSSLESS_TARGET, 0.5)
 N_RUNS = 600
 
-
-def exact_first_two(target, prompt, cfg):
-    """P(t1, t2) = p(t1 | prompt) p(t2 | prompt, t1), with the same transforms, as a (V, V) table."""
-    with torch.no_grad():
-        p1 = specviz.sampling.logits_to_probs(target(prompt).logits[0, -1], cfg.temperature, cfg.top_k, cfg.top_p)
-        ext = torch.cat([prompt.repeat(V, 1), torch.arange(V)[:, None]], dim=1)
-        p2 = specviz.sampling.logits_to_probs(target(ext).logits[:, -1], cfg.temperature, cfg.top_k, cfg.top_p)
-    return p1[:, None] * p2
 
 
 @pytest.mark.parametrize("k,extra", [(2, {}), (1, {"top_k": 5, "top_p": 0.9, "temperature": 0.8})])

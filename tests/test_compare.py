@@ -6,15 +6,14 @@ import gradio as gr
 import pandas as pd
 import pytest
 import torch
-from conftest import perturbed, tiny_llama
-from transformers import AutoTokenizer
+from conftest import last, perturbed, tiny_llama, ui_models
 
 from specviz import DecodeConfig, NGramDrafter, NGramModel, PromptLookupDrafter, autoregressive_generate, compare
 from specviz import compare_plots
 from specviz.compare import (BASELINE, compare_table, disagreement, disagreement_frame, divergence_frame, draft_size,
                              first_rejection, iter_compare)
 from specviz.handlers import ModelStore
-from specviz.models import ASSETS, load_drafter
+from specviz.models import load_drafter
 from specviz.ui_compare import MAX_BATCH, make_compare_handlers
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
@@ -133,19 +132,11 @@ def test_draft_size_of_each_kind(target, drafts):
     assert draft_size(PromptLookupDrafter()) == 0
 
 
-def last(stream):
-    out = None
-    for out in stream:
-        pass
-    return out
-
 
 # -- handlers --------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def pair():
-    tok = AutoTokenizer.from_pretrained(ASSETS / "tokenizer")
-    big = tiny_llama(vocab=len(tok), window=128, sharpen=20.0)
-    return big, perturbed(big, scale=0.3), tok
+    return ui_models()
 
 
 @pytest.fixture(scope="module")

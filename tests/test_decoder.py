@@ -2,9 +2,8 @@
 import pytest
 import torch
 from conftest import perturbed, tiny_gpt2, tiny_llama
-from stats import chi2_pvalue
+from stats import chi2_pvalue, exact_first_two
 
-import specviz
 from specviz import DecodeConfig, Decoding, PromptLookupDrafter, autoregressive_generate, speculative_generate
 
 
@@ -55,14 +54,6 @@ LOSSLESS_DRAFTS = {"gpt2": tiny_gpt2(vocab=V, seed=12, sharpen=5), "perturbed": 
                    "lookup": PromptLookupDrafter()}
 N_RUNS = 1000
 
-
-def exact_first_two(target, prompt, cfg):
-    """P(t1, t2) = p(t1 | prompt) p(t2 | prompt, t1), with the same transforms, as a (V, V) table."""
-    with torch.no_grad():
-        p1 = specviz.sampling.logits_to_probs(target(prompt).logits[0, -1], cfg.temperature, cfg.top_k, cfg.top_p)
-        ext = torch.cat([prompt.repeat(V, 1), torch.arange(V)[:, None]], dim=1)
-        p2 = specviz.sampling.logits_to_probs(target(ext).logits[:, -1], cfg.temperature, cfg.top_k, cfg.top_p)
-    return p1[:, None] * p2
 
 
 @pytest.mark.parametrize("k,draft,extra", [

@@ -4,12 +4,11 @@ import os
 
 import gradio as gr
 import pytest
-from conftest import perturbed, tiny_llama
-from transformers import AutoTokenizer
+from conftest import last, ui_models
 
 from specviz import DecodeConfig, speculative_generate
 from specviz.handlers import ModelStore, TrainedDraft
-from specviz.models import ASSETS, load_drafter
+from specviz.models import load_drafter
 from specviz.ui import build_demo, make_handlers
 from specviz.ui_compare import make_compare_handlers
 from specviz.ui_labs import make_lab_handlers
@@ -18,18 +17,10 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 SETTINGS = dict(k=3, k_policy="fixed", temperature=0.8, top_k=0, top_p=0.95, max_new_tokens=10, seed=7)
 
 
-def last(stream):
-    out = None
-    for out in stream:
-        pass
-    return out
-
 
 @pytest.fixture(scope="module")
 def pair():
-    tok = AutoTokenizer.from_pretrained(ASSETS / "tokenizer")
-    big = tiny_llama(vocab=len(tok), window=128, sharpen=20.0)
-    return big, perturbed(big, scale=0.3), tok
+    return ui_models()
 
 
 @pytest.fixture(scope="module")

@@ -6,14 +6,13 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import perturbed, tiny_llama
-from transformers import AutoTokenizer
+from conftest import last, perturbed, tiny_llama, ui_models
 
 from specviz import DecodeConfig, PromptLookupDrafter, distill_lab, iter_sweep, summarize, sweep
 from specviz import lab_plots, labs
 from specviz.handlers import ModelStore
 from specviz.lab_distill import CE, KL, fresh_draft
-from specviz.models import ASSETS, load_drafter
+from specviz.models import load_drafter
 from specviz.ui_labs import make_lab_handlers, split_prompts
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
@@ -127,20 +126,12 @@ def test_fresh_draft_matches_target_vocab(target):
 # -- handlers --------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def store():
-    tok = AutoTokenizer.from_pretrained(ASSETS / "tokenizer")
-    big = tiny_llama(vocab=len(tok), window=128, sharpen=20.0)
-    draft = perturbed(big, scale=0.3)
+    big, draft, tok = ui_models()
     return ModelStore(load_model=lambda name: (big, tok),
                       load_drafter=lambda name: draft if name == "tiny" else load_drafter(name),
                       list_targets=lambda: ["tiny-target"], list_drafters=lambda: ["tiny", "prompt-lookup"],
                       default_target="tiny-target", default_draft="tiny")
 
-
-def last(stream):
-    out = None
-    for out in stream:
-        pass
-    return out
 
 
 def test_sweep_handler_streams_and_writes_csv(store):

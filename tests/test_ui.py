@@ -5,24 +5,20 @@ import socket
 
 import gradio as gr
 import pytest
-from transformers import AutoTokenizer
 
 from specviz import DecodeConfig, Trace, speculative_generate
 from specviz.handlers import ModelStore
-from specviz.models import ASSETS, load_drafter
+from specviz.models import load_drafter
 from specviz.ui import build_demo, make_handlers
-from tests.conftest import perturbed, tiny_llama
+from tests.conftest import last, ui_models
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-TOKENIZER = ASSETS / "tokenizer"  # the bundled family's tokenizer; the models are tiny random ones
 SETTINGS = dict(k=3, k_policy="fixed", temperature=0.8, top_k=0, top_p=0.95, max_new_tokens=12, seed=7)
 
 
 @pytest.fixture(scope="module")
 def pair():
-    tok = AutoTokenizer.from_pretrained(TOKENIZER)
-    target = tiny_llama(vocab=len(tok), window=128, sharpen=20.0)
-    return target, perturbed(target, scale=0.3), tok
+    return ui_models()
 
 
 @pytest.fixture(scope="module")
@@ -33,12 +29,6 @@ def store(pair):
                       list_targets=lambda: ["tiny-target"], list_drafters=lambda: ["tiny", "prompt-lookup"],
                       default_target="tiny-target", default_draft="small")
 
-
-def last(stream):
-    out = None
-    for out in stream:
-        pass
-    return out
 
 
 def test_run_and_generate_match_speculative_generate(pair, store):
