@@ -7,7 +7,7 @@ Methods, interleaved prompt by prompt and repeat by repeat so that machine noise
   ours-spec      speculative_generate, recording the full trace
   ours-norecord  speculative_generate with DecodeConfig(record=False)
   hf-plain       target.generate()
-  hf-assisted    target.generate(assistant_model=draft, same k, constant schedule)
+  hf-assisted    target.generate(assistant_model=draft, same k, constant schedule, no confidence stop)
                  (a prompt-lookup draft is compared with generate(prompt_lookup_num_tokens=k))
 Tokens/s is total generated tokens over total wall time per method; ratios are taken within the run.
 """
@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -60,13 +61,13 @@ def methods(target, draft, cfg: DecodeConfig) -> dict:
     elif isinstance(draft, Drafter):  # no transformers counterpart (e.g. the n-gram draft)
         assisted = None
     else:
-        assisted = dict(assistant_model=draft, num_assistant_tokens=cfg.k,
-                        num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0)
+        assisted = dict(assistant_model=draft)
 
     def hf(extra):
         def run(ids, seed):
             torch.manual_seed(seed)
-            return target.generate(ids, **kw, **extra).shape[1] - ids.shape[1]
+            with assistant_settings(extra.get("assistant_model"), cfg.k):
+                return target.generate(ids, **kw, **extra).shape[1] - ids.shape[1]
         return run
 
     fns = {
@@ -77,6 +78,28 @@ def methods(target, draft, cfg: DecodeConfig) -> dict:
         "hf-plain": hf({}),
     }
     return fns | ({"hf-assisted": hf(assisted)} if assisted is not None else {})
+
+
+@contextmanager
+def assistant_settings(draft, k: int):
+    """Make transformers' assistant draft exactly k tokens a round, as ours does.
+
+    transformers reads these settings from the ASSISTANT's generation_config, not from generate()'s
+    keyword arguments; its defaults (20 tokens, stop early once the draft's top probability falls
+    below 0.4) would compare a different drafting rule, not the same pair at the same k."""
+    if draft is None:
+        yield
+        return
+    gc = draft.generation_config
+    fixed = dict(num_assistant_tokens=k, num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0)
+    saved = {name: getattr(gc, name, None) for name in fixed}
+    for name, value in fixed.items():
+        setattr(gc, name, value)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(gc, name, value)
 
 
 @torch.inference_mode()

@@ -2,7 +2,7 @@
 from conftest import perturbed, tiny_llama
 
 from specviz import DecodeConfig, PromptLookupDrafter
-from specviz.bench import report, run_bench
+from specviz.bench import methods, report, run_bench
 
 
 def test_every_method_generates_the_same_number_of_tokens(prompt):
@@ -14,3 +14,27 @@ def test_every_method_generates_the_same_number_of_tokens(prompt):
         assert {t.tokens for t in tallies.values()} == {20}
         text = report(tallies)
         assert "speedup of ours-spec over ours-ar" in text and "recording overhead" in text
+
+
+def test_hf_assisted_drafts_the_same_k_as_ours(prompt):
+    """Greedy, same pair, same k: transformers' assisted generation and ours make the same rounds, so the
+    target verifies the same number of tokens in each forward pass. (With transformers' default assistant
+    settings it would draft up to 20 tokens and stop at low draft confidence: a different algorithm.)"""
+    target = tiny_llama(seed=3, sharpen=30)
+    draft = perturbed(target, 0.3)
+    cfg = DecodeConfig(k=3, temperature=0, max_new_tokens=12)
+    sizes = []  # tokens fed to the target in each forward pass
+    forward = target.forward
+    target.forward = lambda input_ids=None, **kw: sizes.append(input_ids.shape[1]) or forward(input_ids=input_ids, **kw)
+    fns = methods(target, draft, cfg)
+    passes = {}
+    for name in ("ours-spec", "hf-assisted"):
+        sizes.clear()
+        assert fns[name](prompt, 0) == 12
+        passes[name] = list(sizes)
+    ours, hf = passes["ours-spec"], passes["hf-assisted"]
+    # ours prefills prompt[:-1] in a pass of its own (round times exclude it); transformers prefills the
+    # prompt inside its first verify pass
+    assert ours[0] == prompt.shape[1] - 1 and ours[0] + ours[1] == hf[0]
+    assert ours[2:] == hf[1:] and max(hf[1:]) == 1 + cfg.k
+    assert draft.generation_config.num_assistant_tokens is None  # the assistant's settings are restored
