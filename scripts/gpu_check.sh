@@ -1,14 +1,23 @@
 #!/usr/bin/env bash
-# Checks specviz on a CUDA machine and writes gpu_report.md: the hub/GPU tests, the benchmark of the
-# bundled pair in bfloat16 on CUDA, and forward-pass costs of larger random targets (scripts/gpu_cost.py).
-# The test suite itself runs on the CPU (it has no SPECVIZ_TEST_DEVICE switch yet).
+# Checks specviz on a CUDA machine and writes gpu_report.md: the decoder's tests with their models on CUDA
+# (SPECVIZ_TEST_DEVICE=cuda: greedy == the target's own greedy, exact laws, caches == recompute, batches),
+# the hub/GPU tests, the benchmark of the bundled pair in bfloat16 on CUDA, and forward-pass costs of
+# larger random targets (scripts/gpu_cost.py). The app and browser tests are the CPU suite's (CI's) job.
 # Usage: scripts/gpu_check.sh [report path]    (from anywhere; exits 2 without CUDA)
+#        GPU_CHECK_DEVICE=cpu scripts/gpu_check.sh dry.md   a dry run of the same steps on the CPU
+#                                                          (float32, small sizes: checks the script)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPORT="${1:-gpu_report.md}"
 PY="${PYTHON:-python}"
+DEV="${GPU_CHECK_DEVICE:-cuda}"
+if [ "$DEV" = cpu ]; then
+    BENCH_ARGS=(--repeats 1 --max-new-tokens 16); COST_ARGS=(--sizes 2x64,2x128 --dtype float32 --reps 3)
+else
+    BENCH_ARGS=(--repeats 3); COST_ARGS=()
+fi
 
-if ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
+if [ "$DEV" != cpu ] && ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
     echo "gpu_check: no CUDA device visible to torch ($("$PY" -c 'import torch; print(torch.__version__)')); nothing to check" >&2
     exit 2
 fi
@@ -35,8 +44,10 @@ section() {  # section TITLE COMMAND...: run it, put its output in the report as
     echo
 } > "$REPORT"
 
+section "Decoder tests with their models on $DEV (float64)" env SPECVIZ_TEST_DEVICE="$DEV" "$PY" -m pytest -q \
+    tests/test_sampling.py tests/test_decoder.py tests/test_batch.py tests/test_trace.py tests/test_bench.py
 section "Tests (CPU; hub, cache and ZeroGPU wrapper)" "$PY" -m pytest -q tests/test_hub.py tests/test_gpu.py
-section "Benchmark: bundled target with draft $DRAFT, bfloat16 on CUDA" \
-    "$PY" -m specviz.bench --device cuda --draft "$DRAFT" --k 4 --temperature 0 --repeats 3
-section "Forward costs of random GPT-2-shaped targets (bfloat16)" "$PY" scripts/gpu_cost.py --device cuda
+section "Benchmark: bundled target with draft $DRAFT on $DEV" \
+    "$PY" -m specviz.bench --device "$DEV" --draft "$DRAFT" --k 4 --temperature 0 "${BENCH_ARGS[@]}"
+section "Forward costs of random GPT-2-shaped targets on $DEV" "$PY" scripts/gpu_cost.py --device "$DEV" "${COST_ARGS[@]}"
 echo "gpu_check: report in $REPORT" >&2

@@ -69,7 +69,7 @@ def compare_table(runs: list[Run], sizes: dict | None = None) -> pd.DataFrame:
     if base.empty:
         raise ValueError("no baseline run: the table needs the autoregressive run to measure speedup")
     base_tps = base.new_tokens.sum() / base.seconds.sum()
-    target_step = base.target_s.sum() / base.rounds.sum()  # one target forward of one token
+    target_step = base.target_s.sum() / base.passes.sum()  # one target forward of one token
     rows = [run_row(r.trace, draft=r.draft) for r in runs if r.draft != BASELINE]
     g = pd.DataFrame(rows, columns=["draft"] + list(run_row(runs[0].trace))).groupby("draft", sort=False).sum()
     out = pd.DataFrame({"draft": g.index, "size": [(sizes or {}).get(d, float("nan")) for d in g.index]})

@@ -65,8 +65,7 @@ class Decoding:
 
     def _prefill(self) -> None:
         with self._clock.running():
-            if len(self.committed) > 1:
-                self.target.feed(self.committed[:-1])
+            self.target.feed(self.committed)  # its last logits are p_1 of the first round
             if self.drafter is not None:
                 self.drafter.start(self.committed, self.cfg, self.target.vocab_size, self.target.device)
                 self.drafter.prefill(self.committed)
@@ -92,8 +91,7 @@ class Decoding:
 
     def _verify_pass(self, drafted: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """One target forward over the pending token(s) and all drafts: p_1..p_{m+1}, (m+1, V)."""
-        pending = self.target.sync(self.committed)
-        logits = self.target.feed(pending + drafted.tolist())[len(pending) - 1:]
+        logits = self.target.extend(self.committed, drafted.tolist())
         cfg = self.cfg
         return logits_to_probs(logits, cfg.temperature, cfg.top_k, cfg.top_p), logits
 

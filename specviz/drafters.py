@@ -51,8 +51,7 @@ class ModelDrafter(Drafter):
         self.n_embed = self.model.get_input_embeddings().weight.shape[0]
 
     def prefill(self, prompt):
-        if len(prompt) > 1:
-            self.lm.feed(self._visible(prompt[:-1]))
+        self.lm.feed(self._visible(prompt))  # its last logits are q_1 of the first round
 
     def _visible(self, ids: list[int]) -> list[int]:
         """Ids the draft cannot embed (a target's padded vocabulary rows) are shown to it as id 0.
@@ -62,15 +61,14 @@ class ModelDrafter(Drafter):
         return [i if i < self.n_embed else 0 for i in ids]
 
     def propose(self, committed, k, generator):
-        cfg, ids = self.cfg, self.lm.sync(self._visible(committed))
-        tokens, qs = [], []
-        for _ in range(k):
-            logits = align_vocab(self.lm.feed(ids)[-1], self.vocab_size)
-            q = logits_to_probs(logits, cfg.temperature, cfg.top_k, cfg.top_p)
-            x = int(q.argmax()) if cfg.greedy else int(sample(q, generator))
-            tokens.append(x)
+        cfg, tokens, qs = self.cfg, [], []
+        logits = self.lm.extend(self._visible(committed), [])[-1]
+        for i in range(k):
+            if i:
+                logits = self.lm.feed([tokens[-1]])[-1]
+            q = logits_to_probs(align_vocab(logits, self.vocab_size), cfg.temperature, cfg.top_k, cfg.top_p)
+            tokens.append(int(q.argmax()) if cfg.greedy else int(sample(q, generator)))
             qs.append(q)
-            ids = [x]
         q = torch.stack(qs) if qs else None
         return Proposal(torch.tensor(tokens, dtype=torch.long, device=self.device), q)
 

@@ -14,13 +14,16 @@ from transformers import DynamicCache
 
 
 class CachedLM:
-    """Wraps a transformers causal LM; ``ids`` are the tokens whose keys/values are in the cache."""
+    """Wraps a transformers causal LM; ``ids`` are the tokens whose keys/values are in the cache and
+    ``last_logits`` the logits after ids[-1] (kept until a rollback), so a fully cached context costs
+    no forward pass: a prefill of the whole prompt serves the first round."""
 
     def __init__(self, model):
         self.model = model
         self.device = model_device(model)
         self.cache = DynamicCache(config=model.config)
         self.ids: list[int] = []
+        self.last_logits: torch.Tensor | None = None
         self._synced = 0  # ids[:_synced] are known to match the committed sequence
         self._cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
@@ -35,7 +38,17 @@ class CachedLM:
         out = self.model(input_ids=x, use_cache=True, **{self._cache_kw: self.cache})
         self.cache = getattr(out, "cache", None) or out.past_key_values
         self.ids.extend(ids)
+        self.last_logits = out.logits[0, -1]
         return out.logits[0]
+
+    def extend(self, committed: list[int], new: list[int]) -> torch.Tensor:
+        """The logits after committed[-1] and after each of ``new``, (1 + len(new), V): the cache is synced
+        to committed, then whatever it lacks (pending tokens and new) goes through ONE forward pass."""
+        pending = self.sync(committed)
+        if pending:
+            return self.feed(pending + new)[len(pending) - 1:]
+        last = self.last_logits[None]
+        return torch.cat([last, self.feed(new)]) if new else last
 
     def rollback(self, keep: int) -> None:
         """Drop every cached position from index ``keep`` on."""
@@ -43,17 +56,19 @@ class CachedLM:
         if drop > 0:
             self.cache.crop(-drop)
             del self.ids[keep:]
+            self.last_logits = None
 
     def sync(self, committed: list[int]) -> list[int]:
-        """Roll the cache back to the longest prefix it shares with ``committed[:-1]``.
-
-        Returns the pending tokens (in committed, not yet in the cache): at least the last one,
-        whose logits the next step needs.
+        """Roll the cache back to the longest prefix it shares with ``committed``; return the pending
+        tokens (in committed, not yet in the cache). Empty only when the cache holds exactly committed
+        and its last logits are kept; otherwise at least committed[-1], whose logits the next step needs.
         """
-        limit = min(len(self.ids), len(committed) - 1)
+        limit = min(len(self.ids), len(committed))
         keep = min(self._synced, limit)  # committed only grows, so the old agreement stands
         while keep < limit and self.ids[keep] == committed[keep]:
             keep += 1
+        if keep == len(committed) and (keep < len(self.ids) or self.last_logits is None):
+            keep -= 1  # the logits after committed[-1] are not kept: feed it again
         self.rollback(keep)
         self._synced = keep
         return committed[keep:]

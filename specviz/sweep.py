@@ -16,13 +16,14 @@ from tqdm.auto import tqdm
 from .config import DecodeConfig
 from .decoder import autoregressive_generate, speculative_generate
 from .theory import expected_speedup, expected_tokens
+from .trace import target_passes
 
 
 def run_row(trace, **labels) -> dict:
     """The additive counts of one run, so that aggregates are ratios of sums."""
     rs = trace.rounds
     return labels | dict(
-        new_tokens=len(trace.new_tokens), rounds=len(rs), drafted=sum(len(r.drafted) for r in rs),
+        new_tokens=len(trace.new_tokens), rounds=len(rs), passes=target_passes(rs), drafted=sum(len(r.drafted) for r in rs),
         accepted=sum(r.n_accepted for r in rs), beta_sum=sum(b for r in rs for b in r.beta if b is not None),
         beta_n=sum(b is not None for r in rs for b in r.beta), seconds=trace.total_s,
         draft_s=sum(r.draft_s for r in rs), target_s=sum(r.target_s for r in rs),
@@ -57,7 +58,7 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
     """Per (draft, k): acceptance, alpha, tau, tokens/s, measured speedup, c, and the theory beside them."""
     base = runs[runs.draft == ""]
     base_tps = base.new_tokens.sum() / base.seconds.sum()
-    target_step = base.target_s.sum() / base.rounds.sum()  # one target forward of one token
+    target_step = base.target_s.sum() / base.passes.sum()  # one target forward of one token
     g = runs[runs.draft != ""].groupby(["draft", "k"], sort=False).sum(numeric_only=True).reset_index()
     out = pd.DataFrame({"draft": g.draft, "k": g.k})
     out["acceptance_rate"] = g.accepted / g.drafted

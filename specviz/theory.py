@@ -8,6 +8,8 @@ forward. Assuming acceptances are i.i.d. with probability alpha:
 """
 from __future__ import annotations
 
+from .trace import target_passes
+
 
 def expected_tokens(alpha: float, k: int) -> float:
     """Expected tokens a round emits (accepted drafts plus the resample or bonus): 1 .. k+1."""
@@ -26,14 +28,14 @@ def expected_speedup(alpha: float, k: int, c: float) -> float:
 
 
 def cost_ratio(trace) -> float:
-    """c measured from one run: mean draft time per drafted token / mean target time per round
-    (each round has exactly one target forward). 0.0 if nothing was drafted or timed."""
+    """c measured from one run: mean draft time per drafted token / mean time of a target forward pass
+    (one a round, see trace.target_passes). 0.0 if nothing was drafted or timed."""
     rounds = list(trace.rounds)
     drafted = sum(len(r.drafted) for r in rounds)
     target_s = sum(r.target_s for r in rounds)
     if not drafted or not target_s:
         return 0.0
-    return (sum(r.draft_s for r in rounds) / drafted) / (target_s / len(rounds))
+    return (sum(r.draft_s for r in rounds) / drafted) / (target_s / target_passes(rounds))
 
 
 def mean_k(trace) -> float:

@@ -95,7 +95,7 @@ class Trace:
         return Summary(
             rounds=len(rs), new_tokens=n_new, drafted=drafted, accepted=accepted,
             acceptance_rate=_ratio(accepted, drafted), alpha=_ratio(sum(betas), len(betas)),
-            tau=_ratio(n_new, len(rs)), target_forwards_per_token=_ratio(len(rs), n_new),
+            tau=_ratio(n_new, len(rs)), target_forwards_per_token=_ratio(target_passes(rs), n_new),
             tokens_per_s=_ratio(n_new, self.total_s), draft_s=sum(r.draft_s for r in rs),
             target_s=sum(r.target_s for r in rs), total_s=self.total_s, per_position=per_position,
         )
@@ -138,6 +138,13 @@ class Trace:
 
 FRAME_COLUMNS = ["round", "k", "position", "token", "text", "status", "drafted", "p", "q", "ratio",
                  "accept_prob", "u", "beta"]
+
+
+def target_passes(rounds) -> int:
+    """The target forward passes the rounds made: one each, except a first round that drafted nothing
+    (an autoregressive run's, or a drafter with no proposal), which the prefill's last logits serve."""
+    rounds = list(rounds)
+    return len(rounds) - (1 if rounds and rounds[0].index == 0 and not rounds[0].drafted else 0)
 
 
 def _row(trace, r, i, token, status, drafted, p, q, accept_prob, u, beta):

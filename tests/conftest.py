@@ -10,6 +10,15 @@ from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausa
 
 torch.set_num_threads(1)  # tiny models: one thread is fastest, and never oversubscribes a shared CPU
 
+# The device the decoder tests run their models on: SPECVIZ_TEST_DEVICE=cuda (scripts/gpu_check.sh sets it
+# for the library's tests). Models and the prompt fixture go there; hand-built tensors stay on the CPU
+# (the decoder takes prompts as token lists, so either works).
+DEVICE = torch.device(os.environ.get("SPECVIZ_TEST_DEVICE", "cpu"))
+if DEVICE.type == "cuda" and not torch.cuda.is_available():
+    pytest.exit(f"SPECVIZ_TEST_DEVICE={DEVICE} but torch {torch.__version__} sees no CUDA device", returncode=2)
+if DEVICE.type == "mps" and not torch.backends.mps.is_available():
+    pytest.exit(f"SPECVIZ_TEST_DEVICE={DEVICE} but MPS is not available", returncode=2)
+
 
 def tiny_llama(vocab=64, seed=0, layers=2, hidden=32, window=256, sharpen=1.0):
     torch.manual_seed(seed)
@@ -38,6 +47,13 @@ def ui_models(window=128):
     return target, perturbed(target, scale=0.3), tok
 
 
+def reference_greedy(model, prompt, n):
+    """The target's own greedy continuation of prompt (1, L): n tokens (fewer only at its EOS)."""
+    out = model.generate(prompt.to(model.device), do_sample=False, max_new_tokens=n,
+                         min_new_tokens=n if model.generation_config.eos_token_id is None else 0)
+    return out[0, prompt.shape[1]:].tolist()
+
+
 def last(stream):
     """The final item a streaming handler yields."""
     out = None
@@ -59,7 +75,7 @@ def perturbed(model, scale=0.5, seed=1):
 def _finish(model, sharpen):
     """float64 (no near-ties that flip between batched and unbatched GEMMs) and, optionally, peakier
     distributions (random init is nearly uniform) so p and q differ enough to exercise the residual."""
-    model = model.double().eval()
+    model = model.double().to(DEVICE).eval()
     with torch.no_grad():
         model.get_output_embeddings().weight.mul_(sharpen)
     model.generation_config.eos_token_id = None
@@ -79,4 +95,4 @@ def gpt2():
 
 @pytest.fixture
 def prompt():
-    return torch.tensor([[1, 5, 9, 3, 7]])
+    return torch.tensor([[1, 5, 9, 3, 7]], device=DEVICE)

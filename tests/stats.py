@@ -22,9 +22,10 @@ def chi2_pvalue(counts, probs, min_expected=5.0):
 
 def exact_first_two(target, prompt, cfg):
     """P(t1, t2) = p(t1 | prompt) p(t2 | prompt, t1), with the run's transforms, as a (V, V) table."""
+    prompt = prompt.to(target.device)
     with torch.no_grad():
         p1 = logits_to_probs(target(prompt).logits[0, -1], cfg.temperature, cfg.top_k, cfg.top_p)
         V = p1.shape[-1]
-        ext = torch.cat([prompt.repeat(V, 1), torch.arange(V)[:, None]], dim=1)
+        ext = torch.cat([prompt.repeat(V, 1), torch.arange(V, device=target.device)[:, None]], dim=1)
         p2 = logits_to_probs(target(ext).logits[:, -1], cfg.temperature, cfg.top_k, cfg.top_p)
-    return p1[:, None] * p2
+    return (p1[:, None] * p2).cpu()

@@ -1,17 +1,11 @@
 """Batched decoding against references: each row's single-prompt decode, the target's greedy, its exact law."""
 import pytest
 import torch
-from conftest import perturbed, tiny_gpt2, tiny_llama
+from conftest import perturbed, reference_greedy, tiny_gpt2, tiny_llama
 from stats import chi2_pvalue, exact_first_two
 
 from specviz import DecodeConfig, PromptLookupDrafter, autoregressive_generate, speculative_generate
 from specviz.batch import BatchDecoding, autoregressive_generate_batch, speculative_generate_batch
-
-
-def reference_greedy(model, prompt, n):
-    out = model.generate(prompt, do_sample=False, max_new_tokens=n, min_new_tokens=n if
-                         model.generation_config.eos_token_id is None else 0)
-    return out[0, prompt.shape[1]:].tolist()
 
 
 def prompts_of(*lengths, vocab=64, seed=0):
@@ -122,7 +116,7 @@ def test_caches_equal_full_recompute_after_rejections():
         for b, c in enumerate(run.committed):
             assert lm.ids[b] == visible(c) and int(lm.mask[b].sum()) == len(c)
             with torch.no_grad():
-                full = lm.model(torch.tensor([visible(c)])).logits[0, -1]
+                full = lm.model(torch.tensor([visible(c)], device=lm.device)).logits[0, -1]
             torch.testing.assert_close(logits[b], full)
 
 

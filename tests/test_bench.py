@@ -33,8 +33,8 @@ def test_hf_assisted_drafts_the_same_k_as_ours(prompt):
         assert fns[name](prompt, 0) == 12
         passes[name] = list(sizes)
     ours, hf = passes["ours-spec"], passes["hf-assisted"]
-    # ours prefills prompt[:-1] in a pass of its own (round times exclude it); transformers prefills the
-    # prompt inside its first verify pass
-    assert ours[0] == prompt.shape[1] - 1 and ours[0] + ours[1] == hf[0]
+    # ours prefills the prompt in a pass of its own (round times exclude it) whose last logits serve the
+    # first round; transformers prefills the prompt inside its first verify pass
+    assert ours[0] == prompt.shape[1] and ours[0] + ours[1] == hf[0]
     assert ours[2:] == hf[1:] and max(hf[1:]) == 1 + cfg.k
     assert draft.generation_config.num_assistant_tokens is None  # the assistant's settings are restored

@@ -1,16 +1,10 @@
 """The decoder against references: the target's own greedy decode, its exact law, a full recompute."""
 import pytest
 import torch
-from conftest import perturbed, tiny_gpt2, tiny_llama
+from conftest import perturbed, reference_greedy, tiny_gpt2, tiny_llama
 from stats import chi2_pvalue, exact_first_two
 
 from specviz import DecodeConfig, Decoding, PromptLookupDrafter, autoregressive_generate, speculative_generate
-
-
-def reference_greedy(model, prompt, n):
-    out = model.generate(prompt, do_sample=False, max_new_tokens=n, min_new_tokens=n if
-                         model.generation_config.eos_token_id is None else 0)
-    return out[0, prompt.shape[1]:].tolist()
 
 
 SHARP_LLAMA = tiny_llama(seed=3, sharpen=30)
@@ -83,12 +77,29 @@ def test_caches_equal_full_recompute_after_rejections(prompt):
     rounds = list(run)
     assert sum(r.rejected for r in rounds) >= 3
     for lm in (run.target, run.drafter.lm):
-        pending = lm.sync(run.committed)
-        cached = lm.feed(pending)[-1]
-        assert len(lm.ids) == lm.cache.get_seq_length() == len(run.committed)
+        cached = lm.extend(run.committed, [])[-1]
+        assert lm.ids == run.committed and lm.cache.get_seq_length() == len(run.committed)
         with torch.no_grad():
-            full = lm.model(torch.tensor([run.committed])).logits[0, -1]
+            full = lm.model(torch.tensor([run.committed], device=lm.device)).logits[0, -1]
         torch.testing.assert_close(cached, full)
+
+
+@pytest.mark.parametrize("draft", ["none", "perturbed", "prompt-lookup"])
+def test_forward_passes_are_counted_exactly(draft, prompt):
+    """The target runs once for the prefill (the whole prompt, whose last logits serve the first round)
+    and once per round after that: target_passes and the summary count what really ran."""
+    from specviz.trace import target_passes
+
+    target = tiny_llama(seed=3, sharpen=30)
+    drafter = {"none": None, "perturbed": perturbed(target, 0.5), "prompt-lookup": PromptLookupDrafter()}[draft]
+    sizes = []
+    forward = target.forward
+    target.forward = lambda input_ids=None, **kw: sizes.append(input_ids.shape[1]) or forward(input_ids=input_ids, **kw)
+    trace = Decoding(target, drafter, prompt, DecodeConfig(k=3, max_new_tokens=20, seed=1)).run()
+    assert sizes[0] == prompt.shape[1] and len(sizes) == 1 + target_passes(trace.rounds)
+    assert trace.summary().target_forwards_per_token == pytest.approx((len(sizes) - 1) / 20)
+    if draft == "none":
+        assert sizes[1:] == [1] * 19  # the first token came from the prefill: 19 more forwards of one token
 
 
 # -- determinism, EOS, budget, policies ----------------------------------------------------------

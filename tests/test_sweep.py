@@ -8,17 +8,17 @@ from specviz import DecodeConfig, PromptLookupDrafter, best_k, summarize, sweep
 
 def test_summarize_by_hand():
     runs = pd.DataFrame([
-        dict(draft="", k=0, prompt=0, repeat=0, new_tokens=10, rounds=10, drafted=0, accepted=0, beta_sum=0, beta_n=0,
-             seconds=1.0, draft_s=0.0, target_s=0.8),
-        dict(draft="d", k=2, prompt=0, repeat=0, new_tokens=10, rounds=5, drafted=10, accepted=5, beta_sum=3.0,
-             beta_n=6, seconds=0.5, draft_s=0.08, target_s=0.4),
+        dict(draft="", k=0, prompt=0, repeat=0, new_tokens=10, rounds=10, passes=8, drafted=0, accepted=0, beta_sum=0,
+             beta_n=0, seconds=1.0, draft_s=0.0, target_s=0.8),
+        dict(draft="d", k=2, prompt=0, repeat=0, new_tokens=10, rounds=5, passes=5, drafted=10, accepted=5,
+             beta_sum=3.0, beta_n=6, seconds=0.5, draft_s=0.08, target_s=0.4),
     ])
     s = summarize(runs).iloc[0]
     assert s.acceptance_rate == pytest.approx(0.5) and s.alpha == pytest.approx(0.5) and s.tau == pytest.approx(2.0)
     assert s.speedup == pytest.approx((10 / 0.5) / (10 / 1.0))
-    assert s.c == pytest.approx((0.08 / 10) / (0.8 / 10))  # draft step over a one-token target forward
+    assert s.c == pytest.approx((0.08 / 10) / (0.8 / 8))  # draft step over a one-token target forward
+    assert s.speedup_theory == pytest.approx(1.75 / (2 * 0.08 + 1))
     assert s.tau_theory == pytest.approx(1.75)  # (1 - 0.5^3) / (1 - 0.5)
-    assert s.speedup_theory == pytest.approx(1.75 / (2 * 0.1 + 1))
 
 
 def test_sweep_on_tiny_models_counts_every_run(prompt):

@@ -43,6 +43,9 @@ def test_cost_ratio_and_mean_k_from_trace():
     assert cost_ratio(t) == pytest.approx(0.1)
     assert mean_k(t) == 3
     assert cost_ratio(Trace([1], DecodeConfig())) == 0.0
+    # a first round that drafted nothing ran no target pass (the prefill's logits served it): 1 pass in 0.1 s
+    t = Trace([1], DecodeConfig(), rounds=[_round(0, [], 0.0, 0.0), _round(1, [5, 6], 0.02, 0.1)])
+    assert cost_ratio(t) == pytest.approx(0.1)
 
 
 def test_measured_speedup_is_tokens_per_s_ratio():
