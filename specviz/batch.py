@@ -192,14 +192,19 @@ class BatchDecoding:
             return self._draft_model_free(ks)
         cfg, B, lm = self.cfg, len(ks), self.draft_lm
         tokens, qs = [[] for _ in range(B)], [[] for _ in range(B)]
+        ks = list(ks)  # a row whose draft doubts its token (q(x) < cfg.draft_stop) stops: ks[b] = len(tokens[b])
         chunks = [lm.sync(b, self._visible(self.committed[b])) if ks[b] else [] for b in range(B)]
         for i in range(max(ks)):  # step i feeds each drafting row's pending tokens (i = 0) or x_i
+            if i >= max(ks):
+                break
             logits = align_vocab(lm.feed(chunks)[:, -1], self.vocab_size)  # (B, V)
             q = logits_to_probs(logits, cfg.temperature, cfg.top_k, cfg.top_p)
             for b in (b for b in range(B) if i < ks[b]):
                 x = int(q[b].argmax()) if cfg.greedy else int(sample(q[b], self.generators[b]))
                 tokens[b].append(x)
                 qs[b].append(q[b])
+                if q[b, x] < cfg.draft_stop:
+                    ks[b] = i + 1
             chunks = [self._visible(tokens[b][-1:]) if i + 1 < ks[b] else [] for b in range(B)]
         return ([torch.tensor(t, dtype=torch.long, device=self.target.device) for t in tokens],
                 [torch.stack(q) if q else None for q in qs])

@@ -7,7 +7,7 @@ Methods, interleaved prompt by prompt and repeat by repeat so that machine noise
   ours-spec      speculative_generate, recording the full trace
   ours-norecord  speculative_generate with DecodeConfig(record=False)
   hf-plain       target.generate()
-  hf-assisted    target.generate(assistant_model=draft, same k, constant schedule, no confidence stop)
+  hf-assisted    target.generate(assistant_model=draft, same k, constant schedule, same confidence stop)
                  (a prompt-lookup draft is compared with generate(prompt_lookup_num_tokens=k))
 Tokens/s is total generated tokens over total wall time per method; ratios are taken within the run.
 """
@@ -66,7 +66,7 @@ def methods(target, draft, cfg: DecodeConfig) -> dict:
     def hf(extra):
         def run(ids, seed):
             torch.manual_seed(seed)
-            with assistant_settings(extra.get("assistant_model"), cfg.k):
+            with assistant_settings(extra.get("assistant_model"), cfg.k, cfg.draft_stop):
                 return target.generate(ids, **kw, **extra).shape[1] - ids.shape[1]
         return run
 
@@ -81,17 +81,18 @@ def methods(target, draft, cfg: DecodeConfig) -> dict:
 
 
 @contextmanager
-def assistant_settings(draft, k: int):
-    """Make transformers' assistant draft exactly k tokens a round, as ours does.
+def assistant_settings(draft, k: int, stop: float = 0.0):
+    """Make transformers' assistant draft as ours does: k tokens a round, stopping early only where
+    DecodeConfig.draft_stop does (its assistant_confidence_threshold; 0 = never).
 
     transformers reads these settings from the ASSISTANT's generation_config, not from generate()'s
-    keyword arguments; its defaults (20 tokens, stop early once the draft's top probability falls
+    keyword arguments; its defaults (20 tokens, stop once the draft's probability of its token falls
     below 0.4) would compare a different drafting rule, not the same pair at the same k."""
     if draft is None:
         yield
         return
     gc = draft.generation_config
-    fixed = dict(num_assistant_tokens=k, num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0)
+    fixed = dict(num_assistant_tokens=k, num_assistant_tokens_schedule="constant", assistant_confidence_threshold=stop)
     saved = {name: getattr(gc, name, None) for name in fixed}
     for name, value in fixed.items():
         setattr(gc, name, value)
@@ -143,6 +144,8 @@ def main(argv=None) -> None:
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--draft-stop", type=float, default=0.0,
+                    help="stop drafting below this draft confidence (transformers' default is 0.4; 0 = off)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--device", default="cpu")
@@ -151,9 +154,10 @@ def main(argv=None) -> None:
         torch.set_num_threads(args.threads)
     target, tok = load_model(args.target, device=args.device)
     draft = load_drafter(args.draft, device=args.device)
-    cfg = DecodeConfig(k=args.k, temperature=args.temperature, max_new_tokens=args.max_new_tokens)
+    cfg = DecodeConfig(k=args.k, temperature=args.temperature, max_new_tokens=args.max_new_tokens,
+                       draft_stop=args.draft_stop)
     prompts = [tok(p, return_tensors="pt").input_ids.to(args.device) for p in EXAMPLE_PROMPTS]
-    print(f"target={args.target} draft={args.draft} k={args.k} temperature={args.temperature} "
+    print(f"target={args.target} draft={args.draft} k={args.k} draft_stop={args.draft_stop} temperature={args.temperature} "
           f"max_new_tokens={args.max_new_tokens} repeats={args.repeats} prompts={len(prompts)} "
           f"threads={torch.get_num_threads()} device={args.device}")
     print(report(run_bench(target, draft, prompts, cfg, args.repeats)))

@@ -31,6 +31,9 @@ class DecodeConfig:
     k_policy: str = "fixed"
     min_k: int = 1
     max_k: int = 10
+    # stop a round's drafting once the draft gives its own token a probability below this (0 = off):
+    # transformers' assistant_confidence_threshold. The stop depends on the draft alone: still lossless.
+    draft_stop: float = 0.0
     record: bool = True  # False keeps only what generation needs (benchmarks the recording overhead)
 
     def __post_init__(self):
@@ -46,6 +49,8 @@ class DecodeConfig:
             raise ValueError(f"temperature must be a number >= 0 (0 = greedy), got {self.temperature!r}")
         if not _is_number(self.top_p) or not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1] (1.0 = off), got {self.top_p!r}")
+        if not _is_number(self.draft_stop) or not 0 <= self.draft_stop < 1:
+            raise ValueError(f"draft_stop must be in [0, 1) (0 = off), got {self.draft_stop!r}")
         if self.k_policy not in K_POLICIES:
             raise ValueError(f"k_policy must be one of {K_POLICIES}, got {self.k_policy!r}")
         if self.k_policy != "fixed" and not self.min_k <= self.k <= self.max_k:

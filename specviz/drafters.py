@@ -69,6 +69,8 @@ class ModelDrafter(Drafter):
             q = logits_to_probs(align_vocab(logits, self.vocab_size), cfg.temperature, cfg.top_k, cfg.top_p)
             tokens.append(int(q.argmax()) if cfg.greedy else int(sample(q, generator)))
             qs.append(q)
+            if q[tokens[-1]] < cfg.draft_stop:  # the draft doubts its own token: verify what it has
+                break
         q = torch.stack(qs) if qs else None
         return Proposal(torch.tensor(tokens, dtype=torch.long, device=self.device), q)
 

@@ -135,12 +135,12 @@ def cache_limit_bytes() -> float:
         raise ValueError(f"{CACHE_ENV} must be a number of GiB, got {os.environ[CACHE_ENV]!r}") from None
 
 
-def make_config(k, k_policy, temperature, top_k, top_p, max_new_tokens, seed) -> DecodeConfig:
+def make_config(k, k_policy, temperature, top_k, top_p, max_new_tokens, seed, draft_stop=0.0) -> DecodeConfig:
     """A DecodeConfig from form values (sliders and number boxes send floats; integers are wanted)."""
     return DecodeConfig(k=_int(k, "k"), k_policy=k_policy or "fixed", temperature=_float(temperature, "temperature"),
                         top_k=_int(top_k, "top_k"), top_p=_float(top_p, "top_p"),
                         max_new_tokens=_int(max_new_tokens, "max_new_tokens"), seed=_int(seed, "seed"),
-                        max_k=max(10, _int(k, "k")))
+                        max_k=max(10, _int(k, "k")), draft_stop=_float(draft_stop or 0.0, "draft_stop"))
 
 
 def _int(x, name: str) -> int:

@@ -84,9 +84,9 @@ def make_handlers(store: ModelStore) -> SimpleNamespace:
     skip = (gr.skip(),) * 8  # slider, replay x3, charts x4 stay as they are while a run streams
 
     def run(prompt, target, draft, k, k_policy, temperature, top_k, top_p, max_new_tokens, seed, with_baseline=True,
-            user_drafts=None):
+            user_drafts=None, draft_stop=0.0):
         """``user_drafts``: this user's trained drafts ({name: TrainedDraft}), pickable by name."""
-        cfg = handlers.make_config(k, k_policy, temperature, top_k, top_p, max_new_tokens, seed)
+        cfg = handlers.make_config(k, k_policy, temperature, top_k, top_p, max_new_tokens, seed, draft_stop)
         trace = None
         for trace in handlers.stream_run(store, prompt, target, draft, cfg, user_drafts=user_drafts):
             yield trace, None, timeline_html(trace), handlers.summary_markdown(trace, None), *skip
@@ -123,7 +123,8 @@ def make_handlers(store: ModelStore) -> SimpleNamespace:
 
 
 # -- layout ------------------------------------------------------------------------------------------
-def _controls(store: ModelStore) -> list:
+def _controls(store: ModelStore) -> tuple[list, gr.Slider]:
+    """The run's inputs in the handler's order, and the draft-stop slider (passed after the user's drafts)."""
     prompt = gr.Textbox(label="Prompt", value=EXAMPLE_PROMPTS[0], lines=3, elem_id="prompt")
     gr.Examples(examples=[[e] for e in EXAMPLE_PROMPTS], inputs=[prompt], label="Examples")
     with gr.Row():
@@ -131,6 +132,8 @@ def _controls(store: ModelStore) -> list:
         draft = gr.Dropdown(store.list_drafters(), value=store.default_draft(), label="Draft")
     k = gr.Slider(1, 10, value=DEFAULTS["k"], step=1, label="k (drafts per round)")
     k_policy = gr.Radio(list(K_POLICIES), value=DEFAULTS["k_policy"], label="k policy")
+    draft_stop = gr.Slider(0, 0.95, value=0, step=0.05, label="Stop drafting below draft confidence q(x) (0 = off)",
+                           info="transformers' assistant_confidence_threshold (its default: 0.4)", elem_id="draft-stop")
     temperature = gr.Slider(0, 2, value=DEFAULTS["temperature"], step=0.05, label="Temperature (0 = greedy)")
     with gr.Row():
         top_k = gr.Number(value=DEFAULTS["top_k"], precision=0, minimum=0, label="top-k (0 = off)")
@@ -139,7 +142,7 @@ def _controls(store: ModelStore) -> list:
         max_new = gr.Slider(1, 256, value=DEFAULTS["max_new_tokens"], step=1, label="Max new tokens")
         seed = gr.Number(value=DEFAULTS["seed"], precision=0, minimum=0, label="Seed")
     with_baseline = gr.Checkbox(value=True, label="Also run the autoregressive baseline (measured speedup)")
-    return [prompt, target, draft, k, k_policy, temperature, top_k, top_p, max_new, seed, with_baseline]
+    return [prompt, target, draft, k, k_policy, temperature, top_k, top_p, max_new, seed, with_baseline], draft_stop
 
 
 def _chart(caption: str) -> gr.Plot:
@@ -160,7 +163,7 @@ def build_demo(store: ModelStore | None = None) -> gr.Blocks:
                     "them all in one forward pass, and a coin flip per token keeps the output exactly the target's.")
         with gr.Row():
             with gr.Column(scale=1, min_width=320):
-                inputs = _controls(store)
+                inputs, draft_stop = _controls(store)
                 run_btn = gr.Button("Run", variant="primary", elem_id="run")
             with gr.Column(scale=3):
                 timeline = gr.HTML(timeline_html(None), elem_id="timeline")
@@ -192,7 +195,7 @@ def build_demo(store: ModelStore | None = None) -> gr.Blocks:
 
         outputs = [trace_state, base_state, timeline, summary, round_slider, replay, accept, residual,
                    by_pos, hist, pq, times]
-        run_btn.click(h.run, inputs + [user_drafts], outputs, api_visibility="undocumented", **MODEL_QUEUE)
+        run_btn.click(h.run, inputs + [user_drafts, draft_stop], outputs, api_visibility="undocumented", **MODEL_QUEUE)
         upload.upload(h.load, [upload], outputs, api_visibility="undocumented")
         round_slider.change(h.replay, [trace_state, round_slider], [replay, accept, residual],
                             api_visibility="undocumented")

@@ -61,15 +61,18 @@ def test_batch_of_one_equals_the_single_prompt_decoder(temperature):
     assert strip(batched) == strip(speculative_generate(target, draft, PROMPTS[1], cfg))
 
 
-def test_sampled_rows_reproduce_single_prompt_traces_seeded_seed_plus_row():
+@pytest.mark.parametrize("stop", [0.0, 0.5])
+def test_sampled_rows_reproduce_single_prompt_traces_seeded_seed_plus_row(stop):
     target, draft = PAIRS["llama"]
-    cfg = DecodeConfig(k=3, max_new_tokens=30, seed=10)
+    cfg = DecodeConfig(k=3, max_new_tokens=30, seed=10, draft_stop=stop)
     traces = speculative_generate_batch(target, draft, PROMPTS, cfg)
     for b, (ids, trace) in enumerate(zip(PROMPTS, traces)):
         single = speculative_generate(target, draft, ids, DecodeConfig(**{**cfg.to_dict(), "seed": cfg.seed + b}))
         assert strip(trace) == strip(single)
         for r, s in zip(trace.rounds, single.rounds):  # the recorded probabilities agree too
             assert r.p == pytest.approx(s.p) and r.q == pytest.approx(s.q) and r.u == s.u
+    if stop:  # rows stopped drafting early on their own, as the single-prompt decoder does
+        assert any(len(r.drafted) < r.k for t in traces for r in t.rounds)
     again = speculative_generate_batch(target, draft, PROMPTS, cfg)
     assert [strip(t) for t in again] == [strip(t) for t in traces]  # same seed, same traces
     ar = autoregressive_generate_batch(target, PROMPTS, DecodeConfig(max_new_tokens=20, seed=3))

@@ -41,6 +41,20 @@ def test_autoregressive_greedy_equals_generate(prompt):
     assert all(r.k == 0 and len(r.emitted) == 1 for r in trace.rounds)
 
 
+@pytest.mark.parametrize("stop", [0.3, 0.7])
+def test_draft_stop_keeps_greedy_exact_and_stops_where_the_draft_doubts(stop, prompt):
+    """draft_stop ends a round's drafting after the first token whose draft probability q(x) < stop
+    (transformers' assistant_confidence_threshold); the output stays the target's own greedy."""
+    draft = perturbed(SHARP_LLAMA, 0.5)
+    trace = speculative_generate(SHARP_LLAMA, draft, prompt, DecodeConfig(k=5, temperature=0, max_new_tokens=40,
+                                                                         draft_stop=stop))
+    assert trace.new_tokens == reference_greedy(SHARP_LLAMA, prompt, 40)
+    for r in trace.rounds:
+        assert all(q >= stop for q in r.q[:-1])  # drafting went on only past confident tokens
+        assert len(r.drafted) == r.k or r.q[-1] < stop  # and stopped early only at a doubtful one
+    assert any(len(r.drafted) < r.k for r in trace.rounds)
+
+
 # -- losslessness: the law of the first tokens equals the target's exact law ----------------------
 V = 8
 LOSSLESS_TARGET = tiny_llama(vocab=V, seed=11, sharpen=5)
@@ -52,7 +66,7 @@ N_RUNS = 1000
 
 @pytest.mark.parametrize("k,draft,extra", [
     (1, "gpt2", {}), (2, "perturbed", {}), (2, "perturbed", {"top_k": 5, "top_p": 0.9, "temperature": 0.8}),
-    (2, "lookup", {"top_k": 6}),
+    (2, "lookup", {"top_k": 6}), (3, "perturbed", {"draft_stop": 0.1}),
 ])
 def test_speculative_sampling_is_lossless(k, draft, extra):
     prompt = torch.tensor([[1, 2, 1, 2, 1]])  # repeats, so prompt lookup proposes something
@@ -60,13 +74,16 @@ def test_speculative_sampling_is_lossless(k, draft, extra):
     exact = exact_first_two(LOSSLESS_TARGET, prompt, cfg)
     drafter = LOSSLESS_DRAFTS[draft]
     counts = torch.zeros(V, V)
-    rejections = 0
+    rejections = stopped = 0
     for seed in range(N_RUNS):
         trace = speculative_generate(LOSSLESS_TARGET, drafter, prompt, DecodeConfig(**{**cfg.to_dict(), "seed": seed}))
         t1, t2 = trace.new_tokens[:2]
         counts[t1, t2] += 1
         rejections += trace.rounds[0].rejected
+        stopped += len(trace.rounds[0].drafted) < k
     assert 10 < rejections < N_RUNS - 10  # both branches (residual and acceptance/bonus) are exercised
+    if cfg.draft_stop:
+        assert 10 < stopped < N_RUNS - 10  # the draft stopped early in some runs, not in all
     assert chi2_pvalue(counts, exact) > 1e-3
 
 
@@ -170,6 +187,7 @@ def test_prompt_lookup_proposes_the_latest_match():
 
 # -- bad input ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("kwargs,match", [
+    ({"draft_stop": 1.0}, "draft_stop"), ({"draft_stop": -0.1}, "draft_stop"), ({"draft_stop": "x"}, "draft_stop"),
     ({"k": 0}, "k must be >= 1"), ({"temperature": -1}, "temperature"), ({"top_k": -2}, "top_k"),
     ({"top_p": 0}, "top_p"), ({"top_p": 1.5}, "top_p"), ({"max_new_tokens": -1}, "max_new_tokens"),
     ({"k": 2.5}, "integer"), ({"k_policy": "magic"}, "k_policy"), ({"temperature": float("nan")}, "temperature"),

@@ -46,6 +46,17 @@ def test_run_and_generate_match_speculative_generate(pair, store):
     assert api.new_tokens == want
 
 
+def test_draft_stop_control_reaches_the_decoder(pair, store):
+    target, draft, tok = pair
+    ids = tok("ROMEO:", return_tensors="pt").input_ids
+    want = speculative_generate(target, draft, ids, DecodeConfig(**SETTINGS, draft_stop=0.6))
+    trace = last(make_handlers(store).run("ROMEO:", "tiny-target", "tiny", *SETTINGS.values(), False, {}, 0.6))[0]
+    assert trace.config.draft_stop == 0.6 and [r.drafted for r in trace.rounds] == [r.drafted for r in want.rounds]
+    assert any(len(r.drafted) < r.k for r in trace.rounds)
+    with pytest.raises(gr.Error, match="draft_stop"):
+        last(make_handlers(store).run("ROMEO:", "tiny-target", "tiny", *SETTINGS.values(), False, {}, 1.5))
+
+
 def test_default_draft_falls_back_to_first_available(store):
     assert store.default_draft() == "tiny"  # "small" is not available
     assert store.default_target() == "tiny-target"
