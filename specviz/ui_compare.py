@@ -19,9 +19,10 @@ from .compare import (BASELINE, compare_table, context_at, disagreement, diverge
                       iter_compare)
 from .config import EXAMPLE_PROMPTS, DecodeConfig
 from .handlers import STREAM_EVERY_S, ModelStore, _int, encode, make_config, user_pair
+from .lab_handlers import split_prompts
 from .timeline import fill_token_text, timeline_html
 from .ui import MODEL_QUEUE, _chart, _friendly
-from .ui_labs import _sampling_controls, split_prompts
+from .ui_labs import _sampling_controls
 
 SKIP = gr.skip()
 MAX_BATCH = 8  # rows one Batch run decodes together

@@ -11,7 +11,7 @@ from specviz.handlers import ModelStore, TrainedDraft
 from specviz.models import load_drafter
 from specviz.ui import build_demo, make_handlers
 from specviz.ui_compare import make_compare_handlers
-from specviz.ui_labs import make_lab_handlers
+from specviz.lab_handlers import make_lab_handlers
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 SETTINGS = dict(k=3, k_policy="fixed", temperature=0.8, top_k=0, top_p=0.95, max_new_tokens=10, seed=7)

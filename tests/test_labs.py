@@ -13,7 +13,7 @@ from specviz import lab_plots, labs
 from specviz.handlers import ModelStore
 from specviz.lab_distill import CE, KL, fresh_draft
 from specviz.models import load_drafter
-from specviz.ui_labs import make_lab_handlers, split_prompts
+from specviz.lab_handlers import make_lab_handlers, split_prompts
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 GREEDY = DecodeConfig(temperature=0, max_new_tokens=12)
