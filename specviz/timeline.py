@@ -137,6 +137,15 @@ def timeline_html(trace: Trace | None) -> str:
     return f'{legend()}<div class="sv-timeline">{prompt}{rounds}</div>'
 
 
+def _stopped_early(trace: Trace, r) -> str:
+    """Why a round drafted fewer than k tokens under DecodeConfig.draft_stop ("" otherwise)."""
+    stop = trace.config.draft_stop
+    if not (stop and r.drafted and len(r.drafted) < r.k and r.q[-1] is not None and r.q[-1] < stop):
+        return ""
+    return (f"<p>Drafting stopped early: the draft gave its last token q = {r.q[-1]:.3f}, below "
+            f"draft_stop = {stop:g}.</p>")
+
+
 def replay_html(trace: Trace | None, index: int) -> str:
     """One round in detail: the proposals with q, p and the decision, then what was appended."""
     if trace is None or not trace.rounds:
@@ -154,4 +163,4 @@ def replay_html(trace: Trace | None, index: int) -> str:
     appended = "".join(token_span(trace.text(t), "prompt", f"id {t}") for t in r.emitted)
     return (f"<p><b>Round {r.index}</b> of {len(trace.rounds) - 1}: k = {r.k}, {len(r.drafted)} drafted, "
             f"{r.n_accepted} accepted; draft {r.draft_s * 1e3:.1f} ms, target {r.target_s * 1e3:.1f} ms.</p>"
-            f'{table}<p>Appended: <span class="sv-timeline">{appended}</span> ({len(r.emitted)} tokens)</p>')
+            f'{_stopped_early(trace, r)}{table}<p>Appended: <span class="sv-timeline">{appended}</span> ({len(r.emitted)} tokens)</p>')

@@ -92,3 +92,15 @@ def test_fill_token_text_covers_every_id():
     fill_token_text(t, FakeTokenizer())
     assert set(t.token_text) == {1, 2, 3, 4, 5, 6, 7, 8, 9}  # 8: prompt and residual_top
     assert t.token_text[8] == "t8"
+
+
+def test_replay_says_why_a_round_drafted_fewer_than_k():
+    from dataclasses import replace
+    trace = sample_trace()
+    trace.rounds[1] = replace(trace.rounds[1], k=3, q=(0.5, 0.4))  # 2 of 3 drafted, the last at q = 0.4
+    trace.config = DecodeConfig(k=3, draft_stop=0.45)
+    assert "Drafting stopped early: the draft gave its last token q = 0.400, below draft_stop = 0.45" in \
+        replay_html(trace, 1)
+    assert "stopped early" not in replay_html(trace, 0)  # all k drafted
+    trace.config = DecodeConfig(k=3)
+    assert "stopped early" not in replay_html(trace, 1)  # no stop rule: fewer drafts had another cause
