@@ -91,7 +91,7 @@ def make_lab_handlers(store: ModelStore) -> SimpleNamespace:
                 "baseline token; α " + ", ".join(f"{a:.2f} ({n})" for n, a in costs.alpha.items()) + ".")
 
     def run_sweep(target, drafts, prompts_text, k_min, k_max, temperature, top_k, top_p, max_new, seed, compare,
-                  fixed_k):
+                  fixed_k, stop=0.4):
         """Streams (status, table, 4 charts, policy table, 2 policy charts, files)."""
         args = (target, drafts, prompts_text, k_min, k_max, temperature, top_k, top_p, max_new, seed)
         note = estimate(*args)
@@ -112,8 +112,9 @@ def make_lab_handlers(store: ModelStore) -> SimpleNamespace:
         if compare:
             yield (note + " *Comparing k policies…*", *(SKIP,) * 9)
             first, fixed = next(iter(drafts)), handlers._int(fixed_k, "fixed k")
+            stops = [_number(stop, "confidence stop", 0, 0.99)] if stop else []
             policy_runs, rounds = _collect(labs.iter_policies(model, drafts[first], prompts,
-                                                              labs.policy_configs(cfg, [fixed])))
+                                                              labs.policy_configs(cfg, [fixed], stops=stops)))
             summary = labs.policy_summary(policy_runs)
             frames |= dict(policy_runs=policy_runs, policy_rounds=rounds, policy_summary=summary)
             yield (note + f" Policies compared with draft {first!r}.", *(SKIP,) * 5, summary.round(3),

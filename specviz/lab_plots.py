@@ -82,12 +82,14 @@ def policy_bars(summary: pd.DataFrame) -> go.Figure:
 
 
 def k_per_round(rounds: pd.DataFrame) -> go.Figure:
-    """The k each round used, per policy (``labs.round_ks``: rounds of all prompts in order)."""
+    """The tokens each round drafted, per policy (``labs.round_ks``: rounds of all prompts in order): the
+    policy's k, or fewer where a confidence stop or the token budget cut the round short."""
     fig = go.Figure()
     for i, (policy, g) in enumerate(rounds.groupby("policy", sort=False)):
-        fig.add_trace(go.Scatter(x=g.step, y=g.k, mode="lines", name=policy, line=dict(shape="hv", color=PALETTE[i % 8]),
-                                 hovertemplate="round %{x}: k=%{y}<extra>" + policy + "</extra>"))
-    return _layout(fig, "k used by each round (prompts one after another)", "round", "k")
+        fig.add_trace(go.Scatter(x=g.step, y=g.drafted, customdata=g.k, mode="lines", name=policy,
+                                 line=dict(shape="hv", color=PALETTE[i % 8]),
+                                 hovertemplate="round %{x}: %{y} drafted (k=%{customdata})<extra>" + policy + "</extra>"))
+    return _layout(fig, "Drafts each round made (prompts one after another)", "round", "drafted")
 
 
 # -- losslessness --------------------------------------------------------------------------------------

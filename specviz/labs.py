@@ -37,13 +37,19 @@ def per_position(positions: pd.DataFrame) -> pd.DataFrame:
 
 
 # -- fixed k against the adaptive policies -------------------------------------------------------------
-def policy_configs(cfg: DecodeConfig, fixed_ks: Iterable[int] = (4,),
-                   policies: Iterable[str] = ("history", "heuristic")) -> dict[str, DecodeConfig]:
-    """Label -> config: each fixed k, then each adaptive policy starting from cfg.k within [min_k, max_k]."""
+def policy_configs(cfg: DecodeConfig, fixed_ks: Iterable[int] = (4,), policies: Iterable[str] = ("history", "heuristic"),
+                   stops: Iterable[float] = ()) -> dict[str, DecodeConfig]:
+    """Label -> config: each fixed k, then each adaptive policy starting from cfg.k within [min_k, max_k],
+    then each confidence stop (draft up to max_k, stop below draft_stop: transformers' default rule is 0.4)."""
     out = {f"fixed k={k}": replace(cfg, k=int(k), k_policy="fixed") for k in fixed_ks}
     start = min(max(cfg.k, cfg.min_k), cfg.max_k)
     out |= {policy: replace(cfg, k=start, k_policy=policy) for policy in policies}
+    out |= {stop_label(s, cfg.max_k): replace(cfg, k=cfg.max_k, k_policy="fixed", draft_stop=s) for s in stops}
     return out
+
+
+def stop_label(stop: float, max_k: int) -> str:
+    return f"stop < {stop:g} (k ≤ {max_k})"
 
 
 def iter_policies(target, draft, prompts: list, configs: dict[str, DecodeConfig]) -> Iterator[tuple[dict, list[dict]]]:
@@ -60,10 +66,10 @@ def iter_policies(target, draft, prompts: list, configs: dict[str, DecodeConfig]
 
 
 def compare_policies(target, draft, prompts: list, cfg: DecodeConfig | None = None, fixed_ks=(4,),
-                     policies=("history", "heuristic")) -> tuple[pd.DataFrame, pd.DataFrame]:
+                     policies=("history", "heuristic"), stops=()) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(runs, rounds): one row per run, one row per round (its k). ``policy_summary(runs)`` aggregates."""
     runs, rounds = [], []
-    for row, rs in iter_policies(target, draft, prompts, policy_configs(cfg or DecodeConfig(), fixed_ks, policies)):
+    for row, rs in iter_policies(target, draft, prompts, policy_configs(cfg or DecodeConfig(), fixed_ks, policies, stops)):
         runs.append(row)
         rounds += rs
     return pd.DataFrame(runs), pd.DataFrame(rounds, columns=["policy", "prompt", "round", "k", "drafted", "accepted"])

@@ -33,8 +33,10 @@ def _sweep_tab(store: ModelStore, h) -> None:
         seed = gr.Number(0, precision=0, label="seed")
     sampling = _sampling_controls(0.0)
     with gr.Row():
-        compare = gr.Checkbox(True, label="Then compare fixed k with the adaptive policies (history, heuristic)")
+        compare = gr.Checkbox(True, label="Then compare fixed k with the adaptive policies (history, heuristic, "
+                                          "confidence stop)")
         fixed_k = gr.Number(4, precision=0, label="fixed k for the comparison")
+        stop = gr.Number(0.4, label="confidence stop: draft up to 10, stop below this q(x) (0 = leave out)")
     with gr.Row():
         est_btn = gr.Button("Estimate time")
         run_btn = gr.Button("Run sweep", variant="primary")
@@ -47,11 +49,11 @@ def _sweep_tab(store: ModelStore, h) -> None:
         heat = _chart("Each later position needs every earlier draft accepted.")
     policy_table = gr.Dataframe(label="k policies", interactive=False)
     with gr.Row():
-        bars, ks = _chart("tokens/s and acceptance per policy."), _chart("The k each round chose.")
+        bars, ks = _chart("tokens/s and acceptance per policy."), _chart("The drafts each round made.")
     files = gr.File(label="Results (CSV)", file_count="multiple", interactive=False)
     inputs = [target, drafts, prompts, k_min, k_max, *sampling, max_new, seed]
     est_btn.click(h.estimate, inputs, [status], api_visibility="undocumented", **MODEL_QUEUE)
-    run_btn.click(h.run_sweep, inputs + [compare, fixed_k], [status, table, acc, tau, speed, heat, policy_table, bars,
+    run_btn.click(h.run_sweep, inputs + [compare, fixed_k, stop], [status, table, acc, tau, speed, heat, policy_table, bars,
                                                             ks, files], api_visibility="undocumented", **MODEL_QUEUE)
 
 

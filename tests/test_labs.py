@@ -59,18 +59,22 @@ def test_position_rows_by_hand(target, prompt):
 
 def test_policy_comparison(target, prompt):
     cfg = DecodeConfig(temperature=0, max_new_tokens=24, k=2, max_k=6)
-    runs, rounds = labs.compare_policies(target, target, [prompt], cfg, fixed_ks=[2, 4])
+    runs, rounds = labs.compare_policies(target, target, [prompt], cfg, fixed_ks=[2, 4], stops=[0.5])
     summary = labs.policy_summary(runs)
-    assert list(summary.policy) == [labs.BASELINE, "fixed k=2", "fixed k=4", "history", "heuristic"]
+    stop = "stop < 0.5 (k ≤ 6)"
+    assert list(summary.policy) == [labs.BASELINE, "fixed k=2", "fixed k=4", "history", "heuristic", stop]
     assert (summary.acceptance_rate.iloc[1:] == 1.0).all()  # draft == target
     ks = labs.round_ks(rounds)
     heuristic = ks[ks.policy == "heuristic"].k.tolist()
     assert heuristic[:3] == [2, 4, 6]  # +2 after every fully accepted round, capped at max_k
     assert set(ks[ks.policy == "fixed k=4"].k) <= {1, 2, 3, 4}  # 4, capped only by the tokens left
     fig = lab_plots.k_per_round(ks)
-    assert [t.name for t in fig.data] == ["fixed k=2", "fixed k=4", "history", "heuristic"]
+    assert [t.name for t in fig.data] == ["fixed k=2", "fixed k=4", "history", "heuristic", stop]
+    stopped = ks[ks.policy == stop]  # drafts up to max_k = 6; the chart shows what each round really drafted
+    assert list(fig.data[-1].y) == stopped.drafted.tolist() and list(fig.data[-1].customdata) == stopped.k.tolist()
+    assert stopped.k.iloc[0] == 6 and (stopped.drafted <= stopped.k).all()
     bars = lab_plots.policy_bars(summary)
-    assert list(bars.data[1].y[1:]) == [1.0] * 4
+    assert list(bars.data[1].y[1:]) == [1.0] * 5
 
 
 def test_sweep_figures_hold_the_summary(target, prompt):
@@ -144,6 +148,8 @@ def test_sweep_handler_streams_and_writes_csv(store):
     assert len(pd.read_csv(final[-1][0])) == 2 * (1 + 2)
     tables = [o[1] for o in outs if isinstance(o[1], pd.DataFrame)]
     assert list(tables[-1].k) == [1, 2]
+    policies = final[6]  # fixed k, the two adaptive policies and transformers' confidence stop (0.4)
+    assert list(policies.policy)[1:] == ["fixed k=2", "history", "heuristic", "stop < 0.4 (k ≤ 10)"]
 
 
 def test_lossless_handler_streams_batches(store):
