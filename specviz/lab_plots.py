@@ -10,7 +10,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .plots import COLOURS, _layout
+from .plots import COLOURS, INK, _layout
 
 PALETTE = ["#2563eb", "#dc2626", "#16a34a", "#a855f7", "#ea580c", "#0891b2", "#be185d", "#4b5563"]
 
@@ -35,7 +35,7 @@ def against_k(summary: pd.DataFrame, column: str, title: str, y: str, theory: st
                     best = g.loc[g[col].idxmax()]
                     fig.add_trace(go.Scatter(x=[best.k], y=[best[col]], mode="markers", name=f"{draft} {label}",
                                              marker=dict(symbol=symbol, size=16, color=colour,
-                                                         line=dict(width=1, color="#111"))))
+                                                         line=dict(width=1, color=INK))))
     fig.update_xaxes(dtick=1)
     return _layout(fig, title, "k (drafts per round)", y)
 
@@ -118,7 +118,7 @@ def decomposition_bars(decomp: pd.DataFrame, labels: dict | None = None, top: in
     fig = go.Figure([go.Bar(x=x, y=g.accept, name="min(p, q): drafted and accepted", marker_color=COLOURS["accepted"]),
                      go.Bar(x=x, y=g.residual, name="(1 - beta) residual: resampled", marker_color=COLOURS["resampled"]),
                      go.Scatter(x=x, y=g.p, mode="markers", name="p (target)",
-                                marker=dict(symbol="line-ew", size=22, line=dict(width=3, color="#111")))])
+                                marker=dict(symbol="line-ew", size=22, line=dict(width=3, color=INK)))])
     fig.update_layout(barmode="stack")
     return _layout(fig, "Why it is exact: accepted part + resampled part = p", "token", "probability")
 

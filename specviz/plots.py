@@ -11,6 +11,8 @@ import plotly.graph_objects as go
 COLOURS = {  # the timeline's colours, so a status looks the same everywhere
     "accepted": "#16a34a", "rejected": "#dc2626", "discarded": "#9ca3af", "resampled": "#ea580c", "bonus": "#2563eb",
 }
+INK = "#8b93a1"  # text, axes and neutral marks: readable on gradio's light and dark themes alike
+GRID = "rgba(139, 147, 161, 0.25)"
 ROUND_COLUMNS = ["round", "k", "drafted", "n_accepted", "emitted", "draft_s", "target_s", "wall_s"]
 
 
@@ -22,9 +24,13 @@ def rounds_frame(trace) -> pd.DataFrame:
 
 
 def _layout(fig: go.Figure, title: str, x: str, y: str) -> go.Figure:
+    """Titles and a look shared by every figure: transparent backgrounds, so the page's theme (light or
+    dark) shows through, with text and grid in a grey that reads on both."""
     fig.update_layout(title=title, xaxis_title=x, yaxis_title=y, template="plotly_white", height=320,
                       margin=dict(l=50, r=20, t=50, b=45), legend=dict(orientation="h", y=-0.25),
-                      paper_bgcolor="rgba(0,0,0,0)")
+                      paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)", font=dict(color=INK))
+    fig.update_xaxes(gridcolor=GRID, zerolinecolor=GRID, linecolor=GRID)
+    fig.update_yaxes(gridcolor=GRID, zerolinecolor=GRID, linecolor=GRID)
     return fig
 
 
@@ -84,7 +90,7 @@ def accept_line(round_tokens: pd.DataFrame) -> go.Figure:
     fig = go.Figure(go.Bar(x=x, y=d["accept_prob"], name="min(1, p/q)", marker_color=colours, opacity=0.55,
                            hovertemplate="position %{x}: min(1, p/q) = %{y:.3f}<extra></extra>"))
     fig.add_trace(go.Scatter(x=x, y=d["u"], mode="markers", name="u", marker=dict(symbol="x", size=13, color="#111827",
-                             line=dict(width=1, color="#f9fafb")),
+                             line=dict(width=1.5, color="#f9fafb")),
                              hovertemplate="position %{x}: u = %{y:.3f}<extra></extra>"))
     fig.update_yaxes(range=[0, 1.05])
     fig.update_xaxes(dtick=1)

@@ -2,7 +2,6 @@
 drawn, stepping through rounds; saves docs/screenshot.png. Needs Debian's chromium and playwright
 (CI: apt-get install -y chromium; pip install playwright); skipped without them."""
 import re
-import socket
 from pathlib import Path
 
 import pytest
@@ -10,8 +9,8 @@ import pytest
 from specviz import DEFAULT_TARGET, list_models
 from specviz.config import EXAMPLE_PROMPTS
 from specviz.handlers import ModelStore
-from specviz.ui import build_demo, launch
-from tests.apphelpers import CHROMIUM, needs_chromium, sync_api, tiny_store  # shared skip/require logic
+from specviz.ui import build_demo
+from tests.apphelpers import chromium_page, needs_chromium, serve, sync_api, tiny_store  # shared skip/require logic
 
 SCREENSHOT = Path(__file__).resolve().parent.parent / "docs" / "screenshot.png"
 pytestmark = needs_chromium
@@ -21,42 +20,30 @@ pytestmark = needs_chromium
 def app_url():
     # the bundled models make a meaningful screenshot; tiny random ones stand in where they are absent
     store = ModelStore() if DEFAULT_TARGET in list_models() else tiny_store()
-    demo = build_demo(store)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    launch(demo, prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
-    yield f"http://127.0.0.1:{port}/"
-    demo.close()
+    with serve(build_demo(store)) as url:
+        yield url
 
 
 def test_run_an_example_and_step_through_rounds(app_url):
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update"])
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.goto(app_url)
-            example = EXAMPLE_PROMPTS[2]
-            page.get_by_text(example, exact=True).first.click()  # an example fills the prompt
-            sync_api.expect(page.locator("#prompt textarea")).to_have_value(example)
-            page.locator("#run").click()
-            sync_api.expect(page.locator("#summary")).to_contain_text("predicted", timeout=60_000)
-            sync_api.expect(page.locator("#summary")).to_contain_text(re.compile(r"measured [\d.]+×"), timeout=60_000)  # baseline in
-            tokens = page.locator("#timeline .sv-timeline .sv-round .sv-tok")
-            assert tokens.count() > 0
-            title = tokens.first.get_attribute("title")
-            assert "p = " in title and "round 0" in title
-            colour = tokens.first.evaluate("e => getComputedStyle(e).backgroundColor")
-            assert colour not in ("rgba(0, 0, 0, 0)", "transparent")  # the timeline's CSS reached the page
-            sync_api.expect(page.locator(".js-plotly-plot")).to_have_count(6, timeout=30_000)  # 4 charts + 2 replay
-            before = page.locator("#replay").inner_text()
-            assert "Round 0" in before
-            page.locator("#next").click()
-            sync_api.expect(page.locator("#replay")).to_contain_text("Round 1", timeout=15_000)
-            assert page.locator("#replay").inner_text() != before
-            SCREENSHOT.parent.mkdir(exist_ok=True)
-            page.screenshot(path=str(SCREENSHOT), full_page=True)
-        finally:
-            browser.close()
+    with chromium_page(viewport={"width": 1400, "height": 1000}) as page:
+        page.goto(app_url)
+        example = EXAMPLE_PROMPTS[2]
+        page.get_by_text(example, exact=True).first.click()  # an example fills the prompt
+        sync_api.expect(page.locator("#prompt textarea")).to_have_value(example)
+        page.locator("#run").click()
+        sync_api.expect(page.locator("#summary")).to_contain_text("predicted", timeout=60_000)
+        sync_api.expect(page.locator("#summary")).to_contain_text(re.compile(r"measured [\d.]+×"), timeout=60_000)  # baseline in
+        tokens = page.locator("#timeline .sv-timeline .sv-round .sv-tok")
+        assert tokens.count() > 0
+        title = tokens.first.get_attribute("title")
+        assert "p = " in title and "round 0" in title
+        colour = tokens.first.evaluate("e => getComputedStyle(e).backgroundColor")
+        assert colour not in ("rgba(0, 0, 0, 0)", "transparent")  # the timeline's CSS reached the page
+        sync_api.expect(page.locator(".js-plotly-plot")).to_have_count(6, timeout=30_000)  # 4 charts + 2 replay
+        before = page.locator("#replay").inner_text()
+        assert "Round 0" in before
+        page.locator("#next").click()
+        sync_api.expect(page.locator("#replay")).to_contain_text("Round 1", timeout=15_000)
+        assert page.locator("#replay").inner_text() != before
+        SCREENSHOT.parent.mkdir(exist_ok=True)
+        page.screenshot(path=str(SCREENSHOT), full_page=True)
