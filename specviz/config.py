@@ -83,4 +83,5 @@ PRESETS = {
     "sample": DecodeConfig(k=4, temperature=1.0),
     "nucleus": DecodeConfig(k=4, temperature=0.8, top_k=50, top_p=0.95),
     "adaptive": DecodeConfig(k=4, temperature=0.0, k_policy="heuristic"),
+    "confident": DecodeConfig(k=10, temperature=0.0, draft_stop=0.4),  # transformers' default assistant rule
 }

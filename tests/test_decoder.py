@@ -220,3 +220,16 @@ def test_padded_vocabularies_work_over_the_shared_range(prompt, draft_vocab):
     assert greedy.new_tokens == reference_greedy(target, prompt, 30)
     sampled = speculative_generate(target, draft, prompt, DecodeConfig(k=3, max_new_tokens=30))
     assert all(x < min(64, draft_vocab) for r in sampled.rounds for x in r.drafted)
+
+
+@pytest.mark.parametrize("name", ["greedy", "sample", "nucleus", "adaptive", "confident"])
+def test_presets_run_and_greedy_ones_are_exact(name, prompt):
+    from dataclasses import replace
+
+    from specviz import PRESETS
+
+    cfg = replace(PRESETS[name], max_new_tokens=20)
+    trace = speculative_generate(SHARP_LLAMA, perturbed(SHARP_LLAMA, 0.5), prompt, cfg)
+    assert len(trace.new_tokens) == 20
+    if cfg.greedy:
+        assert trace.new_tokens == reference_greedy(SHARP_LLAMA, prompt, 20)
