@@ -107,9 +107,10 @@ def make_handlers(store: ModelStore) -> SimpleNamespace:
     def generate(prompt: str, target: str = store.default_target(), draft: str = store.default_draft(),
                  k: int = DEFAULTS["k"], temperature: float = DEFAULTS["temperature"], top_k: int = DEFAULTS["top_k"],
                  top_p: float = DEFAULTS["top_p"], max_new_tokens: int = DEFAULTS["max_new_tokens"],
-                 seed: int = DEFAULTS["seed"]) -> str:
-        """Speculative decoding of `prompt`; returns the full trace as JSON (schema specviz.trace/1)."""
-        cfg = handlers.make_config(k, "fixed", temperature, top_k, top_p, max_new_tokens, seed)
+                 seed: int = DEFAULTS["seed"], draft_stop: float = 0.0) -> str:
+        """Speculative decoding of `prompt`; returns the full trace as JSON (schema specviz.trace/1).
+        `draft_stop` > 0 ends a round's drafting below that draft confidence (transformers' 0.4 rule)."""
+        cfg = handlers.make_config(k, "fixed", temperature, top_k, top_p, max_new_tokens, seed, draft_stop)
         return handlers.generate(store, prompt, target, draft, cfg).to_json()
 
     def draft_pickers(user_drafts):

@@ -44,6 +44,8 @@ def generate(client, **change) -> Trace:
     (dict(max_new_tokens=10**9), "exceeds the target's context window of 128"),
     (dict(seed=-1), "seed must be >= 0"),
     (dict(seed=2**70), "seed must be < 2\\*\\*63"),
+    (dict(draft_stop=1.0), r"draft_stop must be in \[0, 1\)"),
+    (dict(draft_stop="high"), "draft_stop must be a number, got 'high'"),
     (dict(target="gpt-5"), "unknown target 'gpt-5': choose one of tiny-target"),
     (dict(draft="../../etc/passwd"), "unknown draft '../../etc/passwd'"),
     (dict(target="/etc/passwd"), "unknown target '/etc/passwd'"),

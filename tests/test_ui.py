@@ -55,6 +55,8 @@ def test_draft_stop_control_reaches_the_decoder(pair, store):
     assert any(len(r.drafted) < r.k for r in trace.rounds)
     with pytest.raises(gr.Error, match="draft_stop"):
         last(make_handlers(store).run("ROMEO:", "tiny-target", "tiny", *SETTINGS.values(), False, {}, 1.5))
+    api = Trace.from_json(make_handlers(store).generate("ROMEO:", "tiny-target", "tiny", 3, 0.8, 0, 0.95, 12, 7, 0.6))
+    assert [r.drafted for r in api.rounds] == [r.drafted for r in want.rounds]
 
 
 def test_default_draft_falls_back_to_first_available(store):
