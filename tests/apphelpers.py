@@ -23,17 +23,19 @@ needs_chromium = pytest.mark.skipif(not os.path.exists(CHROMIUM),
                                     reason=f"{CHROMIUM} is missing (apt-get install -y chromium)")
 
 
-def tiny_store(**options):
-    """Tiny random-init target and perturbed draft behind the real tokenizer; ``options`` go to ModelStore
-    (default_draft="prompt-lookup", say)."""
+def tiny_store(pair=None, drafts=None, targets=("tiny-target",), **options):
+    """A ModelStore over tiny random models: ``pair`` (target, draft, tokenizer; default ``ui_models()``) behind
+    every name in ``targets``, the draft as "tiny" plus any extra ``drafts`` ({name: model}), prompt lookup and
+    the bundled registry's drafters by name. ``options`` go to ModelStore (default_draft="prompt-lookup", say)."""
     from specviz.models import load_drafter
     from tests.conftest import ui_models
 
-    target, draft, tok = ui_models(window=256)
+    target, draft, tok = pair or ui_models(window=256)
+    named = {"tiny": draft, **(drafts or {})}
     return ModelStore(load_model=lambda name: (target, tok),
-                      load_drafter=lambda name: draft if name == "tiny" else load_drafter(name),
-                      list_targets=lambda: ["tiny-target"], list_drafters=lambda: ["tiny", "prompt-lookup"],
-                      default_target="tiny-target", **options)
+                      load_drafter=lambda name: named[name] if name in named else load_drafter(name),
+                      list_targets=lambda: list(targets), list_drafters=lambda: [*named, "prompt-lookup"],
+                      default_target=targets[0], **options)
 
 
 @contextmanager

@@ -12,9 +12,8 @@ from specviz import DecodeConfig, NGramDrafter, NGramModel, PromptLookupDrafter,
 from specviz import compare_plots
 from specviz.compare import (BASELINE, compare_table, disagreement, disagreement_frame, divergence_frame, draft_size,
                              first_rejection, iter_compare)
-from specviz.handlers import ModelStore
-from specviz.models import load_drafter
 from specviz.ui_compare import MAX_BATCH, make_compare_handlers
+from tests.apphelpers import tiny_store
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 TIMINGS = ["tokens_per_s", "baseline_tokens_per_s", "speedup", "c"]
@@ -141,11 +140,7 @@ def pair():
 
 @pytest.fixture(scope="module")
 def store(pair):
-    big, draft, tok = pair
-    return ModelStore(load_model=lambda name: (big, tok),
-                      load_drafter=lambda name: {"tiny": draft, "itself": big}.get(name) or load_drafter(name),
-                      list_targets=lambda: ["tiny-target"], list_drafters=lambda: ["tiny", "itself", "prompt-lookup"],
-                      default_target="tiny-target", default_draft="tiny")
+    return tiny_store(pair, drafts={"itself": pair[0]}, default_draft="tiny")
 
 
 def test_compare_handler_streams_each_draft_then_the_disagreement(store, pair):

@@ -7,11 +7,11 @@ import pytest
 from conftest import last, ui_models
 
 from specviz import DecodeConfig, speculative_generate
-from specviz.handlers import ModelStore, TrainedDraft
-from specviz.models import load_drafter
+from specviz.handlers import TrainedDraft
 from specviz.ui import build_demo, make_handlers
 from specviz.ui_compare import make_compare_handlers
 from specviz.lab_handlers import make_lab_handlers
+from tests.apphelpers import tiny_store
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 SETTINGS = dict(k=3, k_policy="fixed", temperature=0.8, top_k=0, top_p=0.95, max_new_tokens=10, seed=7)
@@ -25,11 +25,7 @@ def pair():
 
 @pytest.fixture(scope="module")
 def store(pair):
-    big, draft, tok = pair
-    return ModelStore(load_model=lambda name: (big, tok),
-                      load_drafter=lambda name: draft if name == "tiny" else load_drafter(name),
-                      list_targets=lambda: ["tiny-target", "other-target"], list_drafters=lambda: ["tiny", "prompt-lookup"],
-                      default_target="tiny-target", default_draft="tiny")
+    return tiny_store(pair, targets=("tiny-target", "other-target"), default_draft="tiny")
 
 
 @pytest.fixture(scope="module")

@@ -10,10 +10,9 @@ from conftest import last, perturbed, tiny_llama, ui_models
 
 from specviz import DecodeConfig, PromptLookupDrafter, distill_lab, iter_sweep, summarize, sweep
 from specviz import lab_plots, labs
-from specviz.handlers import ModelStore
 from specviz.lab_distill import CE, KL, fresh_draft
-from specviz.models import load_drafter
 from specviz.lab_handlers import make_lab_handlers, split_prompts
+from tests.apphelpers import tiny_store
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 GREEDY = DecodeConfig(temperature=0, max_new_tokens=12)
@@ -130,11 +129,7 @@ def test_fresh_draft_matches_target_vocab(target):
 # -- handlers --------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def store():
-    big, draft, tok = ui_models()
-    return ModelStore(load_model=lambda name: (big, tok),
-                      load_drafter=lambda name: draft if name == "tiny" else load_drafter(name),
-                      list_targets=lambda: ["tiny-target"], list_drafters=lambda: ["tiny", "prompt-lookup"],
-                      default_target="tiny-target", default_draft="tiny")
+    return tiny_store(ui_models(), default_draft="tiny")
 
 
 

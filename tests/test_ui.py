@@ -7,9 +7,8 @@ import gradio as gr
 import pytest
 
 from specviz import DecodeConfig, Trace, speculative_generate
-from specviz.handlers import ModelStore
-from specviz.models import load_drafter
 from specviz.ui import build_demo, make_handlers
+from tests.apphelpers import tiny_store
 from tests.conftest import last, ui_models
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
@@ -23,11 +22,7 @@ def pair():
 
 @pytest.fixture(scope="module")
 def store(pair):
-    target, draft, tok = pair
-    return ModelStore(load_model=lambda name: (target, tok),
-                      load_drafter=lambda name: draft if name == "tiny" else load_drafter(name),
-                      list_targets=lambda: ["tiny-target"], list_drafters=lambda: ["tiny", "prompt-lookup"],
-                      default_target="tiny-target", default_draft="small")
+    return tiny_store(pair, default_draft="small")
 
 
 
