@@ -18,8 +18,9 @@ import pandas as pd
 import torch
 
 from .batch import autoregressive_generate_batch, speculative_generate_batch
-from .config import EXAMPLE_PROMPTS, DecodeConfig
-from .models import DEFAULT_DRAFT, DEFAULT_TARGET, list_drafters, list_models, load_model
+from .bench import common_args, target_and_prompts
+from .config import DecodeConfig
+from .models import DEFAULT_DRAFT, list_drafters, list_models, load_model
 
 BATCH_COLUMNS = ["batch_size", "method", "tokens", "seconds", "tokens_per_s", "acceptance_rate"]
 
@@ -84,21 +85,13 @@ def report(frame: pd.DataFrame) -> str:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--target", default=DEFAULT_TARGET)
+    common_args(ap, max_new_tokens=48, repeats=2, threads=1)
     ap.add_argument("--standin", default="perturbed", help="draft if none is bundled: perturbed | layers:N")
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 2, 4, 8])
-    ap.add_argument("--k", type=int, default=4)
-    ap.add_argument("--max-new-tokens", type=int, default=48)
-    ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's default)")
-    ap.add_argument("--device", default="cpu")
     args = ap.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    target, tok = load_model(args.target, device=args.device)
+    target, tok, prompts = target_and_prompts(args)
     draft, about = pick_draft(target, args.standin)
     cfg = DecodeConfig(k=args.k, temperature=0.0, max_new_tokens=args.max_new_tokens, record=False)
-    prompts = [tok(p, return_tensors="pt").input_ids.to(args.device) for p in EXAMPLE_PROMPTS]
     print(f"target={args.target} draft: {about}\nk={args.k} greedy max_new_tokens={args.max_new_tokens} "
           f"repeats={args.repeats} threads={torch.get_num_threads()} device={args.device}")
     print(report(run_batch_bench(target, draft, prompts, cfg, tuple(args.batch_sizes), args.repeats)))

@@ -139,26 +139,36 @@ def report(tallies: dict[str, Tally]) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def common_args(ap: argparse.ArgumentParser, max_new_tokens: int, repeats: int, threads: int) -> None:
+    """The options every benchmark takes (this one and batch_bench)."""
     ap.add_argument("--target", default=DEFAULT_TARGET)
-    ap.add_argument("--draft", default=DEFAULT_DRAFT)
     ap.add_argument("--k", type=int, default=4)
-    ap.add_argument("--temperature", type=float, default=0.0)
-    ap.add_argument("--max-new-tokens", type=int, default=64)
-    ap.add_argument("--draft-stop", type=float, default=0.0,
-                    help="stop drafting below this draft confidence (transformers' default is 0.4; 0 = off)")
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
+    ap.add_argument("--repeats", type=int, default=repeats)
+    ap.add_argument("--threads", type=int, default=threads, help="torch threads (0: torch's default)")
     ap.add_argument("--device", default="cpu")
-    args = ap.parse_args(argv)
+
+
+def target_and_prompts(args) -> tuple:
+    """Sets the thread count, loads the target; (target, tokenizer, the example prompts as ids)."""
     if args.threads:
         torch.set_num_threads(args.threads)
     target, tok = load_model(args.target, device=args.device)
+    return target, tok, [tok(p, return_tensors="pt").input_ids.to(args.device) for p in EXAMPLE_PROMPTS]
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    common_args(ap, max_new_tokens=64, repeats=3, threads=0)
+    ap.add_argument("--draft", default=DEFAULT_DRAFT)
+    ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--draft-stop", type=float, default=0.0,
+                    help="stop drafting below this draft confidence (transformers' default is 0.4; 0 = off)")
+    args = ap.parse_args(argv)
+    target, tok, prompts = target_and_prompts(args)
     draft = load_drafter(args.draft, device=args.device)
     cfg = DecodeConfig(k=args.k, temperature=args.temperature, max_new_tokens=args.max_new_tokens,
                        draft_stop=args.draft_stop)
-    prompts = [tok(p, return_tensors="pt").input_ids.to(args.device) for p in EXAMPLE_PROMPTS]
     print(f"target={args.target} draft={args.draft} k={args.k} draft_stop={args.draft_stop} temperature={args.temperature} "
           f"max_new_tokens={args.max_new_tokens} repeats={args.repeats} prompts={len(prompts)} "
           f"threads={torch.get_num_threads()} device={args.device}")
