@@ -30,6 +30,15 @@ def test_greedy_equals_target_greedy(target, draft, k, prompt):
         assert trace.summary().acceptance_rate == 1.0
 
 
+@pytest.mark.parametrize("draft", [None, "perturbed", "prompt-lookup"])
+def test_one_token_prompt(draft):
+    """A prompt of one token: the prefill is that token alone, and its logits serve the first round."""
+    one = torch.tensor([[5]])
+    drafter = None if draft is None else DRAFTS[draft](SHARP_LLAMA)
+    trace = Decoding(SHARP_LLAMA, drafter, one, DecodeConfig(k=3, max_new_tokens=20, temperature=0)).run()
+    assert trace.new_tokens == reference_greedy(SHARP_LLAMA, one, 20)
+
+
 def test_greedy_paths_exercise_partial_acceptance(prompt):
     s = speculative_generate(SHARP_LLAMA, perturbed(SHARP_LLAMA, 0.3), prompt, DecodeConfig(k=4, temperature=0)).summary()
     assert 0.2 < s.acceptance_rate < 0.95, s  # both accepts and rejects happen, so rollback is tested
