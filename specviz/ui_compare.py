@@ -75,12 +75,13 @@ def make_compare_handlers(store: ModelStore) -> SimpleNamespace:
     def _token_text(tok):
         return lambda t: tok.decode([int(t)], clean_up_tokenization_spaces=False)
 
-    def run_compare(target, drafts, prompt, k, temperature, top_k, top_p, max_new, seed, user_drafts=None):
+    def run_compare(target, drafts, prompt, k, temperature, top_k, top_p, max_new, seed, user_drafts=None,
+                    draft_stop=0.0):
         """Streams (state, status, timelines, table, 3 charts, divergence, position slider, disagreement x3).
         ``user_drafts``: this user's trained drafts ({name: TrainedDraft}), picked by name before the store's."""
         if not drafts:
             raise ValueError("pick at least one draft to compare")
-        cfg = make_config(k, "fixed", temperature, top_k, top_p, max_new, seed)
+        cfg = make_config(k, "fixed", temperature, top_k, top_p, max_new, seed, draft_stop)
         model, tok = store.target(target)
         ids, chosen = encode(tok, prompt), {d: user_pair(store, target, d, user_drafts)[2] for d in drafts}
         sizes, runs, start = {d: draft_size(x) for d, x in chosen.items()}, [], time.perf_counter()
@@ -169,6 +170,8 @@ def _compare_tab(store: ModelStore, h, user_drafts: gr.State) -> gr.CheckboxGrou
         drafts = gr.CheckboxGroup(store.list_drafters(), value=store.list_drafters(), label="Drafts")
     prompt = gr.Textbox(EXAMPLE_PROMPTS[1], lines=2, label="Prompt")
     settings = _settings(48)
+    draft_stop = gr.Number(0, minimum=0, maximum=0.99, label="stop drafting below draft confidence q(x) (0 = off; "
+                           "transformers' default is 0.4)")
     run_btn = gr.Button("Compare", variant="primary")
     status = gr.Markdown()
     timelines = gr.HTML(elem_id="compare-timelines")
@@ -185,7 +188,7 @@ def _compare_tab(store: ModelStore, h, user_drafts: gr.State) -> gr.CheckboxGrou
     with gr.Row():
         dis_table = gr.Dataframe(label="Top tokens: p (target) and q per draft", interactive=False)
         dis_chart = _chart("Where a draft's q misses the target's top token, its draft gets rejected.")
-    run_btn.click(h.run_compare, [target, drafts, prompt, *settings, user_drafts],
+    run_btn.click(h.run_compare, [target, drafts, prompt, *settings, user_drafts, draft_stop],
                   [state, status, timelines, table, acc, speed, tau, divergence, position, note, dis_table, dis_chart],
                   api_visibility="undocumented", **MODEL_QUEUE)
     position.release(h.disagree, [state, position], [note, dis_table, dis_chart], api_visibility="undocumented",

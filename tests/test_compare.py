@@ -161,6 +161,17 @@ def test_compare_handler_streams_each_draft_then_the_disagreement(store, pair):
     assert frame["q itself"].tolist() == pytest.approx(frame.p.tolist(), abs=1e-4) and len(fig.data) == 4
 
 
+def test_compare_handler_passes_draft_stop(store):
+    """With draft_stop the draft of itself stops wherever the target's own confidence is below it."""
+    h = make_compare_handlers(store)
+    outs = list(h.run_compare("tiny-target", ["itself"], "ROMEO:", 3, 0.0, 0, 1.0, 12, 0, {}, 0.6))
+    state, table = outs[-1][0], outs[1][3].set_index("draft")
+    assert state["cfg"].draft_stop == 0.6
+    assert table.loc["itself", "acceptance_rate"] == 1.0 and table.loc["itself", "tau"] < 4.0  # shorter rounds
+    with pytest.raises(gr.Error, match="draft_stop"):
+        last(h.run_compare("tiny-target", ["itself"], "ROMEO:", 3, 0.0, 0, 1.0, 12, 0, {}, 1.2))
+
+
 def test_batch_traces_equal_single_prompt_greedy(store, pair, monkeypatch):
     """The handler's rows are speculative_generate_batch's: check them token for token against
     each prompt's greedy decode (captured from the handler's BatchDecoding)."""
