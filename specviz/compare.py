@@ -25,7 +25,7 @@ from .labs import position_rows
 from .lm import CachedLM
 from .ngram import NGramDrafter
 from .sampling import logits_to_probs, point_mass
-from .sweep import run_row
+from .sweep import run_row, warm_up
 from .trace import Trace
 
 BASELINE = "autoregressive"
@@ -47,6 +47,7 @@ def iter_compare(target, drafts: dict, prompts, cfg: DecodeConfig | None = None)
         raise ValueError("give at least one draft to compare")
     if BASELINE in drafts:
         raise ValueError(f"{BASELINE!r} names the baseline: call the draft something else")
+    warm_up(target, drafts, prompts[0], cfg)
     for i, ids in enumerate(prompts):
         yield Run(BASELINE, i, autoregressive_generate(target, ids, cfg))
         for name, draft in drafts.items():

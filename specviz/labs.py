@@ -14,7 +14,7 @@ import torch
 
 from .config import DecodeConfig
 from .decoder import autoregressive_generate, speculative_generate
-from .sweep import run_row
+from .sweep import run_row, warm_up
 from .theory import expected_tokens
 
 BASELINE = "autoregressive"
@@ -55,6 +55,7 @@ def stop_label(stop: float, max_k: int) -> str:
 def iter_policies(target, draft, prompts: list, configs: dict[str, DecodeConfig]) -> Iterator[tuple[dict, list[dict]]]:
     """Per prompt: the autoregressive baseline, then one run per labelled config; yields
     (run_row with a ``policy`` label, one row per round with the k it used)."""
+    warm_up(target, {"draft": draft}, prompts[0], next(iter(configs.values())))
     for i, ids in enumerate(prompts):
         first = next(iter(configs.values()))
         yield run_row(autoregressive_generate(target, ids, first), policy=BASELINE, prompt=i), []

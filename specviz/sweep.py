@@ -35,6 +35,7 @@ def iter_sweep(target, drafts: dict, prompts: list, ks: Iterable[int] = range(1,
     """Every run as (run_row, trace) as soon as it finishes: per repeat and prompt, the baseline
     (draft "", k 0, trace None) then every (draft, k) with a fixed k."""
     cfg, ks = cfg or DecodeConfig(), list(ks)
+    warm_up(target, drafts, prompts[0], cfg)
     for rep in range(repeats):
         for i, ids in enumerate(prompts):
             run_cfg = replace(cfg, seed=cfg.seed + rep)
@@ -43,6 +44,15 @@ def iter_sweep(target, drafts: dict, prompts: list, ks: Iterable[int] = range(1,
                 for k in ks:
                     trace = speculative_generate(target, draft, ids, replace(run_cfg, k=k, k_policy="fixed"))
                     yield run_row(trace, draft=name, k=k, prompt=i, repeat=rep), trace
+
+
+def warm_up(target, drafts: dict, ids, cfg: DecodeConfig) -> None:
+    """A few untimed tokens through every model first: the first calls of a process allocate and would
+    otherwise slow down whichever run comes first (the baseline), inflating every speedup."""
+    short = replace(cfg, max_new_tokens=min(4, cfg.max_new_tokens), k=1, k_policy="fixed", record=False)
+    autoregressive_generate(target, ids, short)
+    for draft in drafts.values():
+        speculative_generate(target, draft, ids, short)
 
 
 def sweep(target, drafts: dict, prompts: list, ks: Iterable[int] = range(1, 9), cfg: DecodeConfig | None = None,
