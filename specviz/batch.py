@@ -9,8 +9,9 @@ rows, with a key mask (B, T) and, per row, the ids and columns of its cached tok
 chunk per row, right-aligned (left-padded, pads masked out); a row's position id is its count of real
 tokens so far, so holes and padding never shift positions. When a row rejects drafts, their columns are
 masked out forever (``BatchLM.sync``, the batched ``CachedLM.sync``): caches stay append-only, and only the
-columns past the furthest kept column of any row are cropped. Finished rows (EOS, max_new_tokens) feed
-nothing (all pads) and their trace is final.
+columns past the furthest kept column of any row are cropped. Finished rows (EOS, max_new_tokens) leave
+the batch (``BatchLM.keep_rows``: the cache's own ``batch_select_indices``), so later rounds compute only
+the rows still generating; their trace is final. ``BatchDecoding.live`` maps the models' rows to prompts.
 
 RNG: one ``torch.Generator`` per row, seeded ``cfg.seed + row``, drawn in the single-prompt order, so row b
 makes exactly the draws of ``speculative_generate(prompt_b, seed=cfg.seed + b)`` and reproduces its trace
@@ -89,6 +90,16 @@ class BatchLM:
         self._synced[b] = keep
         return committed[keep:]
 
+    def keep_rows(self, rows: list[int]) -> None:
+        """Keep only these rows (indices of the current rows, in this order); the others leave the batch."""
+        if rows == list(range(len(self.ids))):
+            return
+        index = torch.tensor(rows, dtype=torch.long, device=self.device)
+        self.cache.batch_select_indices(index)
+        self.mask = self.mask[index]
+        self.ids, self.cols = [self.ids[r] for r in rows], [self.cols[r] for r in rows]
+        self._synced = [self._synced[r] for r in rows]
+
     def compact(self) -> None:
         """Crop the columns past the furthest column any row still uses (the cache's own crop)."""
         used = max((c[-1] + 1 for c in self.cols if c), default=0)
@@ -121,6 +132,7 @@ class BatchDecoding:
             self.drafter.start(self.prompts[0], cfg, self.vocab_size, self.target.device)
         self.generators = [torch.Generator(device=self.target.device).manual_seed(cfg.seed + b) for b in range(B)]
         self.committed = [list(p) for p in self.prompts]
+        self.live = list(range(B))  # the prompts still generating: live[s] is the models' row s
         self.traces = [Trace(
             prompt_ids=list(p), config=cfg, mode="autoregressive" if draft is None else "speculative",
             target_name=getattr(target.config, "_name_or_path", "") or type(target).__name__,
@@ -129,8 +141,9 @@ class BatchDecoding:
         self._clock = Stopwatch(self.target.device)
 
     def done(self, b: int) -> bool:
-        trace = self.traces[b]
-        return bool(trace.stop_reason) or len(trace.new_tokens) >= self.cfg.max_new_tokens
+        """Row b emitted EOS or its budget (counted on what it committed, before its Round is recorded)."""
+        new = len(self.committed[b]) - len(self.prompts[b])
+        return bool(self.traces[b].stop_reason) or new >= self.cfg.max_new_tokens
 
     def __iter__(self) -> Iterator[list[Round | None]]:
         start, index = time.perf_counter(), 0
@@ -164,64 +177,71 @@ class BatchDecoding:
 
     def _round(self, index: int) -> list[Round | None]:
         t0, B, cfg = time.perf_counter(), len(self.traces), self.cfg
-        active = [not self.done(b) for b in range(B)]
-        ks = [min(cfg.k, cfg.max_new_tokens - len(self.traces[b].new_tokens) - 1) if active[b] and self.drafter
-              else 0 for b in range(B)]  # never draft past a row's budget
+        ks = [min(cfg.k, cfg.max_new_tokens - (len(self.committed[b]) - len(self.prompts[b])) - 1) if self.drafter else 0
+              for b in range(B)]  # never draft past a row's budget (only live rows' ks are used)
         with self._clock.running():
             drafted, qs = self._draft(ks)
         draft_s = self._clock.take()
         with self._clock.running():
-            ps, logits = self._verify_pass(active, drafted)
+            ps, logits = self._verify_pass(drafted)
         target_s = self._clock.take()
-        decided = {}  # row -> what record_round() needs, for every active row
-        for b in (b for b in range(B) if active[b]):
+        decided = {}  # row -> what record_round() needs, for every live row
+        for b in self.live:
             q = qs[b] if qs[b] is not None else point_mass(drafted[b], ps[b].shape[-1], ps[b].dtype)
             verdict = self._accept(b, ps[b], logits[b], q, drafted[b])
             emitted = self._commit(b, drafted[b][: verdict.n_accepted].tolist() + [verdict.next_token])
             decided[b] = (index, ks[b], drafted[b], q, ps[b], verdict, emitted)
-        for lm in (self.target, self.draft_lm):
-            if lm is not None:
-                lm.compact()
+        self._drop_finished()
         wall_s = time.perf_counter() - t0
         return [record_round(cfg, *decided[b], draft_s, target_s, wall_s) if b in decided else None for b in range(B)]
 
-    # -- the four steps, every row at once ------------------------------------------------------------
+    def _drop_finished(self) -> None:
+        """Rows that finished leave both models' batches; columns no row uses any more are cropped."""
+        keep = [s for s, b in enumerate(self.live) if not self.done(b)]
+        for lm in (self.target, self.draft_lm):
+            if lm is not None and keep:
+                lm.keep_rows(keep)
+                lm.compact()
+        if keep:
+            self.live = [self.live[s] for s in keep]
+
+    # -- the four steps, every live row at once --------------------------------------------------------
     def _draft(self, ks: list[int]) -> tuple[list[torch.Tensor], list[torch.Tensor | None]]:
         """Row b proposes ks[b] tokens: (ks[b],) ids and the (ks[b], V) distributions q they came from."""
         if self.draft_lm is None:
             return self._draft_model_free(ks)
-        cfg, B, lm = self.cfg, len(ks), self.draft_lm
+        cfg, B, lm, live = self.cfg, len(ks), self.draft_lm, self.live
         tokens, qs = [[] for _ in range(B)], [[] for _ in range(B)]
         ks = list(ks)  # a row whose draft doubts its token (q(x) < cfg.draft_stop) stops: ks[b] = len(tokens[b])
-        chunks = [lm.sync(b, self._visible(self.committed[b])) if ks[b] else [] for b in range(B)]
-        for i in range(max(ks)):  # step i feeds each drafting row's pending tokens (i = 0) or x_i
-            if i >= max(ks):
+        chunks = [lm.sync(s, self._visible(self.committed[b])) if ks[b] else [] for s, b in enumerate(live)]
+        for i in range(max(ks[b] for b in live)):  # step i feeds each drafting row's pending tokens (i = 0) or x_i
+            if i >= max(ks[b] for b in live):  # every row stopped early
                 break
-            logits = align_vocab(lm.feed(chunks)[:, -1], self.vocab_size)  # (B, V)
+            logits = align_vocab(lm.feed(chunks)[:, -1], self.vocab_size)  # (live rows, V): row s is live[s]
             q = logits_to_probs(logits, cfg.temperature, cfg.top_k, cfg.top_p)
-            for b in (b for b in range(B) if i < ks[b]):
-                x = int(q[b].argmax()) if cfg.greedy else int(sample(q[b], self.generators[b]))
+            for s, b in ((s, b) for s, b in enumerate(live) if i < ks[b]):
+                x = int(q[s].argmax()) if cfg.greedy else int(sample(q[s], self.generators[b]))
                 tokens[b].append(x)
-                qs[b].append(q[b])
-                if q[b, x] < cfg.draft_stop:
+                qs[b].append(q[s])
+                if q[s, x] < cfg.draft_stop:
                     ks[b] = i + 1
-            chunks = [self._visible(tokens[b][-1:]) if i + 1 < ks[b] else [] for b in range(B)]
+            chunks = [self._visible(tokens[b][-1:]) if i + 1 < ks[b] else [] for b in live]
         return ([torch.tensor(t, dtype=torch.long, device=self.target.device) for t in tokens],
                 [torch.stack(q) if q else None for q in qs])
 
     def _draft_model_free(self, ks):
-        props = [self.drafter.propose(self.committed[b], k, self.generators[b]) if k else None
+        props = [self.drafter.propose(self.committed[b], k, self.generators[b]) if k and b in self.live else None
                  for b, k in enumerate(ks)]
         empty = torch.empty(0, dtype=torch.long, device=self.target.device)
         return [p.tokens if p else empty for p in props], [p.q if p else None for p in props]
 
-    def _verify_pass(self, active, drafted) -> tuple[list, list]:
-        """ONE target forward over every active row's pending token(s) and drafts: per row p_1..p_{m+1}."""
-        cfg = self.cfg
-        chunks = [self.target.sync(b, c) + drafted[b].tolist() if active[b] else []
-                  for b, c in enumerate(self.committed)]
-        logits = self.target.feed(chunks)  # (B, W, V), each row's chunk ends at column W - 1
-        rows = [logits[b, -(len(drafted[b]) + 1):] if active[b] else None for b in range(len(chunks))]
+    def _verify_pass(self, drafted) -> tuple[list, list]:
+        """ONE target forward over every live row's pending token(s) and drafts: per row p_1..p_{m+1}."""
+        cfg, rows = self.cfg, [None] * len(self.traces)
+        chunks = [self.target.sync(s, self.committed[b]) + drafted[b].tolist() for s, b in enumerate(self.live)]
+        logits = self.target.feed(chunks)  # (live rows, W, V), each row's chunk ends at column W - 1
+        for s, b in enumerate(self.live):
+            rows[b] = logits[s, -(len(drafted[b]) + 1):]
         probs = [lg if lg is None else logits_to_probs(lg, cfg.temperature, cfg.top_k, cfg.top_p) for lg in rows]
         return probs, rows
 

@@ -108,19 +108,31 @@ def test_each_row_is_lossless(k, extra):
 
 
 # -- caches, EOS, budget ------------------------------------------------------------------------------
-def test_caches_equal_full_recompute_after_rejections():
+def assert_caches_match_recompute(run):
+    """Every live row's cached logits (both models) equal a full recompute of its committed tokens."""
+    for lm, visible in ((run.target, lambda ids: ids), (run.draft_lm, run._visible)):
+        assert lm.mask.shape[0] == len(lm.ids) == len(run.live)  # finished rows have left the batch
+        pending = [lm.sync(s, visible(run.committed[b])) for s, b in enumerate(run.live)]
+        logits = lm.feed(pending)[:, -1]
+        for s, b in enumerate(run.live):
+            c = visible(run.committed[b])
+            assert lm.ids[s] == c and int(lm.mask[s].sum()) == len(c)
+            with torch.no_grad():
+                full = lm.model(torch.tensor([c], device=lm.device)).logits[0, -1]
+            torch.testing.assert_close(logits[s], full)
+
+
+def test_caches_equal_full_recompute_after_rejections_and_row_drops():
     target = tiny_llama(seed=3, sharpen=30)
     run = BatchDecoding(target, perturbed(target, 0.5), PROMPTS, DecodeConfig(k=4, max_new_tokens=40))
-    rounds = list(run)
-    assert sum(r is not None and r.rejected for rs in rounds for r in rs) >= 6
-    for lm, visible in ((run.target, lambda ids: ids), (run.draft_lm, run._visible)):
-        pending = [lm.sync(b, visible(c)) for b, c in enumerate(run.committed)]
-        logits = lm.feed(pending)[:, -1]
-        for b, c in enumerate(run.committed):
-            assert lm.ids[b] == visible(c) and int(lm.mask[b].sum()) == len(c)
-            with torch.no_grad():
-                full = lm.model(torch.tensor([visible(c)], device=lm.device)).logits[0, -1]
-            torch.testing.assert_close(logits[b], full)
+    sizes, rejected = [], 0
+    for rows in run:
+        rejected += sum(r is not None and r.rejected for r in rows)
+        if sizes and len(run.live) < sizes[-1] and len(run.live) > 1:
+            assert_caches_match_recompute(run)  # right after rows left, with more than one row still in
+        sizes.append(len(run.live))
+    assert rejected >= 6 and sizes[0] == len(PROMPTS) and min(sizes) < len(PROMPTS)
+    assert_caches_match_recompute(run)
 
 
 def test_eos_in_one_row_stops_that_row_only():
