@@ -9,7 +9,8 @@ rows, with a key mask (B, T) and, per row, the ids and columns of its cached tok
 chunk per row, right-aligned (left-padded, pads masked out); a row's position id is its count of real
 tokens so far, so holes and padding never shift positions. When a row rejects drafts, their columns are
 masked out forever (``BatchLM.sync``, the batched ``CachedLM.sync``): caches stay append-only, and only the
-columns past the furthest kept column of any row are cropped. Finished rows (EOS, max_new_tokens) leave
+columns past the furthest kept column of any row are cropped. As in ``CachedLM``, each row keeps the logits
+after its last cached token, so the prefill of the whole prompt serves the first round. Finished rows (EOS, max_new_tokens) leave
 the batch (``BatchLM.keep_rows``: the cache's own ``batch_select_indices``), so later rounds compute only
 the rows still generating; their trace is final. ``BatchDecoding.live`` maps the models' rows to prompts.
 
@@ -42,7 +43,8 @@ PAD = 0  # the id fed at padded columns (always masked out, so any id the model 
 
 class BatchLM:
     """A causal LM over B rows on one padded time axis. ``ids[b]`` are row b's cached tokens, kept at
-    columns ``cols[b]``; ``mask`` (B, T) is 1 exactly at those columns."""
+    columns ``cols[b]``; ``mask`` (B, T) is 1 exactly at those columns; ``last[b]`` the logits after
+    ids[b][-1] (None once a rollback masked columns of row b)."""
 
     def __init__(self, model, rows: int):
         self.model, self.device = model, model_device(model)
@@ -50,6 +52,7 @@ class BatchLM:
         self.mask = torch.zeros(rows, 0, dtype=torch.long, device=self.device)
         self.ids: list[list[int]] = [[] for _ in range(rows)]
         self.cols: list[list[int]] = [[] for _ in range(rows)]
+        self.last: list[torch.Tensor | None] = [None] * rows
         self._synced = [0] * rows  # ids[b][:_synced[b]] are known to match row b's committed sequence
         self._cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
@@ -74,19 +77,44 @@ class BatchLM:
             out = self.model(input_ids=x.to(self.device), attention_mask=self.mask, position_ids=pos.to(self.device),
                              use_cache=True, **{self._cache_kw: self.cache})
         self.cache = getattr(out, "cache", None) or out.past_key_values
+        for b, chunk in enumerate(chunks):
+            if chunk:
+                self.last[b] = out.logits[b, -1]
         return out.logits
 
+    def extend(self, rows: list[tuple[list[int], list[int]] | None]) -> list[torch.Tensor | None]:
+        """Per row, (committed, new) or None to leave the row out: the logits after committed[-1] and after
+        each of new, (1 + len(new), V). Every row's missing tokens go through ONE batched forward."""
+        pending = [None if r is None else self.sync(b, r[0]) for b, r in enumerate(rows)]
+        kept = list(self.last)  # the logits after each row's cached tokens, before this forward
+        chunks = [[] if r is None else p + r[1] for p, r in zip(pending, rows)]
+        logits = self.feed(chunks)
+        out = []
+        for b, (p, chunk) in enumerate(zip(pending, chunks)):
+            fed = logits[b, logits.shape[1] - len(chunk):] if chunk else None
+            if p is None:
+                out.append(None)
+            elif p:
+                out.append(fed[len(p) - 1:])
+            else:
+                out.append(kept[b][None] if fed is None else torch.cat([kept[b][None], fed]))
+        return out
+
     def sync(self, b: int, committed: list[int]) -> list[int]:
-        """Mask out row b's cached tokens past its longest prefix shared with ``committed[:-1]``;
-        return the pending tokens (at least the last one, whose logits the next step needs)."""
+        """Mask out row b's cached tokens past its longest prefix shared with ``committed``; return the
+        pending tokens: empty only when row b holds exactly committed and its last logits are kept,
+        otherwise at least committed[-1], whose logits the next step needs (as ``CachedLM.sync``)."""
         ids = self.ids[b]
-        limit = min(len(ids), len(committed) - 1)
+        limit = min(len(ids), len(committed))
         keep = min(self._synced[b], limit)  # committed only grows, so the old agreement stands
         while keep < limit and ids[keep] == committed[keep]:
             keep += 1
+        if keep == len(committed) and (keep < len(ids) or self.last[b] is None):
+            keep -= 1  # the logits after committed[-1] are not kept: feed it again
         if keep < len(ids):
             self.mask[b, self.cols[b][keep:]] = 0  # the holes: kept in the cache, masked out forever
             del ids[keep:], self.cols[b][keep:]
+            self.last[b] = None
         self._synced[b] = keep
         return committed[keep:]
 
@@ -98,7 +126,7 @@ class BatchLM:
         self.cache.batch_select_indices(index)
         self.mask = self.mask[index]
         self.ids, self.cols = [self.ids[r] for r in rows], [self.cols[r] for r in rows]
-        self._synced = [self._synced[r] for r in rows]
+        self.last, self._synced = [self.last[r] for r in rows], [self._synced[r] for r in rows]
 
     def compact(self) -> None:
         """Crop the columns past the furthest column any row still uses (the cache's own crop)."""
@@ -168,9 +196,9 @@ class BatchDecoding:
 
     def _prefill(self) -> None:
         with self._clock.running():
-            self.target.feed([c[:-1] for c in self.committed])
+            self.target.feed(self.committed)  # each row's last logits are p_1 of its first round
             if self.draft_lm is not None:
-                self.draft_lm.feed([self._visible(c[:-1]) for c in self.committed])
+                self.draft_lm.feed([self._visible(c) for c in self.committed])
         prefill_s = self._clock.take()
         for trace in self.traces:
             trace.prefill_s = prefill_s
@@ -213,19 +241,22 @@ class BatchDecoding:
         cfg, B, lm, live = self.cfg, len(ks), self.draft_lm, self.live
         tokens, qs = [[] for _ in range(B)], [[] for _ in range(B)]
         ks = list(ks)  # a row whose draft doubts its token (q(x) < cfg.draft_stop) stops: ks[b] = len(tokens[b])
-        chunks = [lm.sync(s, self._visible(self.committed[b])) if ks[b] else [] for s, b in enumerate(live)]
-        for i in range(max(ks[b] for b in live)):  # step i feeds each drafting row's pending tokens (i = 0) or x_i
-            if i >= max(ks[b] for b in live):  # every row stopped early
-                break
-            logits = align_vocab(lm.feed(chunks)[:, -1], self.vocab_size)  # (live rows, V): row s is live[s]
-            q = logits_to_probs(logits, cfg.temperature, cfg.top_k, cfg.top_p)
+        # step 0: each drafting row's logits after its committed tokens (lm row s is prompt live[s])
+        logits = [lg if lg is None else lg[-1] for lg in
+                  lm.extend([(self._visible(self.committed[b]), []) if ks[b] else None for b in live])]
+        i = 0
+        while i < max(ks[b] for b in live):  # step i >= 1 feeds x_i of every row still drafting
+            if i:
+                out = lm.feed([self._visible(tokens[b][-1:]) if i < ks[b] else [] for b in live])
+                logits = [out[s, -1] if i < ks[b] else None for s, b in enumerate(live)]
             for s, b in ((s, b) for s, b in enumerate(live) if i < ks[b]):
-                x = int(q[s].argmax()) if cfg.greedy else int(sample(q[s], self.generators[b]))
+                q = logits_to_probs(align_vocab(logits[s], self.vocab_size), cfg.temperature, cfg.top_k, cfg.top_p)
+                x = int(q.argmax()) if cfg.greedy else int(sample(q, self.generators[b]))
                 tokens[b].append(x)
-                qs[b].append(q[s])
-                if q[s, x] < cfg.draft_stop:
+                qs[b].append(q)
+                if q[x] < cfg.draft_stop:
                     ks[b] = i + 1
-            chunks = [self._visible(tokens[b][-1:]) if i + 1 < ks[b] else [] for b in live]
+            i += 1
         return ([torch.tensor(t, dtype=torch.long, device=self.target.device) for t in tokens],
                 [torch.stack(q) if q else None for q in qs])
 
@@ -238,10 +269,9 @@ class BatchDecoding:
     def _verify_pass(self, drafted) -> tuple[list, list]:
         """ONE target forward over every live row's pending token(s) and drafts: per row p_1..p_{m+1}."""
         cfg, rows = self.cfg, [None] * len(self.traces)
-        chunks = [self.target.sync(s, self.committed[b]) + drafted[b].tolist() for s, b in enumerate(self.live)]
-        logits = self.target.feed(chunks)  # (live rows, W, V), each row's chunk ends at column W - 1
+        outs = self.target.extend([(self.committed[b], drafted[b].tolist()) for b in self.live])
         for s, b in enumerate(self.live):
-            rows[b] = logits[s, -(len(drafted[b]) + 1):]
+            rows[b] = outs[s]
         probs = [lg if lg is None else logits_to_probs(lg, cfg.temperature, cfg.top_k, cfg.top_p) for lg in rows]
         return probs, rows
 

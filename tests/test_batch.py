@@ -112,14 +112,13 @@ def assert_caches_match_recompute(run):
     """Every live row's cached logits (both models) equal a full recompute of its committed tokens."""
     for lm, visible in ((run.target, lambda ids: ids), (run.draft_lm, run._visible)):
         assert lm.mask.shape[0] == len(lm.ids) == len(run.live)  # finished rows have left the batch
-        pending = [lm.sync(s, visible(run.committed[b])) for s, b in enumerate(run.live)]
-        logits = lm.feed(pending)[:, -1]
+        outs = lm.extend([(visible(run.committed[b]), []) for b in run.live])
         for s, b in enumerate(run.live):
             c = visible(run.committed[b])
             assert lm.ids[s] == c and int(lm.mask[s].sum()) == len(c)
             with torch.no_grad():
                 full = lm.model(torch.tensor([c], device=lm.device)).logits[0, -1]
-            torch.testing.assert_close(logits[s], full)
+            torch.testing.assert_close(outs[s][-1], full)
 
 
 def test_caches_equal_full_recompute_after_rejections_and_row_drops():
@@ -133,6 +132,19 @@ def test_caches_equal_full_recompute_after_rejections_and_row_drops():
         sizes.append(len(run.live))
     assert rejected >= 6 and sizes[0] == len(PROMPTS) and min(sizes) < len(PROMPTS)
     assert_caches_match_recompute(run)
+
+
+def test_prefill_serves_the_first_round():
+    """One batched prefill of the whole prompts, whose last logits give every row's first token: 10 tokens
+    per row take 1 + 9 target forwards, as the single-prompt decoder's and transformers' do."""
+    target = tiny_llama(seed=3, sharpen=30)
+    sizes = []
+    forward = target.forward
+    target.forward = lambda input_ids=None, **kw: sizes.append(input_ids.shape[1]) or forward(input_ids=input_ids, **kw)
+    traces = autoregressive_generate_batch(target, PROMPTS, DecodeConfig(max_new_tokens=10, temperature=0))
+    assert sizes == [max(p.shape[1] for p in PROMPTS)] + [1] * 9
+    assert [t.new_tokens for t in traces] == [reference_greedy(tiny_llama(seed=3, sharpen=30), ids, 10) for ids in PROMPTS]
+    assert all(t.summary().target_forwards_per_token == pytest.approx(9 / 10) for t in traces)
 
 
 def test_eos_in_one_row_stops_that_row_only():
