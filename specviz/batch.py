@@ -168,10 +168,13 @@ class BatchDecoding:
         ) for p in self.prompts]
         self._clock = Stopwatch(self.target.device)
 
+    def left(self, b: int) -> int:
+        """Tokens row b may still generate (counted on what it committed, before its Round is recorded)."""
+        return self.cfg.max_new_tokens - (len(self.committed[b]) - len(self.prompts[b]))
+
     def done(self, b: int) -> bool:
-        """Row b emitted EOS or its budget (counted on what it committed, before its Round is recorded)."""
-        new = len(self.committed[b]) - len(self.prompts[b])
-        return bool(self.traces[b].stop_reason) or new >= self.cfg.max_new_tokens
+        """Row b emitted EOS or used its budget."""
+        return bool(self.traces[b].stop_reason) or self.left(b) <= 0
 
     def __iter__(self) -> Iterator[list[Round | None]]:
         start, index = time.perf_counter(), 0
@@ -205,7 +208,7 @@ class BatchDecoding:
 
     def _round(self, index: int) -> list[Round | None]:
         t0, B, cfg = time.perf_counter(), len(self.traces), self.cfg
-        ks = [min(cfg.k, cfg.max_new_tokens - (len(self.committed[b]) - len(self.prompts[b])) - 1) if self.drafter else 0
+        ks = [min(cfg.k, self.left(b) - 1) if self.drafter else 0
               for b in range(B)]  # never draft past a row's budget (only live rows' ks are used)
         with self._clock.running():
             drafted, qs = self._draft(ks)

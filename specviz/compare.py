@@ -25,7 +25,7 @@ from .labs import position_rows
 from .lm import CachedLM
 from .ngram import NGramDrafter
 from .sampling import logits_to_probs, point_mass
-from .sweep import run_row, warm_up
+from .sweep import baseline_costs, run_row, warm_up
 from .trace import Trace
 
 BASELINE = "autoregressive"
@@ -69,8 +69,7 @@ def compare_table(runs: list[Run], sizes: dict | None = None) -> pd.DataFrame:
     base = pd.DataFrame([run_row(r.trace) for r in runs if r.draft == BASELINE])
     if base.empty:
         raise ValueError("no baseline run: the table needs the autoregressive run to measure speedup")
-    base_tps = base.new_tokens.sum() / base.seconds.sum()
-    target_step = base.target_s.sum() / base.passes.sum()  # one target forward of one token
+    base_tps, target_step = baseline_costs(base)
     rows = [run_row(r.trace, draft=r.draft) for r in runs if r.draft != BASELINE]
     g = pd.DataFrame(rows, columns=["draft"] + list(run_row(runs[0].trace))).groupby("draft", sort=False).sum()
     out = pd.DataFrame({"draft": g.index, "size": [(sizes or {}).get(d, float("nan")) for d in g.index]})

@@ -64,11 +64,15 @@ def sweep(target, drafts: dict, prompts: list, ks: Iterable[int] = range(1, 9), 
     return pd.DataFrame([row for row, _ in tqdm(runs, total=total, disable=not progress, desc="sweep")])
 
 
+def baseline_costs(base: pd.DataFrame) -> tuple[float, float]:
+    """From the baseline's run_rows: (its tokens/s, the time of one one-token target forward)."""
+    return base.new_tokens.sum() / base.seconds.sum(), base.target_s.sum() / base.passes.sum()
+
+
 def summarize(runs: pd.DataFrame) -> pd.DataFrame:
     """Per (draft, k): acceptance, alpha, tau, tokens/s, measured speedup, c, and the theory beside them."""
     base = runs[runs.draft == ""]
-    base_tps = base.new_tokens.sum() / base.seconds.sum()
-    target_step = base.target_s.sum() / base.passes.sum()  # one target forward of one token
+    base_tps, target_step = baseline_costs(base)
     g = runs[runs.draft != ""].groupby(["draft", "k"], sort=False).sum(numeric_only=True).reset_index()
     out = pd.DataFrame({"draft": g.draft, "k": g.k})
     out["acceptance_rate"] = g.accepted / g.drafted
