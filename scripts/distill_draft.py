@@ -22,18 +22,16 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
 
-from train_lm import PRESETS, build_model, count_params, load_texts, save_model  # noqa: E402
+from train_lm import SIZES, build_model, count_params, load_texts, save_model
 
-from specviz.distill import distill, kl_on_batch, make_windows  # noqa: E402
+from specviz.distill import distill, kl_on_batch, make_windows
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", type=Path, default=ROOT / "assets/models/target")
-    ap.add_argument("--preset", choices=sorted(PRESETS), default="tiny")
+    ap.add_argument("--preset", choices=sorted(SIZES), default="tiny")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--minutes", type=float, default=15.0)
     ap.add_argument("--max-steps", type=int, default=100_000)
@@ -74,7 +72,7 @@ def main(argv=None) -> dict:
     torch.set_num_threads(args.threads)
     tokenizer = AutoTokenizer.from_pretrained(args.target)
     target = AutoModelForCausalLM.from_pretrained(args.target, dtype=torch.float32).eval()
-    draft = build_model(PRESETS[args.preset], tokenizer, args.seed)
+    draft = build_model(SIZES[args.preset], tokenizer, args.seed)
     if args.init:  # a second budget on a saved draft (same preset)
         draft.load_state_dict(AutoModelForCausalLM.from_pretrained(args.init, dtype=torch.float32).state_dict())
     print(f"target {count_params(target):,} params; draft {args.preset} {count_params(draft):,} params", flush=True)
@@ -94,7 +92,7 @@ def main(argv=None) -> dict:
     tail = result.losses[-20:] or [math.nan]
     log = {"command": " ".join(sys.argv), "init": str(args.init) if args.init else None,
            "target": str(args.target), "preset": args.preset,
-           "sizes": PRESETS[args.preset], "config": draft.config.to_dict(), "parameters": count_params(draft),
+           "sizes": SIZES[args.preset], "config": draft.config.to_dict(), "parameters": count_params(draft),
            "objective": "forward KL(p_target || q_draft), full distribution (DistillSpec)",
            "temperature": args.temperature, "target_share": args.target_share,
            "target_samples": args.target_samples, "generated_fraction": args.generated_fraction,

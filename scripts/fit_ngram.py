@@ -7,11 +7,9 @@ from pathlib import Path
 from transformers import AutoTokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
-from train_lm import encode_docs, load_texts  # noqa: E402
+from train_lm import encode_docs, load_texts
 
-from specviz.ngram import NGramModel  # noqa: E402
+from specviz.ngram import NGramModel
 
 
 def main():

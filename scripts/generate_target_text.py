@@ -21,8 +21,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-from train_lm import encode_docs, load_texts  # noqa: E402
+from train_lm import encode_docs, load_texts
 
 
 def main(argv=None):

@@ -48,6 +48,6 @@ section "Decoder tests with their models on $DEV (float64)" env SPECVIZ_TEST_DEV
     tests/test_sampling.py tests/test_decoder.py tests/test_batch.py tests/test_trace.py tests/test_bench.py
 section "Tests (CPU; hub, cache and ZeroGPU wrapper)" "$PY" -m pytest -q tests/test_hub.py tests/test_gpu.py
 section "Benchmark: bundled target with draft $DRAFT on $DEV" \
-    "$PY" -m specviz.bench --device "$DEV" --draft "$DRAFT" --k 4 --temperature 0 "${BENCH_ARGS[@]}"
+    "$PY" -m specviz.labs.bench --device "$DEV" --draft "$DRAFT" --k 4 --temperature 0 "${BENCH_ARGS[@]}"
 section "Forward costs of random GPT-2-shaped targets on $DEV" "$PY" scripts/gpu_cost.py --device "$DEV" "${COST_ARGS[@]}"
 echo "gpu_check: report in $REPORT" >&2

@@ -12,15 +12,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from specviz.lm import CachedLM  # noqa: E402
+from specviz.lm import CachedLM
 
 GPT2_SHAPES = "12x768,24x1024,36x1280,48x1600"  # layers x width of GPT-2 small, medium, large, XL
 

@@ -14,9 +14,8 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-import specviz  # noqa: E402
-from specviz.models import ASSETS, model_card  # noqa: E402
+import specviz
+from specviz.models import ASSETS, model_card
 
 
 def acceptance_table(target, drafts, prompts, max_new):

@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TOKENIZER_DIR = ROOT / "assets/models/tokenizer"
 
 # Model sizes (vocab 4096, tied embeddings). Param counts are printed at start.
-PRESETS: dict[str, dict[str, int]] = {
+SIZES: dict[str, dict[str, int]] = {
     "target": dict(hidden=320, layers=8, heads=8, kv_heads=4, intermediate=864),
     "small": dict(hidden=192, layers=4, heads=6, kv_heads=2, intermediate=768),
     "tiny": dict(hidden=128, layers=2, heads=4, kv_heads=2, intermediate=448),
@@ -41,7 +41,7 @@ PRESETS: dict[str, dict[str, int]] = {
 
 
 def make_config(sizes: dict[str, int], tokenizer, max_positions: int = 1024) -> LlamaConfig:
-    """LlamaConfig for ``sizes`` (keys as in PRESETS) and the tokenizer's special ids."""
+    """LlamaConfig for ``sizes`` (keys as in SIZES) and the tokenizer's special ids."""
     return LlamaConfig(
         vocab_size=len(tokenizer), hidden_size=sizes["hidden"], num_hidden_layers=sizes["layers"],
         num_attention_heads=sizes["heads"], num_key_value_heads=sizes["kv_heads"],
@@ -137,7 +137,7 @@ def save_model(model, tokenizer, out: Path, log: dict) -> None:
 
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--preset", choices=sorted(PRESETS), default="target")
+    ap.add_argument("--preset", choices=sorted(SIZES), default="target")
     for key in ("hidden", "layers", "heads", "kv-heads", "intermediate"):
         ap.add_argument(f"--{key}", type=int, help="override the preset")
     ap.add_argument("--out", type=Path, required=True)
@@ -163,7 +163,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def preset_sizes(args) -> dict[str, int]:
-    sizes = dict(PRESETS[args.preset])
+    sizes = dict(SIZES[args.preset])
     for key in sizes:
         value = getattr(args, key.replace("-", "_"), None)
         if value is not None:

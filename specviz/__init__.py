@@ -1,20 +1,23 @@
 """specviz: an instrumented, exact speculative decoder and the tools to see what it does.
 
 Notation: p is the target's distribution, q the draft's (Leviathan et al. 2023).
+The core (this folder's modules) knows nothing of the three wings built on it: ``specviz.labs``
+(experiments -> DataFrames), ``specviz.views`` (DataFrame -> Figure, Trace -> HTML) and ``specviz.app``
+(the gradio app); see docs/ARCHITECTURE.md.
 """
 from .batch import autoregressive_generate_batch, speculative_generate_batch
-from .compare import compare
 from .config import EXAMPLE_PROMPTS, PRESETS, DecodeConfig
 from .decoder import Decoding, autoregressive_generate, speculative_generate
 from .distill import distill, iter_distill
 from .drafters import Drafter, ModelDrafter, PromptLookupDrafter, Proposal
-from .lab_distill import distill_lab, fresh_draft
-from .labs import compare_policies, per_position, policy_summary, position_rows
-from .lossless import fit_table, lossless_lab
+from .labs.compare import compare
+from .labs.distill_lab import distill_lab, fresh_draft
+from .labs.lossless import fit_table, lossless_lab
+from .labs.policies import compare_policies, policy_summary
+from .labs.sweep import best_k, iter_sweep, per_position, position_rows, summarize, sweep
 from .models import (DEFAULT_DRAFT, DEFAULT_TARGET, check_tokenizers, list_drafters, list_models, load_drafter,
                      load_model)
 from .ngram import NGramDrafter, NGramModel
-from .sweep import best_k, iter_sweep, summarize, sweep
 from .trace import Round, Summary, Trace
 
 __all__ = [

@@ -80,7 +80,7 @@ def make_windows(texts: Sequence[str], tokenizer, seq_len: int) -> torch.Tensor:
     return torch.tensor(ids[: n * seq_len], dtype=torch.long).view(n, seq_len)
 
 
-def _as_windows(data, tokenizer, seq_len: int) -> torch.Tensor:
+def as_windows(data, tokenizer, seq_len: int) -> torch.Tensor:
     """Accept texts (with a tokenizer), a 1-D token stream, or ``[N, L]`` windows."""
     if isinstance(data, torch.Tensor):
         if data.dim() == 2:
@@ -133,7 +133,7 @@ def iter_distill(target, draft, data, *, steps: int = 200, seq_len: int = 128, b
     cross-entropy for a baseline; ``target`` may then be None). Default: :func:`kl_loss`.
     Stops after ``steps`` steps or ``max_seconds``; breaking out of the loop stops early.
     """
-    windows = _as_windows(data, tokenizer, seq_len)
+    windows = as_windows(data, tokenizer, seq_len)
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
     if loss_fn is None:

@@ -1,4 +1,4 @@
-"""Loading models: the bundled family by name (offline), curated hub pairs (PRESETS), anything else
+"""Loading models: the bundled family by name (offline), curated hub pairs (HUB_PRESETS), anything else
 by hub ID or local path; and the check that a draft shares the target's tokenizer.
 
 Hub loading never hangs offline: the hub's reachability is probed once (HUB_TIMEOUT_S, remembered for
@@ -22,7 +22,7 @@ PROMPT_LOOKUP = "prompt-lookup"
 NOT_MODELS = {"tokenizer"}  # asset folders that are not causal LMs
 
 # Hub pairs people compare: target -> drafts that share its tokenizer.
-PRESETS: dict[str, tuple[str, ...]] = {
+HUB_PRESETS: dict[str, tuple[str, ...]] = {
     "HuggingFaceTB/SmolLM2-1.7B-Instruct": ("HuggingFaceTB/SmolLM2-135M-Instruct",),
     "Qwen/Qwen2.5-1.5B-Instruct": ("Qwen/Qwen2.5-0.5B-Instruct",),
     "Qwen/Qwen2.5-7B-Instruct": ("Qwen/Qwen2.5-0.5B-Instruct",),
@@ -57,11 +57,11 @@ def list_drafters() -> list[str]:
 
 
 def preset_targets() -> list[str]:
-    return list(PRESETS)
+    return list(HUB_PRESETS)
 
 
 def preset_drafts() -> list[str]:
-    return list(dict.fromkeys(d for drafts in PRESETS.values() for d in drafts))
+    return list(dict.fromkeys(d for drafts in HUB_PRESETS.values() for d in drafts))
 
 
 def allow_policy() -> str:

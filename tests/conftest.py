@@ -1,86 +1,17 @@
-"""Tiny random-init models built from configs (no downloads), shared by the tests."""
-import copy
+"""The tests' one conftest: environment, and the fixtures shared across files. Builders and helpers live in
+tests/helpers/ (import them from there, never from another test file or from this one)."""
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the tests never reach a model hub (set before transformers loads)
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
-import pytest
-import torch
-from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from tests.helpers.app import free_port, tiny_store  # noqa: E402
+from tests.helpers.models import DEVICE, tiny_gpt2, tiny_llama, ui_models  # noqa: E402
 
 torch.set_num_threads(1)  # tiny models: one thread is fastest, and never oversubscribes a shared CPU
-
-# The device the decoder tests run their models on: SPECVIZ_TEST_DEVICE=cuda (scripts/gpu_check.sh sets it
-# for the library's tests). Models and the prompt fixture go there; hand-built tensors stay on the CPU
-# (the decoder takes prompts as token lists, so either works).
-DEVICE = torch.device(os.environ.get("SPECVIZ_TEST_DEVICE", "cpu"))
-if DEVICE.type == "cuda" and not torch.cuda.is_available():
-    pytest.exit(f"SPECVIZ_TEST_DEVICE={DEVICE} but torch {torch.__version__} sees no CUDA device", returncode=2)
-if DEVICE.type == "mps" and not torch.backends.mps.is_available():
-    pytest.exit(f"SPECVIZ_TEST_DEVICE={DEVICE} but MPS is not available", returncode=2)
-
-
-def tiny_llama(vocab=64, seed=0, layers=2, hidden=32, window=256, sharpen=1.0):
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=window,
-                      bos_token_id=None, eos_token_id=None, pad_token_id=None, tie_word_embeddings=False)
-    return _finish(LlamaForCausalLM(cfg), sharpen)
-
-
-def tiny_gpt2(vocab=64, seed=0, layers=2, hidden=32, window=256, sharpen=1.0):
-    torch.manual_seed(seed)
-    cfg = GPT2Config(vocab_size=vocab, n_embd=hidden, n_layer=layers, n_head=2, n_positions=window,
-                     bos_token_id=None, eos_token_id=None, pad_token_id=None, tie_word_embeddings=False)
-    return _finish(GPT2LMHeadModel(cfg), sharpen)
-
-
-def ui_models(window=128):
-    """(target, draft, tokenizer) for the app's tests: a tiny random target behind the bundled tokenizer and
-    a perturbed copy of it as the draft."""
-    from transformers import AutoTokenizer
-
-    from specviz.models import ASSETS
-
-    tok = AutoTokenizer.from_pretrained(ASSETS / "tokenizer")
-    target = tiny_llama(vocab=len(tok), window=window, sharpen=20.0)
-    return target, perturbed(target, scale=0.3), tok
-
-
-def reference_greedy(model, prompt, n):
-    """The target's own greedy continuation of prompt (1, L): n tokens (fewer only at its EOS)."""
-    out = model.generate(prompt.to(model.device), do_sample=False, max_new_tokens=n,
-                         min_new_tokens=n if model.generation_config.eos_token_id is None else 0)
-    return out[0, prompt.shape[1]:].tolist()
-
-
-def last(stream):
-    """The final item a streaming handler yields."""
-    out = None
-    for out in stream:
-        pass
-    return out
-
-
-def perturbed(model, scale=0.5, seed=1):
-    """A draft that mostly agrees with its target: the target's weights plus noise."""
-    torch.manual_seed(seed)
-    draft = copy.deepcopy(model)
-    with torch.no_grad():
-        for w in draft.parameters():
-            w.add_(scale * w.std() * torch.randn_like(w))
-    return draft.eval()
-
-
-def _finish(model, sharpen):
-    """float64 (no near-ties that flip between batched and unbatched GEMMs) and, optionally, peakier
-    distributions (random init is nearly uniform) so p and q differ enough to exercise the residual."""
-    model = model.double().to(DEVICE).eval()
-    with torch.no_grad():
-        model.get_output_embeddings().weight.mul_(sharpen)
-    model.generation_config.eos_token_id = None
-    model.generation_config.pad_token_id = 0
-    return model
 
 
 @pytest.fixture(scope="session")
@@ -96,3 +27,31 @@ def gpt2():
 @pytest.fixture
 def prompt():
     return torch.tensor([[1, 5, 9, 3, 7]], device=DEVICE)
+
+
+# -- the app over tiny models (module-scoped: one per test file that asks) ---------------------------------
+@pytest.fixture(scope="module")
+def pair():
+    """(target, draft, tokenizer): a tiny random target behind the bundled tokenizer and a perturbed copy."""
+    return ui_models()
+
+
+@pytest.fixture(scope="module")
+def store(pair):
+    return tiny_store(pair, default_draft="small")
+
+
+@pytest.fixture(scope="module")
+def client(store):
+    """A gradio_client Client of the demo served in this process on a free port."""
+    from gradio_client import Client
+
+    from specviz.app import build_demo
+
+    demo = build_demo(store)
+    port = free_port()
+    demo.queue().launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
+    try:
+        yield Client(f"http://127.0.0.1:{port}/", verbose=False)
+    finally:
+        demo.close()

@@ -1,11 +1,11 @@
 """Batched decoding against references: each row's single-prompt decode, the target's greedy, its exact law."""
 import pytest
 import torch
-from conftest import perturbed, reference_greedy, tiny_gpt2, tiny_llama
-from stats import chi2_pvalue, exact_first_two
 
 from specviz import DecodeConfig, PromptLookupDrafter, autoregressive_generate, speculative_generate
 from specviz.batch import BatchDecoding, autoregressive_generate_batch, speculative_generate_batch
+from tests.helpers.models import perturbed, reference_greedy, tiny_gpt2, tiny_llama
+from tests.helpers.stats import chi2_pvalue, exact_first_two
 
 
 def prompts_of(*lengths, vocab=64, seed=0):
@@ -200,8 +200,8 @@ def test_bad_input(args, match):
 
 # -- the benchmark and its figure ---------------------------------------------------------------------
 def test_batch_bench_counts_every_token_and_the_figure_plots_them():
-    from specviz.batch_bench import BATCH_COLUMNS, report, run_batch_bench
-    from specviz.batch_plots import tokens_per_s_by_batch
+    from specviz.labs.batch_bench import BATCH_COLUMNS, report, run_batch_bench
+    from specviz.views.compare_plots import tokens_per_s_by_batch
 
     target, draft = PAIRS["llama"]
     cfg = DecodeConfig(k=2, max_new_tokens=6, temperature=0, record=False)

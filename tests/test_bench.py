@@ -1,9 +1,9 @@
 """The benchmark runs every method on the same work (no timing assertions: timings are printed, not tested)."""
 import pytest
-from conftest import perturbed, tiny_llama
 
 from specviz import DecodeConfig, PromptLookupDrafter
-from specviz.bench import methods, report, run_bench
+from specviz.labs.bench import methods, report, run_bench
+from tests.helpers.models import perturbed, tiny_llama
 
 
 def test_every_method_generates_the_same_number_of_tokens(prompt):

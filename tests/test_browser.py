@@ -1,18 +1,20 @@
 """A real browser drives the app: run an example, hover details on coloured tokens, every chart
-drawn, stepping through rounds; saves docs/screenshot.png. Needs Debian's chromium and playwright
+drawn, stepping through rounds; saves a screenshot (docs/screenshot.png with SPECVIZ_REFRESH_SCREENSHOT=1,
+else a temporary file). Needs Debian's chromium and playwright
 (CI: apt-get install -y chromium; pip install playwright); skipped without them."""
+import os
 import re
 from pathlib import Path
 
 import pytest
 
 from specviz import DEFAULT_TARGET, list_models
+from specviz.app import build_demo
+from specviz.app.store import ModelStore
 from specviz.config import EXAMPLE_PROMPTS
-from specviz.handlers import ModelStore
-from specviz.ui import build_demo
-from tests.apphelpers import chromium_page, needs_chromium, serve, sync_api, tiny_store  # shared skip/require logic
+from tests.helpers.app import chromium_page, needs_chromium, serve, sync_api, tiny_store  # shared skip/require logic
 
-SCREENSHOT = Path(__file__).resolve().parent.parent / "docs" / "screenshot.png"
+DOCS_SCREENSHOT = Path(__file__).resolve().parent.parent / "docs" / "screenshot.png"
 pytestmark = needs_chromium
 
 
@@ -24,7 +26,7 @@ def app_url():
         yield url
 
 
-def test_run_an_example_and_step_through_rounds(app_url):
+def test_run_an_example_and_step_through_rounds(app_url, tmp_path):
     with chromium_page(viewport={"width": 1400, "height": 1000}) as page:
         page.goto(app_url)
         example = EXAMPLE_PROMPTS[2]
@@ -45,5 +47,6 @@ def test_run_an_example_and_step_through_rounds(app_url):
         page.locator("#next").click()
         sync_api.expect(page.locator("#replay")).to_contain_text("Round 1", timeout=15_000)
         assert page.locator("#replay").inner_text() != before
-        SCREENSHOT.parent.mkdir(exist_ok=True)
-        page.screenshot(path=str(SCREENSHOT), full_page=True)
+        shot = DOCS_SCREENSHOT if os.environ.get("SPECVIZ_REFRESH_SCREENSHOT") == "1" else tmp_path / "screenshot.png"
+        page.screenshot(path=str(shot), full_page=True)
+        assert shot.stat().st_size > 10_000

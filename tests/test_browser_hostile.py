@@ -3,8 +3,8 @@ its hover titles and the round replay, and never runs. Same skip/require rules a
 (tests/apphelpers.py: skipped without playwright or chromium, a failure under SPECVIZ_REQUIRE_BROWSER=1)."""
 import pytest
 
-from specviz.ui import build_demo
-from tests.apphelpers import chromium_page, needs_chromium, serve, sync_api, tiny_store
+from specviz.app import build_demo
+from tests.helpers.app import chromium_page, needs_chromium, serve, sync_api, tiny_store
 
 pytestmark = needs_chromium
 HOSTILE = {  # prompt -> a character that must reach the drafts' hover titles as itself

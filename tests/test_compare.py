@@ -6,14 +6,22 @@ import gradio as gr
 import pandas as pd
 import pytest
 import torch
-from conftest import last, perturbed, tiny_llama, ui_models
 
 from specviz import DecodeConfig, NGramDrafter, NGramModel, PromptLookupDrafter, autoregressive_generate, compare
-from specviz import compare_plots
-from specviz.compare import (BASELINE, compare_table, disagreement, disagreement_frame, divergence_frame, draft_size,
-                             first_rejection, iter_compare)
-from specviz.ui_compare import MAX_BATCH, make_compare_handlers
-from tests.apphelpers import tiny_store
+from specviz.app.batch_tab import MAX_BATCH
+from specviz.labs.compare import (
+    BASELINE,
+    compare_table,
+    disagreement,
+    disagreement_frame,
+    divergence_frame,
+    draft_size,
+    first_rejection,
+    iter_compare,
+)
+from specviz.views import compare_plots
+from tests.helpers.app import handlers, tiny_store
+from tests.helpers.models import last, perturbed, tiny_llama, ui_models
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 TIMINGS = ["tokens_per_s", "baseline_tokens_per_s", "speedup", "c"]
@@ -144,7 +152,7 @@ def store(pair):
 
 
 def test_compare_handler_streams_each_draft_then_the_disagreement(store, pair):
-    h = make_compare_handlers(store)
+    h = handlers(store)
     outs = list(h.run_compare("tiny-target", ["tiny", "itself", "prompt-lookup"], "ROMEO:", 3, 0.0, 0, 1.0, 12, 0))
     assert len(outs) == 1 + 3 + 1  # the baseline, each draft, then the disagreement view
     assert [o[2].count('class="sv-compare-run"') for o in outs[:4]] == [1, 2, 3, 4]
@@ -163,7 +171,7 @@ def test_compare_handler_streams_each_draft_then_the_disagreement(store, pair):
 
 def test_compare_handler_passes_draft_stop(store):
     """With draft_stop the draft of itself stops wherever the target's own confidence is below it."""
-    h = make_compare_handlers(store)
+    h = handlers(store)
     outs = list(h.run_compare("tiny-target", ["itself"], "ROMEO:", 3, 0.0, 0, 1.0, 12, 0, {}, 0.6))
     state, table = outs[-1][0], outs[1][3].set_index("draft")
     assert state["cfg"].draft_stop == 0.6
@@ -175,7 +183,7 @@ def test_compare_handler_passes_draft_stop(store):
 def test_batch_traces_equal_single_prompt_greedy(store, pair, monkeypatch):
     """The handler's rows are speculative_generate_batch's: check them token for token against
     each prompt's greedy decode (captured from the handler's BatchDecoding)."""
-    import specviz.ui_compare as ui_compare
+    import specviz.app.batch_tab as ui_compare
 
     big, _, tok = pair
     seen = []
@@ -188,7 +196,7 @@ def test_batch_traces_equal_single_prompt_greedy(store, pair, monkeypatch):
 
     monkeypatch.setattr(ui_compare, "BatchDecoding", Spy)
     prompts = ["ROMEO:", "Shall I compare thee", "KING HENRY:\nOnce more"]
-    html, rows = last(make_compare_handlers(store).run_batch("tiny-target", "tiny", "\n\n".join(prompts), 3, 0.0, 0,
+    html, rows = last(handlers(store).run_batch("tiny-target", "tiny", "\n\n".join(prompts), 3, 0.0, 0,
                                                              1.0, 9, 0))
     assert html.count('class="sv-batch-row"') == 3 and list(rows.new_tokens) == [9, 9, 9]
     for text, trace in zip(prompts, seen[0].traces):
@@ -198,7 +206,7 @@ def test_batch_traces_equal_single_prompt_greedy(store, pair, monkeypatch):
 
 
 def test_bench_handler_builds_the_chart(store):
-    status, fig, table = make_compare_handlers(store).run_bench("tiny-target", "tiny", "ROMEO:\n\nTo be", 2)
+    status, fig, table = handlers(store).run_bench("tiny-target", "tiny", "ROMEO:\n\nTo be", 2)
     assert sorted(table.batch_size.unique()) == [1, 2, 4] and len(table) == 6
     spec = table[table.method == "speculative"].sort_values("batch_size")
     line = next(t for t in fig.data if t.name == "speculative")
@@ -219,18 +227,18 @@ def test_bench_handler_builds_the_chart(store):
 ])
 def test_bad_input_raises_readable_gr_error(store, call, message):
     with pytest.raises(gr.Error, match=message):
-        call(make_compare_handlers(store))
+        call(handlers(store))
 
 
 def test_disagree_out_of_range_position(store):
-    h = make_compare_handlers(store)
+    h = handlers(store)
     state = last(h.run_compare("tiny-target", ["tiny"], "ROMEO:", 3, 0.0, 0, 1.0, 6, 0))[0]
     with pytest.raises(gr.Error, match="position must lie in"):
         h.disagree(state, 6)
 
 
 def test_tabs_are_in_the_app(store):
-    from specviz.ui import build_demo
+    from specviz.app import build_demo
 
     labels = {c.get("props", {}).get("label") for c in build_demo(store).config["components"]}
     assert {"Compare drafts", "Batch"} <= labels

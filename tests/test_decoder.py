@@ -1,11 +1,10 @@
 """The decoder against references: the target's own greedy decode, its exact law, a full recompute."""
 import pytest
 import torch
-from conftest import perturbed, reference_greedy, tiny_gpt2, tiny_llama
-from stats import chi2_pvalue, exact_first_two
 
 from specviz import DecodeConfig, Decoding, PromptLookupDrafter, autoregressive_generate, speculative_generate
-
+from tests.helpers.models import perturbed, reference_greedy, tiny_gpt2, tiny_llama
+from tests.helpers.stats import chi2_pvalue, exact_first_two
 
 SHARP_LLAMA = tiny_llama(seed=3, sharpen=30)
 SHARP_GPT2 = tiny_gpt2(seed=4, sharpen=30)

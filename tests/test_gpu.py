@@ -2,7 +2,7 @@
 import sys
 import types
 
-from specviz.gpu import GPU_SECONDS, gpu_task
+from specviz.app.gpu import GPU_SECONDS, gpu_task
 
 
 def handler(x):

@@ -1,6 +1,5 @@
 """Bad input against the running app (gradio_client -> /generate): each gets a readable error, the
 server keeps serving, and concurrent clients get exactly the traces they get alone."""
-import json
 from concurrent.futures import ThreadPoolExecutor
 
 import gradio as gr
@@ -8,27 +7,8 @@ import pytest
 from gradio_client import Client
 from gradio_client.exceptions import AppError
 
-from specviz import Trace
-from specviz.ui import build_demo, make_handlers
-from tests.test_ui import SETTINGS, free_port, last, pair, store  # noqa: F401 (fixtures)
-
-VALID = dict(prompt="ROMEO:", target="tiny-target", draft="tiny", k=3, seed=7, max_new_tokens=12)
-
-
-@pytest.fixture(scope="module")
-def client(store):  # noqa: F811
-    demo = build_demo(store)
-    port = free_port()
-    demo.queue().launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
-    try:
-        yield Client(f"http://127.0.0.1:{port}/", verbose=False)
-    finally:
-        demo.close()
-
-
-def generate(client, **change) -> Trace:
-    out = client.predict(api_name="/generate", **{**VALID, **change})
-    return Trace.from_json(out if isinstance(out, str) else json.dumps(out))
+from tests.helpers.app import SETTINGS, generate, handlers
+from tests.helpers.models import last
 
 
 @pytest.mark.parametrize("change, message", [
@@ -59,7 +39,7 @@ def test_bad_input_is_a_readable_error_and_the_server_keeps_serving(client, chan
 @pytest.mark.parametrize("prompt", ["<script>alert(1)</script>", '<img src=x onerror="alert(1)">'])
 def test_markup_in_prompts_is_text(client, store, prompt):  # noqa: F811
     assert len(generate(client, prompt=prompt, max_new_tokens=4).new_tokens) == 4
-    outs = last(make_handlers(store).run(prompt, "tiny-target", "tiny", *SETTINGS.values(), False))
+    outs = last(handlers(store).run(prompt, "tiny-target", "tiny", *SETTINGS.values(), False))
     assert "<script" not in outs[2] and "<img" not in outs[2] and "&lt;" in outs[2]  # the timeline escapes it
 
 
@@ -74,7 +54,7 @@ def test_malformed_trace_uploads_are_readable_errors(store, tmp_path, content, m
     path = tmp_path / "trace.json"
     path.write_bytes(content)
     with pytest.raises(gr.Error, match=message):
-        make_handlers(store).load(str(path))
+        handlers(store).load(str(path))
 
 
 def test_concurrent_clients_get_the_traces_they_get_alone(client):

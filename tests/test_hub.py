@@ -8,9 +8,8 @@ import torch
 from huggingface_hub import constants
 
 from specviz import models
-from specviz.handlers import ModelStore, cache_limit_bytes, param_bytes
-from tests.conftest import tiny_gpt2
-from tests.test_models import word_tokenizer
+from specviz.app.store import ModelStore, cache_limit_bytes, param_bytes
+from tests.helpers.models import tiny_gpt2, word_tokenizer
 
 
 @pytest.fixture
@@ -153,7 +152,7 @@ def test_cuda_choices():
 
 
 def test_presets_are_hub_ids_and_drafts_differ_from_targets():
-    for target, drafts in models.PRESETS.items():
+    for target, drafts in models.HUB_PRESETS.items():
         assert models.is_hub_id(target) and drafts and target not in drafts
         assert all(models.is_hub_id(d) for d in drafts)
     assert not models.is_hub_id("../etc") and not models.is_hub_id("/abs/path") and not models.is_hub_id("a/b/c")

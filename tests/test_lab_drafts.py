@@ -4,14 +4,12 @@ import os
 
 import gradio as gr
 import pytest
-from conftest import last, ui_models
 
 from specviz import DecodeConfig, speculative_generate
-from specviz.handlers import TrainedDraft
-from specviz.ui import build_demo, make_handlers
-from specviz.ui_compare import make_compare_handlers
-from specviz.lab_handlers import make_lab_handlers
-from tests.apphelpers import tiny_store
+from specviz.app import build_demo
+from specviz.app.store import TrainedDraft
+from tests.helpers.app import handlers, tiny_store
+from tests.helpers.models import last, ui_models
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 SETTINGS = dict(k=3, k_policy="fixed", temperature=0.8, top_k=0, top_p=0.95, max_new_tokens=10, seed=7)
@@ -31,7 +29,7 @@ def store(pair):
 @pytest.fixture(scope="module")
 def mine(store):
     """One user's state after a tiny distillation run (KL only, 2 s, checkpoints at start and end)."""
-    final = last(make_lab_handlers(store).run_distill("tiny-target", "tiny", 2, False, 100, {}))
+    final = last(handlers(store).run_distill("tiny-target", "tiny", 2, False, 100, {}))
     return final[3]
 
 
@@ -45,22 +43,22 @@ def test_explorer_runs_the_users_trained_draft(pair, store, mine):
     name = next(iter(mine))
     cfg = DecodeConfig(**SETTINGS)
     want = speculative_generate(big, mine[name].model, tok("ROMEO:", return_tensors="pt").input_ids, cfg).new_tokens
-    trace = last(make_handlers(store).run("ROMEO:", "tiny-target", name, *SETTINGS.values(), False, mine))[0]
+    trace = last(handlers(store).run("ROMEO:", "tiny-target", name, *SETTINGS.values(), False, mine))[0]
     assert trace.new_tokens == want and len(want) == 10 and trace.draft_name == name
     # the lab's own try box still works with the same state
-    html, summary = make_lab_handlers(store).try_draft("ROMEO:", "tiny-target", name, mine, 0.0)
+    html, summary = handlers(store).try_draft("ROMEO:", "tiny-target", name, mine, 0.0)
     assert "sv-tok" in html and name in summary
 
 
 def test_compare_runs_the_users_trained_draft(pair, store, mine, monkeypatch):
-    import specviz.ui_compare as ui_compare
+    import specviz.app.compare_tab as ui_compare
 
     big, _, tok = pair
     name = next(iter(mine))
     seen = []
     real = ui_compare.iter_compare
     monkeypatch.setattr(ui_compare, "iter_compare", lambda *a, **kw: (seen.append(r) or r for r in real(*a, **kw)))
-    h = make_compare_handlers(store)
+    h = handlers(store)
     outs = list(h.run_compare("tiny-target", [name, "tiny"], "ROMEO:", 3, 0.8, 0, 1.0, 10, 7, mine))
     state = outs[-1][0]
     assert state["drafts"] == [name, "tiny"] and list(outs[-2][3].draft) == [name, "tiny"]
@@ -74,7 +72,7 @@ def test_compare_runs_the_users_trained_draft(pair, store, mine, monkeypatch):
 
 def test_unknown_names_and_other_users_get_readable_errors(store, mine):
     name = next(iter(mine))
-    h, c = make_handlers(store), make_compare_handlers(store)
+    h, c = handlers(store), handlers(store)
     other = {"lab: KL 5s #1": mine[name]}  # another user's state: their own dict, not this one
     for state in (mine, {}, other, None):
         with pytest.raises(gr.Error, match="unknown draft"):
@@ -91,7 +89,7 @@ def test_unknown_names_and_other_users_get_readable_errors(store, mine):
 
 
 def test_draft_pickers_list_the_store_then_the_users_drafts(store, mine):
-    h = make_handlers(store)
+    h = handlers(store)
     explorer, compare = h.draft_pickers(mine)
     assert explorer["choices"] == compare["choices"] == ["tiny", "prompt-lookup", *mine] and "value" not in explorer
     assert h.draft_pickers({})[0]["choices"] == ["tiny", "prompt-lookup"]

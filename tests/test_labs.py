@@ -6,13 +6,15 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import last, perturbed, tiny_llama, ui_models
 
-from specviz import DecodeConfig, PromptLookupDrafter, distill_lab, iter_sweep, summarize, sweep
-from specviz import lab_plots, labs
-from specviz.lab_distill import CE, KL, fresh_draft
-from specviz.lab_handlers import make_lab_handlers, split_prompts
-from tests.apphelpers import tiny_store
+from specviz import DecodeConfig, PromptLookupDrafter, distill_lab, iter_sweep, speculative_generate, summarize, sweep
+from specviz.app.forms import split_prompts
+from specviz.labs import estimate, policies
+from specviz.labs import sweep as sweep_lab
+from specviz.labs.distill_lab import CE, KL, fresh_draft
+from specviz.views import lab_plots
+from tests.helpers.app import handlers, tiny_store
+from tests.helpers.models import last, perturbed, tiny_llama, ui_models
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 GREEDY = DecodeConfig(temperature=0, max_new_tokens=12)
@@ -36,8 +38,8 @@ def test_per_position_draft_equal_target_accepts_everything(target, prompt):
     rows = []
     for row, trace in iter_sweep(target, {"itself": target}, [prompt], [1, 2, 4], GREEDY):
         if trace is not None:
-            rows += labs.position_rows(trace, draft=row["draft"], k=row["k"], prompt=row["prompt"])
-    pos = labs.per_position(pd.DataFrame(rows))
+            rows += sweep_lab.position_rows(trace, draft=row["draft"], k=row["k"], prompt=row["prompt"])
+    pos = sweep_lab.per_position(pd.DataFrame(rows))
     assert (pos.rate == 1.0).all() and sorted(pos.position[pos.k == 4]) == [1, 2, 3, 4]
     # 12 tokens at k=4, everything accepted: rounds emit 5, 5 then the last 2 (k capped at 1)
     assert pos[pos.k == 4].set_index("position").drafted.tolist() == [3, 2, 2, 2]
@@ -46,9 +48,9 @@ def test_per_position_draft_equal_target_accepts_everything(target, prompt):
 
 
 def test_position_rows_by_hand(target, prompt):
-    trace = labs.speculative_generate(target, PromptLookupDrafter(), prompt, DecodeConfig(temperature=0, k=3,
+    trace = speculative_generate(target, PromptLookupDrafter(), prompt, DecodeConfig(temperature=0, k=3,
                                                                                           max_new_tokens=10))
-    rows = labs.position_rows(trace, draft="x", k=3)
+    rows = sweep_lab.position_rows(trace, draft="x", k=3)
     for r in rows:  # counts straight from the rounds
         i = r["position"] - 1
         assert r["drafted"] == sum(len(x.drafted) > i for x in trace.rounds)
@@ -58,12 +60,12 @@ def test_position_rows_by_hand(target, prompt):
 
 def test_policy_comparison(target, prompt):
     cfg = DecodeConfig(temperature=0, max_new_tokens=24, k=2, max_k=6)
-    runs, rounds = labs.compare_policies(target, target, [prompt], cfg, fixed_ks=[2, 4], stops=[0.5])
-    summary = labs.policy_summary(runs)
+    runs, rounds = policies.compare_policies(target, target, [prompt], cfg, fixed_ks=[2, 4], stops=[0.5])
+    summary = policies.policy_summary(runs)
     stop = "stop < 0.5 (k ≤ 6)"
-    assert list(summary.policy) == [labs.BASELINE, "fixed k=2", "fixed k=4", "history", "heuristic", stop]
+    assert list(summary.policy) == [sweep_lab.BASELINE, "fixed k=2", "fixed k=4", "history", "heuristic", stop]
     assert (summary.acceptance_rate.iloc[1:] == 1.0).all()  # draft == target
-    ks = labs.round_ks(rounds)
+    ks = policies.round_ks(rounds)
     heuristic = ks[ks.policy == "heuristic"].k.tolist()
     assert heuristic[:3] == [2, 4, 6]  # +2 after every fully accepted round, capped at max_k
     assert set(ks[ks.policy == "fixed k=4"].k) <= {1, 2, 3, 4}  # 4, capped only by the tokens left
@@ -89,12 +91,12 @@ def test_sweep_figures_hold_the_summary(target, prompt):
 
 
 def test_estimate_scales_with_runs(target, prompt):
-    costs = labs.measure_costs(target, {"itself": target}, prompt, [1, 4], GREEDY)
+    costs = estimate.measure_costs(target, {"itself": target}, prompt, [1, 4], GREEDY)
     assert costs.token_s > 0 and costs.alpha["itself"] == 1.0  # draft == target: always accepted
-    one = labs.estimate_seconds(costs, 1, [1, 2], 64)
-    assert labs.estimate_seconds(costs, 2, [1, 2], 64) == pytest.approx(2 * one)
-    assert one == pytest.approx(labs.estimate_seconds(costs, 1, [1, 2], 64, 1.0))
-    assert one < labs.estimate_seconds(costs, 1, [1, 2], 64, 0.0)
+    one = estimate.estimate_seconds(costs, 1, [1, 2], 64)
+    assert estimate.estimate_seconds(costs, 2, [1, 2], 64) == pytest.approx(2 * one)
+    assert one == pytest.approx(estimate.estimate_seconds(costs, 1, [1, 2], 64, 1.0))
+    assert one < estimate.estimate_seconds(costs, 1, [1, 2], 64, 0.0)
     lo, hi = costs.round_s["itself"]
     assert costs.round("itself", 1) == pytest.approx(lo) and costs.round("itself", 4) == pytest.approx(hi)
 
@@ -134,7 +136,7 @@ def store():
 
 
 def test_sweep_handler_streams_and_writes_csv(store):
-    h = make_lab_handlers(store)
+    h = handlers(store)
     outs = list(h.run_sweep("tiny-target", ["tiny"], "ROMEO:\n\nTo be, or not", 1, 2, 0.0, 0, 1.0, 8, 0, True, 2))
     assert outs[0][0].startswith("**Estimated")
     final = outs[-1]
@@ -148,14 +150,14 @@ def test_sweep_handler_streams_and_writes_csv(store):
 
 
 def test_lossless_handler_streams_batches(store):
-    h = make_lab_handlers(store)
+    h = handlers(store)
     outs = list(h.run_lossless("tiny-target", "tiny", "ROMEO:", 2, 1.0, 0, 1.0, 0, 2000, 500))
     assert len(outs) == 4 and list(outs[-1][1].draws) == [2000] * 3
     assert "WRONG" in outs[-1][3].layout.title.text
 
 
 def test_distill_handler_keeps_drafts_in_state(store):
-    h = make_lab_handlers(store)
+    h = handlers(store)
     final = last(h.run_distill("tiny-target", "tiny", 2, False, 100, {}))  # checkpoints: start, end
     mine = final[3]
     assert len(mine) == 1 and final[4].endswith(".zip")
@@ -175,11 +177,11 @@ def test_distill_handler_keeps_drafts_in_state(store):
 ])
 def test_bad_input_raises_readable_gr_error(store, call, message):
     with pytest.raises(gr.Error, match=message):
-        call(make_lab_handlers(store))
+        call(handlers(store))
 
 
 def test_lab_tabs_are_in_the_app(store):
-    from specviz.ui import build_demo
+    from specviz.app import build_demo
 
     labels = {c.get("props", {}).get("label") for c in build_demo(store).config["components"]}
     assert {"k sweep lab", "Losslessness lab", "Distillation lab"} <= labels

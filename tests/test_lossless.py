@@ -4,12 +4,25 @@ import time
 import numpy as np
 import pytest
 import torch
-from conftest import perturbed, tiny_llama
 
 from specviz import DecodeConfig, PromptLookupDrafter
-from specviz.lossless import (CORRECT, VARIANTS, WRONG_RAW, WRONG_SCALAR, Dists, chi2_pvalue, decomposition,
-                              emit, fit_table, iter_lossless, lossless_lab, next_token_dists, total_variation,
-                              verify_many)
+from specviz.labs.lossless import (
+    CORRECT,
+    VARIANTS,
+    WRONG_RAW,
+    WRONG_SCALAR,
+    Dists,
+    chi2_pvalue,
+    decomposition,
+    emit,
+    fit_table,
+    iter_lossless,
+    lossless_lab,
+    next_token_dists,
+    total_variation,
+    verify_many,
+)
+from tests.helpers.models import perturbed, tiny_llama
 
 N = 20_000
 

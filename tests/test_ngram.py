@@ -1,10 +1,10 @@
 """The n-gram draft: hand-computed smoothing, a proper distribution, storage, and it drives the decoder."""
 import pytest
 import torch
-from conftest import tiny_llama
 
 from specviz import DecodeConfig, NGramDrafter, NGramModel, speculative_generate
 from specviz.models import ASSETS
+from tests.helpers.models import tiny_llama
 
 
 def toy():

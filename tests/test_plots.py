@@ -2,9 +2,9 @@
 import pandas as pd
 import pytest
 
-from specviz import plots
 from specviz.trace import FRAME_COLUMNS
-from tests.test_timeline import sample_trace
+from specviz.views import plots
+from tests.helpers.traces import sample_trace
 
 
 def token_frame(rows):

@@ -1,11 +1,19 @@
 """The verify math on hand-built distributions."""
 import pytest
 import torch
-from stats import chi2_pvalue
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
-from specviz.sampling import (align_vocab, beta, logits_to_probs, point_mass, process_logits, residual, verify,
-                              verify_greedy)
+from specviz.sampling import (
+    align_vocab,
+    beta,
+    logits_to_probs,
+    point_mass,
+    process_logits,
+    residual,
+    verify,
+    verify_greedy,
+)
+from tests.helpers.stats import chi2_pvalue
 
 P = torch.tensor([[0.5, 0.3, 0.2, 0.0], [0.1, 0.2, 0.3, 0.4]], dtype=torch.float64)
 Q = torch.tensor([[0.25, 0.25, 0.25, 0.25], [0.4, 0.4, 0.1, 0.1]], dtype=torch.float64)

@@ -7,8 +7,7 @@ import os
 import pytest
 from gradio_client.exceptions import AppError
 
-from tests.test_hardening import client, generate  # noqa: F401 (fixture: the app served in this process)
-from tests.test_ui import pair, store  # noqa: F401 (fixtures)
+from tests.helpers.app import generate
 
 WARMUP, REQUESTS, BAD_AT = 20, 200, 100
 MAX_GROWTH_MB = float(os.environ.get("SOAK_MAX_GROWTH_MB", "150"))

@@ -1,9 +1,9 @@
 """The k sweep: aggregates are ratios of sums, theory sits beside measurement."""
 import pandas as pd
 import pytest
-from conftest import perturbed, tiny_llama
 
 from specviz import DecodeConfig, PromptLookupDrafter, best_k, summarize, sweep
+from tests.helpers.models import perturbed, tiny_llama
 
 
 def test_summarize_by_hand():

@@ -1,29 +1,13 @@
 """The app's handlers as plain functions, and the /generate API through gradio_client."""
 import json
-import os
-import socket
 
 import gradio as gr
 import pytest
 
 from specviz import DecodeConfig, Trace, speculative_generate
-from specviz.ui import build_demo, make_handlers
-from tests.apphelpers import tiny_store
-from tests.conftest import last, ui_models
-
-os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-SETTINGS = dict(k=3, k_policy="fixed", temperature=0.8, top_k=0, top_p=0.95, max_new_tokens=12, seed=7)
-
-
-@pytest.fixture(scope="module")
-def pair():
-    return ui_models()
-
-
-@pytest.fixture(scope="module")
-def store(pair):
-    return tiny_store(pair, default_draft="small")
-
+from specviz.app import build_demo
+from tests.helpers.app import SETTINGS, free_port, handlers
+from tests.helpers.models import last
 
 
 def test_run_and_generate_match_speculative_generate(pair, store):
@@ -31,7 +15,7 @@ def test_run_and_generate_match_speculative_generate(pair, store):
     ids = tok("ROMEO:", return_tensors="pt").input_ids
     cfg = DecodeConfig(**SETTINGS)
     want = speculative_generate(target, draft, ids, cfg).new_tokens
-    h = make_handlers(store)
+    h = handlers(store)
     outs = last(h.run("ROMEO:", "tiny-target", "tiny", *SETTINGS.values(), False))
     trace = outs[0]
     assert trace.new_tokens == want and len(want) == 12
@@ -45,12 +29,12 @@ def test_draft_stop_control_reaches_the_decoder(pair, store):
     target, draft, tok = pair
     ids = tok("ROMEO:", return_tensors="pt").input_ids
     want = speculative_generate(target, draft, ids, DecodeConfig(**SETTINGS, draft_stop=0.6))
-    trace = last(make_handlers(store).run("ROMEO:", "tiny-target", "tiny", *SETTINGS.values(), False, {}, 0.6))[0]
+    trace = last(handlers(store).run("ROMEO:", "tiny-target", "tiny", *SETTINGS.values(), False, {}, 0.6))[0]
     assert trace.config.draft_stop == 0.6 and [r.drafted for r in trace.rounds] == [r.drafted for r in want.rounds]
     assert any(len(r.drafted) < r.k for r in trace.rounds)
     with pytest.raises(gr.Error, match="draft_stop"):
-        last(make_handlers(store).run("ROMEO:", "tiny-target", "tiny", *SETTINGS.values(), False, {}, 1.5))
-    api = Trace.from_json(make_handlers(store).generate("ROMEO:", "tiny-target", "tiny", 3, 0.8, 0, 0.95, 12, 7, 0.6))
+        last(handlers(store).run("ROMEO:", "tiny-target", "tiny", *SETTINGS.values(), False, {}, 1.5))
+    api = Trace.from_json(handlers(store).generate("ROMEO:", "tiny-target", "tiny", 3, 0.8, 0, 0.95, 12, 7, 0.6))
     assert [r.drafted for r in api.rounds] == [r.drafted for r in want.rounds]
 
 
@@ -60,7 +44,7 @@ def test_default_draft_falls_back_to_first_available(store):
 
 
 def test_run_with_baseline_reports_measured_and_predicted_speedup(store):
-    outs = last(make_handlers(store).run("To be, or not to be", "tiny-target", "prompt-lookup", *SETTINGS.values(), True))
+    outs = last(handlers(store).run("To be, or not to be", "tiny-target", "prompt-lookup", *SETTINGS.values(), True))
     base = outs[1]
     assert base is not None and base.mode == "autoregressive" and len(base.new_tokens) == 12
     assert "measured **" in outs[3] and "predicted **" in outs[3]
@@ -73,7 +57,7 @@ def test_run_with_baseline_reports_measured_and_predicted_speedup(store):
 ])
 def test_bad_input_raises_readable_gr_error(store, args, message):
     with pytest.raises(gr.Error, match=message):
-        last(make_handlers(store).run(*args, *SETTINGS.values(), False))
+        last(handlers(store).run(*args, *SETTINGS.values(), False))
 
 
 @pytest.mark.parametrize("change, message", [
@@ -83,11 +67,11 @@ def test_bad_input_raises_readable_gr_error(store, args, message):
 def test_out_of_range_settings_raise_gr_error(store, change, message):
     settings = {**SETTINGS, **change}
     with pytest.raises(gr.Error, match=message):
-        last(make_handlers(store).run("ROMEO:", "tiny-target", "tiny", *settings.values(), False))
+        last(handlers(store).run("ROMEO:", "tiny-target", "tiny", *settings.values(), False))
 
 
 def test_json_export_import_round_trip(store, tmp_path):
-    h = make_handlers(store)
+    h = handlers(store)
     trace = last(h.run("ROMEO:", "tiny-target", "tiny", *SETTINGS.values(), False))[0]
     csv, js = h.export(trace)
     assert csv.endswith(".csv") and open(csv).readline().startswith("round,k,position")
@@ -103,18 +87,12 @@ def test_json_export_import_round_trip(store, tmp_path):
 
 
 def test_replay_steps_clamp(store):
-    h = make_handlers(store)
+    h = handlers(store)
     trace = last(h.run("ROMEO:", "tiny-target", "tiny", *SETTINGS.values(), False))[0]
     n = len(trace.rounds)
     assert h.step(trace, 0, -1) == 0 and h.step(trace, n - 1, +1) == n - 1 and h.step(trace, 0, +1) == 1
     html, accept, residual = h.replay(trace, 1)
     assert "Round 1" in html and accept.data[0].y is not None
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_generate_endpoint_with_gradio_client(store):

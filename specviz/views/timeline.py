@@ -1,6 +1,6 @@
 """Trace -> HTML: the generated text as tokens coloured by their fate, and one round's replay.
 
-Pure functions of a Trace; every piece of text (token, prompt, number) goes through ``_esc``
+Pure functions of a Trace; every piece of text (token, prompt, number) goes through ``esc``
 (html.escape with quote=True), because the UI shows this HTML unsanitized.
 Notation: p target probability, q draft probability, u the uniform draw, beta = sum min(p, q).
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import html
 
-from .trace import Round, Trace
+from ..trace import Round, Trace
 
 STATUSES = ("prompt", "accepted", "rejected", "resampled", "bonus", "discarded")
 LEGEND = {
@@ -53,19 +53,20 @@ def fill_token_text(trace: Trace, tokenizer) -> Trace:
     return trace
 
 
-def _esc(x) -> str:
+def esc(x) -> str:
+    """The one escape every text in the app's HTML goes through (quotes too: texts land in attributes)."""
     return html.escape(str(x), quote=True)
 
 
 def visible(text: str) -> str:
     """Escaped token text with newlines and tabs shown as glyphs (the newline still breaks the line)."""
-    out = _esc(text).replace("\t", '<span class="sv-ws">→</span>\t')
+    out = esc(text).replace("\t", '<span class="sv-ws">→</span>\t')
     out = out.replace("\r", '<span class="sv-ws">␍</span>')
     return out.replace("\n", '<span class="sv-ws">↵</span>\n')
 
 
 def token_span(text: str, status: str, title: str = "") -> str:
-    return f'<span class="sv-tok sv-{status}" data-status="{_esc(status)}" title="{_esc(title)}">{visible(text)}</span>'
+    return f'<span class="sv-tok sv-{status}" data-status="{esc(status)}" title="{esc(title)}">{visible(text)}</span>'
 
 
 def _num(x) -> str:
@@ -114,13 +115,13 @@ def _next_title(trace: Trace, r: Round, status: str, token: int) -> str:
 
 def round_spans(trace: Trace, r: Round) -> str:
     """One round: its drafts by fate, then the resampled or bonus token."""
-    parts = [f'<span class="sv-round-n">{r.index}</span>']
+    parts = [f'<span class="sv-round-n">{esc(r.index)}</span>']
     for i, x in enumerate(r.drafted):
         parts.append(token_span(trace.text(x), _status(r, i), _draft_title(trace, r, i)))
     for status, tok in (("resampled", r.resampled), ("bonus", r.bonus)):
         if tok is not None:
             parts.append(token_span(trace.text(tok), status, _next_title(trace, r, status, tok)))
-    return f'<span class="sv-round" data-round="{r.index}">{"".join(parts)}</span>'
+    return f'<span class="sv-round" data-round="{esc(r.index)}">{"".join(parts)}</span>'
 
 
 def legend() -> str:
@@ -155,12 +156,12 @@ def replay_html(trace: Trace | None, index: int) -> str:
     rows = []
     for i, x in enumerate(r.drafted):
         ratio = r.p[i] / r.q[i] if r.q[i] else None
-        cells = "".join(f"<td>{_num(v)}</td>" for v in (r.q[i], r.p[i], ratio, r.accept_prob[i], r.u[i], r.beta[i]))
+        cells = "".join(f"<td>{esc(_num(v))}</td>" for v in (r.q[i], r.p[i], ratio, r.accept_prob[i], r.u[i], r.beta[i]))
         rows.append(f'<tr><td class="sv-left">{token_span(trace.text(x), _status(r, i), _draft_title(trace, r, i))}'
-                    f'</td><td>{i + 1}</td>{cells}<td class="sv-left sv-decision">{_esc(decision(r, i, trace.config.greedy))}</td></tr>')
+                    f'</td><td>{i + 1}</td>{cells}<td class="sv-left sv-decision">{esc(decision(r, i, trace.config.greedy))}</td></tr>')
     table = (f'<table class="sv-table"><tr><th class="sv-left">draft</th>{head}<th class="sv-left">decision</th></tr>'
              f'{"".join(rows)}</table>') if rows else "<p>No drafts this round (the drafter found nothing to propose).</p>"
     appended = "".join(token_span(trace.text(t), "prompt", f"id {t}") for t in r.emitted)
-    return (f"<p><b>Round {r.index}</b> of {len(trace.rounds) - 1}: k = {r.k}, {len(r.drafted)} drafted, "
-            f"{r.n_accepted} accepted; draft {r.draft_s * 1e3:.1f} ms, target {r.target_s * 1e3:.1f} ms.</p>"
+    return (f"<p><b>Round {esc(r.index)}</b> of {len(trace.rounds) - 1}: k = {esc(r.k)}, {len(r.drafted)} drafted, "
+            f"{esc(r.n_accepted)} accepted; draft {r.draft_s * 1e3:.1f} ms, target {r.target_s * 1e3:.1f} ms.</p>"
             f'{_stopped_early(trace, r)}{table}<p>Appended: <span class="sv-timeline">{appended}</span> ({len(r.emitted)} tokens)</p>')

@@ -18,10 +18,10 @@ import torch
 import torch.nn.functional as F
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from .config import DecodeConfig
-from .decoder import speculative_generate
-from .distill import _as_windows, iter_distill, kl_on_batch
-from .lm import context_window
+from ..config import DecodeConfig
+from ..decoder import speculative_generate
+from ..distill import as_windows, iter_distill, kl_on_batch
+from ..lm import context_window
 
 KL, CE = "distill (KL)", "cross-entropy"
 FRESH_DRAFT = dict(hidden=128, layers=2, heads=4, kv_heads=2, intermediate=448)  # scripts/train_lm.py's "tiny"
@@ -93,7 +93,7 @@ def iter_distill_lab(target, drafts: dict, data, prompts: list, *, tokenizer=Non
                      heldout_windows: int = 4, max_steps: int = 100_000, seed: int = 0) -> Iterator[dict]:
     """Train each of ``drafts`` ({KL: model, CE: model}, in place) for ``seconds`` and yield points
     (columns POINT_COLUMNS): a loss per step, and checkpoints with held-out KL and acceptance."""
-    windows = _as_windows(data, tokenizer, seq_len)
+    windows = as_windows(data, tokenizer, seq_len)
     if len(windows) <= heldout_windows:
         raise ValueError(f"only {len(windows)} windows of {seq_len} tokens: give more text to train on")
     train, heldout = windows[:-heldout_windows], windows[-heldout_windows:]

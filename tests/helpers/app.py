@@ -1,15 +1,20 @@
-"""Shared by the browser tests: where chromium is, how to launch it, whether a missing browser skips
-(locally) or fails (SPECVIZ_REQUIRE_BROWSER=1, CI), a ModelStore of tiny random models, and serving
-a demo on a free port. Import from here; don't copy."""
+"""Shared by the app tests: a ModelStore of tiny random models, a free port, serving a demo, the settings and
+the /generate call the API tests use, and for the browser tests where chromium is, how to launch it, and
+whether a missing browser skips (locally) or fails (SPECVIZ_REQUIRE_BROWSER=1, CI). Import from here."""
+import json
 import os
 import socket
 from contextlib import contextmanager
+from types import SimpleNamespace
 
 import pytest
 
-from specviz.handlers import ModelStore
-from specviz.ui import launch
+from specviz import Trace
+from specviz.app import batch_tab, compare_tab, distill_tab, explorer, launch, lossless_tab, sweep_tab
+from specviz.app.store import ModelStore
 
+SETTINGS = dict(k=3, k_policy="fixed", temperature=0.8, top_k=0, top_p=0.95, max_new_tokens=12, seed=7)
+VALID = dict(prompt="ROMEO:", target="tiny-target", draft="tiny", k=3, seed=7, max_new_tokens=12)  # /generate's
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update"]
@@ -28,7 +33,7 @@ def tiny_store(pair=None, drafts=None, targets=("tiny-target",), **options):
     every name in ``targets``, the draft as "tiny" plus any extra ``drafts`` ({name: model}), prompt lookup and
     the bundled registry's drafters by name. ``options`` go to ModelStore (default_draft="prompt-lookup", say)."""
     from specviz.models import load_drafter
-    from tests.conftest import ui_models
+    from tests.helpers.models import ui_models
 
     target, draft, tok = pair or ui_models(window=256)
     named = {"tiny": draft, **(drafts or {})}
@@ -38,12 +43,31 @@ def tiny_store(pair=None, drafts=None, targets=("tiny-target",), **options):
                       default_target=targets[0], **options)
 
 
+def handlers(store: ModelStore) -> SimpleNamespace:
+    """Every tab's handlers bound to ``store``, in one namespace (their names are unique across tabs), called
+    as the app calls them (ValueErrors become gr.Error)."""
+    bound = {}
+    for tab in (explorer, sweep_tab, lossless_tab, distill_tab, compare_tab, batch_tab):
+        bound |= vars(tab.handlers(store))
+    return SimpleNamespace(**bound)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def generate(client, **change) -> Trace:
+    """/generate through gradio_client with VALID's arguments, some changed; the trace it returned."""
+    out = client.predict(api_name="/generate", **{**VALID, **change})
+    return Trace.from_json(out if isinstance(out, str) else json.dumps(out))
+
+
 @contextmanager
 def serve(demo):
     """The demo served (ui.launch: theme and CSS) on a free local port; yields its URL."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     launch(demo, prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
     try:
         yield f"http://127.0.0.1:{port}/"

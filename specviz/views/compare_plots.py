@@ -1,4 +1,4 @@
-"""The Compare drafts tab's figures: pure functions from ``compare.compare_table`` (one row per draft) or
+"""The Compare drafts and Batch tabs' figures: pure functions from ``compare.compare_table`` (one row per draft) or
 ``compare.disagreement_frame`` (token, text, p, one ``q <name>`` column per draft) to a Plotly figure.
 Notation: p target, q draft, tau tokens per round."""
 from __future__ import annotations
@@ -6,14 +6,9 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from .lab_plots import PALETTE
-from .plots import _layout
+from .style import colour, layout
 
 TARGET_COLOUR = "#0ea5e9"
-
-
-def _colour(i: int) -> str:
-    return PALETTE[i % len(PALETTE)]
 
 
 def position_columns(table: pd.DataFrame) -> list[str]:
@@ -26,18 +21,18 @@ def acceptance_by_position(table: pd.DataFrame) -> go.Figure:
     for i, (_, row) in enumerate(table.iterrows()):
         fig.add_trace(go.Scatter(x=list(range(1, len(cols) + 1)), y=row[cols].astype(float).tolist(),
                                  mode="lines+markers", name=row.draft,
-                                 line=dict(color=_colour(i)),
+                                 line=dict(color=colour(i)),
                                  hovertemplate="position %{x}: %{y:.2f} accepted<extra>" + row.draft + "</extra>"))
     fig.update_yaxes(range=[0, 1.05])
     fig.update_xaxes(dtick=1)
-    return _layout(fig, "Acceptance rate per draft position", "draft position", "accepted / drafted")
+    return layout(fig, "Acceptance rate per draft position", "draft position", "accepted / drafted")
 
 
 def _bars(table: pd.DataFrame, column: str, title: str, y: str, fmt: str) -> go.Figure:
-    fig = go.Figure(go.Bar(x=table.draft, y=table[column], marker_color=[_colour(i) for i in range(len(table))],
+    fig = go.Figure(go.Bar(x=table.draft, y=table[column], marker_color=[colour(i) for i in range(len(table))],
                            text=[format(v, fmt) for v in table[column]], textposition="auto",
                            hovertemplate="%{x}: %{y:" + fmt + "}<extra></extra>"))
-    return _layout(fig, title, "draft", y)
+    return layout(fig, title, "draft", y)
 
 
 def speedup_bars(table: pd.DataFrame) -> go.Figure:
@@ -59,8 +54,26 @@ def disagreement_bars(frame: pd.DataFrame) -> go.Figure:
     fig = go.Figure(go.Bar(x=frame.text, y=frame.p, name="p (target)", marker_color=TARGET_COLOUR,
                            hovertemplate="%{x}: p = %{y:.3f}<extra></extra>"))
     for i, col in enumerate(c for c in frame.columns if c.startswith("q ")):
-        fig.add_trace(go.Bar(x=frame.text, y=frame[col], name=col, marker_color=_colour(i),
+        fig.add_trace(go.Bar(x=frame.text, y=frame[col], name=col, marker_color=colour(i),
                              hovertemplate="%{x}: %{y:.3f}<extra>" + col + "</extra>"))
     fig.update_layout(barmode="group")
     fig.update_yaxes(range=[0, 1.02])
-    return _layout(fig, "Next-token probabilities: target p against each draft's q", "token", "probability")
+    return layout(fig, "Next-token probabilities: target p against each draft's q", "token", "probability")
+
+
+# -- the Batch tab ---------------------------------------------------------------------------------
+METHOD_COLOURS = {"speculative": "#16a34a", "autoregressive": "#6b7280"}
+
+
+def tokens_per_s_by_batch(frame: pd.DataFrame) -> go.Figure:
+    """Tokens/s against batch size, one line per method.
+
+    frame: ``batch_bench.run_batch_bench``'s columns (batch_size, method, tokens_per_s, ...), one row per
+    (batch size, method)."""
+    fig = go.Figure()
+    for method, rows in frame.sort_values("batch_size").groupby("method", sort=False):
+        fig.add_trace(go.Scatter(x=rows.batch_size, y=rows.tokens_per_s, mode="lines+markers", name=method,
+                                 line=dict(color=METHOD_COLOURS.get(method))))
+    fig.update_xaxes(type="log", tickvals=sorted(frame.batch_size.unique()))
+    return layout(fig, "Throughput against batch size", "batch size (prompts decoded together)",
+                   "generated tokens / s (all rows)")

@@ -1,6 +1,6 @@
 """Benchmark: ours against transformers' generate(), side by side in one run.
 
-    python -m specviz.bench [--target target] [--draft small] [--k 4] [--temperature 0] [--repeats 3]
+    python -m specviz.labs.bench [--target target] [--draft small] [--k 4] [--temperature 0] [--repeats 3]
 
 Methods, interleaved prompt by prompt and repeat by repeat so that machine noise hits all alike:
   ours-ar        autoregressive_generate (the baseline: one target forward per token)
@@ -21,11 +21,10 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from .config import EXAMPLE_PROMPTS, DecodeConfig
-from .decoder import autoregressive_generate, speculative_generate
-from .drafters import Drafter, PromptLookupDrafter
-from .models import DEFAULT_DRAFT, DEFAULT_TARGET, load_drafter, load_model
-
+from ..config import EXAMPLE_PROMPTS, DecodeConfig
+from ..decoder import autoregressive_generate, speculative_generate
+from ..drafters import Drafter, PromptLookupDrafter
+from ..models import DEFAULT_DRAFT, DEFAULT_TARGET, load_drafter, load_model
 
 
 @dataclass

@@ -18,17 +18,15 @@ from typing import Callable, Iterator
 import pandas as pd
 import torch
 
-from .config import DecodeConfig
-from .decoder import autoregressive_generate, speculative_generate
-from .drafters import Drafter, ModelDrafter, as_drafter
-from .labs import position_rows
-from .lm import CachedLM
-from .ngram import NGramDrafter
-from .sampling import logits_to_probs, point_mass
-from .sweep import baseline_costs, run_row, warm_up
-from .trace import Trace
+from ..config import DecodeConfig
+from ..decoder import autoregressive_generate, speculative_generate
+from ..drafters import Drafter, ModelDrafter, as_drafter
+from ..lm import CachedLM
+from ..ngram import NGramDrafter
+from ..sampling import logits_to_probs, point_mass
+from ..trace import Trace
+from .sweep import BASELINE, baseline_costs, position_rows, run_row, warm_up
 
-BASELINE = "autoregressive"
 TABLE_COLUMNS = ["draft", "size", "new_tokens", "rounds", "acceptance_rate", "alpha", "tau", "tokens_per_s",
                  "baseline_tokens_per_s", "speedup", "c"]  # then accept@1 .. accept@K, per draft position
 
@@ -139,7 +137,7 @@ def context_at(trace: Trace, position: int) -> list[int]:
 
 
 @torch.inference_mode()
-def next_token_dists(target, drafts: dict, context: list[int], cfg: DecodeConfig) -> tuple[torch.Tensor, dict]:
+def distributions_at(target, drafts: dict, context: list[int], cfg: DecodeConfig) -> tuple[torch.Tensor, dict]:
     """p (V,) of the target after ``context`` and each draft's q (V,), processed by cfg's transforms (greedy:
     plain softmax). A model-free draft's q is a point mass on its proposal, all zeros if it proposes nothing."""
     p = logits_to_probs(CachedLM(target).feed(context)[-1], cfg.temperature, cfg.top_k, cfg.top_p)
@@ -171,7 +169,7 @@ def disagreement(target, drafts: dict, trace: Trace, position: int, cfg: DecodeC
                  text: Callable[[int], str] | None = None) -> pd.DataFrame:
     """At generated token ``position`` of ``trace`` (e.g. the target's own greedy run): each draft's top
     tokens and q beside the target's p (``disagreement_frame``), with cfg's settings (default: the run's)."""
-    p, qs = next_token_dists(target, drafts, context_at(trace, position), cfg or trace.config)
+    p, qs = distributions_at(target, drafts, context_at(trace, position), cfg or trace.config)
     return disagreement_frame(p, qs, top, text or trace.text)
 
 

@@ -8,11 +8,8 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-COLOURS = {  # the timeline's colours, so a status looks the same everywhere
-    "accepted": "#16a34a", "rejected": "#dc2626", "discarded": "#9ca3af", "resampled": "#ea580c", "bonus": "#2563eb",
-}
-INK = "#8b93a1"  # text, axes and neutral marks: readable on gradio's light and dark themes alike
-GRID = "rgba(139, 147, 161, 0.25)"
+from .style import COLOURS, layout
+
 ROUND_COLUMNS = ["round", "k", "drafted", "n_accepted", "emitted", "draft_s", "target_s", "wall_s"]
 
 
@@ -22,16 +19,6 @@ def rounds_frame(trace) -> pd.DataFrame:
             for r in trace.rounds]
     return pd.DataFrame(rows, columns=ROUND_COLUMNS)
 
-
-def _layout(fig: go.Figure, title: str, x: str, y: str) -> go.Figure:
-    """Titles and a look shared by every figure: transparent backgrounds, so the page's theme (light or
-    dark) shows through, with text and grid in a grey that reads on both."""
-    fig.update_layout(title=title, xaxis_title=x, yaxis_title=y, template="plotly_white", height=320,
-                      margin=dict(l=50, r=20, t=50, b=45), legend=dict(orientation="h", y=-0.25),
-                      paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)", font=dict(color=INK))
-    fig.update_xaxes(gridcolor=GRID, zerolinecolor=GRID, linecolor=GRID)
-    fig.update_yaxes(gridcolor=GRID, zerolinecolor=GRID, linecolor=GRID)
-    return fig
 
 
 def acceptance_by_position(tokens: pd.DataFrame) -> go.Figure:
@@ -43,7 +30,7 @@ def acceptance_by_position(tokens: pd.DataFrame) -> go.Figure:
                            marker_color=COLOURS["accepted"], customdata=count.to_numpy(),
                            hovertemplate="position %{x}: %{y:.2f} of %{customdata} drafts accepted<extra></extra>"))
     fig.update_yaxes(range=[0, 1])
-    return _layout(fig, "Acceptance rate per draft position", "draft position", "accepted / drafted")
+    return layout(fig, "Acceptance rate per draft position", "draft position", "accepted / drafted")
 
 
 def tokens_per_round(rounds: pd.DataFrame) -> go.Figure:
@@ -52,7 +39,7 @@ def tokens_per_round(rounds: pd.DataFrame) -> go.Figure:
     fig = go.Figure(go.Bar(x=counts.index.to_numpy(), y=counts.to_numpy(), marker_color=COLOURS["bonus"],
                            hovertemplate="%{y} rounds emitted %{x} tokens<extra></extra>"))
     fig.update_xaxes(dtick=1)
-    return _layout(fig, "Tokens emitted per round", "tokens emitted", "rounds")
+    return layout(fig, "Tokens emitted per round", "tokens emitted", "rounds")
 
 
 def p_vs_q(tokens: pd.DataFrame) -> go.Figure:
@@ -68,7 +55,7 @@ def p_vs_q(tokens: pd.DataFrame) -> go.Figure:
             hovertemplate="%{text}<br>q = %{x:.3f}, p = %{y:.3f}<br>round %{customdata}<extra>" + status + "</extra>"))
     fig.update_xaxes(range=[0, 1.02])
     fig.update_yaxes(range=[0, 1.02])
-    return _layout(fig, "p against q, per drafted token", "q (draft)", "p (target)")
+    return layout(fig, "p against q, per drafted token", "q (draft)", "p (target)")
 
 
 def round_times(rounds: pd.DataFrame) -> go.Figure:
@@ -78,7 +65,7 @@ def round_times(rounds: pd.DataFrame) -> go.Figure:
         fig.add_trace(go.Bar(x=rounds["round"], y=rounds[col] * 1e3, name=name, marker_color=colour,
                              hovertemplate="round %{x}: %{y:.1f} ms<extra>" + name + "</extra>"))
     fig.update_layout(barmode="stack")
-    return _layout(fig, "Time per round: draft vs target", "round", "ms")
+    return layout(fig, "Time per round: draft vs target", "round", "ms")
 
 
 def accept_line(round_tokens: pd.DataFrame) -> go.Figure:
@@ -94,7 +81,7 @@ def accept_line(round_tokens: pd.DataFrame) -> go.Figure:
                              hovertemplate="position %{x}: u = %{y:.3f}<extra></extra>"))
     fig.update_yaxes(range=[0, 1.05])
     fig.update_xaxes(dtick=1)
-    return _layout(fig, "Accept line: u against min(1, p/q)", "draft position", "probability")
+    return layout(fig, "Accept line: u against min(1, p/q)", "draft position", "probability")
 
 
 def residual_bars(residual: pd.DataFrame) -> go.Figure:
@@ -109,7 +96,7 @@ def residual_bars(residual: pd.DataFrame) -> go.Figure:
     if residual.empty:
         fig.add_annotation(text="no rejection this round: nothing was resampled", showarrow=False,
                            x=0.5, y=0.5, xref="paper", yref="paper")
-    return _layout(fig, "Residual at the rejection: top tokens", "token", "probability")
+    return layout(fig, "Residual at the rejection: top tokens", "token", "probability")
 
 
 def residual_frame(trace, index: int) -> pd.DataFrame:

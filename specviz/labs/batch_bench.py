@@ -1,6 +1,6 @@
 """Benchmark: batched speculative vs batched autoregressive decoding, tokens/s against batch size.
 
-    python -m specviz.batch_bench [--batch-sizes 1 2 4 8] [--k 4] [--max-new-tokens 48] [--repeats 2]
+    python -m specviz.labs.batch_bench [--batch-sizes 1 2 4 8] [--k 4] [--max-new-tokens 48] [--repeats 2]
 
 Greedy, the same k for every batch size; prompts are specviz.EXAMPLE_PROMPTS cycled to fill a batch.
 The two methods are interleaved (their order alternates each repeat and batch size) so that machine noise
@@ -17,10 +17,10 @@ import time
 import pandas as pd
 import torch
 
-from .batch import autoregressive_generate_batch, speculative_generate_batch
+from ..batch import autoregressive_generate_batch, speculative_generate_batch
+from ..config import DecodeConfig
+from ..models import DEFAULT_DRAFT, list_drafters, list_models, load_model
 from .bench import common_args, target_and_prompts
-from .config import DecodeConfig
-from .models import DEFAULT_DRAFT, list_drafters, list_models, load_model
 
 BATCH_COLUMNS = ["batch_size", "method", "tokens", "seconds", "tokens_per_s", "acceptance_rate"]
 

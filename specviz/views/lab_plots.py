@@ -10,9 +10,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .plots import COLOURS, INK, _layout
-
-PALETTE = ["#2563eb", "#dc2626", "#16a34a", "#a855f7", "#ea580c", "#0891b2", "#be185d", "#4b5563"]
+from .style import COLOURS, INK, colour, layout
 
 
 # -- k sweep -------------------------------------------------------------------------------------------
@@ -22,22 +20,22 @@ def against_k(summary: pd.DataFrame, column: str, title: str, y: str, theory: st
     best k measured and a diamond at the best k predicted."""
     fig = go.Figure()
     for i, (draft, g) in enumerate(summary.groupby("draft", sort=False)):
-        colour = PALETTE[i % len(PALETTE)]
+        ink = colour(i)
         fig.add_trace(go.Scatter(x=g.k, y=g[column], mode="lines+markers", name=f"{draft} measured",
-                                 line=dict(color=colour), hovertemplate="k=%{x}: %{y:.3f}<extra>" + draft + "</extra>"))
+                                 line=dict(color=ink), hovertemplate="k=%{x}: %{y:.3f}<extra>" + draft + "</extra>"))
         if theory:
             fig.add_trace(go.Scatter(x=g.k, y=g[theory], mode="lines", name=f"{draft} theory",
-                                     line=dict(color=colour, dash="dash"),
+                                     line=dict(color=ink, dash="dash"),
                                      hovertemplate="k=%{x}: %{y:.3f} predicted<extra>" + draft + "</extra>"))
         if mark_best:
             for col, symbol, label in ((column, "star", "best k measured"), (theory, "diamond", "best k predicted")):
                 if col:
                     best = g.loc[g[col].idxmax()]
                     fig.add_trace(go.Scatter(x=[best.k], y=[best[col]], mode="markers", name=f"{draft} {label}",
-                                             marker=dict(symbol=symbol, size=16, color=colour,
+                                             marker=dict(symbol=symbol, size=16, color=ink,
                                                          line=dict(width=1, color=INK))))
     fig.update_xaxes(dtick=1)
-    return _layout(fig, title, "k (drafts per round)", y)
+    return layout(fig, title, "k (drafts per round)", y)
 
 
 def acceptance_vs_k(summary: pd.DataFrame) -> go.Figure:
@@ -67,7 +65,7 @@ def position_heatmap(positions: pd.DataFrame, draft: str | None = None) -> go.Fi
                                hovertemplate="k=%{x}, position %{y}: %{z:.2f}<extra></extra>"))
     fig.update_xaxes(dtick=1)
     fig.update_yaxes(dtick=1, autorange="reversed")
-    return _layout(fig, f"Acceptance per draft position ({draft})", "k", "draft position")
+    return layout(fig, f"Acceptance per draft position ({draft})", "k", "draft position")
 
 
 # -- k policies ----------------------------------------------------------------------------------------
@@ -78,7 +76,7 @@ def policy_bars(summary: pd.DataFrame) -> go.Figure:
     fig.add_trace(go.Bar(x=summary.policy, y=summary.acceptance_rate, marker_color=COLOURS["accepted"],
                          name="acceptance"), 1, 2)
     fig.update_yaxes(range=[0, 1], row=1, col=2)
-    return _layout(fig, "Fixed k against adaptive k policies", "", "")
+    return layout(fig, "Fixed k against adaptive k policies", "", "")
 
 
 def k_per_round(rounds: pd.DataFrame) -> go.Figure:
@@ -87,9 +85,9 @@ def k_per_round(rounds: pd.DataFrame) -> go.Figure:
     fig = go.Figure()
     for i, (policy, g) in enumerate(rounds.groupby("policy", sort=False)):
         fig.add_trace(go.Scatter(x=g.step, y=g.drafted, customdata=g.k, mode="lines", name=policy,
-                                 line=dict(shape="hv", color=PALETTE[i % 8]),
+                                 line=dict(shape="hv", color=colour(i)),
                                  hovertemplate="round %{x}: %{y} drafted (k=%{customdata})<extra>" + policy + "</extra>"))
-    return _layout(fig, "Drafts each round made (prompts one after another)", "round", "drafted")
+    return layout(fig, "Drafts each round made (prompts one after another)", "round", "drafted")
 
 
 # -- losslessness --------------------------------------------------------------------------------------
@@ -103,12 +101,12 @@ def emitted_bars(counts: pd.DataFrame, title: str, labels: dict | None = None, t
     g = _top(counts, top)
     x = [labels.get(t, str(t)) if labels is not None else str(t) for t in g.token]
     fig = go.Figure()
-    for col, name, colour in (("empirical", "emitted (empirical)", COLOURS["resampled"]),
+    for col, name, fill in (("empirical", "emitted (empirical)", COLOURS["resampled"]),
                               ("p", "p (target)", "#0ea5e9"), ("q", "q (draft)", "#a855f7")):
-        fig.add_trace(go.Bar(x=x, y=g[col], name=name, marker_color=colour,
+        fig.add_trace(go.Bar(x=x, y=g[col], name=name, marker_color=fill,
                              hovertemplate="%{x}: %{y:.4f}<extra>" + name + "</extra>"))
     fig.update_layout(barmode="group")
-    return _layout(fig, title, "token", "probability")
+    return layout(fig, title, "token", "probability")
 
 
 def decomposition_bars(decomp: pd.DataFrame, labels: dict | None = None, top: int = 20) -> go.Figure:
@@ -120,7 +118,7 @@ def decomposition_bars(decomp: pd.DataFrame, labels: dict | None = None, top: in
                      go.Scatter(x=x, y=g.p, mode="markers", name="p (target)",
                                 marker=dict(symbol="line-ew", size=22, line=dict(width=3, color=INK)))])
     fig.update_layout(barmode="stack")
-    return _layout(fig, "Why it is exact: accepted part + resampled part = p", "token", "probability")
+    return layout(fig, "Why it is exact: accepted part + resampled part = p", "token", "probability")
 
 
 # -- distillation --------------------------------------------------------------------------------------
@@ -128,8 +126,8 @@ def training_loss(points: pd.DataFrame) -> go.Figure:
     """Training loss per step for each method (KL for distillation, cross-entropy for the baseline)."""
     fig = go.Figure()
     for i, (method, g) in enumerate(points[points.loss.notna()].groupby("method", sort=False)):
-        fig.add_trace(go.Scatter(x=g.step, y=g.loss, mode="lines", name=method, line=dict(color=PALETTE[i])))
-    return _layout(fig, "Training loss", "step", "loss")
+        fig.add_trace(go.Scatter(x=g.step, y=g.loss, mode="lines", name=method, line=dict(color=colour(i))))
+    return layout(fig, "Training loss", "step", "loss")
 
 
 def checkpoints_chart(points: pd.DataFrame) -> go.Figure:
@@ -138,11 +136,11 @@ def checkpoints_chart(points: pd.DataFrame) -> go.Figure:
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     evals = points[points.heldout_kl.notna()]
     for i, (method, g) in enumerate(evals.groupby("method", sort=False)):
-        colour = PALETTE[i]
+        ink = colour(i)
         fig.add_trace(go.Scatter(x=g.seconds, y=g.alpha, mode="lines+markers", name=f"{method}: acceptance α",
-                                 line=dict(color=colour)), secondary_y=False)
+                                 line=dict(color=ink)), secondary_y=False)
         fig.add_trace(go.Scatter(x=g.seconds, y=g.heldout_kl, mode="lines+markers", name=f"{method}: held-out KL",
-                                 line=dict(color=colour, dash="dot")), secondary_y=True)
+                                 line=dict(color=ink, dash="dot")), secondary_y=True)
     fig.update_yaxes(title_text="acceptance α", range=[0, 1], secondary_y=False)
     fig.update_yaxes(title_text="KL(p || q)", secondary_y=True)
-    return _layout(fig, "Acceptance climbs as KL falls", "training seconds", "")
+    return layout(fig, "Acceptance climbs as KL falls", "training seconds", "")

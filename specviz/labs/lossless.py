@@ -20,11 +20,11 @@ import pandas as pd
 import torch
 from scipy.stats import chisquare
 
-from .config import DecodeConfig
-from .decoder import autoregressive_generate
-from .drafters import Drafter
-from .lm import model_device
-from .sampling import align_vocab, beta, logits_to_probs, point_mass, residual
+from ..config import DecodeConfig
+from ..decoder import autoregressive_generate
+from ..drafters import Drafter
+from ..lm import model_device
+from ..sampling import align_vocab, beta, logits_to_probs, point_mass, residual
 
 CORRECT, WRONG_SCALAR, WRONG_RAW = "correct", "wrong: scalar q(x)", "wrong: unprocessed q"
 VARIANTS = (CORRECT, WRONG_SCALAR, WRONG_RAW)

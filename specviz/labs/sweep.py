@@ -13,10 +13,12 @@ from typing import Iterable, Iterator
 import pandas as pd
 from tqdm.auto import tqdm
 
-from .config import DecodeConfig
-from .decoder import autoregressive_generate, speculative_generate
-from .theory import expected_speedup, expected_tokens
-from .trace import target_passes
+from ..config import DecodeConfig
+from ..decoder import autoregressive_generate, speculative_generate
+from ..theory import expected_speedup, expected_tokens
+from ..trace import target_passes
+
+BASELINE = "autoregressive"  # the label of the autoregressive run in every lab's tables
 
 
 def run_row(trace, **labels) -> dict:
@@ -90,3 +92,19 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
 def best_k(summary: pd.DataFrame, column: str = "speedup") -> pd.DataFrame:
     """The row with the highest ``column`` for each draft."""
     return summary.loc[summary.groupby("draft", sort=False)[column].idxmax()].reset_index(drop=True)
+
+
+# -- per-position acceptance ----------------------------------------------------------------------------
+def position_rows(trace, **labels) -> list[dict]:
+    """Additive per-position counts of one run: at draft position i (1-based), how many rounds drafted
+    a token there and how many of those were accepted (position i needs 1..i-1 accepted too)."""
+    depth = max((len(r.drafted) for r in trace.rounds), default=0)
+    return [labels | dict(position=i + 1, drafted=sum(len(r.drafted) > i for r in trace.rounds),
+                          accepted=sum(r.n_accepted > i for r in trace.rounds)) for i in range(depth)]
+
+
+def per_position(positions: pd.DataFrame) -> pd.DataFrame:
+    """Per (draft, k, position): drafted, accepted and the rate accepted / drafted (position x k heatmap)."""
+    g = positions.groupby(["draft", "k", "position"], sort=False)[["drafted", "accepted"]].sum().reset_index()
+    g["rate"] = g.accepted / g.drafted
+    return g

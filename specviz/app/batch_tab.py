@@ -1,0 +1,84 @@
+"""The Batch tab: several prompts decoded together (one batched target forward per round, each row accepting its
+own number of drafts), and a small benchmark of batch sizes."""
+from __future__ import annotations
+
+import time
+
+import gradio as gr
+
+from ..batch import BatchDecoding
+from ..config import EXAMPLE_PROMPTS, DecodeConfig
+from ..labs.batch_bench import run_batch_bench
+from ..views.compare_plots import tokens_per_s_by_batch
+from ..views.runs import batch_rows_frame, batch_rows_html
+from ..views.timeline import fill_token_text
+from .forms import as_int, encode, make_config, split_prompts
+from .runs import STREAM_EVERY_S
+from .store import ModelStore
+from .widgets import MODEL_QUEUE, bind, chart, draft_picker, run_settings, target_picker
+
+MAX_BATCH = 8  # rows one Batch run decodes together
+BENCH_SIZES, BENCH_TOKENS = (1, 2, 4), 12  # the small-scale benchmark: a few tokens per row, < ~30 s
+
+
+def batch_views(traces: list, tokenizer, seed: int) -> tuple:
+    """(per-row timelines, row table), token texts filled in."""
+    for trace in traces:
+        fill_token_text(trace, tokenizer)
+    return batch_rows_html(traces, seed), batch_rows_frame(traces, seed)
+
+
+def run_batch(store: ModelStore, target, draft, prompts_text, k, temperature, top_k, top_p, max_new, seed):
+    """Streams (per-row timelines, row table) of one batched speculative run."""
+    cfg = make_config(k, "fixed", temperature, top_k, top_p, max_new, seed)
+    model, tok = store.target(target)
+    texts = split_prompts(prompts_text)
+    if len(texts) > MAX_BATCH:
+        raise ValueError(f"{len(texts)} prompts: a batch here holds at most {MAX_BATCH}")
+    run = BatchDecoding(model, store.pair(target, draft)[2], [encode(tok, p) for p in texts], cfg)
+    last = time.perf_counter()
+    for _ in run:
+        if time.perf_counter() - last >= STREAM_EVERY_S:
+            last = time.perf_counter()
+            yield batch_views(run.traces, tok, cfg.seed)
+    yield batch_views(run.traces, tok, cfg.seed)
+
+
+def run_bench(store: ModelStore, target, draft, prompts_text, k):
+    """(status, chart, table): batched speculative vs autoregressive tokens/s at batch sizes 1, 2, 4."""
+    cfg = DecodeConfig(k=as_int(k, "k"), temperature=0.0, max_new_tokens=BENCH_TOKENS, record=False)
+    model, tok = store.target(target)
+    prompts = [encode(tok, p) for p in split_prompts(prompts_text)]
+    start = time.perf_counter()
+    frame = run_batch_bench(model, store.pair(target, draft)[2], prompts, cfg, sizes=BENCH_SIZES, repeats=1)
+    status = (f"**Done in {time.perf_counter() - start:.1f} s**: greedy, k = {cfg.k}, {BENCH_TOKENS} tokens per "
+              f"row, batch sizes {', '.join(map(str, BENCH_SIZES))} (your prompts cycled to fill a batch), one "
+              "repeat, methods interleaved. Small scale: expect noise.")
+    return status, tokens_per_s_by_batch(frame), frame.round(3)
+
+
+def handlers(store: ModelStore):
+    return bind(store, models=dict(run_batch=run_batch, run_bench=run_bench))
+
+
+def build(store: ModelStore) -> None:
+    h = handlers(store)
+    gr.Markdown("Several prompts decoded together (one batched target forward per round); each row accepts its "
+                f"own number of drafts. Row b uses seed + b. At most {MAX_BATCH} prompts.")
+    with gr.Row():
+        target, draft = target_picker(store), draft_picker(store)
+    prompts = gr.Textbox("\n\n".join(EXAMPLE_PROMPTS[:3]), lines=6, label="Prompts (separate with an empty line)")
+    form = run_settings(32)
+    with gr.Row():
+        run_btn = gr.Button("Run batch", variant="primary")
+        bench_btn = gr.Button(f"Benchmark batch sizes {', '.join(map(str, BENCH_SIZES))} (small, greedy)")
+    rows = gr.HTML(elem_id="batch-rows")
+    row_table = gr.Dataframe(label="Per row", interactive=False)
+    bench_status = gr.Markdown()
+    with gr.Row():
+        bench_chart = chart("Throughput: all rows' tokens over the batch's wall time.")
+        bench_table = gr.Dataframe(label="Benchmark", interactive=False)
+    run_btn.click(h.run_batch, [target, draft, prompts, *form], [rows, row_table], api_visibility="undocumented",
+                  **MODEL_QUEUE)
+    bench_btn.click(h.run_bench, [target, draft, prompts, form[0]], [bench_status, bench_chart, bench_table],
+                    api_visibility="undocumented", **MODEL_QUEUE)

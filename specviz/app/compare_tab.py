@@ -1,0 +1,115 @@
+"""The Compare drafts tab: one target, several drafts, the same prompt, settings and seed, with the baseline in the
+same call; then where the drafts diverge and what each draft's q looked like against p at a position. Per-user
+results (the last comparison's settings and baseline run) live in gr.State."""
+from __future__ import annotations
+
+import time
+
+import gradio as gr
+import pandas as pd
+
+from ..config import EXAMPLE_PROMPTS
+from ..labs.compare import BASELINE, compare_table, context_at, disagreement, divergence_frame, draft_size, iter_compare
+from ..views import compare_plots
+from ..views.runs import compare_timelines_html
+from ..views.timeline import fill_token_text
+from .forms import as_int, encode, make_config
+from .store import ModelStore, user_pair
+from .widgets import MODEL_QUEUE, SKIP, bind, chart, run_settings, target_picker
+
+
+def table_views(table: pd.DataFrame) -> tuple:
+    """The comparison table (rounded) and its three charts (None while no draft has finished)."""
+    if table.empty:
+        return table, None, None, None
+    return (table.round(3), compare_plots.acceptance_by_position(table), compare_plots.speedup_bars(table),
+            compare_plots.tau_bars(table))
+
+
+def run_compare(store: ModelStore, target, drafts, prompt, k, temperature, top_k, top_p, max_new, seed,
+                user_drafts=None, draft_stop=0.0):
+    """Streams (state, status, timelines, table, 3 charts, divergence, position slider, disagreement x3).
+    ``user_drafts``: this user's trained drafts ({name: TrainedDraft}), picked by name before the store's."""
+    if not drafts:
+        raise ValueError("pick at least one draft to compare")
+    cfg = make_config(k, "fixed", temperature, top_k, top_p, max_new, seed, draft_stop)
+    model, tok = store.target(target)
+    ids, chosen = encode(tok, prompt), {d: user_pair(store, target, d, user_drafts)[2] for d in drafts}
+    sizes, runs, start = {d: draft_size(x) for d, x in chosen.items()}, [], time.perf_counter()
+    for run in iter_compare(model, chosen, ids, cfg):
+        run.trace.target_name = target
+        runs.append(run)
+        fill_token_text(run.trace, tok)
+        done = f"**{len(runs) - 1} / {len(chosen)} drafts** done ({time.perf_counter() - start:.1f} s)…"
+        yield (SKIP, done, compare_timelines_html(runs, BASELINE), *table_views(compare_table(runs, sizes)),
+               *(SKIP,) * 5)
+    mine = {d: user_drafts[d] for d in chosen if d in (user_drafts or {})}  # for disagree: same user
+    state = dict(target=target, drafts=list(chosen), cfg=cfg, baseline=runs[0].trace, user_drafts=mine)
+    divergence = divergence_frame(runs)
+    first = divergence.position.dropna()
+    position = int(first.min()) if len(first) else 0
+    n = len(runs[0].trace.new_tokens)
+    slider = gr.Slider(minimum=0, maximum=max(n - 1, 1), value=position, step=1, interactive=n > 1)
+    status = (f"**Done**: the baseline and {len(chosen)} drafts in {time.perf_counter() - start:.1f} s "
+              "(measured on this machine, one run at a time). The disagreement view opens at the earliest "
+              "first rejection.")
+    yield (state, status, SKIP, SKIP, SKIP, SKIP, SKIP, divergence, slider, *disagree(store, state, position))
+
+
+def disagree(store: ModelStore, state, position):
+    """(markdown, table, chart): each draft's q beside the target's p at generated token ``position``."""
+    if not state:
+        raise ValueError("run a comparison first: the position indexes into its baseline run")
+    model, tok = store.target(state["target"])
+    mine = state.get("user_drafts")
+    drafts = {d: user_pair(store, state["target"], d, mine)[2] for d in state["drafts"]}
+    base = state["baseline"]
+    position = as_int(position, "position")
+    frame = disagreement(model, drafts, base, position, state["cfg"],
+                         text=lambda t: tok.decode([int(t)], clean_up_tokenization_spaces=False))
+    context = "".join(base.text(t) for t in context_at(base, position)[-24:])
+    put = base.text(base.new_tokens[position])
+    note = (f"Position **{position}** after …`{context!r}`: the target's run put **{put!r}** here. "
+            "p is the target's distribution, each q a draft's (a model-free draft: a point mass on its "
+            "proposal, all zeros if it proposes nothing).")
+    return note, frame.round(4), compare_plots.disagreement_bars(frame)
+
+
+def handlers(store: ModelStore):
+    return bind(store, models=dict(run_compare=run_compare, disagree=disagree))
+
+
+def build(store: ModelStore, user_drafts: gr.State) -> gr.CheckboxGroup:
+    """The tab; returns its draft checkboxes (their choices grow with the user's trained drafts)."""
+    h, state = handlers(store), gr.State(None)
+    gr.Markdown("One target, several drafts, the same prompt, settings and seed; the autoregressive baseline runs "
+                "in the same call, so every speedup has the same denominator. Timelines appear as each draft finishes.")
+    with gr.Row():
+        target = target_picker(store)
+        drafts = gr.CheckboxGroup(store.list_drafters(), value=store.list_drafters(), label="Drafts")
+    prompt = gr.Textbox(EXAMPLE_PROMPTS[1], lines=2, label="Prompt")
+    form = run_settings(48)
+    draft_stop = gr.Number(0, minimum=0, maximum=0.99, label="stop drafting below draft confidence q(x) (0 = off; "
+                           "transformers' default is 0.4)")
+    run_btn = gr.Button("Compare", variant="primary")
+    status = gr.Markdown()
+    timelines = gr.HTML(elem_id="compare-timelines")
+    table = gr.Dataframe(label="Per draft (size: parameters; n-gram: stored n-grams; 0: model-free)",
+                         interactive=False)
+    with gr.Row():
+        acc = chart("Acceptance per draft position: each later position needs the earlier ones accepted.")
+        speed = chart("Speedup: tokens/s over the baseline run in the same call.")
+        tau = chart("τ: tokens per round, i.e. tokens per target forward.")
+    gr.Markdown("### Where they diverge and disagree")
+    divergence = gr.Dataframe(label="First rejection per draft (position in the generated tokens)", interactive=False)
+    position = gr.Slider(0, 1, value=0, step=1, label="Position in the baseline's generated text", interactive=False)
+    note = gr.Markdown()
+    with gr.Row():
+        dis_table = gr.Dataframe(label="Top tokens: p (target) and q per draft", interactive=False)
+        dis_chart = chart("Where a draft's q misses the target's top token, its draft gets rejected.")
+    run_btn.click(h.run_compare, [target, drafts, prompt, *form, user_drafts, draft_stop],
+                  [state, status, timelines, table, acc, speed, tau, divergence, position, note, dis_table, dis_chart],
+                  api_visibility="undocumented", **MODEL_QUEUE)
+    position.release(h.disagree, [state, position], [note, dis_table, dis_chart], api_visibility="undocumented",
+                     **MODEL_QUEUE)
+    return drafts

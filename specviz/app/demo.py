@@ -1,0 +1,53 @@
+"""The whole app: ``build_demo()`` composes one module per tab inside one gr.Blocks; ``launch()`` serves it.
+Per-user data (the current trace and its baseline, the drafts trained in the distillation lab) lives in
+gr.State; models are shared through one ModelStore. Nothing loads at import or build: models load on the
+first run."""
+from __future__ import annotations
+
+import os
+
+import gradio as gr
+
+from ..views.timeline import CSS
+from . import batch_tab, compare_tab, distill_tab, explorer, lossless_tab, sweep_tab
+from .store import ModelStore
+
+TITLE = "specviz: see speculative decoding"
+INTRO = ("# specviz: see speculative decoding\nA small **draft** guesses k tokens, the **target** checks them all "
+         "in one forward pass, and a coin flip per token keeps the output exactly the target's.")
+
+
+def build_demo(store: ModelStore | None = None) -> gr.Blocks:
+    """The explorer, then the labs (k sweep, losslessness, distillation), then compare drafts and batch."""
+    store = store or ModelStore()
+    with gr.Blocks(title=TITLE) as demo:
+        user_drafts = gr.State({})  # this user's trained drafts (name -> TrainedDraft): theirs alone
+        gr.Markdown(INTRO)
+        explorer_draft, h = explorer.build(store, user_drafts)
+        gr.Markdown("## Labs")
+        with gr.Tabs():
+            with gr.Tab("k sweep lab"):
+                sweep_tab.build(store)
+            with gr.Tab("Losslessness lab"):
+                lossless_tab.build(store)
+            with gr.Tab("Distillation lab"):
+                trained = distill_tab.build(store, user_drafts)
+        gr.Markdown("## Compare drafts, batch")
+        with gr.Tabs():
+            with gr.Tab("Compare drafts"):
+                compare_drafts = compare_tab.build(store, user_drafts)
+            with gr.Tab("Batch"):
+                batch_tab.build(store)
+        trained.then(h.draft_pickers, [user_drafts], [explorer_draft, compare_drafts], api_visibility="undocumented")
+    return demo
+
+
+def launch(demo: gr.Blocks, **kwargs):
+    """Serve the app; GRADIO_SERVER_NAME / GRADIO_SERVER_PORT choose where (gradio's defaults otherwise)."""
+    options = dict(theme=gr.themes.Soft(), css=CSS)
+    if os.environ.get("GRADIO_SERVER_NAME"):
+        options["server_name"] = os.environ["GRADIO_SERVER_NAME"]
+    if os.environ.get("GRADIO_SERVER_PORT"):
+        options["server_port"] = int(os.environ["GRADIO_SERVER_PORT"])
+    options.update(kwargs)
+    return demo.queue().launch(**options)

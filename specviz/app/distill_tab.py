@@ -1,0 +1,116 @@
+"""The distillation lab's tab: distil a draft towards the target (forward KL) for a short budget beside the same
+budget of cross-entropy, watch acceptance climb, then decode with the trained drafts. They are this user's
+alone (gr.State) and pickable by name in the explorer and the compare tab."""
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import gradio as gr
+import pandas as pd
+
+from ..config import EXAMPLE_PROMPTS
+from ..decoder import Decoding
+from ..drafters import Drafter
+from ..labs.distill_lab import CE, KL, POINT_COLUMNS, iter_distill_lab, lab_drafts
+from ..models import ASSETS
+from ..views import lab_plots
+from ..views.summary import summary_markdown
+from ..views.timeline import fill_token_text, timeline_html
+from .forms import encode, make_config, number_in
+from .runs import STREAM_EVERY_S
+from .store import ModelStore, TrainedDraft, user_pair
+from .widgets import MODEL_QUEUE, SKIP, bind, chart, target_picker
+
+LAB_TEXT = ASSETS.parent / "corpus_sample.txt"  # small, committed: enough for a lab
+FRESH = "fresh tiny draft"
+SHORT = {KL: "KL", CE: "CE"}  # method -> its tag in a trained draft's name
+
+
+def distill_views(points: list[dict]) -> tuple:
+    frame = pd.DataFrame(points).reindex(columns=POINT_COLUMNS)
+    return lab_plots.training_loss(frame), lab_plots.checkpoints_chart(frame)
+
+
+def zip_drafts(drafts: dict, tokenizer) -> str:
+    """The trained drafts, save_pretrained each, zipped into a fresh temp folder; the zip's path."""
+    folder = Path(tempfile.mkdtemp(prefix="specviz-draft-"))
+    for method, draft in drafts.items():
+        out = folder / "drafts" / method.split()[0].replace("-", "_")
+        draft.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+    return shutil.make_archive(str(folder / "trained-drafts"), "zip", folder / "drafts")
+
+
+def run_distill(store: ModelStore, target, start, seconds, compare_ce, eval_every, user_drafts):
+    """Streams (status, loss chart, checkpoint chart, user drafts state, zip, try-it dropdown)."""
+    model, tok = store.target(target)
+    base = None if start == FRESH else store.pair(target, start)[2]
+    if isinstance(base, Drafter):
+        raise ValueError(f"{start!r} is model-free: nothing to train. Pick a model draft or {FRESH!r}")
+    seconds, eval_every = number_in(seconds, "budget", 2, 900), number_in(eval_every, "checkpoint every", 1, 900)
+    drafts = lab_drafts(model, base, bool(compare_ce))
+    prompts = [encode(tok, p) for p in EXAMPLE_PROMPTS]
+    points, last = [], 0.0
+    stream = iter_distill_lab(model, drafts, [LAB_TEXT.read_text(encoding="utf-8")], prompts, tokenizer=tok,
+                              seconds=seconds, eval_every_s=eval_every)
+    for point in stream:
+        points.append(point)
+        if time.time() - last >= 2 * STREAM_EVERY_S:
+            last = time.time()
+            yield (f"**{point['method']}**: step {point['step']}, {point['seconds']:.0f} / {seconds:.0f} s",
+                   *distill_views(points), SKIP, SKIP, SKIP)
+    mine = dict(user_drafts or {})
+    for method, d in drafts.items():  # e.g. "lab: KL 30s #1"; the explorer and compare tabs list them too
+        mine[f"lab: {SHORT.get(method, method)} {seconds:g}s #{len(mine) + 1}"] = TrainedDraft(d.eval(), target)
+    yield ("**Done.** Try the trained drafts below, or download them.", *distill_views(points), mine,
+           zip_drafts(drafts, tok), gr.update(choices=list(mine), value=list(mine)[-len(drafts)]))
+
+
+def try_draft(store: ModelStore, prompt, target, name, user_drafts, temperature):
+    """(timeline, summary) of speculative decoding with one of this user's trained drafts."""
+    if not user_drafts or name not in user_drafts:
+        raise ValueError("train a draft first (run the distillation above), then pick it here")
+    model, tok, drafter = user_pair(store, target, name, user_drafts)
+    run = Decoding(model, drafter, encode(tok, prompt), make_config(4, "fixed", temperature, 0, 1.0, 64, 0))
+    run.trace.target_name, run.trace.draft_name = target, name
+    trace = fill_token_text(run.run(), tok)
+    return timeline_html(trace), summary_markdown(trace, None)
+
+
+def handlers(store: ModelStore):
+    return bind(store, models=dict(run_distill=run_distill, try_draft=try_draft))
+
+
+def build(store: ModelStore, mine: gr.State):
+    """The tab; ``mine`` is this user's trained drafts (name -> TrainedDraft). Returns the Train event."""
+    h = handlers(store)
+    gr.Markdown("Distil a draft towards the target (forward KL) for a short budget and watch its acceptance rate "
+                "climb as the held-out KL falls; beside it, an identical draft trained on the same batches with "
+                "plain cross-entropy. Acceptance α (mean β) is measured on the example prompts (k = 4, T = 1, 16 tokens); "
+                "checkpoints are not counted in the budget.")
+    with gr.Row():
+        target = target_picker(store)
+        start = gr.Dropdown([FRESH] + store.list_drafters(), value=FRESH, label="Start from")
+        seconds = gr.Number(20, label="training budget per method (s)")
+        every = gr.Number(10, label="checkpoint every (s of training)")
+        compare = gr.Checkbox(True, label="also train with cross-entropy")
+    run_btn = gr.Button("Train", variant="primary")
+    status = gr.Markdown()
+    with gr.Row():
+        loss, checks = chart("Training loss per step."), chart("Acceptance (solid) and held-out KL (dotted).")
+    zipped = gr.File(label="Trained drafts (save_pretrained, zipped)", interactive=False)
+    gr.Markdown("### Try a trained draft")
+    with gr.Row():
+        pick = gr.Dropdown([], label="Your trained drafts")
+        prompt = gr.Textbox(EXAMPLE_PROMPTS[1], label="Prompt")
+        temperature = gr.Slider(0, 2, value=0.8, step=0.05, label="Temperature")
+    try_btn = gr.Button("Decode with it")
+    timeline, summary = gr.HTML(), gr.Markdown()
+    trained = run_btn.click(h.run_distill, [target, start, seconds, compare, every, mine],
+                            [status, loss, checks, mine, zipped, pick], api_visibility="undocumented", **MODEL_QUEUE)
+    try_btn.click(h.try_draft, [prompt, target, pick, mine, temperature], [timeline, summary],
+                  api_visibility="undocumented", **MODEL_QUEUE)
+    return trained

@@ -1,0 +1,188 @@
+"""The explorer tab: a run streamed into the token timeline and summary, then its autoregressive baseline;
+the round replay; the run's charts; export and import. Handlers are module-level functions (``handlers(store)``
+binds them); ``build`` lays the tab out and wires them."""
+from __future__ import annotations
+
+import gradio as gr
+
+from ..config import EXAMPLE_PROMPTS, K_POLICIES
+from ..trace import Trace
+from ..views import plots
+from ..views.summary import summary_markdown
+from ..views.timeline import replay_html, timeline_html
+from . import runs
+from .forms import make_config
+from .gpu import gpu_task
+from .store import ModelStore, draft_choices
+from .widgets import MODEL_QUEUE, SKIP, bind, chart, draft_picker, friendly, target_picker
+
+DEFAULTS = dict(k=4, k_policy="fixed", temperature=0.8, top_k=0, top_p=1.0, max_new_tokens=64, seed=0)
+QUIET = (SKIP,) * 8  # slider, replay x3, charts x4 stay as they are while a run streams
+
+
+# -- views: a Trace in, component values out ----------------------------------------------------------
+def replay_views(trace: Trace | None, index) -> tuple:
+    """Round ``index`` in detail: its table, its accept-line chart and its residual chart."""
+    if trace is None or not trace.rounds:
+        return replay_html(trace, 0), None, None
+    i = max(0, min(int(index or 0), len(trace.rounds) - 1))
+    tokens = trace.to_frame()
+    return (replay_html(trace, i), plots.accept_line(tokens[tokens["round"] == i]),
+            plots.residual_bars(plots.residual_frame(trace, i)))
+
+
+def chart_views(trace: Trace | None) -> tuple:
+    if trace is None or not trace.rounds:
+        return None, None, None, None
+    tokens, rounds = trace.to_frame(), plots.rounds_frame(trace)
+    return (plots.acceptance_by_position(tokens), plots.tokens_per_round(rounds), plots.p_vs_q(tokens),
+            plots.round_times(rounds))
+
+
+def all_views(trace: Trace | None, base: Trace | None) -> tuple:
+    """Every output of a finished run or an import, in OUTPUT order after the two states."""
+    n = len(trace.rounds) if trace else 0
+    slider = gr.Slider(minimum=0, maximum=max(1, n - 1), value=0, step=1, interactive=n > 1)
+    return (timeline_html(trace), summary_markdown(trace, base), slider,
+            *replay_views(trace, 0), *chart_views(trace))
+
+
+
+# -- handlers ------------------------------------------------------------------------------------------
+def run(store: ModelStore, prompt, target, draft, k, k_policy, temperature, top_k, top_p, max_new_tokens, seed,
+        with_baseline=True, user_drafts=None, draft_stop=0.0):
+    """Streams (trace, baseline, timeline, summary, slider, replay x3, charts x4). ``user_drafts``: this
+    user's trained drafts ({name: TrainedDraft}), pickable by name."""
+    cfg = make_config(k, k_policy, temperature, top_k, top_p, max_new_tokens, seed, draft_stop)
+    trace = None
+    for trace in runs.stream_run(store, prompt, target, draft, cfg, user_drafts=user_drafts):
+        yield trace, None, timeline_html(trace), summary_markdown(trace, None), *QUIET
+    yield trace, None, *all_views(trace, None)
+    if with_baseline:
+        yield trace, None, SKIP, summary_markdown(trace, None) + "\n\n*Running the baseline…*", *QUIET
+        base = runs.baseline(store, trace)
+        yield trace, base, SKIP, summary_markdown(trace, base), *QUIET
+
+
+def step(trace, index, delta):
+    """The round slider's value moved by ``delta`` within the run."""
+    n = len(trace.rounds) if trace else 0
+    return max(0, min(int(index or 0) + delta, n - 1)) if n else 0
+
+
+def load(path):
+    """An uploaded JSON trace, shown as a finished run (no baseline: exported traces carry none)."""
+    trace = runs.import_trace(path)
+    return trace, None, *all_views(trace, None)
+
+
+def draft_pickers(store: ModelStore, user_drafts):
+    """New choices for the explorer's draft dropdown and the compare tab's draft checkboxes (values kept)."""
+    choices = draft_choices(store, user_drafts)
+    return gr.update(choices=choices), gr.update(choices=choices)
+
+
+def api_generate(store: ModelStore):
+    """The /generate endpoint, its signature and defaults as gradio_client sees them."""
+    def generate(prompt: str, target: str = store.default_target(), draft: str = store.default_draft(),
+                 k: int = DEFAULTS["k"], temperature: float = DEFAULTS["temperature"], top_k: int = DEFAULTS["top_k"],
+                 top_p: float = DEFAULTS["top_p"], max_new_tokens: int = DEFAULTS["max_new_tokens"],
+                 seed: int = DEFAULTS["seed"], draft_stop: float = 0.0) -> str:
+        """Speculative decoding of `prompt`; returns the full trace as JSON (schema specviz.trace/1).
+        `draft_stop` > 0 ends a round's drafting below that draft confidence (transformers' 0.4 rule)."""
+        cfg = make_config(k, "fixed", temperature, top_k, top_p, max_new_tokens, seed, draft_stop)
+        return runs.generate(store, prompt, target, draft, cfg).to_json()
+    return generate
+
+
+def handlers(store: ModelStore):
+    """The tab's handlers, bound to ``store`` and ready to wire (tests call them the same way)."""
+    h = bind(store, models=dict(run=run, draft_pickers=draft_pickers),
+             plain=dict(step=step, load=load, replay=replay_views, export=runs.export_trace))
+    h.generate = gpu_task(friendly(api_generate(store)))
+    return h
+
+
+# -- layout ------------------------------------------------------------------------------------------
+def _controls(store: ModelStore) -> tuple[list, gr.Slider]:
+    """The run's inputs in the handler's order, and the draft-stop slider (passed after the user's drafts)."""
+    prompt = gr.Textbox(label="Prompt", value=EXAMPLE_PROMPTS[0], lines=3, elem_id="prompt")
+    gr.Examples(examples=[[e] for e in EXAMPLE_PROMPTS], inputs=[prompt], label="Examples")
+    with gr.Row():
+        target, draft = target_picker(store), draft_picker(store)
+    k = gr.Slider(1, 10, value=DEFAULTS["k"], step=1, label="k (drafts per round)")
+    k_policy = gr.Radio(list(K_POLICIES), value=DEFAULTS["k_policy"], label="k policy")
+    draft_stop = gr.Slider(0, 0.95, value=0, step=0.05, label="Stop drafting below draft confidence q(x) (0 = off)",
+                           info="transformers' assistant_confidence_threshold (its default: 0.4)", elem_id="draft-stop")
+    temperature = gr.Slider(0, 2, value=DEFAULTS["temperature"], step=0.05, label="Temperature (0 = greedy)")
+    with gr.Row():
+        top_k = gr.Number(value=DEFAULTS["top_k"], precision=0, minimum=0, label="top-k (0 = off)")
+        top_p = gr.Slider(0.05, 1, value=DEFAULTS["top_p"], step=0.05, label="top-p (1 = off)")
+    with gr.Row():
+        max_new = gr.Slider(1, 256, value=DEFAULTS["max_new_tokens"], step=1, label="Max new tokens")
+        seed = gr.Number(value=DEFAULTS["seed"], precision=0, minimum=0, label="Seed")
+    with_baseline = gr.Checkbox(value=True, label="Also run the autoregressive baseline (measured speedup)")
+    return [prompt, target, draft, k, k_policy, temperature, top_k, top_p, max_new, seed, with_baseline], draft_stop
+
+
+def _replay_section() -> tuple:
+    """The round slider, its buttons, the replay table and its two charts."""
+    gr.Markdown("## Round replay\nPick a round: the table shows each draft's q and p and the decision; "
+                "the chart shows the coin u against the accept line min(1, p/q).")
+    with gr.Row():
+        prev_btn = gr.Button("◀ previous", elem_id="prev", scale=0)
+        round_slider = gr.Slider(0, 1, value=0, step=1, label="Round", elem_id="round", interactive=False)
+        next_btn = gr.Button("next ▶", elem_id="next", scale=0)
+    with gr.Row():
+        replay = gr.HTML(replay_html(None, 0), elem_id="replay")
+        with gr.Column():
+            accept = chart("A draft is accepted when its coin **u** (×) falls below its bar **min(1, p/q)**.")
+            residual = chart("After a rejection the replacement is drawn from the **residual** max(0, p − q), "
+                             "renormalised: tokens the target likes more than the draft did.")
+    return prev_btn, round_slider, next_btn, replay, accept, residual
+
+
+def _run_charts() -> list:
+    """The whole run's four charts."""
+    gr.Markdown("## The whole run")
+    with gr.Row():
+        by_pos = chart("Later drafts are accepted less often: each needs all earlier ones accepted too.")
+        hist = chart("Tokens a round emits: 1 if the first draft is rejected, up to k + 1 if all pass.")
+    with gr.Row():
+        pq = chart("Above the diagonal (p ≥ q) a draft is always accepted; below it, with probability p/q.")
+        times = chart("Where the time goes: k cheap draft steps, then one target forward per round.")
+    return [by_pos, hist, pq, times]
+
+
+def build(store: ModelStore, user_drafts: gr.State) -> tuple[gr.Dropdown, object]:
+    """The explorer inside the caller's gr.Blocks; returns its draft dropdown (its choices grow with the
+    user's trained drafts) and the handlers (``draft_pickers`` refreshes pickers)."""
+    h = handlers(store)
+    trace_state, base_state = gr.State(None), gr.State(None)
+    with gr.Row():
+        with gr.Column(scale=1, min_width=320):
+            inputs, draft_stop = _controls(store)
+            run_btn = gr.Button("Run", variant="primary", elem_id="run")
+        with gr.Column(scale=3):
+            timeline = gr.HTML(timeline_html(None), elem_id="timeline")
+            summary = gr.Markdown(summary_markdown(None, None), elem_id="summary")
+    prev_btn, round_slider, next_btn, replay, accept, residual = _replay_section()
+    charts = _run_charts()
+    with gr.Row():
+        export_btn = gr.Button("Export trace (CSV + JSON)", elem_id="export")
+        files = gr.File(label="Downloads", file_count="multiple", interactive=False)
+        upload = gr.File(label="Import a JSON trace (replays without the models)", file_types=[".json"],
+                         type="filepath", elem_id="upload")
+
+    outputs = [trace_state, base_state, timeline, summary, round_slider, replay, accept, residual, *charts]
+    run_btn.click(h.run, inputs + [user_drafts, draft_stop], outputs, api_visibility="undocumented", **MODEL_QUEUE)
+    upload.upload(h.load, [upload], outputs, api_visibility="undocumented")
+    round_slider.change(h.replay, [trace_state, round_slider], [replay, accept, residual],
+                        api_visibility="undocumented")
+    prev_btn.click(lambda t, i: h.step(t, i, -1), [trace_state, round_slider], [round_slider],
+                   api_visibility="undocumented")
+    next_btn.click(lambda t, i: h.step(t, i, +1), [trace_state, round_slider], [round_slider],
+                   api_visibility="undocumented")
+    export_btn.click(h.export, [trace_state], [files], api_visibility="undocumented")
+    gr.api(h.generate, api_name="generate", **MODEL_QUEUE)
+    return inputs[2], h

@@ -1,0 +1,55 @@
+"""Form values -> validated settings. Sliders and number boxes send floats, text boxes send anything: each
+parser raises a ValueError that says what to change (``widgets.friendly`` shows it as a gr.Error)."""
+from __future__ import annotations
+
+import torch
+
+from ..config import DecodeConfig
+
+MAX_PROMPT_CHARS = 4000
+
+
+def as_int(x, name: str) -> int:
+    if isinstance(x, float) and x.is_integer():
+        return int(x)
+    if isinstance(x, int) and not isinstance(x, bool):
+        return x
+    raise ValueError(f"{name} must be a whole number, got {x!r}")
+
+
+def as_float(x, name: str) -> float:
+    if isinstance(x, (int, float)) and not isinstance(x, bool):
+        return float(x)
+    raise ValueError(f"{name} must be a number, got {x!r}")
+
+
+def number_in(x, name: str, low: float, high: float) -> float:
+    x = as_float(x, name)
+    if not low <= x <= high:
+        raise ValueError(f"{name} must lie in [{low:g}, {high:g}], got {x:g}")
+    return x
+
+
+def make_config(k, k_policy, temperature, top_k, top_p, max_new_tokens, seed, draft_stop=0.0) -> DecodeConfig:
+    """A DecodeConfig from form values."""
+    return DecodeConfig(k=as_int(k, "k"), k_policy=k_policy or "fixed", temperature=as_float(temperature, "temperature"),
+                        top_k=as_int(top_k, "top_k"), top_p=as_float(top_p, "top_p"),
+                        max_new_tokens=as_int(max_new_tokens, "max_new_tokens"), seed=as_int(seed, "seed"),
+                        max_k=max(10, as_int(k, "k")), draft_stop=as_float(draft_stop or 0.0, "draft_stop"))
+
+
+def encode(tokenizer, prompt) -> torch.Tensor:
+    """A typed prompt as input ids (1, n)."""
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise ValueError("the prompt is empty: type some text or pick an example")
+    if len(prompt) > MAX_PROMPT_CHARS:
+        raise ValueError(f"the prompt is {len(prompt)} characters long; keep it under {MAX_PROMPT_CHARS}")
+    return tokenizer(prompt, return_tensors="pt").input_ids
+
+
+def split_prompts(text) -> list[str]:
+    """Prompts separated by an empty line (a prompt may hold single newlines)."""
+    prompts = [p.strip("\n") for p in (text or "").split("\n\n") if p.strip()]
+    if not prompts:
+        raise ValueError("give at least one prompt (separate prompts with an empty line)")
+    return prompts

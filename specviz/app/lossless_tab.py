@@ -1,0 +1,82 @@
+"""The losslessness lab's tab: one context, thousands of vectorised verify steps; the emitted tokens must
+follow p exactly, and the tutorial's two mistakes visibly do not. Notation: p target, q draft."""
+from __future__ import annotations
+
+import time
+
+import gradio as gr
+
+from ..config import EXAMPLE_PROMPTS
+from ..labs import lossless
+from ..views import lab_plots
+from .forms import encode, make_config, number_in
+from .store import ModelStore
+from .widgets import MODEL_QUEUE, bind, chart, draft_picker, sampling_controls, target_picker
+
+NO_RAW = (" This draft exposes no unprocessed logits (a point mass or an n-gram), so the 'unprocessed q' "
+          "mistake cannot happen with it: pick a model draft to see it.")
+
+
+class TokenLabels(dict):
+    """token id -> its text (repr), decoded on first use."""
+
+    def __init__(self, tokenizer):
+        super().__init__()
+        self.tokenizer = tokenizer
+
+    def get(self, token, default=None):
+        if token not in self:
+            self[token] = repr(self.tokenizer.decode([int(token)], clean_up_tokenization_spaces=False))
+        return self[token]
+
+
+def title(variant: str) -> str:
+    return "Correct verify step" if variant == lossless.CORRECT else f"WRONG ({variant[7:]}): biased"
+
+
+def run_lossless(store: ModelStore, target, draft, prompt, extra, temperature, top_k, top_p, seed, draws, batch):
+    """Streams (status, test table, three emitted-token charts, decomposition chart)."""
+    extra, draws = int(number_in(extra, "generated tokens", 0, 256)), int(number_in(draws, "draws", 100, 1_000_000))
+    cfg = make_config(1, "fixed", temperature, top_k, top_p, max(extra, 1), seed)
+    model, tok = store.target(target)
+    d = lossless.next_token_dists(model, store.pair(target, draft)[2], encode(tok, prompt), cfg, extra)
+    labels, same_q = TokenLabels(tok), bool((d.q == d.q_raw).all())
+    decomp = lab_plots.decomposition_bars(lossless.decomposition(d.p, d.q), labels)
+    start = time.perf_counter()
+    for frame in lossless.iter_lossless(d, draws, int(number_in(batch, "batch", 100, draws)), seed=cfg.seed):
+        table = lossless.fit_table(frame)
+        rate = table.draws[0] * len(table) / (time.perf_counter() - start)
+        figs = [lab_plots.emitted_bars(frame[frame.variant == v], title(v), labels) for v in lossless.VARIANTS]
+        yield (f"**{table.draws[0]} draws per variant** ({rate:,.0f} verify steps/s). Lossless means the emitted "
+               "tokens follow p: a large chi-square p-value and a TV distance that shrinks as draws accumulate."
+               + (NO_RAW if same_q else ""),
+               table.round(4), *figs, decomp)
+
+
+def handlers(store: ModelStore):
+    return bind(store, models=dict(run_lossless=run_lossless))
+
+
+def build(store: ModelStore) -> None:
+    h = handlers(store)
+    gr.Markdown("One context, thousands of verify steps at once: the emitted token must follow **p** exactly. "
+                "The two WRONG variants are the classic bugs: a residual built from the scalar q(x), and q taken "
+                "from unprocessed logits while the draft samples from processed ones.")
+    with gr.Row():
+        target, draft = target_picker(store), draft_picker(store)
+    prompt = gr.Textbox(EXAMPLE_PROMPTS[0], lines=2, label="Context")
+    with gr.Row():
+        extra = gr.Number(0, precision=0, label="then generate this many tokens with the target")
+        seed = gr.Number(0, precision=0, label="seed")
+        draws = gr.Number(5000, precision=0, label="draws")
+        batch = gr.Number(500, precision=0, label="draws per update")
+    sampling = sampling_controls(0.7)
+    run_btn = gr.Button("Draw", variant="primary")
+    status = gr.Markdown()
+    table = gr.Dataframe(label="Goodness of fit against p", interactive=False)
+    with gr.Row():
+        right, decomp = chart("Correct: the bars follow p."), chart("min(p, q) + (1 − β)·residual = p, token by token.")
+    with gr.Row():
+        wrong_a, wrong_b = chart("WRONG residual max(0, p − q(x))."), chart("WRONG q from the raw logits.")
+    run_btn.click(h.run_lossless, [target, draft, prompt, extra, *sampling, seed, draws, batch],
+                  [status, table, right, wrong_a, wrong_b, decomp], api_visibility="undocumented", **MODEL_QUEUE)

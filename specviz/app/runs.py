@@ -1,0 +1,79 @@
+"""What the explorer's events run, without gradio: a decode as a throttled stream of traces, its
+autoregressive baseline, and traces exported to and imported from files."""
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+from typing import Iterator
+
+import torch
+
+from ..config import DecodeConfig
+from ..decoder import Decoding, autoregressive_generate
+from ..trace import Trace
+from ..views.timeline import fill_token_text
+from .forms import encode
+from .store import ModelStore, user_pair
+
+STREAM_EVERY_S = 0.25  # faster UI updates freeze the browser (gradio issue 6847)
+
+
+def stream_run(store: ModelStore, prompt: str, target: str, draft: str, cfg: DecodeConfig,
+               every_s: float = STREAM_EVERY_S, user_drafts: dict | None = None) -> Iterator[Trace]:
+    """Speculative decoding as a stream of the growing trace: at most one yield per ``every_s``
+    seconds, plus the finished trace. Token texts are filled in as rounds arrive. ``user_drafts``:
+    this user's trained drafts, picked by name before the store's."""
+    model, tok, drafter = user_pair(store, target, draft, user_drafts)
+    run = Decoding(model, drafter, encode(tok, prompt), cfg)
+    run.trace.target_name, run.trace.draft_name = target, draft
+    last = time.perf_counter()
+    for _ in run:
+        if time.perf_counter() - last >= every_s:
+            last = time.perf_counter()
+            yield fill_token_text(run.trace, tok)
+    yield fill_token_text(run.trace, tok)
+
+
+def generate(store: ModelStore, prompt: str, target: str, draft: str, cfg: DecodeConfig,
+             user_drafts: dict | None = None) -> Trace:
+    """The whole run at once (the API endpoint)."""
+    trace = None
+    for trace in stream_run(store, prompt, target, draft, cfg, every_s=float("inf"), user_drafts=user_drafts):
+        pass
+    return trace
+
+
+def baseline(store: ModelStore, trace: Trace) -> Trace:
+    """The autoregressive run with the same target, prompt and settings: the speedup's denominator."""
+    model, _ = store.target(trace.target_name)
+    base = autoregressive_generate(model, torch.tensor([trace.prompt_ids]), trace.config)
+    base.target_name = trace.target_name
+    return base
+
+
+def export_trace(trace: Trace | None) -> list[str]:
+    """Write the trace as CSV (one row per token) and JSON (the full record) into a fresh temp dir."""
+    if trace is None:
+        raise ValueError("nothing to export yet: run a prompt or import a trace first")
+    folder = Path(tempfile.mkdtemp(prefix="specviz-"))
+    csv, js = folder / "trace.csv", folder / "trace.json"
+    trace.to_frame().to_csv(csv, index=False)
+    js.write_text(trace.to_json())
+    return [str(csv), str(js)]
+
+
+def import_trace(path) -> Trace:
+    """Read an uploaded JSON trace; ValueError with a readable reason if it is not one."""
+    if not path:
+        raise ValueError("no file uploaded")
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"could not read the uploaded file: {e}") from e
+    trace = Trace.from_json(text)
+    for r in trace.rounds:
+        if not len(r.drafted) == len(r.p) == len(r.q) == len(r.u) == len(r.beta) == len(r.accept_prob):
+            raise ValueError(f"malformed trace JSON: round {r.index}'s drafted, p, q, u, beta lengths differ "
+                             "(traces recorded with record=False cannot be replayed)")
+    return trace

@@ -1,0 +1,152 @@
+"""The k-sweep lab's tab: every k on the same prompts beside the autoregressive baseline, theory beside
+measurement, then fixed k against the adaptive k policies. Handlers are module-level functions taking the
+store (``handlers(store)`` binds them); ``build`` lays the tab out."""
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+import gradio as gr
+import pandas as pd
+
+from ..config import EXAMPLE_PROMPTS
+from ..labs import estimate as est
+from ..labs import policies
+from ..labs.sweep import iter_sweep, per_position, position_rows, summarize
+from ..views import lab_plots
+from .forms import as_int, encode, make_config, number_in, split_prompts
+from .store import ModelStore
+from .widgets import MODEL_QUEUE, SKIP, bind, chart, sampling_controls, target_picker
+
+ROUND_COLUMNS = ["policy", "prompt", "round", "k", "drafted", "accepted"]
+
+
+def write_csvs(frames: dict, prefix: str = "specviz-lab-") -> list[str]:
+    """Each DataFrame as NAME.csv in a fresh temp folder; the paths."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    for name, frame in frames.items():
+        frame.to_csv(folder / f"{name}.csv", index=False)
+    return [str(folder / f"{name}.csv") for name in frames]
+
+
+def _collect(stream) -> tuple[pd.DataFrame, pd.DataFrame]:
+    runs, rounds = [], []
+    for row, rs in stream:
+        runs.append(row)
+        rounds += rs
+    return pd.DataFrame(runs), pd.DataFrame(rounds, columns=ROUND_COLUMNS)
+
+
+def _sweep_views(runs: pd.DataFrame, positions: pd.DataFrame) -> tuple:
+    """The summary table and the four charts against k."""
+    summary, pos = summarize(runs), per_position(positions)
+    return (summary.round(3), lab_plots.acceptance_vs_k(summary), lab_plots.tau_vs_k(summary),
+            lab_plots.speedup_vs_k(summary), lab_plots.position_heatmap(pos))
+
+
+def sweep_setup(store: ModelStore, target, drafts, prompts_text, k_min, k_max, temperature, top_k, top_p, max_new,
+                seed):
+    """(target model, {name: draft}, prompts, ks, cfg) from the form, validated."""
+    if not drafts:
+        raise ValueError("pick at least one draft")
+    ks = range(as_int(k_min, "smallest k"), as_int(k_max, "largest k") + 1)
+    if not ks or ks[0] < 1 or ks[-1] > 16:
+        raise ValueError(f"need 1 <= smallest k <= largest k <= 16, got {k_min}..{k_max}")
+    cfg = make_config(ks[0], "fixed", temperature, top_k, top_p, max_new, seed)
+    model, tok = store.target(target)
+    prompts = [encode(tok, p) for p in split_prompts(prompts_text)]
+    return model, {d: store.pair(target, d)[2] for d in drafts}, prompts, list(ks), cfg
+
+
+def estimate(store: ModelStore, *form):
+    """Markdown: the predicted duration, from a short timed pilot run of the baseline and each draft."""
+    model, drafts, prompts, ks, cfg = sweep_setup(store, *form)
+    costs = est.measure_costs(model, drafts, prompts[0], ks, cfg)
+    likely, lo, hi = (est.estimate_seconds(costs, len(prompts), ks, cfg.max_new_tokens, a) for a in (None, 1, 0))
+    return (f"**Estimated ≈ {likely:.0f} s** ({lo:.0f}–{hi:.0f} s if drafts were always / never accepted) for "
+            f"{len(prompts) * (1 + len(drafts) * len(ks))} runs, from a pilot: {costs.token_s * 1e3:.1f} ms per "
+            "baseline token; α " + ", ".join(f"{a:.2f} ({n})" for n, a in costs.alpha.items()) + ".")
+
+
+def _policy_step(model, drafts: dict, prompts, cfg, fixed_k, stop) -> tuple:
+    """Fixed k against the adaptive policies with the first draft: (frames, summary, 2 charts)."""
+    first = next(iter(drafts))
+    stops = [number_in(stop, "confidence stop", 0, 0.99)] if stop else []
+    configs = policies.policy_configs(cfg, [as_int(fixed_k, "fixed k")], stops=stops)
+    runs, rounds = _collect(policies.iter_policies(model, drafts[first], prompts, configs))
+    summary = policies.policy_summary(runs)
+    frames = dict(policy_runs=runs, policy_rounds=rounds, policy_summary=summary)
+    return first, frames, summary, lab_plots.policy_bars(summary), lab_plots.k_per_round(policies.round_ks(rounds))
+
+
+def run_sweep(store: ModelStore, target, drafts, prompts_text, k_min, k_max, temperature, top_k, top_p, max_new, seed,
+              compare, fixed_k, stop=0.4):
+    """Streams (status, table, 4 charts, policy table, 2 policy charts, files)."""
+    form = (target, drafts, prompts_text, k_min, k_max, temperature, top_k, top_p, max_new, seed)
+    note = estimate(store, *form)
+    model, drafts, prompts, ks, cfg = sweep_setup(store, *form)
+    yield (note + "\n\n*Running…*", *(SKIP,) * 9)
+    total, rows, positions, start, last = len(prompts) * (1 + len(drafts) * len(ks)), [], [], time.time(), 0.0
+    for row, trace in iter_sweep(model, drafts, prompts, ks, cfg):
+        rows.append(row)
+        if trace is not None:
+            positions += position_rows(trace, draft=row["draft"], k=row["k"], prompt=row["prompt"])
+        if positions and (time.time() - last >= 1.0 or len(rows) == total):
+            last = time.time()
+            views = _sweep_views(pd.DataFrame(rows), pd.DataFrame(positions))
+            yield (f"{note}\n\n**{len(rows)} / {total} runs** in {last - start:.1f} s", *views, *(SKIP,) * 4)
+    runs = pd.DataFrame(rows)
+    frames = dict(sweep_runs=runs, sweep_summary=summarize(runs), per_position=per_position(pd.DataFrame(positions)))
+    note += f"\n\n**Done: {total} runs in {time.time() - start:.1f} s** (measured; an idle CPU is faster)."
+    if not compare:
+        yield (note, *(SKIP,) * 8, write_csvs(frames))
+        return
+    yield (note + " *Comparing k policies…*", *(SKIP,) * 9)
+    first, more, summary, bars, ks_chart = _policy_step(model, drafts, prompts, cfg, fixed_k, stop)
+    yield (note + f" Policies compared with draft {first!r}.", *(SKIP,) * 5, summary.round(3), bars, ks_chart,
+           write_csvs(frames | more))
+
+
+def handlers(store: ModelStore):
+    return bind(store, models=dict(estimate=estimate, run_sweep=run_sweep))
+
+
+def build(store: ModelStore) -> None:
+    h = handlers(store)
+    gr.Markdown("Run every k on the same prompts beside the autoregressive baseline; theory (dashed) uses the α and "
+                "c measured in this run. ★ best k measured, ◆ best k predicted.")
+    with gr.Row():
+        target = target_picker(store)
+        drafts = gr.Dropdown(store.list_drafters(), value=[store.default_draft()], multiselect=True, label="Drafts")
+    prompts = gr.Textbox("\n\n".join(EXAMPLE_PROMPTS), lines=6, label="Prompts (separate with an empty line)")
+    with gr.Row():
+        k_min = gr.Number(1, precision=0, label="smallest k")
+        k_max = gr.Number(8, precision=0, label="largest k")
+        max_new = gr.Number(64, precision=0, label="new tokens per run")
+        seed = gr.Number(0, precision=0, label="seed")
+    sampling = sampling_controls(0.0)
+    with gr.Row():
+        compare = gr.Checkbox(True, label="Then compare fixed k with the adaptive policies (history, heuristic, "
+                                          "confidence stop)")
+        fixed_k = gr.Number(4, precision=0, label="fixed k for the comparison")
+        stop = gr.Number(0.4, label="confidence stop: draft up to 10, stop below this q(x) (0 = leave out)")
+    with gr.Row():
+        est_btn = gr.Button("Estimate time")
+        run_btn = gr.Button("Run sweep", variant="primary")
+    status = gr.Markdown("*Press Estimate time, or Run sweep (it says its estimate first).*")
+    table = gr.Dataframe(label="Per (draft, k)", interactive=False)
+    with gr.Row():
+        acc, tau = chart("Acceptance rate and α."), chart("τ: tokens per round, measured against eq. 1.")
+    with gr.Row():
+        speed = chart("Speedup: measured against Leviathan's prediction.")
+        heat = chart("Each later position needs every earlier draft accepted.")
+    policy_table = gr.Dataframe(label="k policies", interactive=False)
+    with gr.Row():
+        bars, ks = chart("tokens/s and acceptance per policy."), chart("The drafts each round made.")
+    files = gr.File(label="Results (CSV)", file_count="multiple", interactive=False)
+    inputs = [target, drafts, prompts, k_min, k_max, *sampling, max_new, seed]
+    est_btn.click(h.estimate, inputs, [status], api_visibility="undocumented", **MODEL_QUEUE)
+    run_btn.click(h.run_sweep, inputs + [compare, fixed_k, stop],
+                  [status, table, acc, tau, speed, heat, policy_table, bars, ks, files],
+                  api_visibility="undocumented", **MODEL_QUEUE)

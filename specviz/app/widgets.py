@@ -1,0 +1,89 @@
+"""What every tab shares: the model queue, error conversion, handler binding, and the small widgets (a chart
+with its caption, model pickers, sampling controls). Tabs import from here, never from each other."""
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+from types import SimpleNamespace
+from typing import Callable
+
+import gradio as gr
+
+from .gpu import gpu_task
+from .store import ModelStore
+
+MODEL_QUEUE = dict(concurrency_id="model", concurrency_limit=1)  # one model run at a time: timings stay honest
+SKIP = gr.skip()
+log = logging.getLogger(__name__)
+
+
+def _as_gr_error(e: Exception) -> gr.Error:
+    if isinstance(e, gr.Error):
+        return e
+    if isinstance(e, ValueError):
+        return gr.Error(str(e))
+    log.exception("handler failed")
+    return gr.Error(f"internal error ({type(e).__name__}: {e}); the app keeps running")
+
+
+def friendly(fn: Callable) -> Callable:
+    """ValueError -> gr.Error with its message; anything else -> a short gr.Error (the trace goes to the log)."""
+    if inspect.isgeneratorfunction(getattr(fn, "func", fn)):
+        @functools.wraps(fn)
+        def stream(*args, **kwargs):
+            try:
+                yield from fn(*args, **kwargs)
+            except Exception as e:
+                raise _as_gr_error(e) from None
+        return stream
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as e:
+            raise _as_gr_error(e) from None
+    return call
+
+
+def bind(store: ModelStore | None, models: dict[str, Callable] = (), plain: dict[str, Callable] = ()) -> SimpleNamespace:
+    """A tab's handlers ready to wire: ``models`` take the store first (bound with functools.partial) and run
+    models (ZeroGPU-wrapped where that applies); ``plain`` ones take only the event's values."""
+    bound = {name: gpu_task(friendly(functools.partial(fn, store))) for name, fn in dict(models).items()}
+    bound |= {name: friendly(fn) for name, fn in dict(plain).items()}
+    return SimpleNamespace(**bound)
+
+
+def chart(caption: str) -> gr.Plot:
+    """A plot with a one-line caption under it."""
+    with gr.Column():
+        plot = gr.Plot(show_label=False)
+        gr.Markdown(caption)
+    return plot
+
+
+def target_picker(store: ModelStore) -> gr.Dropdown:
+    return gr.Dropdown(store.list_targets(), value=store.default_target(), label="Target")
+
+
+def draft_picker(store: ModelStore, label: str = "Draft") -> gr.Dropdown:
+    return gr.Dropdown(store.list_drafters(), value=store.default_draft(), label=label)
+
+
+def sampling_controls(temperature: float = 1.0) -> list:
+    """[temperature, top-k, top-p] in one row."""
+    with gr.Row():
+        t = gr.Slider(0, 2, value=temperature, step=0.05, label="Temperature (0 = greedy)")
+        top_k = gr.Number(value=0, precision=0, minimum=0, label="top-k (0 = off)")
+        top_p = gr.Slider(0.05, 1, value=1.0, step=0.05, label="top-p (1 = off)")
+    return [t, top_k, top_p]
+
+
+def run_settings(max_new: int) -> list:
+    """[k, temperature, top-k, top-p, new tokens, seed]: the compare and batch tabs' settings."""
+    with gr.Row():
+        k = gr.Slider(1, 10, value=4, step=1, label="k (drafts per round)")
+        new = gr.Number(max_new, precision=0, minimum=1, label="new tokens")
+        seed = gr.Number(0, precision=0, minimum=0, label="seed")
+    return [k, *sampling_controls(0.0), new, seed]

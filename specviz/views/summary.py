@@ -1,0 +1,34 @@
+"""Trace -> Markdown: a run's headline numbers, and its measured speedup beside Leviathan's prediction.
+
+Notation: alpha = mean beta (beta = sum min(p, q)), tau = tokens per round, c = draft/target cost ratio.
+Names that come from a trace (target, draft, stop reason) are escaped: an imported trace is untrusted.
+"""
+from __future__ import annotations
+
+from .. import theory
+from ..trace import Trace
+from .timeline import esc
+
+
+def summary_markdown(trace: Trace | None, base: Trace | None) -> str:
+    """Headline numbers, and the measured speedup beside Leviathan's prediction."""
+    if trace is None:
+        return "*No run yet.*"
+    s = trace.summary()
+    c, k = theory.cost_ratio(trace), theory.mean_k(trace)
+    predicted = theory.expected_speedup(s.alpha, k, c) if trace.mode == "speculative" else 1.0
+    measured = theory.measured_speedup(trace, base)
+    measured_txt = f"**{measured:.2f}×**" if measured else "*(no baseline: run the models to measure it)*"
+    base_txt = f"{base.summary().tokens_per_s:.1f} tokens/s" if base else "–"
+    return (
+        f"**{s.new_tokens} tokens in {s.rounds} rounds** ({esc(trace.stop_reason or 'running…')}) · "
+        f"{esc(trace.target_name or 'target')} ← {esc(trace.draft_name or 'no draft')}\n\n"
+        f"| acceptance rate | α (mean β) | τ tokens / round | target forwards / token | tokens/s | baseline |\n"
+        f"|---|---|---|---|---|---|\n"
+        f"| {s.acceptance_rate:.2f} | {s.alpha:.2f} | {s.tau:.2f} | {s.target_forwards_per_token:.2f} | "
+        f"{s.tokens_per_s:.1f} | {base_txt} |\n\n"
+        f"**Speedup** measured {measured_txt} (tokens/s against an autoregressive run of the same target and "
+        f"settings) · predicted **{predicted:.2f}×** by (1 − α^(k+1)) / ((1 − α)(k c + 1)) with α = {s.alpha:.2f}, "
+        f"k = {k:.2f} (mean drafts per round) and c = {c:.3f}, measured in this run as the mean draft time per "
+        f"drafted token over the mean target time per round."
+    )

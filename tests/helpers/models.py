@@ -1,0 +1,89 @@
+"""Tiny random-init models built from configs (no downloads), a reference greedy decode, and small tokenizers:
+what the tests build their cases from. Fixtures live in tests/conftest.py."""
+import copy
+import os
+
+import pytest
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+# The device the decoder tests run their models on: SPECVIZ_TEST_DEVICE=cuda (scripts/gpu_check.sh sets it
+# for the library's tests). Models and the prompt fixture go there; hand-built tensors stay on the CPU
+# (the decoder takes prompts as token lists, so either works).
+DEVICE = torch.device(os.environ.get("SPECVIZ_TEST_DEVICE", "cpu"))
+if DEVICE.type == "cuda" and not torch.cuda.is_available():
+    pytest.exit(f"SPECVIZ_TEST_DEVICE={DEVICE} but torch {torch.__version__} sees no CUDA device", returncode=2)
+if DEVICE.type == "mps" and not torch.backends.mps.is_available():
+    pytest.exit(f"SPECVIZ_TEST_DEVICE={DEVICE} but MPS is not available", returncode=2)
+
+
+def tiny_llama(vocab=64, seed=0, layers=2, hidden=32, window=256, sharpen=1.0):
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=window,
+                      bos_token_id=None, eos_token_id=None, pad_token_id=None, tie_word_embeddings=False)
+    return _finish(LlamaForCausalLM(cfg), sharpen)
+
+
+def tiny_gpt2(vocab=64, seed=0, layers=2, hidden=32, window=256, sharpen=1.0):
+    torch.manual_seed(seed)
+    cfg = GPT2Config(vocab_size=vocab, n_embd=hidden, n_layer=layers, n_head=2, n_positions=window,
+                     bos_token_id=None, eos_token_id=None, pad_token_id=None, tie_word_embeddings=False)
+    return _finish(GPT2LMHeadModel(cfg), sharpen)
+
+
+def ui_models(window=128):
+    """(target, draft, tokenizer) for the app's tests: a tiny random target behind the bundled tokenizer and
+    a perturbed copy of it as the draft."""
+    from transformers import AutoTokenizer
+
+    from specviz.models import ASSETS
+
+    tok = AutoTokenizer.from_pretrained(ASSETS / "tokenizer")
+    target = tiny_llama(vocab=len(tok), window=window, sharpen=20.0)
+    return target, perturbed(target, scale=0.3), tok
+
+
+def reference_greedy(model, prompt, n):
+    """The target's own greedy continuation of prompt (1, L): n tokens (fewer only at its EOS)."""
+    out = model.generate(prompt.to(model.device), do_sample=False, max_new_tokens=n,
+                         min_new_tokens=n if model.generation_config.eos_token_id is None else 0)
+    return out[0, prompt.shape[1]:].tolist()
+
+
+def last(stream):
+    """The final item a streaming handler yields."""
+    out = None
+    for out in stream:
+        pass
+    return out
+
+
+def perturbed(model, scale=0.5, seed=1):
+    """A draft that mostly agrees with its target: the target's weights plus noise."""
+    torch.manual_seed(seed)
+    draft = copy.deepcopy(model)
+    with torch.no_grad():
+        for w in draft.parameters():
+            w.add_(scale * w.std() * torch.randn_like(w))
+    return draft.eval()
+
+
+def _finish(model, sharpen):
+    """float64 (no near-ties that flip between batched and unbatched GEMMs) and, optionally, peakier
+    distributions (random init is nearly uniform) so p and q differ enough to exercise the residual."""
+    model = model.double().to(DEVICE).eval()
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(sharpen)
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+    return model
+
+
+def word_tokenizer(words):
+    """A word-level tokenizer whose ids are the positions of ``words`` (words[0] is the unknown token)."""
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    return PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)},
+                                                                               unk_token=words[0])))
