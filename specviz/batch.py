@@ -24,7 +24,6 @@ that row finished. A batch uses one k for every row (``k_policy='fixed'``), capp
 """
 from __future__ import annotations
 
-import inspect
 import time
 from typing import Iterator
 
@@ -34,7 +33,7 @@ from transformers import DynamicCache
 from .config import DecodeConfig
 from .decoder import check_window, eos_ids, prompt_list, record_round
 from .drafters import Drafter, ModelDrafter, as_drafter
-from .lm import Stopwatch, model_device
+from .lm import Stopwatch, cache_kwarg, model_device
 from .sampling import Verdict, align_vocab, logits_to_probs, point_mass, sample, verify, verify_greedy
 from .trace import Round, Trace
 
@@ -54,7 +53,7 @@ class BatchLM:
         self.cols: list[list[int]] = [[] for _ in range(rows)]
         self.last: list[torch.Tensor | None] = [None] * rows
         self._synced = [0] * rows  # ids[b][:_synced[b]] are known to match row b's committed sequence
-        self._cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        self._cache_kw = cache_kwarg(model)
 
     def feed(self, chunks: list[list[int]]) -> torch.Tensor | None:
         """Append chunks[b] to row b, right-aligned; logits (B, W, V), W = the longest chunk (None if 0)."""

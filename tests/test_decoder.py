@@ -242,3 +242,23 @@ def test_presets_run_and_greedy_ones_are_exact(name, prompt):
     assert len(trace.new_tokens) == 20
     if cfg.greedy:
         assert trace.new_tokens == reference_greedy(SHARP_LLAMA, prompt, 20)
+
+
+# -- transformers' cache keyword ----------------------------------------------------------------------
+@pytest.mark.parametrize("make", [tiny_llama, tiny_gpt2], ids=["llama", "gpt2"])
+def test_cache_keyword_is_the_current_one_even_behind_a_wrapper(make, prompt):
+    """transformers 5 renamed past_key_values= to cache= (the old name warns, and goes in 5.40): the decoders
+    pass the new name, also when an instance wrapper that forwards **kwargs (as these tests install) hides it."""
+    import inspect
+    import warnings
+
+    from specviz.lm import cache_kwarg
+
+    model = make(seed=3)
+    forward = model.forward
+    model.forward = lambda input_ids=None, **kw: forward(input_ids=input_ids, **kw)
+    expected = "cache" if "cache" in inspect.signature(type(model).forward).parameters else "past_key_values"
+    assert cache_kwarg(model) == expected
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        speculative_generate(model, perturbed(model, 0.3), prompt, DecodeConfig(k=2, max_new_tokens=6))
