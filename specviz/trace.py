@@ -78,6 +78,14 @@ class Trace:
     stop_reason: str = ""  # "eos", "length" or "" while running
     token_text: dict[int, str] = field(default_factory=dict)  # id -> text, for replay without a tokenizer
 
+    @classmethod
+    def start(cls, prompt_ids: list[int], config: DecodeConfig, target_name: str, draft_name: str | None,
+              eos_token_ids: list[int]) -> "Trace":
+        """The empty trace of a run about to start; draft_name None: an autoregressive run (nothing drafted)."""
+        mode = "autoregressive" if draft_name is None else "speculative"
+        return cls(prompt_ids=list(prompt_ids), config=config, mode=mode, target_name=target_name,
+                   draft_name=draft_name or "", eos_token_ids=list(eos_token_ids))
+
     @property
     def new_tokens(self) -> list[int]:
         return [t for r in self.rounds for t in r.emitted]

@@ -262,3 +262,35 @@ def test_cache_keyword_is_the_current_one_even_behind_a_wrapper(make, prompt):
     with warnings.catch_warnings():
         warnings.simplefilter("error", FutureWarning)
         speculative_generate(model, perturbed(model, 0.3), prompt, DecodeConfig(k=2, max_new_tokens=6))
+
+
+# -- the shared steps and the trace's names ------------------------------------------------------------
+def test_commit_cuts_after_eos_by_hand():
+    from specviz.decoder import commit
+    from specviz.trace import Trace
+
+    trace = Trace.start([1, 2], DecodeConfig(), "t", "d", eos_token_ids=[9])
+    committed = [1, 2]
+    assert commit(committed, [3, 4], trace) == [3, 4] and committed == [1, 2, 3, 4] and trace.stop_reason == ""
+    assert commit(committed, [5, 9, 6], trace) == [5, 9] and committed == [1, 2, 3, 4, 5, 9]
+    assert trace.stop_reason == "eos"
+
+
+def new_trace(target, draft, prompt, batched, **names):
+    from specviz.batch import BatchDecoding
+
+    cfg = DecodeConfig(k=2, max_new_tokens=3)
+    return BatchDecoding(target, draft, [prompt], cfg, **names).traces[0] if batched else \
+        Decoding(target, draft, prompt, cfg, **names).trace
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_traces_name_the_models_they_are_given(llama, prompt, batched):
+    lookup = PromptLookupDrafter()
+    named = new_trace(llama, lookup, prompt, batched, target_name="my-target", draft_name="my-draft")
+    assert (named.target_name, named.draft_name, named.mode) == ("my-target", "my-draft", "speculative")
+    default = new_trace(llama, lookup, prompt, batched)
+    assert (default.target_name, default.draft_name) == ("LlamaForCausalLM", lookup.name)
+    plain = new_trace(llama, None, prompt, batched, target_name="my-target", draft_name="ignored")
+    assert (plain.target_name, plain.draft_name, plain.mode) == ("my-target", "", "autoregressive")
+    assert plain.prompt_ids == prompt[0].tolist() and plain.rounds == [] and plain.config.max_new_tokens == 3
