@@ -15,7 +15,7 @@ from .models import (DEFAULT_DRAFT, DEFAULT_TARGET, check_tokenizers, list_draft
                      load_model)
 from .ngram import NGramDrafter, NGramModel
 from .sweep import best_k, iter_sweep, summarize, sweep
-from .trace import Round, Summary, Trace
+from .trace import Counts, Round, Summary, Trace
 
 __all__ = [
     "DecodeConfig", "PRESETS", "EXAMPLE_PROMPTS",
@@ -23,7 +23,7 @@ __all__ = [
     "speculative_generate_batch", "autoregressive_generate_batch",
     "Drafter", "ModelDrafter", "PromptLookupDrafter", "Proposal", "NGramDrafter", "NGramModel",
     "load_model", "load_drafter", "list_models", "list_drafters", "check_tokenizers", "DEFAULT_TARGET", "DEFAULT_DRAFT",
-    "Trace", "Round", "Summary",
+    "Trace", "Round", "Summary", "Counts",
     "sweep", "iter_sweep", "summarize", "best_k", "position_rows", "per_position", "compare_policies", "policy_summary",
     "lossless_lab", "fit_table", "distill", "iter_distill", "distill_lab", "fresh_draft", "compare",
 ]

@@ -64,6 +64,75 @@ class Summary:
     per_position: tuple[float, ...]  # P(position i accepted | position i drafted)
 
 
+@dataclass(frozen=True)
+class Counts:
+    """What rounds add up to; ``+`` sums two (several runs: ``sum((t.counts() for t in traces), Counts())``).
+    Rates are derived, so an aggregate's rates are pooled over its rounds, not averages of per-run rates."""
+
+    rounds: int = 0
+    new_tokens: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    target_passes: int = 0  # target forwards the rounds ran (see target_passes)
+    draft_s: float = 0.0
+    target_s: float = 0.0
+    total_s: float = 0.0  # wall time of the runs, prefill and bookkeeping included
+    beta_sum: float = 0.0  # sum of beta over verified positions
+    beta_n: int = 0  # verified positions with a beta
+    drafted_at: tuple[int, ...] = ()  # [i]: rounds that drafted position i
+    accepted_at: tuple[int, ...] = ()  # [i]: rounds that accepted position i (same length as drafted_at)
+
+    @classmethod
+    def of(cls, rounds, total_s: float = 0.0) -> "Counts":
+        rounds = list(rounds)
+        betas = [b for r in rounds for b in r.beta if b is not None]
+        depth = range(max((len(r.drafted) for r in rounds), default=0))
+        return cls(
+            rounds=len(rounds), new_tokens=sum(len(r.emitted) for r in rounds),
+            drafted=sum(len(r.drafted) for r in rounds), accepted=sum(r.n_accepted for r in rounds),
+            target_passes=target_passes(rounds), draft_s=sum(r.draft_s for r in rounds),
+            target_s=sum(r.target_s for r in rounds), total_s=total_s, beta_sum=sum(betas), beta_n=len(betas),
+            drafted_at=tuple(sum(len(r.drafted) > i for r in rounds) for i in depth),
+            accepted_at=tuple(sum(r.n_accepted > i for r in rounds) for i in depth),
+        )
+
+    def __add__(self, other: "Counts") -> "Counts":
+        if not isinstance(other, Counts):
+            return NotImplemented
+        return Counts(**{f.name: _plus(getattr(self, f.name), getattr(other, f.name)) for f in fields(self)})
+
+    def __radd__(self, other):  # sum() without a start value begins with 0
+        return self if other == 0 else NotImplemented
+
+    @property
+    def acceptance_rate(self) -> float:
+        """accepted / drafted."""
+        return _ratio(self.accepted, self.drafted)
+
+    @property
+    def alpha(self) -> float:
+        """Mean beta over verified positions: Leviathan's alpha, estimated."""
+        return _ratio(self.beta_sum, self.beta_n)
+
+    @property
+    def tau(self) -> float:
+        """Tokens emitted per round, bonus included."""
+        return _ratio(self.new_tokens, self.rounds)
+
+    @property
+    def target_forwards_per_token(self) -> float:
+        return _ratio(self.target_passes, self.new_tokens)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return _ratio(self.new_tokens, self.total_s)
+
+    @property
+    def per_position(self) -> tuple[float, ...]:
+        """P(position i accepted | position i drafted)."""
+        return tuple(_ratio(a, d) for a, d in zip(self.accepted_at, self.drafted_at))
+
+
 @dataclass
 class Trace:
     prompt_ids: list[int]
@@ -90,22 +159,16 @@ class Trace:
     def new_tokens(self) -> list[int]:
         return [t for r in self.rounds for t in r.emitted]
 
+    def counts(self) -> Counts:
+        return Counts.of(self.rounds, self.total_s)
+
     def summary(self) -> Summary:
-        rs = self.rounds
-        drafted = sum(len(r.drafted) for r in rs)
-        accepted = sum(r.n_accepted for r in rs)
-        betas = [b for r in rs for b in r.beta if b is not None]
-        n_new = sum(len(r.emitted) for r in rs)
-        depth = max((len(r.drafted) for r in rs), default=0)
-        per_position = tuple(
-            _ratio(sum(r.n_accepted > i for r in rs), sum(len(r.drafted) > i for r in rs)) for i in range(depth)
-        )
+        c = self.counts()
         return Summary(
-            rounds=len(rs), new_tokens=n_new, drafted=drafted, accepted=accepted,
-            acceptance_rate=_ratio(accepted, drafted), alpha=_ratio(sum(betas), len(betas)),
-            tau=_ratio(n_new, len(rs)), target_forwards_per_token=_ratio(target_passes(rs), n_new),
-            tokens_per_s=_ratio(n_new, self.total_s), draft_s=sum(r.draft_s for r in rs),
-            target_s=sum(r.target_s for r in rs), total_s=self.total_s, per_position=per_position,
+            rounds=c.rounds, new_tokens=c.new_tokens, drafted=c.drafted, accepted=c.accepted,
+            acceptance_rate=c.acceptance_rate, alpha=c.alpha, tau=c.tau,
+            target_forwards_per_token=c.target_forwards_per_token, tokens_per_s=c.tokens_per_s,
+            draft_s=c.draft_s, target_s=c.target_s, total_s=c.total_s, per_position=c.per_position,
         )
 
     def text(self, token: int) -> str:
@@ -149,10 +212,10 @@ FRAME_COLUMNS = ["round", "k", "position", "token", "text", "status", "drafted",
 
 
 def target_passes(rounds) -> int:
-    """The target forward passes the rounds made: one each, except a first round that drafted nothing
-    (an autoregressive run's, or a drafter with no proposal), which the prefill's last logits serve."""
-    rounds = list(rounds)
-    return len(rounds) - (1 if rounds and rounds[0].index == 0 and not rounds[0].drafted else 0)
+    """The target forward passes the rounds made: one each, except a first round (index 0) that drafted
+    nothing (an autoregressive run's, or a drafter with no proposal), which the prefill's last logits serve.
+    Counted round by round, so the passes of several runs' rounds add up."""
+    return sum(not (r.index == 0 and not r.drafted) for r in rounds)
 
 
 def _row(trace, r, i, token, status, drafted, p, q, accept_prob, u, beta):
@@ -167,6 +230,14 @@ def _round_from_dict(d: dict) -> Round:
     d = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
     d["residual_top"] = tuple(tuple(t) for t in d["residual_top"])
     return Round(**d)
+
+
+def _plus(a, b):
+    """a + b; tuples (per-position counts) elementwise, the shorter padded with zeros."""
+    if not isinstance(a, tuple):
+        return a + b
+    n = max(len(a), len(b))
+    return tuple(x + y for x, y in zip(a + (0,) * (n - len(a)), b + (0,) * (n - len(b))))
 
 
 def _ratio(a: float, b: float) -> float:

@@ -1,9 +1,10 @@
 """Trace records: hand-computed summaries, the frame, the JSON round trip, malformed input."""
 import json
+from dataclasses import fields
 
 import pytest
 
-from specviz import DecodeConfig, PromptLookupDrafter, Round, Trace, speculative_generate
+from specviz import Counts, DecodeConfig, PromptLookupDrafter, Round, Trace, speculative_generate
 
 
 def rnd(index, drafted, n_accepted, emitted, k=None, u=None, beta=None, bonus=None, resampled=None):
@@ -75,3 +76,47 @@ def test_tampered_round_is_a_value_error():
     data["config"]["k"] = -3
     with pytest.raises(ValueError, match="k must be"):
         Trace.from_json(json.dumps(data))
+
+
+# -- Counts: what rounds add up to -----------------------------------------------------------------------
+def test_counts_by_hand():
+    c = hand_trace().counts()
+    assert (c.rounds, c.new_tokens, c.drafted, c.accepted, c.target_passes, c.beta_n) == (3, 9, 10, 6, 3, 8)
+    assert (c.draft_s, c.target_s, c.total_s) == pytest.approx((0.03, 0.06, 0.5))
+    assert c.beta_sum == pytest.approx(0.6 + 0.5 + 0.4 + 4 * 0.9 + 0.2)
+    assert c.drafted_at == (3, 3, 2, 2) and c.accepted_at == (2, 2, 1, 1)  # rounds drafting / accepting position i
+    assert (c.acceptance_rate, c.alpha, c.tau) == pytest.approx((6 / 10, 5.3 / 8, 9 / 3))
+    assert (c.target_forwards_per_token, c.tokens_per_s) == pytest.approx((3 / 9, 9 / 0.5))
+    assert c.per_position == pytest.approx((2 / 3, 2 / 3, 1 / 2, 1 / 2))
+    assert Counts().acceptance_rate == Counts().alpha == Counts().tokens_per_s == 0.0 and Counts().per_position == ()
+
+
+def autoregressive_trace():
+    # the first round drafted nothing: the prefill served it, no target pass; then one pass a token
+    rounds = [rnd(0, [], 0, [4], bonus=4), rnd(1, [], 0, [5], bonus=5), rnd(2, [], 0, [6], bonus=6)]
+    return Trace(prompt_ids=[0], config=DecodeConfig(), mode="autoregressive", rounds=rounds, total_s=0.25)
+
+
+def assert_counts_equal(a: Counts, b: Counts):
+    for f in fields(Counts):  # ints exactly, float sums up to rounding
+        assert getattr(a, f.name) == pytest.approx(getattr(b, f.name)), f.name
+
+
+def test_counts_add_as_their_rounds_concatenated():
+    a, b = hand_trace(), autoregressive_trace()
+    assert b.counts().target_passes == 2
+    both = Counts.of(a.rounds + b.rounds, a.total_s + b.total_s)
+    assert_counts_equal(a.counts() + b.counts(), both)
+    assert_counts_equal(b.counts() + a.counts(), both)  # per-position tuples of different lengths pad
+    assert_counts_equal(sum([a.counts(), b.counts()], Counts()), both)
+    assert sum([a.counts(), b.counts()]) == a.counts() + b.counts()
+    assert Counts() + a.counts() == a.counts()
+    assert both.target_passes == 3 + 2 and both.per_position == pytest.approx((2 / 3, 2 / 3, 1 / 2, 1 / 2))
+
+
+def test_summary_rates_are_the_counts_rates(llama, prompt):
+    trace = speculative_generate(llama, llama, prompt, DecodeConfig(k=3, max_new_tokens=20))
+    s, c = trace.summary(), trace.counts()
+    assert (s.acceptance_rate, s.alpha, s.tau, s.per_position) == (c.acceptance_rate, c.alpha, c.tau, c.per_position)
+    assert (s.target_forwards_per_token, s.tokens_per_s, s.drafted, s.total_s) == \
+        (c.target_forwards_per_token, c.tokens_per_s, c.drafted, c.total_s)
