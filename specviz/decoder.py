@@ -38,7 +38,8 @@ class Decoding:
         self.target = CachedLM(target)
         self.generator = torch.Generator(device=self.target.device).manual_seed(cfg.seed)
         self.committed = list(prompt)
-        self.trace = Trace.start(prompt, cfg, *run_names(target, self.drafter, target_name, draft_name), eos_ids(target))
+        names = run_names(target, self.drafter, target_name, draft_name)
+        self.trace = Trace.start(prompt, cfg, *names, eos_ids(target))
         self._clock = Stopwatch(self.target.device)
 
     def __iter__(self) -> Iterator[Round]:

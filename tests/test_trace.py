@@ -120,3 +120,69 @@ def test_summary_rates_are_the_counts_rates(llama, prompt):
     assert (s.acceptance_rate, s.alpha, s.tau, s.per_position) == (c.acceptance_rate, c.alpha, c.tau, c.per_position)
     assert (s.target_forwards_per_token, s.tokens_per_s, s.drafted, s.total_s) == \
         (c.target_forwards_per_token, c.tokens_per_s, c.drafted, c.total_s)
+
+
+# -- from_json checks every field: imported traces are rendered into HTML --------------------------------
+def tampered(scope: str, field: str, value) -> str:
+    data = json.loads(hand_trace().to_json())
+    (data["rounds"][0] if scope == "round" else data)[field] = value
+    return json.dumps(data)
+
+
+@pytest.mark.parametrize("scope,field,value,match", [
+    ("round", "q", [0.5, 0.5, 0.5], r"rounds\[0\]\.q has 3 entries, drafted has 4"),
+    ("round", "p", [0.25] * 5, r"rounds\[0\]\.p has 5 entries, drafted has 4"),
+    ("round", "accept_prob", [], r"rounds\[0\]\.accept_prob has 0 entries"),
+    ("round", "u", [0.1, 0.2], r"rounds\[0\]\.u has 2 entries"),
+    ("round", "beta", [0.6, 0.5, 0.4, None, None], r"rounds\[0\]\.beta has 5 entries"),
+    ("round", "n_accepted", 5, r"rounds\[0\]\.n_accepted \(5\) exceeds the drafted tokens \(4\)"),
+    ("round", "n_accepted", -1, r"rounds\[0\]\.n_accepted must be an integer >= 0, got int"),
+    ("round", "n_accepted", True, r"rounds\[0\]\.n_accepted must be an integer >= 0, got bool"),
+    ("round", "k", 3, r"rounds\[0\]\.drafted \(4\) exceeds k \(3\)"),
+    ("round", "k", "4", r"rounds\[0\]\.k must be an integer >= 0, got str"),
+    ("round", "index", 1.5, r"rounds\[0\]\.index must be an integer >= 0, got float"),
+    ("round", "drafted", [1, "<script>", 3, 4], r"rounds\[0\]\.drafted must be a list of token ids, got list"),
+    ("round", "emitted", [1, 2.0, 9], r"rounds\[0\]\.emitted must be a list of token ids"),
+    ("round", "q", [0.5, "<b>x</b>", 0.5, 0.5], r"rounds\[0\]\.q must be a list of numbers, got list"),
+    ("round", "u", [0.1, 0.2, "0.9", None], r"rounds\[0\]\.u must be a list of numbers or nulls"),
+    ("round", "resampled", "9", r"rounds\[0\]\.resampled must be a token id or null, got str"),
+    ("round", "next_p", None, r"rounds\[0\]\.next_p must be a number, got NoneType"),
+    ("round", "residual_top", [[7, "<img>", 0.3, 0.1]], r"rounds\[0\]\.residual_top must be a list of \[token"),
+    ("round", "residual_top", [[7, 0.6, 0.3]], r"rounds\[0\]\.residual_top must be"),
+    ("trace", "mode", "<img src=x onerror=alert(1)>", r"mode must be one of \('speculative', 'autoregressive'\)"),
+    ("trace", "stop_reason", "crashed", r"stop_reason must be one of \('eos', 'length', ''\), got str"),
+    ("trace", "target_name", ["<b>"], r"target_name must be a string, got list"),
+    ("trace", "draft_name", 3, r"draft_name must be a string, got int"),
+    ("trace", "prompt_ids", [0, "1"], r"prompt_ids must be a list of token ids"),
+    ("trace", "eos_token_ids", 2, r"eos_token_ids must be a list of token ids, got int"),
+    ("trace", "token_text", {"one": "a"}, r"token_text must be an object \{\"token id\": \"text\"\}"),
+    ("trace", "token_text", {"1": 5}, r"token_text must be an object"),
+    ("trace", "total_s", "fast", r"total_s must be a number, got str"),
+    ("trace", "rounds", {"0": {}}, r"rounds must be a list of objects, got dict"),
+    ("trace", "rounds", [[]], r"rounds must be a list of objects, got list"),
+    ("trace", "config", [], r"config must be an object, got list"),
+])
+def test_from_json_rejects_a_bad_field_naming_it(scope, field, value, match):
+    with pytest.raises(ValueError, match="malformed trace JSON: " + match) as info:
+        Trace.from_json(tampered(scope, field, value))
+    assert "<" not in str(info.value)  # the value itself is never echoed: it may be markup
+
+
+def test_from_json_requires_the_trace_fields():
+    data = json.loads(hand_trace().to_json())
+    del data["rounds"]
+    with pytest.raises(ValueError, match=r"missing \['rounds'\]"):
+        Trace.from_json(json.dumps(data))
+    del data["token_text"], data["stop_reason"]  # optional fields take their defaults
+    data["rounds"] = []
+    assert Trace.from_json(json.dumps(data)).stop_reason == ""
+    data["config"]["record"] = "<yes>"
+    with pytest.raises(ValueError, match="record must be True or False, got str"):
+        Trace.from_json(json.dumps(data))
+
+
+def test_unrecorded_traces_round_trip(llama, prompt):
+    """record=False keeps no per-token lists: empty lists are then the schema, and the round trip is lossless."""
+    trace = speculative_generate(llama, llama, prompt, DecodeConfig(k=3, max_new_tokens=10, record=False))
+    assert all(r.drafted and r.q == () for r in trace.rounds)
+    assert Trace.from_json(trace.to_json()) == trace
