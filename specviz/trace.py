@@ -198,8 +198,8 @@ class Trace:
             if not isinstance(data, dict) or data.pop("schema", None) != SCHEMA:
                 raise ValueError(f"not a specviz trace (expected schema {SCHEMA!r})")
             _check_fields(data, TRACE_FIELDS, "", required=("prompt_ids", "config", "rounds"))
-            data["config"] = DecodeConfig(**data["config"])
-            data["rounds"] = [_round_from_dict(r, f"rounds[{i}].", data["config"]) for i, r in enumerate(data["rounds"])]
+            cfg = data["config"] = DecodeConfig(**data["config"])
+            data["rounds"] = [_round_from_dict(r, f"rounds[{i}].", cfg) for i, r in enumerate(data["rounds"])]
             data["token_text"] = {int(k): v for k, v in data.get("token_text", {}).items()}
             return cls(**data)
         except (KeyError, TypeError, AttributeError, json.JSONDecodeError) as e:
@@ -266,7 +266,8 @@ KINDS = {  # kind: (check, what the message says it must be)
 def _check_fields(d: dict, kinds: dict, where: str, required=()) -> None:
     unexpected, missing = sorted(set(d) - set(kinds)), sorted(set(required) - set(d))
     if unexpected or missing:
-        raise ValueError(f"malformed trace JSON: {where or 'trace '}fields differ: missing {missing}, unexpected {unexpected}")
+        where = where or "trace "
+        raise ValueError(f"malformed trace JSON: {where}fields differ: missing {missing}, unexpected {unexpected}")
     for name, value in d.items():
         ok, what = KINDS[kinds[name]]
         if not ok(value):  # the type, never the value, goes into the message: it may be markup
