@@ -4,6 +4,8 @@ Each round: draft (the drafter proposes up to k tokens x_i ~ q_i) -> verify (the
 the context plus every proposal in ONE forward pass, giving p_1..p_{k+1}) -> accept (sampling.verify)
 -> commit (append the emitted tokens; caches roll back to the committed prefix on the next sync).
 The autoregressive baseline is the same loop with nothing drafted: one target token per forward.
+``accept``, ``commit`` and ``record_round`` serve batch.py's rows too. specviz/reference.py is the same
+algorithm on one screen (no cache, no recording), pinned to this one by tests.
 """
 from __future__ import annotations
 

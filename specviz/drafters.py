@@ -67,7 +67,8 @@ def draft_view(ids: list[int], n_embed: int, vocab_size: int) -> list[int]:
 
 
 class Drafter:
-    """Base class: model-free drafters override ``propose``; ``start`` resets per-run state."""
+    """Base class: drafters override ``propose`` (those that draft from a q through ``draft_loop``);
+    ``start`` resets per-run state."""
 
     name = "drafter"
     window: int | None = None  # context positions the drafter can use (None: unbounded)
