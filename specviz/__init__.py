@@ -18,7 +18,7 @@ from .labs.sweep import best_k, iter_sweep, per_position, position_rows, summari
 from .models import (DEFAULT_DRAFT, DEFAULT_TARGET, check_tokenizers, list_drafters, list_models, load_drafter,
                      load_model)
 from .ngram import NGramDrafter, NGramModel
-from .trace import Round, Summary, Trace
+from .trace import Counts, Round, Summary, Trace
 
 __all__ = [
     "DecodeConfig", "PRESETS", "EXAMPLE_PROMPTS",
@@ -26,7 +26,7 @@ __all__ = [
     "speculative_generate_batch", "autoregressive_generate_batch",
     "Drafter", "ModelDrafter", "PromptLookupDrafter", "Proposal", "NGramDrafter", "NGramModel",
     "load_model", "load_drafter", "list_models", "list_drafters", "check_tokenizers", "DEFAULT_TARGET", "DEFAULT_DRAFT",
-    "Trace", "Round", "Summary",
+    "Trace", "Round", "Summary", "Counts",
     "sweep", "iter_sweep", "summarize", "best_k", "position_rows", "per_position", "compare_policies", "policy_summary",
     "lossless_lab", "fit_table", "distill", "iter_distill", "distill_lab", "fresh_draft", "compare",
 ]

@@ -24,7 +24,6 @@ that row finished. A batch uses one k for every row (``k_policy='fixed'``), capp
 """
 from __future__ import annotations
 
-import inspect
 import time
 from typing import Iterator
 
@@ -32,10 +31,10 @@ import torch
 from transformers import DynamicCache
 
 from .config import DecodeConfig
-from .decoder import check_window, eos_ids, prompt_list, record_round
-from .drafters import Drafter, ModelDrafter, as_drafter
-from .lm import Stopwatch, model_device
-from .sampling import Verdict, align_vocab, logits_to_probs, point_mass, sample, verify, verify_greedy
+from .decoder import accept, check_window, commit, eos_ids, prompt_list, record_round, run_names
+from .drafters import Drafter, ModelDrafter, Proposal, as_drafter, draft_step, draft_view
+from .lm import Stopwatch, cache_kwarg, model_device
+from .sampling import logits_to_probs
 from .trace import Round, Trace
 
 PAD = 0  # the id fed at padded columns (always masked out, so any id the model can embed)
@@ -54,7 +53,7 @@ class BatchLM:
         self.cols: list[list[int]] = [[] for _ in range(rows)]
         self.last: list[torch.Tensor | None] = [None] * rows
         self._synced = [0] * rows  # ids[b][:_synced[b]] are known to match row b's committed sequence
-        self._cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        self._cache_kw = cache_kwarg(model)
 
     def feed(self, chunks: list[list[int]]) -> torch.Tensor | None:
         """Append chunks[b] to row b, right-aligned; logits (B, W, V), W = the longest chunk (None if 0)."""
@@ -140,7 +139,8 @@ class BatchLM:
 class BatchDecoding:
     """One batched run. Iterate it to get, per batch round, each row's Round (None for finished rows)."""
 
-    def __init__(self, target, draft, prompts: list[torch.Tensor], cfg: DecodeConfig | None = None):
+    def __init__(self, target, draft, prompts: list[torch.Tensor], cfg: DecodeConfig | None = None,
+                 target_name: str | None = None, draft_name: str | None = None):
         cfg = cfg or DecodeConfig()
         if not isinstance(cfg, DecodeConfig):
             raise ValueError(f"cfg must be a specviz.DecodeConfig, got {type(cfg).__name__}")
@@ -156,16 +156,14 @@ class BatchDecoding:
         self.target = BatchLM(target, B)
         self.vocab_size = target.get_output_embeddings().weight.shape[0]
         self.draft_lm = BatchLM(self.drafter.model, B) if isinstance(self.drafter, ModelDrafter) else None
+        self.n_embed = self.drafter.model.get_input_embeddings().weight.shape[0] if self.draft_lm else None
         if self.drafter is not None and self.draft_lm is None:  # model-free: proposals row by row
             self.drafter.start(self.prompts[0], cfg, self.vocab_size, self.target.device)
         self.generators = [torch.Generator(device=self.target.device).manual_seed(cfg.seed + b) for b in range(B)]
         self.committed = [list(p) for p in self.prompts]
         self.live = list(range(B))  # the prompts still generating: live[s] is the models' row s
-        self.traces = [Trace(
-            prompt_ids=list(p), config=cfg, mode="autoregressive" if draft is None else "speculative",
-            target_name=getattr(target.config, "_name_or_path", "") or type(target).__name__,
-            draft_name=self.drafter.name if self.drafter else "", eos_token_ids=eos_ids(target),
-        ) for p in self.prompts]
+        names = run_names(target, self.drafter, target_name, draft_name)
+        self.traces = [Trace.start(p, cfg, *names, eos_ids(target)) for p in self.prompts]
         self._clock = Stopwatch(self.target.device)
 
     def left(self, b: int) -> int:
@@ -207,24 +205,25 @@ class BatchDecoding:
             trace.prefill_s = prefill_s
 
     def _round(self, index: int) -> list[Round | None]:
-        t0, B, cfg = time.perf_counter(), len(self.traces), self.cfg
-        ks = [min(cfg.k, self.left(b) - 1) if self.drafter else 0
-              for b in range(B)]  # never draft past a row's budget (only live rows' ks are used)
+        """draft -> verify -> accept -> commit for every live row; each row's Round (None: finished before)."""
+        t0, cfg = time.perf_counter(), self.cfg
+        ks = {b: min(cfg.k, self.left(b) - 1) if self.drafter else 0 for b in self.live}  # never past the budget
         with self._clock.running():
-            drafted, qs = self._draft(ks)
+            proposals = self._draft(ks)
         draft_s = self._clock.take()
         with self._clock.running():
-            ps, logits = self._verify_pass(drafted)
+            ps, logits = self._verify_pass(proposals)
         target_s = self._clock.take()
-        decided = {}  # row -> what record_round() needs, for every live row
+        decided = {}  # row -> what record_round() needs
         for b in self.live:
-            q = qs[b] if qs[b] is not None else point_mass(drafted[b], ps[b].shape[-1], ps[b].dtype)
-            verdict = self._accept(b, ps[b], logits[b], q, drafted[b])
-            emitted = self._commit(b, drafted[b][: verdict.n_accepted].tolist() + [verdict.next_token])
-            decided[b] = (index, ks[b], drafted[b], q, ps[b], verdict, emitted)
+            q, x = proposals[b].q_on(ps[b].shape[-1], ps[b].dtype), proposals[b].tokens
+            verdict = accept(cfg, ps[b], logits[b], q, x, self.generators[b])
+            emitted = commit(self.committed[b], x[: verdict.n_accepted].tolist() + [verdict.next_token], self.traces[b])
+            decided[b] = (index, ks[b], x, q, ps[b], verdict, emitted)
         self._drop_finished()
         wall_s = time.perf_counter() - t0
-        return [record_round(cfg, *decided[b], draft_s, target_s, wall_s) if b in decided else None for b in range(B)]
+        return [record_round(cfg, *decided[b], draft_s, target_s, wall_s) if b in decided else None
+                for b in range(len(self.traces))]
 
     def _drop_finished(self) -> None:
         """Rows that finished leave both models' batches; columns no row uses any more are cropped."""
@@ -236,68 +235,45 @@ class BatchDecoding:
         if keep:
             self.live = [self.live[s] for s in keep]
 
-    # -- the four steps, every live row at once --------------------------------------------------------
-    def _draft(self, ks: list[int]) -> tuple[list[torch.Tensor], list[torch.Tensor | None]]:
-        """Row b proposes ks[b] tokens: (ks[b],) ids and the (ks[b], V) distributions q they came from."""
-        if self.draft_lm is None:
-            return self._draft_model_free(ks)
-        cfg, B, lm, live = self.cfg, len(ks), self.draft_lm, self.live
-        tokens, qs = [[] for _ in range(B)], [[] for _ in range(B)]
-        ks = list(ks)  # a row whose draft doubts its token (q(x) < cfg.draft_stop) stops: ks[b] = len(tokens[b])
-        # step 0: each drafting row's logits after its committed tokens (lm row s is prompt live[s])
-        logits = [lg if lg is None else lg[-1] for lg in
-                  lm.extend([(self._visible(self.committed[b]), []) if ks[b] else None for b in live])]
-        i = 0
-        while i < max(ks[b] for b in live):  # step i >= 1 feeds x_i of every row still drafting
-            if i:
-                out = lm.feed([self._visible(tokens[b][-1:]) if i < ks[b] else [] for b in live])
-                logits = [out[s, -1] if i < ks[b] else None for s, b in enumerate(live)]
-            for s, b in ((s, b) for s, b in enumerate(live) if i < ks[b]):
-                q = logits_to_probs(align_vocab(logits[s], self.vocab_size), cfg.temperature, cfg.top_k, cfg.top_p)
-                x = int(q.argmax()) if cfg.greedy else int(sample(q, self.generators[b]))
+    # -- the steps, every live row at once ----------------------------------------------------------------
+    def _draft(self, ks: dict[int, int]) -> dict[int, Proposal]:
+        """Row b proposes up to ks[b] tokens, drawing from its own generator as the single-prompt drafter does."""
+        if self.draft_lm is not None:
+            return self._draft_batched(ks)
+        empty = Proposal.of([], [], self.target.device)
+        return {b: self.drafter.propose(self.committed[b], k, self.generators[b]) if k else empty
+                for b, k in ks.items()}
+
+    def _draft_batched(self, ks: dict[int, int]) -> dict[int, Proposal]:
+        """The draft model steps every drafting row together (one batched forward per step); each row then
+        takes its own ``draft_step`` (q, x, stop rule), so a row drafts exactly what ``draft_loop`` would."""
+        cfg, lm, live = self.cfg, self.draft_lm, self.live
+        tokens, qs = {b: [] for b in live}, {b: [] for b in live}
+        going = [b for b in live if ks[b]]
+        out = lm.extend([(self._visible(self.committed[b]), []) if b in going else None for b in live])
+        logits = {b: out[s][-1] for s, b in enumerate(live) if b in going}  # lm row s is prompt live[s]
+        while going:
+            stepped, going = going, []
+            for b in stepped:
+                x, q, go_on = draft_step(logits[b], cfg, self.vocab_size, self.generators[b])
                 tokens[b].append(x)
                 qs[b].append(q)
-                if q[x] < cfg.draft_stop:
-                    ks[b] = i + 1
-            i += 1
-        return ([torch.tensor(t, dtype=torch.long, device=self.target.device) for t in tokens],
-                [torch.stack(q) if q else None for q in qs])
+                if go_on and len(tokens[b]) < ks[b]:
+                    going.append(b)
+            if going:  # feed x_i of every row still drafting
+                out = lm.feed([tokens[b][-1:] if b in going else [] for b in live])
+                logits = {b: out[s, -1] for s, b in enumerate(live) if b in going}
+        return {b: Proposal.of(tokens[b], qs[b], self.target.device) for b in live}
 
-    def _draft_model_free(self, ks):
-        props = [self.drafter.propose(self.committed[b], k, self.generators[b]) if k and b in self.live else None
-                 for b, k in enumerate(ks)]
-        empty = torch.empty(0, dtype=torch.long, device=self.target.device)
-        return [p.tokens if p else empty for p in props], [p.q if p else None for p in props]
-
-    def _verify_pass(self, drafted) -> tuple[list, list]:
-        """ONE target forward over every live row's pending token(s) and drafts: per row p_1..p_{m+1}."""
-        cfg, rows = self.cfg, [None] * len(self.traces)
-        outs = self.target.extend([(self.committed[b], drafted[b].tolist()) for b in self.live])
-        for s, b in enumerate(self.live):
-            rows[b] = outs[s]
-        probs = [lg if lg is None else logits_to_probs(lg, cfg.temperature, cfg.top_k, cfg.top_p) for lg in rows]
-        return probs, rows
-
-    def _accept(self, b: int, p, logits, q, drafted) -> Verdict:
-        if self.cfg.greedy:
-            return verify_greedy(logits, drafted)
-        return verify(p, q, drafted, self.generators[b])
-
-    def _commit(self, b: int, tokens: list[int]) -> list[int]:
-        """Append tokens to row b, stopping after an EOS; returns what was kept."""
-        trace = self.traces[b]
-        for i, t in enumerate(tokens):
-            if t in trace.eos_token_ids:
-                tokens = tokens[: i + 1]
-                trace.stop_reason = "eos"
-                break
-        self.committed[b].extend(tokens)
-        return tokens
+    def _verify_pass(self, proposals: dict[int, Proposal]) -> tuple[dict, dict]:
+        """ONE target forward over every live row's pending token(s) and drafts: per row p_1..p_{m+1}, logits."""
+        cfg = self.cfg
+        outs = self.target.extend([(self.committed[b], proposals[b].tokens.tolist()) for b in self.live])
+        logits = dict(zip(self.live, outs))
+        return {b: logits_to_probs(lg, cfg.temperature, cfg.top_k, cfg.top_p) for b, lg in logits.items()}, logits
 
     def _visible(self, ids: list[int]) -> list[int]:
-        """As ModelDrafter: ids the draft cannot embed (a target's padded vocabulary) are shown as id 0."""
-        n_embed = self.draft_lm.model.get_input_embeddings().weight.shape[0]
-        return ids if n_embed >= self.vocab_size else [i if i < n_embed else 0 for i in ids]
+        return draft_view(ids, self.n_embed, self.vocab_size)
 
 
 def speculative_generate_batch(target, draft, list_of_input_ids: list[torch.Tensor],

@@ -51,6 +51,8 @@ class DecodeConfig:
             raise ValueError(f"top_p must be in (0, 1] (1.0 = off), got {self.top_p!r}")
         if not _is_number(self.draft_stop) or not 0 <= self.draft_stop < 1:
             raise ValueError(f"draft_stop must be in [0, 1) (0 = off), got {self.draft_stop!r}")
+        if not isinstance(self.record, bool):
+            raise ValueError(f"record must be True or False, got {type(self.record).__name__}")
         if self.k_policy not in K_POLICIES:
             raise ValueError(f"k_policy must be one of {K_POLICIES}, got {self.k_policy!r}")
         if self.k_policy != "fixed" and not self.min_k <= self.k <= self.max_k:

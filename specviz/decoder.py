@@ -4,6 +4,8 @@ Each round: draft (the drafter proposes up to k tokens x_i ~ q_i) -> verify (the
 the context plus every proposal in ONE forward pass, giving p_1..p_{k+1}) -> accept (sampling.verify)
 -> commit (append the emitted tokens; caches roll back to the committed prefix on the next sync).
 The autoregressive baseline is the same loop with nothing drafted: one target token per forward.
+``accept``, ``commit`` and ``record_round`` serve batch.py's rows too. specviz/reference.py is the same
+algorithm on one screen (no cache, no recording), pinned to this one by tests.
 """
 from __future__ import annotations
 
@@ -13,19 +15,21 @@ from typing import Iterator
 import torch
 
 from .config import DecodeConfig
-from .drafters import Drafter, Proposal, as_drafter
+from .drafters import Drafter, Proposal, as_drafter, model_name
 from .kpolicy import make_policy
 from .lm import CachedLM, Stopwatch, context_window
-from .sampling import Verdict, beta, logits_to_probs, point_mass, verify, verify_greedy
+from .sampling import Verdict, beta, logits_to_probs, verify, verify_greedy
 from .trace import Round, Trace
 
 RESIDUAL_TOP = 8  # how many residual tokens a round records for the replay
 
 
 class Decoding:
-    """One generation run. Iterate it to get rounds as they happen; ``trace`` fills in as it goes."""
+    """One generation run. Iterate it to get rounds as they happen; ``trace`` fills in as it goes.
+    The trace names the models target_name and draft_name (default: the model's id, the drafter's name)."""
 
-    def __init__(self, target, draft, input_ids: torch.Tensor, cfg: DecodeConfig | None = None):
+    def __init__(self, target, draft, input_ids: torch.Tensor, cfg: DecodeConfig | None = None,
+                 target_name: str | None = None, draft_name: str | None = None):
         cfg = cfg or DecodeConfig()
         if not isinstance(cfg, DecodeConfig):
             raise ValueError(f"cfg must be a specviz.DecodeConfig, got {type(cfg).__name__}")
@@ -36,11 +40,8 @@ class Decoding:
         self.target = CachedLM(target)
         self.generator = torch.Generator(device=self.target.device).manual_seed(cfg.seed)
         self.committed = list(prompt)
-        self.trace = Trace(
-            prompt_ids=list(prompt), config=cfg, mode="autoregressive" if draft is None else "speculative",
-            target_name=getattr(target.config, "_name_or_path", "") or type(target).__name__,
-            draft_name=self.drafter.name if self.drafter else "", eos_token_ids=eos_ids(target),
-        )
+        names = run_names(target, self.drafter, target_name, draft_name)
+        self.trace = Trace.start(prompt, cfg, *names, eos_ids(target))
         self._clock = Stopwatch(self.target.device)
 
     def __iter__(self) -> Iterator[Round]:
@@ -72,6 +73,7 @@ class Decoding:
         self.trace.prefill_s = self._clock.take()
 
     def _round(self, index: int, k: int) -> Round:
+        """draft -> verify -> accept -> commit, timed; returns the round's record."""
         t0 = time.perf_counter()
         with self._clock.running():
             proposal = self._draft(k)
@@ -79,45 +81,43 @@ class Decoding:
         with self._clock.running():
             p, logits = self._verify_pass(proposal.tokens)
         target_s = self._clock.take()
-        verdict = self._accept(p, logits, proposal)
-        emitted = self._commit(proposal.tokens[: verdict.n_accepted].tolist() + [verdict.next_token])
-        return self._record(index, k, proposal, p, verdict, emitted, draft_s, target_s, time.perf_counter() - t0)
+        q, x = proposal.q_on(p.shape[-1], p.dtype), proposal.tokens
+        verdict = accept(self.cfg, p, logits, q, x, self.generator)
+        emitted = commit(self.committed, x[: verdict.n_accepted].tolist() + [verdict.next_token], self.trace)
+        return record_round(self.cfg, index, k, x, q, p, verdict, emitted, draft_s, target_s, time.perf_counter() - t0)
 
-    # -- the four steps ---------------------------------------------------------------------------
     def _draft(self, k: int) -> Proposal:
         if k == 0:
-            return Proposal(torch.empty(0, dtype=torch.long, device=self.target.device), None)
+            return Proposal.of([], [], self.target.device)
         return self.drafter.propose(self.committed, k, self.generator)
 
     def _verify_pass(self, drafted: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """One target forward over the pending token(s) and all drafts: p_1..p_{m+1}, (m+1, V)."""
+        """One target forward over the pending token(s) and all drafts: p_1..p_{m+1}, (m+1, V), and the logits."""
         logits = self.target.extend(self.committed, drafted.tolist())
         cfg = self.cfg
         return logits_to_probs(logits, cfg.temperature, cfg.top_k, cfg.top_p), logits
 
-    def _accept(self, p: torch.Tensor, logits: torch.Tensor, proposal: Proposal) -> Verdict:
-        if self.cfg.greedy:
-            return verify_greedy(logits, proposal.tokens)
-        return verify(p, self._q(proposal, p), proposal.tokens, self.generator)
 
-    def _commit(self, tokens: list[int]) -> list[int]:
-        """Append tokens to the committed sequence, stopping after an EOS; returns what was kept."""
-        eos = self.trace.eos_token_ids
-        for i, t in enumerate(tokens):
-            if t in eos:
-                tokens = tokens[: i + 1]
-                self.trace.stop_reason = "eos"
-                break
-        self.committed.extend(tokens)
-        return tokens
+# -- the steps both decoders share (batch.py runs them per row) ----------------------------------------
+def accept(cfg: DecodeConfig, p: torch.Tensor, logits: torch.Tensor, q: torch.Tensor, x: torch.Tensor,
+           generator: torch.Generator | None) -> Verdict:
+    """The accept step for drafts x (m,): greedy keeps x_i while it is the target's argmax (logits (m+1, V));
+    sampling keeps x_i while u_i < min(1, p_i(x_i) / q_i(x_i)), then draws the residual or bonus token."""
+    if cfg.greedy:
+        return verify_greedy(logits, x)
+    return verify(p, q, x, generator)
 
-    # -- recording --------------------------------------------------------------------------------
-    def _q(self, proposal: Proposal, p: torch.Tensor) -> torch.Tensor:
-        return proposal.q if proposal.q is not None else point_mass(proposal.tokens, p.shape[-1], p.dtype)
 
-    def _record(self, index, k, proposal, p, verdict, emitted, draft_s, target_s, wall_s) -> Round:
-        q = self._q(proposal, p) if self.cfg.record else None
-        return record_round(self.cfg, index, k, proposal.tokens, q, p, verdict, emitted, draft_s, target_s, wall_s)
+def commit(committed: list[int], tokens: list[int], trace: Trace) -> list[int]:
+    """The commit step: append the round's tokens to committed, cut after an EOS (which ends the run:
+    trace.stop_reason = "eos"); returns what was kept. Caches roll back to committed on their next sync."""
+    for i, t in enumerate(tokens):
+        if t in trace.eos_token_ids:
+            tokens = tokens[: i + 1]
+            trace.stop_reason = "eos"
+            break
+    committed.extend(tokens)
+    return tokens
 
 
 def record_round(cfg: DecodeConfig, index, k, x, q, p, verdict, emitted, draft_s, target_s, wall_s) -> Round:
@@ -189,6 +189,13 @@ def check_window(prompt: list[int], cfg: DecodeConfig, target, drafter: Drafter 
                 f"prompt ({len(prompt)} tokens) + max_new_tokens ({cfg.max_new_tokens}) = {need} exceeds the "
                 f"{who}'s context window of {window} tokens: shorten the prompt or lower max_new_tokens"
             )
+
+
+def run_names(target, drafter: Drafter | None, target_name: str | None = None,
+              draft_name: str | None = None) -> tuple[str, str | None]:
+    """(target name, draft name) for a trace, the given ones first; no drafter: None (autoregressive)."""
+    target_name = target_name or model_name(target)
+    return target_name, None if drafter is None else (draft_name or drafter.name)
 
 
 def eos_ids(model) -> list[int]:

@@ -3,16 +3,21 @@
 A drafter is a function of the committed context: ``propose(committed, k, generator)``
 returns up to k token ids and the distribution q each was drawn from (None for a point mass,
 i.e. a deterministic proposal). It keeps whatever cache it likes in step with ``committed``.
+
+Every drafter that drafts from a q uses the same loop (``draft_loop``), one ``draft_step`` per token:
+q_i from the draft's logits (processed as the target's), x_i ~ q_i (greedy: argmax), and the stop rule:
+drafting ends after the first x_i with q_i(x_i) < cfg.draft_stop (transformers' assistant_confidence_threshold).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
 from .config import DecodeConfig
 from .lm import CachedLM, context_window
-from .sampling import align_vocab, logits_to_probs, sample
+from .sampling import align_vocab, logits_to_probs, point_mass, sample
 
 
 @dataclass(frozen=True)
@@ -20,9 +25,50 @@ class Proposal:
     tokens: torch.Tensor  # (m,) m <= k
     q: torch.Tensor | None  # (m, V) the distributions the tokens were drawn from; None = point masses
 
+    @classmethod
+    def of(cls, tokens: list[int], qs: list[torch.Tensor], device) -> "Proposal":
+        """From the drafted ids and their q rows (V,) each; no tokens: an empty proposal."""
+        return cls(torch.tensor(tokens, dtype=torch.long, device=device), torch.stack(qs) if qs else None)
+
+    def q_on(self, vocab_size: int, dtype=torch.float32) -> torch.Tensor:
+        """q over the vocabulary, (m, V): the drafted-from distributions as they are (dtype applies only to
+        point masses), or onehot(x_i) for a deterministic proposal, which verify then accepts with p(x_i)."""
+        return self.q if self.q is not None else point_mass(self.tokens, vocab_size, dtype)
+
+
+def draft_step(logits: torch.Tensor, cfg: DecodeConfig, vocab_size: int,
+               generator: torch.Generator | None) -> tuple[int, torch.Tensor, bool]:
+    """One drafted token from the draft's logits (V',): (x, q, go_on). q (V,) is processed by the run's
+    temperature / top-k / top-p like the target's p; x = argmax q (greedy) or x ~ q; go_on is False once the
+    draft doubts its own token, q(x) < cfg.draft_stop (the stop depends on the draft alone: still lossless)."""
+    q = logits_to_probs(align_vocab(logits, vocab_size), cfg.temperature, cfg.top_k, cfg.top_p)
+    x = int(q.argmax()) if cfg.greedy else int(sample(q, generator))
+    return x, q, bool(q[x] >= cfg.draft_stop)
+
+
+def draft_loop(next_logits: Callable[[list[int]], torch.Tensor], k: int, cfg: DecodeConfig, vocab_size: int,
+               generator: torch.Generator | None, device) -> Proposal:
+    """Up to k tokens x_1, x_2, ... drafted one ``draft_step`` at a time; ``next_logits(drafted)`` is the
+    draft's logits for the position after the context and the tokens drafted so far."""
+    tokens, qs = [], []
+    for _ in range(k):
+        x, q, go_on = draft_step(next_logits(tokens), cfg, vocab_size, generator)
+        tokens.append(x)
+        qs.append(q)
+        if not go_on:  # the draft doubts its token: verify what it has
+            break
+    return Proposal.of(tokens, qs, device)
+
+
+def draft_view(ids: list[int], n_embed: int, vocab_size: int) -> list[int]:
+    """The context as a draft with n_embed embedding rows sees it: ids it cannot embed (rows of a target's
+    padded vocabulary) become id 0. Any draft context keeps sampling lossless; only acceptance can suffer."""
+    return ids if n_embed >= vocab_size else [i if i < n_embed else 0 for i in ids]
+
 
 class Drafter:
-    """Base class: model-free drafters override ``propose``; ``start`` resets per-run state."""
+    """Base class: drafters override ``propose`` (those that draft from a q through ``draft_loop``);
+    ``start`` resets per-run state."""
 
     name = "drafter"
     window: int | None = None  # context positions the drafter can use (None: unbounded)
@@ -42,7 +88,7 @@ class ModelDrafter(Drafter):
 
     def __init__(self, model, name: str | None = None):
         self.model = model
-        self.name = name or getattr(model.config, "_name_or_path", "") or type(model).__name__
+        self.name = name or model_name(model)
         self.window = context_window(model)
 
     def start(self, prompt, cfg, vocab_size, device):
@@ -54,25 +100,15 @@ class ModelDrafter(Drafter):
         self.lm.feed(self._visible(prompt))  # its last logits are q_1 of the first round
 
     def _visible(self, ids: list[int]) -> list[int]:
-        """Ids the draft cannot embed (a target's padded vocabulary rows) are shown to it as id 0.
-        Any draft context keeps sampling lossless; only the acceptance rate can suffer."""
-        if self.n_embed >= self.vocab_size:
-            return ids
-        return [i if i < self.n_embed else 0 for i in ids]
+        return draft_view(ids, self.n_embed, self.vocab_size)
 
     def propose(self, committed, k, generator):
-        cfg, tokens, qs = self.cfg, [], []
-        logits = self.lm.extend(self._visible(committed), [])[-1]
-        for i in range(k):
-            if i:
-                logits = self.lm.feed([tokens[-1]])[-1]
-            q = logits_to_probs(align_vocab(logits, self.vocab_size), cfg.temperature, cfg.top_k, cfg.top_p)
-            tokens.append(int(q.argmax()) if cfg.greedy else int(sample(q, generator)))
-            qs.append(q)
-            if q[tokens[-1]] < cfg.draft_stop:  # the draft doubts its own token: verify what it has
-                break
-        q = torch.stack(qs) if qs else None
-        return Proposal(torch.tensor(tokens, dtype=torch.long, device=self.device), q)
+        def next_logits(drafted: list[int]) -> torch.Tensor:  # (V',) after committed + drafted
+            if not drafted:
+                return self.lm.extend(self._visible(committed), [])[-1]
+            return self.lm.feed(drafted[-1:])[-1]  # q(x) > 0: x is one of the draft's own rows
+
+        return draft_loop(next_logits, k, self.cfg, self.vocab_size, generator, self.device)
 
 
 class PromptLookupDrafter(Drafter):
@@ -103,6 +139,11 @@ def lookup_continuation(ids: list[int], k: int, max_ngram: int, min_ngram: int) 
             start = int(hits[-1]) + n
             return ids[start:start + k]
     return []
+
+
+def model_name(model) -> str:
+    """What a trace calls a transformers model: its hub id or path, else its class name."""
+    return getattr(model.config, "_name_or_path", "") or type(model).__name__
 
 
 def as_drafter(draft) -> Drafter:

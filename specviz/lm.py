@@ -13,6 +13,14 @@ import torch
 from transformers import DynamicCache
 
 
+def cache_kwarg(model) -> str:
+    """The keyword the model's forward takes its KV cache by: ``cache`` where the installed transformers has it
+    (``past_key_values`` is deprecated, to be removed in 5.40), else ``past_key_values``. Read from the class,
+    so a wrapper that forwards ``**kwargs`` (as tests install on an instance) does not hide it."""
+    forward = getattr(type(model), "forward", None) or model.forward
+    return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
+
+
 class CachedLM:
     """Wraps a transformers causal LM; ``ids`` are the tokens whose keys/values are in the cache and
     ``last_logits`` the logits after ids[-1] (kept until a rollback), so a fully cached context costs
@@ -25,7 +33,7 @@ class CachedLM:
         self.ids: list[int] = []
         self.last_logits: torch.Tensor | None = None
         self._synced = 0  # ids[:_synced] are known to match the committed sequence
-        self._cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        self._cache_kw = cache_kwarg(model)
 
     @property
     def vocab_size(self) -> int:

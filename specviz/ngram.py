@@ -14,8 +14,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from .drafters import Drafter, Proposal
-from .sampling import align_vocab, logits_to_probs, sample
+from .drafters import Drafter, draft_loop
 
 
 class NGramModel:
@@ -92,17 +91,12 @@ class NGramDrafter(Drafter):
         self.model, self.name = model, name
 
     def propose(self, committed, k, generator):
-        cfg, context, tokens, qs = self.cfg, list(committed), [], []
-        for _ in range(k):
-            logq = self.model.distribution(context).log().to(self.device)
-            q = logits_to_probs(align_vocab(logq, self.vocab_size), cfg.temperature, cfg.top_k, cfg.top_p)
-            x = int(q.argmax()) if cfg.greedy else int(sample(q, generator))
-            tokens.append(x)
-            qs.append(q)
-            context.append(x)
-        q = torch.stack(qs) if qs else None
-        return Proposal(torch.tensor(tokens, dtype=torch.long, device=self.device), q)
+        history = committed[max(0, len(committed) - self.model.order + 1):]  # all that q(. | h) reads
 
+        def next_logits(drafted: list[int]) -> torch.Tensor:  # log q(. | history + drafted), (V,)
+            return self.model.distribution(history + drafted).log().to(self.device)
+
+        return draft_loop(next_logits, k, self.cfg, self.vocab_size, generator, self.device)
 
 
 def _compact(keys: torch.Tensor, span: int) -> torch.Tensor:

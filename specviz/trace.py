@@ -64,6 +64,71 @@ class Summary:
     per_position: tuple[float, ...]  # P(position i accepted | position i drafted)
 
 
+@dataclass(frozen=True)
+class Counts:
+    """What rounds add up to; ``+`` sums two (several runs: ``sum((t.counts() for t in traces), Counts())``).
+    Rates are derived, so an aggregate's rates are pooled over its rounds, not averages of per-run rates."""
+
+    rounds: int = 0
+    new_tokens: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    target_passes: int = 0  # target forwards the rounds ran (see target_passes)
+    draft_s: float = 0.0
+    target_s: float = 0.0
+    total_s: float = 0.0  # wall time of the runs, prefill and bookkeeping included
+    beta_sum: float = 0.0  # sum of beta over verified positions
+    beta_n: int = 0  # verified positions with a beta
+    drafted_at: tuple[int, ...] = ()  # [i]: rounds that drafted position i
+    accepted_at: tuple[int, ...] = ()  # [i]: rounds that accepted position i (same length as drafted_at)
+
+    @classmethod
+    def of(cls, rounds, total_s: float = 0.0) -> "Counts":
+        rounds = list(rounds)
+        betas = [b for r in rounds for b in r.beta if b is not None]
+        depth = range(max((len(r.drafted) for r in rounds), default=0))
+        return cls(
+            rounds=len(rounds), new_tokens=sum(len(r.emitted) for r in rounds),
+            drafted=sum(len(r.drafted) for r in rounds), accepted=sum(r.n_accepted for r in rounds),
+            target_passes=target_passes(rounds), draft_s=sum(r.draft_s for r in rounds),
+            target_s=sum(r.target_s for r in rounds), total_s=total_s, beta_sum=sum(betas), beta_n=len(betas),
+            drafted_at=tuple(sum(len(r.drafted) > i for r in rounds) for i in depth),
+            accepted_at=tuple(sum(r.n_accepted > i for r in rounds) for i in depth),
+        )
+
+    def __add__(self, other: "Counts") -> "Counts":
+        if not isinstance(other, Counts):
+            return NotImplemented
+        return Counts(**{f.name: _plus(getattr(self, f.name), getattr(other, f.name)) for f in fields(self)})
+
+    def __radd__(self, other):  # sum() without a start value begins with 0
+        return self if other == 0 else NotImplemented
+
+    @property
+    def acceptance_rate(self) -> float:  # accepted / drafted
+        return _ratio(self.accepted, self.drafted)
+
+    @property
+    def alpha(self) -> float:  # mean beta over verified positions: Leviathan's alpha, estimated
+        return _ratio(self.beta_sum, self.beta_n)
+
+    @property
+    def tau(self) -> float:  # tokens emitted per round, bonus included
+        return _ratio(self.new_tokens, self.rounds)
+
+    @property
+    def target_forwards_per_token(self) -> float:
+        return _ratio(self.target_passes, self.new_tokens)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return _ratio(self.new_tokens, self.total_s)
+
+    @property
+    def per_position(self) -> tuple[float, ...]:  # P(position i accepted | position i drafted)
+        return tuple(_ratio(a, d) for a, d in zip(self.accepted_at, self.drafted_at))
+
+
 @dataclass
 class Trace:
     prompt_ids: list[int]
@@ -78,26 +143,28 @@ class Trace:
     stop_reason: str = ""  # "eos", "length" or "" while running
     token_text: dict[int, str] = field(default_factory=dict)  # id -> text, for replay without a tokenizer
 
+    @classmethod
+    def start(cls, prompt_ids: list[int], config: DecodeConfig, target_name: str, draft_name: str | None,
+              eos_token_ids: list[int]) -> "Trace":
+        """The empty trace of a run about to start; draft_name None: an autoregressive run (nothing drafted)."""
+        mode = "autoregressive" if draft_name is None else "speculative"
+        return cls(prompt_ids=list(prompt_ids), config=config, mode=mode, target_name=target_name,
+                   draft_name=draft_name or "", eos_token_ids=list(eos_token_ids))
+
     @property
     def new_tokens(self) -> list[int]:
         return [t for r in self.rounds for t in r.emitted]
 
+    def counts(self) -> Counts:
+        return Counts.of(self.rounds, self.total_s)
+
     def summary(self) -> Summary:
-        rs = self.rounds
-        drafted = sum(len(r.drafted) for r in rs)
-        accepted = sum(r.n_accepted for r in rs)
-        betas = [b for r in rs for b in r.beta if b is not None]
-        n_new = sum(len(r.emitted) for r in rs)
-        depth = max((len(r.drafted) for r in rs), default=0)
-        per_position = tuple(
-            _ratio(sum(r.n_accepted > i for r in rs), sum(len(r.drafted) > i for r in rs)) for i in range(depth)
-        )
+        c = self.counts()
         return Summary(
-            rounds=len(rs), new_tokens=n_new, drafted=drafted, accepted=accepted,
-            acceptance_rate=_ratio(accepted, drafted), alpha=_ratio(sum(betas), len(betas)),
-            tau=_ratio(n_new, len(rs)), target_forwards_per_token=_ratio(target_passes(rs), n_new),
-            tokens_per_s=_ratio(n_new, self.total_s), draft_s=sum(r.draft_s for r in rs),
-            target_s=sum(r.target_s for r in rs), total_s=self.total_s, per_position=per_position,
+            rounds=c.rounds, new_tokens=c.new_tokens, drafted=c.drafted, accepted=c.accepted,
+            acceptance_rate=c.acceptance_rate, alpha=c.alpha, tau=c.tau,
+            target_forwards_per_token=c.target_forwards_per_token, tokens_per_s=c.tokens_per_s,
+            draft_s=c.draft_s, target_s=c.target_s, total_s=c.total_s, per_position=c.per_position,
         )
 
     def text(self, token: int) -> str:
@@ -124,12 +191,15 @@ class Trace:
 
     @classmethod
     def from_json(cls, text: str) -> "Trace":
+        """The trace ``to_json`` wrote, every field checked (imported traces are rendered into HTML): a wrong
+        type, an unknown mode or stop_reason, unequal per-token lists, n_accepted out of range: a ValueError."""
         try:
             data = json.loads(text)
             if not isinstance(data, dict) or data.pop("schema", None) != SCHEMA:
                 raise ValueError(f"not a specviz trace (expected schema {SCHEMA!r})")
-            data["config"] = DecodeConfig(**data["config"])
-            data["rounds"] = [_round_from_dict(r) for r in data["rounds"]]
+            _check_fields(data, TRACE_FIELDS, "", required=("prompt_ids", "config", "rounds"))
+            cfg = data["config"] = DecodeConfig(**data["config"])
+            data["rounds"] = [_round_from_dict(r, f"rounds[{i}].", cfg) for i, r in enumerate(data["rounds"])]
             data["token_text"] = {int(k): v for k, v in data.get("token_text", {}).items()}
             return cls(**data)
         except (KeyError, TypeError, AttributeError, json.JSONDecodeError) as e:
@@ -141,10 +211,10 @@ FRAME_COLUMNS = ["round", "k", "position", "token", "text", "status", "drafted",
 
 
 def target_passes(rounds) -> int:
-    """The target forward passes the rounds made: one each, except a first round that drafted nothing
-    (an autoregressive run's, or a drafter with no proposal), which the prefill's last logits serve."""
-    rounds = list(rounds)
-    return len(rounds) - (1 if rounds and rounds[0].index == 0 and not rounds[0].drafted else 0)
+    """The target forward passes the rounds made: one each, except a first round (index 0) that drafted
+    nothing (an autoregressive run's, or a drafter with no proposal), which the prefill's last logits serve.
+    Counted round by round, so the passes of several runs' rounds add up."""
+    return sum(not (r.index == 0 and not r.drafted) for r in rounds)
 
 
 def _row(trace, r, i, token, status, drafted, p, q, accept_prob, u, beta):
@@ -152,13 +222,78 @@ def _row(trace, r, i, token, status, drafted, p, q, accept_prob, u, beta):
     return [r.index, r.k, i, token, trace.text(token), status, drafted, p, q, ratio, accept_prob, u, beta]
 
 
-def _round_from_dict(d: dict) -> Round:
-    names = {f.name for f in fields(Round)}
-    if set(d) != names:
-        raise ValueError(f"round fields differ: missing {sorted(names - set(d))}, unexpected {sorted(set(d) - names)}")
-    d = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
+# -- the JSON schema: every field's kind, and what each kind admits ------------------------------------------
+MODES, STOP_REASONS = ("speculative", "autoregressive"), ("eos", "length", "")
+TRACE_FIELDS = dict(prompt_ids="ids", config="object", mode="mode", target_name="string", draft_name="string",
+                    eos_token_ids="ids", rounds="objects", prefill_s="number", total_s="number",
+                    stop_reason="stop_reason", token_text="token_text")
+ROUND_FIELDS = dict(index="count", k="count", drafted="ids", q="numbers", p="numbers", accept_prob="numbers",
+                    u="numbers?", beta="numbers?", n_accepted="count", emitted="ids", resampled="id?", bonus="id?",
+                    next_p="number", residual_top="residual_top", draft_s="number", target_s="number", wall_s="number")
+
+
+def _is_count(v) -> bool:  # an index, a count or a token id
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _is_num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _list_of(ok):
+    return lambda v: isinstance(v, list) and all(ok(x) for x in v)
+
+
+KINDS = {  # kind: (check, what the message says it must be)
+    "count": (_is_count, "an integer >= 0"),
+    "id?": (lambda v: v is None or _is_count(v), "a token id or null"),
+    "number": (_is_num, "a number"),
+    "string": (lambda v: isinstance(v, str), "a string"),
+    "object": (lambda v: isinstance(v, dict), "an object"),
+    "ids": (_list_of(_is_count), "a list of token ids"),
+    "numbers": (_list_of(_is_num), "a list of numbers"),
+    "numbers?": (_list_of(lambda x: x is None or _is_num(x)), "a list of numbers or nulls"),
+    "objects": (_list_of(lambda v: isinstance(v, dict)), "a list of objects"),
+    "mode": (lambda v: v in MODES, f"one of {MODES}"),
+    "stop_reason": (lambda v: v in STOP_REASONS, f"one of {STOP_REASONS}"),
+    "token_text": (lambda v: isinstance(v, dict) and all(k.isascii() and k.isdigit() and isinstance(s, str)
+                                                         for k, s in v.items()), 'an object {"token id": "text"}'),
+    "residual_top": (_list_of(lambda r: isinstance(r, list) and len(r) == 4 and _is_count(r[0])
+                              and all(map(_is_num, r[1:]))), "a list of [token, residual, p, q] rows"),
+}
+
+
+def _check_fields(d: dict, kinds: dict, where: str, required=()) -> None:
+    unexpected, missing = sorted(set(d) - set(kinds)), sorted(set(required) - set(d))
+    if unexpected or missing:
+        where = where or "trace "
+        raise ValueError(f"malformed trace JSON: {where}fields differ: missing {missing}, unexpected {unexpected}")
+    for name, value in d.items():
+        ok, what = KINDS[kinds[name]]
+        if not ok(value):  # the type, never the value, goes into the message: it may be markup
+            raise ValueError(f"malformed trace JSON: {where}{name} must be {what}, got {type(value).__name__}")
+
+
+def _round_from_dict(d: dict, where: str, cfg: DecodeConfig) -> Round:
+    _check_fields(d, ROUND_FIELDS, where, required=ROUND_FIELDS)
+    m, n, k = len(d["drafted"]), d["n_accepted"], d["k"]
+    for name in ("q", "p", "accept_prob", "u", "beta"):  # one entry per drafted token (none if not recorded)
+        if len(d[name]) != m and (cfg.record or d[name]):
+            raise ValueError(f"malformed trace JSON: {where}{name} has {len(d[name])} entries, drafted has {m}")
+    if n > m or m > k:
+        what = f"n_accepted ({n}) exceeds the drafted tokens ({m})" if n > m else f"drafted ({m}) exceeds k ({k})"
+        raise ValueError(f"malformed trace JSON: {where}{what}")
+    d = {key: tuple(v) if isinstance(v, list) else v for key, v in d.items()}
     d["residual_top"] = tuple(tuple(t) for t in d["residual_top"])
     return Round(**d)
+
+
+def _plus(a, b):
+    """a + b; tuples (per-position counts) elementwise, the shorter padded with zeros."""
+    if not isinstance(a, tuple):
+        return a + b
+    n = max(len(a), len(b))
+    return tuple(x + y for x, y in zip(a + (0,) * (n - len(a)), b + (0,) * (n - len(b))))
 
 
 def _ratio(a: float, b: float) -> float:

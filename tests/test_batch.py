@@ -4,6 +4,7 @@ import torch
 
 from specviz import DecodeConfig, PromptLookupDrafter, autoregressive_generate, speculative_generate
 from specviz.batch import BatchDecoding, autoregressive_generate_batch, speculative_generate_batch
+from specviz.drafters import draft_view
 from tests.helpers.models import perturbed, reference_greedy, tiny_gpt2, tiny_llama
 from tests.helpers.stats import chi2_pvalue, exact_first_two
 
@@ -110,7 +111,8 @@ def test_each_row_is_lossless(k, extra):
 # -- caches, EOS, budget ------------------------------------------------------------------------------
 def assert_caches_match_recompute(run):
     """Every live row's cached logits (both models) equal a full recompute of its committed tokens."""
-    for lm, visible in ((run.target, lambda ids: ids), (run.draft_lm, run._visible)):
+    as_draft_sees = lambda ids: draft_view(ids, run.n_embed, run.vocab_size)  # noqa: E731
+    for lm, visible in ((run.target, lambda ids: ids), (run.draft_lm, as_draft_sees)):
         assert lm.mask.shape[0] == len(lm.ids) == len(run.live)  # finished rows have left the batch
         outs = lm.extend([(visible(run.committed[b]), []) for b in run.live])
         for s, b in enumerate(run.live):

@@ -241,3 +241,55 @@ def test_presets_run_and_greedy_ones_are_exact(name, prompt):
     assert len(trace.new_tokens) == 20
     if cfg.greedy:
         assert trace.new_tokens == reference_greedy(SHARP_LLAMA, prompt, 20)
+
+
+# -- transformers' cache keyword ----------------------------------------------------------------------
+@pytest.mark.parametrize("make", [tiny_llama, tiny_gpt2], ids=["llama", "gpt2"])
+def test_cache_keyword_is_the_current_one_even_behind_a_wrapper(make, prompt):
+    """transformers 5 renamed past_key_values= to cache= (the old name warns, and goes in 5.40): the decoders
+    pass the new name, also when an instance wrapper that forwards **kwargs (as these tests install) hides it."""
+    import inspect
+    import warnings
+
+    from specviz.lm import cache_kwarg
+
+    model = make(seed=3)
+    forward = model.forward
+    model.forward = lambda input_ids=None, **kw: forward(input_ids=input_ids, **kw)
+    expected = "cache" if "cache" in inspect.signature(type(model).forward).parameters else "past_key_values"
+    assert cache_kwarg(model) == expected
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        speculative_generate(model, perturbed(model, 0.3), prompt, DecodeConfig(k=2, max_new_tokens=6))
+
+
+# -- the shared steps and the trace's names ------------------------------------------------------------
+def test_commit_cuts_after_eos_by_hand():
+    from specviz.decoder import commit
+    from specviz.trace import Trace
+
+    trace = Trace.start([1, 2], DecodeConfig(), "t", "d", eos_token_ids=[9])
+    committed = [1, 2]
+    assert commit(committed, [3, 4], trace) == [3, 4] and committed == [1, 2, 3, 4] and trace.stop_reason == ""
+    assert commit(committed, [5, 9, 6], trace) == [5, 9] and committed == [1, 2, 3, 4, 5, 9]
+    assert trace.stop_reason == "eos"
+
+
+def new_trace(target, draft, prompt, batched, **names):
+    from specviz.batch import BatchDecoding
+
+    cfg = DecodeConfig(k=2, max_new_tokens=3)
+    return BatchDecoding(target, draft, [prompt], cfg, **names).traces[0] if batched else \
+        Decoding(target, draft, prompt, cfg, **names).trace
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_traces_name_the_models_they_are_given(llama, prompt, batched):
+    lookup = PromptLookupDrafter()
+    named = new_trace(llama, lookup, prompt, batched, target_name="my-target", draft_name="my-draft")
+    assert (named.target_name, named.draft_name, named.mode) == ("my-target", "my-draft", "speculative")
+    default = new_trace(llama, lookup, prompt, batched)
+    assert (default.target_name, default.draft_name) == ("LlamaForCausalLM", lookup.name)
+    plain = new_trace(llama, None, prompt, batched, target_name="my-target", draft_name="ignored")
+    assert (plain.target_name, plain.draft_name, plain.mode) == ("my-target", "", "autoregressive")
+    assert plain.prompt_ids == prompt[0].tolist() and plain.rounds == [] and plain.config.max_new_tokens == 3

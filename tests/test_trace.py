@@ -1,9 +1,10 @@
 """Trace records: hand-computed summaries, the frame, the JSON round trip, malformed input."""
 import json
+from dataclasses import fields
 
 import pytest
 
-from specviz import DecodeConfig, PromptLookupDrafter, Round, Trace, speculative_generate
+from specviz import Counts, DecodeConfig, PromptLookupDrafter, Round, Trace, speculative_generate
 
 
 def rnd(index, drafted, n_accepted, emitted, k=None, u=None, beta=None, bonus=None, resampled=None):
@@ -75,3 +76,113 @@ def test_tampered_round_is_a_value_error():
     data["config"]["k"] = -3
     with pytest.raises(ValueError, match="k must be"):
         Trace.from_json(json.dumps(data))
+
+
+# -- Counts: what rounds add up to -----------------------------------------------------------------------
+def test_counts_by_hand():
+    c = hand_trace().counts()
+    assert (c.rounds, c.new_tokens, c.drafted, c.accepted, c.target_passes, c.beta_n) == (3, 9, 10, 6, 3, 8)
+    assert (c.draft_s, c.target_s, c.total_s) == pytest.approx((0.03, 0.06, 0.5))
+    assert c.beta_sum == pytest.approx(0.6 + 0.5 + 0.4 + 4 * 0.9 + 0.2)
+    assert c.drafted_at == (3, 3, 2, 2) and c.accepted_at == (2, 2, 1, 1)  # rounds drafting / accepting position i
+    assert (c.acceptance_rate, c.alpha, c.tau) == pytest.approx((6 / 10, 5.3 / 8, 9 / 3))
+    assert (c.target_forwards_per_token, c.tokens_per_s) == pytest.approx((3 / 9, 9 / 0.5))
+    assert c.per_position == pytest.approx((2 / 3, 2 / 3, 1 / 2, 1 / 2))
+    assert Counts().acceptance_rate == Counts().alpha == Counts().tokens_per_s == 0.0 and Counts().per_position == ()
+
+
+def autoregressive_trace():
+    # the first round drafted nothing: the prefill served it, no target pass; then one pass a token
+    rounds = [rnd(0, [], 0, [4], bonus=4), rnd(1, [], 0, [5], bonus=5), rnd(2, [], 0, [6], bonus=6)]
+    return Trace(prompt_ids=[0], config=DecodeConfig(), mode="autoregressive", rounds=rounds, total_s=0.25)
+
+
+def assert_counts_equal(a: Counts, b: Counts):
+    for f in fields(Counts):  # ints exactly, float sums up to rounding
+        assert getattr(a, f.name) == pytest.approx(getattr(b, f.name)), f.name
+
+
+def test_counts_add_as_their_rounds_concatenated():
+    a, b = hand_trace(), autoregressive_trace()
+    assert b.counts().target_passes == 2
+    both = Counts.of(a.rounds + b.rounds, a.total_s + b.total_s)
+    assert_counts_equal(a.counts() + b.counts(), both)
+    assert_counts_equal(b.counts() + a.counts(), both)  # per-position tuples of different lengths pad
+    assert_counts_equal(sum([a.counts(), b.counts()], Counts()), both)
+    assert sum([a.counts(), b.counts()]) == a.counts() + b.counts()
+    assert Counts() + a.counts() == a.counts()
+    assert both.target_passes == 3 + 2 and both.per_position == pytest.approx((2 / 3, 2 / 3, 1 / 2, 1 / 2))
+
+
+def test_summary_rates_are_the_counts_rates(llama, prompt):
+    trace = speculative_generate(llama, llama, prompt, DecodeConfig(k=3, max_new_tokens=20))
+    s, c = trace.summary(), trace.counts()
+    assert (s.acceptance_rate, s.alpha, s.tau, s.per_position) == (c.acceptance_rate, c.alpha, c.tau, c.per_position)
+    assert (s.target_forwards_per_token, s.tokens_per_s, s.drafted, s.total_s) == \
+        (c.target_forwards_per_token, c.tokens_per_s, c.drafted, c.total_s)
+
+
+# -- from_json checks every field: imported traces are rendered into HTML --------------------------------
+def tampered(scope: str, field: str, value) -> str:
+    data = json.loads(hand_trace().to_json())
+    (data["rounds"][0] if scope == "round" else data)[field] = value
+    return json.dumps(data)
+
+
+@pytest.mark.parametrize("scope,field,value,match", [
+    ("round", "q", [0.5, 0.5, 0.5], r"rounds\[0\]\.q has 3 entries, drafted has 4"),
+    ("round", "p", [0.25] * 5, r"rounds\[0\]\.p has 5 entries, drafted has 4"),
+    ("round", "accept_prob", [], r"rounds\[0\]\.accept_prob has 0 entries"),
+    ("round", "u", [0.1, 0.2], r"rounds\[0\]\.u has 2 entries"),
+    ("round", "beta", [0.6, 0.5, 0.4, None, None], r"rounds\[0\]\.beta has 5 entries"),
+    ("round", "n_accepted", 5, r"rounds\[0\]\.n_accepted \(5\) exceeds the drafted tokens \(4\)"),
+    ("round", "n_accepted", -1, r"rounds\[0\]\.n_accepted must be an integer >= 0, got int"),
+    ("round", "n_accepted", True, r"rounds\[0\]\.n_accepted must be an integer >= 0, got bool"),
+    ("round", "k", 3, r"rounds\[0\]\.drafted \(4\) exceeds k \(3\)"),
+    ("round", "k", "4", r"rounds\[0\]\.k must be an integer >= 0, got str"),
+    ("round", "index", 1.5, r"rounds\[0\]\.index must be an integer >= 0, got float"),
+    ("round", "drafted", [1, "<script>", 3, 4], r"rounds\[0\]\.drafted must be a list of token ids, got list"),
+    ("round", "emitted", [1, 2.0, 9], r"rounds\[0\]\.emitted must be a list of token ids"),
+    ("round", "q", [0.5, "<b>x</b>", 0.5, 0.5], r"rounds\[0\]\.q must be a list of numbers, got list"),
+    ("round", "u", [0.1, 0.2, "0.9", None], r"rounds\[0\]\.u must be a list of numbers or nulls"),
+    ("round", "resampled", "9", r"rounds\[0\]\.resampled must be a token id or null, got str"),
+    ("round", "next_p", None, r"rounds\[0\]\.next_p must be a number, got NoneType"),
+    ("round", "residual_top", [[7, "<img>", 0.3, 0.1]], r"rounds\[0\]\.residual_top must be a list of \[token"),
+    ("round", "residual_top", [[7, 0.6, 0.3]], r"rounds\[0\]\.residual_top must be"),
+    ("trace", "mode", "<img src=x onerror=alert(1)>", r"mode must be one of \('speculative', 'autoregressive'\)"),
+    ("trace", "stop_reason", "crashed", r"stop_reason must be one of \('eos', 'length', ''\), got str"),
+    ("trace", "target_name", ["<b>"], r"target_name must be a string, got list"),
+    ("trace", "draft_name", 3, r"draft_name must be a string, got int"),
+    ("trace", "prompt_ids", [0, "1"], r"prompt_ids must be a list of token ids"),
+    ("trace", "eos_token_ids", 2, r"eos_token_ids must be a list of token ids, got int"),
+    ("trace", "token_text", {"one": "a"}, r"token_text must be an object \{\"token id\": \"text\"\}"),
+    ("trace", "token_text", {"1": 5}, r"token_text must be an object"),
+    ("trace", "total_s", "fast", r"total_s must be a number, got str"),
+    ("trace", "rounds", {"0": {}}, r"rounds must be a list of objects, got dict"),
+    ("trace", "rounds", [[]], r"rounds must be a list of objects, got list"),
+    ("trace", "config", [], r"config must be an object, got list"),
+])
+def test_from_json_rejects_a_bad_field_naming_it(scope, field, value, match):
+    with pytest.raises(ValueError, match="malformed trace JSON: " + match) as info:
+        Trace.from_json(tampered(scope, field, value))
+    assert "<" not in str(info.value)  # the value itself is never echoed: it may be markup
+
+
+def test_from_json_requires_the_trace_fields():
+    data = json.loads(hand_trace().to_json())
+    del data["rounds"]
+    with pytest.raises(ValueError, match=r"missing \['rounds'\]"):
+        Trace.from_json(json.dumps(data))
+    del data["token_text"], data["stop_reason"]  # optional fields take their defaults
+    data["rounds"] = []
+    assert Trace.from_json(json.dumps(data)).stop_reason == ""
+    data["config"]["record"] = "<yes>"
+    with pytest.raises(ValueError, match="record must be True or False, got str"):
+        Trace.from_json(json.dumps(data))
+
+
+def test_unrecorded_traces_round_trip(llama, prompt):
+    """record=False keeps no per-token lists: empty lists are then the schema, and the round trip is lossless."""
+    trace = speculative_generate(llama, llama, prompt, DecodeConfig(k=3, max_new_tokens=10, record=False))
+    assert all(r.drafted and r.q == () for r in trace.rounds)
+    assert Trace.from_json(trace.to_json()) == trace
