@@ -46,6 +46,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--target-share", type=float, default=0.3,
                     help="share of training windows that are text the target generated (from corpus prefixes)")
     ap.add_argument("--target-samples", type=int, default=256, help="how many target-generated windows to make")
+    ap.add_argument("--generated", type=Path, nargs="*", default=[],
+                    help="generate_target_text.py files: train on windows of the target's own text")
+    ap.add_argument("--generated-share", type=float, default=0.8,
+                    help="with --generated: share of training windows cut from that text (the rest: corpus)")
     ap.add_argument("--val-windows", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
@@ -67,6 +71,20 @@ def target_text(target, windows: torch.Tensor, n: int, seed: int, prefix: int = 
     return torch.cat(out)[:, : rows.shape[1]]
 
 
+def generated_windows(files: list[Path], seq_len: int) -> torch.Tensor:
+    """The first seq_len tokens of every generated row long enough: (N, seq_len) windows of the target's text."""
+    rows = [r["ids"].long() for f in files for r in torch.load(f)["rows"]]
+    return torch.stack([r[:seq_len] for r in rows if len(r) >= seq_len])
+
+
+def mix(generated: torch.Tensor, corpus: torch.Tensor, share: float, seed: int) -> torch.Tensor:
+    """All generated windows plus enough random corpus windows that generated ones make up ``share``."""
+    n = min(len(corpus), round(len(generated) * (1 - share) / max(share, 1e-9)))
+    pick = torch.randperm(len(corpus), generator=torch.Generator().manual_seed(seed))[:n]
+    print(f"{len(generated):,} windows of target text + {n:,} corpus windows", flush=True)
+    return torch.cat([generated, corpus[pick]])
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -78,7 +96,9 @@ def main(argv=None) -> dict:
     print(f"target {count_params(target):,} params; draft {args.preset} {count_params(draft):,} params", flush=True)
     train = make_windows(load_texts(args.train), tokenizer, args.seq_len)
     held = make_windows(load_texts(args.valid), tokenizer, args.seq_len)[: args.val_windows]
-    if args.target_share > 0:
+    if args.generated:
+        train = mix(generated_windows(args.generated, args.seq_len), train, args.generated_share, args.seed)
+    elif args.target_share > 0:
         generated = target_text(target, train, args.target_samples, args.seed)
         repeat = max(1, round(args.target_share * len(train) / ((1 - args.target_share) * len(generated))))
         train = torch.cat([train, generated.repeat(repeat, 1)])
@@ -95,6 +115,7 @@ def main(argv=None) -> dict:
            "sizes": SIZES[args.preset], "config": draft.config.to_dict(), "parameters": count_params(draft),
            "objective": "forward KL(p_target || q_draft), full distribution (DistillSpec)",
            "temperature": args.temperature, "target_share": args.target_share,
+           "generated": [str(f) for f in args.generated], "generated_share": args.generated_share,
            "target_samples": args.target_samples, "generated_fraction": args.generated_fraction,
            "seq_len": args.seq_len, "batch": args.batch, "peak_lr": args.lr, "steps": result.steps,
            "tokens_seen": result.steps * args.batch * args.seq_len, "wall_seconds": round(time.time() - start, 1),

@@ -37,6 +37,8 @@ SIZES: dict[str, dict[str, int]] = {
     "target": dict(hidden=320, layers=8, heads=8, kv_heads=4, intermediate=864),
     "small": dict(hidden=192, layers=4, heads=6, kv_heads=2, intermediate=768),
     "tiny": dict(hidden=128, layers=2, heads=4, kv_heads=2, intermediate=448),
+    # one layer, wider: on a CPU a forward costs per layer more than per width, so this drafts cheapest
+    "lite": dict(hidden=256, layers=1, heads=4, kv_heads=2, intermediate=768),
 }
 
 

@@ -11,6 +11,13 @@ EXAMPLE_PROMPTS = [  # in the style of the bundled models' corpus (Shakespeare a
     "Of Man's first disobedience, and the fruit",
     "KING HENRY:\nOnce more unto the breach, dear friends,",
 ]
+HELDOUT_PROMPTS = [  # for benchmarks: from the corpus's held-out works (its validation split) or new lines
+    "VALENTINE:\nCease to persuade, my loving Proteus:",
+    "TIMON:\nFriends, I have brought you here tonight",
+    "JULIA:\nBut say, Lucetta, now we are alone,",
+    "The night is cold, and all the stars are out;",
+    "APEMANTUS:\nThou art a fool to trust",
+]
 
 
 @dataclass(frozen=True)
@@ -79,6 +86,10 @@ def _check_int(name: str, value, low: int, hint: str = "") -> None:
     if value < low:
         raise ValueError(f"{name} must be >= {low}, got {value}" + (f" ({hint})" if hint else ""))
 
+
+# the explorer's opening settings (the app's sliders and the /generate API default to them; the benchmark's floor
+# is measured at them)
+DEFAULTS = DecodeConfig(k=4, temperature=0.8, max_new_tokens=64)
 
 PRESETS = {
     "greedy": DecodeConfig(k=4, temperature=0.0),

@@ -5,10 +5,11 @@ k = drafts per round; c = cost ratio, the time of one draft step over the time o
 forward. Assuming acceptances are i.i.d. with probability alpha:
   expected tokens per round  E[tau] = (1 - alpha^(k+1)) / (1 - alpha)              (eq. 1)
   expected walltime speedup         = (1 - alpha^(k+1)) / ((1 - alpha)(k c + 1))   (theorem 3.8)
+The theorem prices the verify pass (the target over k + 1 tokens) like a one-token forward. On a real machine it
+costs v >= 1 one-token forwards (on a CPU, more rows cost more), so with a baseline run to measure the one-token
+forward this module also predicts  E[tau] / (k c + v),  c and v both relative to that forward.
 """
 from __future__ import annotations
-
-from .trace import target_passes
 
 
 def expected_tokens(alpha: float, k: int) -> float:
@@ -19,29 +20,39 @@ def expected_tokens(alpha: float, k: int) -> float:
     return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
 
 
-def expected_speedup(alpha: float, k: int, c: float) -> float:
-    """Predicted walltime speedup over autoregressive decoding: a round costs k draft steps (k c)
-    plus one target forward (1), and emits expected_tokens(alpha, k) tokens."""
-    if c < 0:
-        raise ValueError(f"cost ratio c must be >= 0, got {c}")
-    return expected_tokens(alpha, k) / (k * c + 1.0)
+def expected_speedup(alpha: float, k: float, c: float, v: float = 1.0) -> float:
+    """Predicted walltime speedup over autoregressive decoding: a round costs k draft steps (k c) plus one
+    verify pass (v target forwards; Leviathan's theorem takes v = 1) and emits expected_tokens(alpha, k)."""
+    if c < 0 or v <= 0:
+        raise ValueError(f"need cost ratio c >= 0 and verify cost v > 0, got c={c}, v={v}")
+    return expected_tokens(alpha, k) / (k * c + v)
 
 
-def cost_ratio(trace) -> float:
-    """c measured from one run: mean draft time per drafted token / mean time of a target forward pass
-    (one a round, see trace.target_passes). 0.0 if nothing was drafted or timed."""
-    rounds = list(trace.rounds)
-    drafted = sum(len(r.drafted) for r in rounds)
-    target_s = sum(r.target_s for r in rounds)
-    if not drafted or not target_s:
-        return 0.0
-    return (sum(r.draft_s for r in rounds) / drafted) / (target_s / target_passes(rounds))
+def forward_s(trace) -> float:
+    """Mean seconds of one target forward pass in a run (0.0 if none was timed)."""
+    c = trace.counts()
+    return c.target_s / c.target_passes if c.target_passes else 0.0
+
+
+def cost_ratio(trace, baseline=None) -> float:
+    """c measured: mean draft time per drafted token over the time of one target forward, which is the
+    baseline's one-token forward where a baseline run is given, else this run's verify pass. 0.0 if nothing
+    was drafted or timed."""
+    c = trace.counts()
+    unit = forward_s(baseline) if baseline is not None else forward_s(trace)
+    return (c.draft_s / c.drafted) / unit if c.drafted and unit else 0.0
+
+
+def verify_cost(trace, baseline) -> float:
+    """v measured: the run's mean verify pass over the baseline's one-token forward (1.0 if either is unknown)."""
+    unit, verify = forward_s(baseline) if baseline is not None else 0.0, forward_s(trace)
+    return verify / unit if unit and verify else 1.0
 
 
 def mean_k(trace) -> float:
     """Mean drafts per round (k varies under an adaptive k policy; fixed k gives k itself)."""
-    rounds = list(trace.rounds)
-    return sum(len(r.drafted) for r in rounds) / len(rounds) if rounds else 0.0
+    c = trace.counts()
+    return c.drafted / c.rounds if c.rounds else 0.0
 
 
 def measured_speedup(trace, baseline) -> float | None:

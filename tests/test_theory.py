@@ -2,7 +2,7 @@
 import pytest
 
 from specviz.config import DecodeConfig
-from specviz.theory import cost_ratio, expected_speedup, expected_tokens, mean_k, measured_speedup
+from specviz.theory import cost_ratio, expected_speedup, expected_tokens, mean_k, measured_speedup, verify_cost
 from specviz.trace import Round, Trace
 
 
@@ -53,3 +53,24 @@ def test_measured_speedup_is_tokens_per_s_ratio():
     slow = Trace([1], DecodeConfig(), rounds=[_round(0, [], 0.0, 0.1)], total_s=0.5)  # 2 tokens/s
     assert measured_speedup(fast, slow) == pytest.approx(2.0)
     assert measured_speedup(fast, None) is None
+
+
+def _timed(rounds_spec, total_s=1.0):
+    """A trace of rounds (drafted count, draft_s, target_s); index 0 first, so an AR first round costs no pass."""
+    rounds = [Round(i, d, tuple(range(d)), (0.5,) * d, (0.5,) * d, (1.0,) * d, (None,) * d, (1.0,) * d, d,
+                    tuple(range(d + 1)), None, 0, 0.5, (), ds, ts, ds + ts) for i, (d, ds, ts) in enumerate(rounds_spec)]
+    return Trace([1], DecodeConfig(k=max(d for d, _, _ in rounds_spec) or 1), rounds=rounds, total_s=total_s)
+
+
+def test_verify_cost_and_cost_ratio_against_a_baseline_by_hand():
+    # baseline: 4 autoregressive rounds; the first is served by the prefill, so 3 passes of 0.010 s each
+    base = _timed([(0, 0.0, 0.0), (0, 0.0, 0.010), (0, 0.0, 0.010), (0, 0.0, 0.010)])
+    # speculative: 2 rounds of 4 drafts at 0.002 s a draft step, verify passes of 0.015 s
+    spec = _timed([(4, 0.008, 0.015), (4, 0.008, 0.015)])
+    assert verify_cost(spec, base) == pytest.approx(1.5)
+    assert cost_ratio(spec, base) == pytest.approx(0.2)  # 0.002 / 0.010
+    assert cost_ratio(spec) == pytest.approx(0.002 / 0.015)  # no baseline: over the verify pass
+    assert verify_cost(spec, None) == 1.0
+    # tau(0.5, 4) = 1.9375 tokens a round, at 4 * 0.2 + 1.5 = 2.3 forwards
+    assert expected_speedup(0.5, 4, 0.2, 1.5) == pytest.approx(1.9375 / 2.3)
+    assert expected_speedup(0.5, 4, 0.2) == pytest.approx(1.9375 / 1.8)

@@ -36,8 +36,7 @@ def run_compare(store: ModelStore, target, drafts, prompt, k, temperature, top_k
     model, tok = store.target(target)
     ids, chosen = encode(tok, prompt), {d: user_pair(store, target, d, user_drafts)[2] for d in drafts}
     sizes, runs, start = {d: draft_size(x) for d, x in chosen.items()}, [], time.perf_counter()
-    for run in iter_compare(model, chosen, ids, cfg):
-        run.trace.target_name = target
+    for run in iter_compare(model, chosen, ids, cfg, target_name=target):
         runs.append(run)
         fill_token_text(run.trace, tok)
         done = f"**{len(runs) - 1} / {len(chosen)} drafts** done ({time.perf_counter() - start:.1f} s)…"

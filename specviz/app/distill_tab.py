@@ -74,9 +74,9 @@ def try_draft(store: ModelStore, prompt, target, name, user_drafts, temperature)
     if not user_drafts or name not in user_drafts:
         raise ValueError("train a draft first (run the distillation above), then pick it here")
     model, tok, drafter = user_pair(store, target, name, user_drafts)
-    run = Decoding(model, drafter, encode(tok, prompt), make_config(4, "fixed", temperature, 0, 1.0, 64, 0))
-    run.trace.target_name, run.trace.draft_name = target, name
-    trace = fill_token_text(run.run(), tok)
+    cfg = make_config(4, "fixed", temperature, 0, 1.0, 64, 0)
+    trace = Decoding(model, drafter, encode(tok, prompt), cfg, target_name=target, draft_name=name).run()
+    fill_token_text(trace, tok)
     return timeline_html(trace), summary_markdown(trace, None)
 
 

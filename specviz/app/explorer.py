@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from ..config import EXAMPLE_PROMPTS, K_POLICIES
+from ..config import DEFAULTS, EXAMPLE_PROMPTS, K_POLICIES
 from ..trace import Trace
 from ..views import plots
 from ..views.summary import summary_markdown
@@ -16,7 +16,6 @@ from .gpu import gpu_task
 from .store import ModelStore, draft_choices
 from .widgets import MODEL_QUEUE, SKIP, bind, chart, draft_picker, friendly, target_picker
 
-DEFAULTS = dict(k=4, k_policy="fixed", temperature=0.8, top_k=0, top_p=1.0, max_new_tokens=64, seed=0)
 QUIET = (SKIP,) * 8  # slider, replay x3, charts x4 stay as they are while a run streams
 
 
@@ -85,9 +84,9 @@ def draft_pickers(store: ModelStore, user_drafts):
 def api_generate(store: ModelStore):
     """The /generate endpoint, its signature and defaults as gradio_client sees them."""
     def generate(prompt: str, target: str = store.default_target(), draft: str = store.default_draft(),
-                 k: int = DEFAULTS["k"], temperature: float = DEFAULTS["temperature"], top_k: int = DEFAULTS["top_k"],
-                 top_p: float = DEFAULTS["top_p"], max_new_tokens: int = DEFAULTS["max_new_tokens"],
-                 seed: int = DEFAULTS["seed"], draft_stop: float = 0.0) -> str:
+                 k: int = DEFAULTS.k, temperature: float = DEFAULTS.temperature, top_k: int = DEFAULTS.top_k,
+                 top_p: float = DEFAULTS.top_p, max_new_tokens: int = DEFAULTS.max_new_tokens,
+                 seed: int = DEFAULTS.seed, draft_stop: float = 0.0) -> str:
         """Speculative decoding of `prompt`; returns the full trace as JSON (schema specviz.trace/1).
         `draft_stop` > 0 ends a round's drafting below that draft confidence (transformers' 0.4 rule)."""
         cfg = make_config(k, "fixed", temperature, top_k, top_p, max_new_tokens, seed, draft_stop)
@@ -110,17 +109,17 @@ def _controls(store: ModelStore) -> tuple[list, gr.Slider]:
     gr.Examples(examples=[[e] for e in EXAMPLE_PROMPTS], inputs=[prompt], label="Examples")
     with gr.Row():
         target, draft = target_picker(store), draft_picker(store)
-    k = gr.Slider(1, 10, value=DEFAULTS["k"], step=1, label="k (drafts per round)")
-    k_policy = gr.Radio(list(K_POLICIES), value=DEFAULTS["k_policy"], label="k policy")
+    k = gr.Slider(1, 10, value=DEFAULTS.k, step=1, label="k (drafts per round)")
+    k_policy = gr.Radio(list(K_POLICIES), value=DEFAULTS.k_policy, label="k policy")
     draft_stop = gr.Slider(0, 0.95, value=0, step=0.05, label="Stop drafting below draft confidence q(x) (0 = off)",
                            info="transformers' assistant_confidence_threshold (its default: 0.4)", elem_id="draft-stop")
-    temperature = gr.Slider(0, 2, value=DEFAULTS["temperature"], step=0.05, label="Temperature (0 = greedy)")
+    temperature = gr.Slider(0, 2, value=DEFAULTS.temperature, step=0.05, label="Temperature (0 = greedy)")
     with gr.Row():
-        top_k = gr.Number(value=DEFAULTS["top_k"], precision=0, minimum=0, label="top-k (0 = off)")
-        top_p = gr.Slider(0.05, 1, value=DEFAULTS["top_p"], step=0.05, label="top-p (1 = off)")
+        top_k = gr.Number(value=DEFAULTS.top_k, precision=0, minimum=0, label="top-k (0 = off)")
+        top_p = gr.Slider(0.05, 1, value=DEFAULTS.top_p, step=0.05, label="top-p (1 = off)")
     with gr.Row():
-        max_new = gr.Slider(1, 256, value=DEFAULTS["max_new_tokens"], step=1, label="Max new tokens")
-        seed = gr.Number(value=DEFAULTS["seed"], precision=0, minimum=0, label="Seed")
+        max_new = gr.Slider(1, 256, value=DEFAULTS.max_new_tokens, step=1, label="Max new tokens")
+        seed = gr.Number(value=DEFAULTS.seed, precision=0, minimum=0, label="Seed")
     with_baseline = gr.Checkbox(value=True, label="Also run the autoregressive baseline (measured speedup)")
     return [prompt, target, draft, k, k_policy, temperature, top_k, top_p, max_new, seed, with_baseline], draft_stop
 

@@ -10,7 +10,7 @@ from typing import Iterator
 import torch
 
 from ..config import DecodeConfig
-from ..decoder import Decoding, autoregressive_generate
+from ..decoder import Decoding
 from ..trace import Trace
 from ..views.timeline import fill_token_text
 from .forms import encode
@@ -25,8 +25,7 @@ def stream_run(store: ModelStore, prompt: str, target: str, draft: str, cfg: Dec
     seconds, plus the finished trace. Token texts are filled in as rounds arrive. ``user_drafts``:
     this user's trained drafts, picked by name before the store's."""
     model, tok, drafter = user_pair(store, target, draft, user_drafts)
-    run = Decoding(model, drafter, encode(tok, prompt), cfg)
-    run.trace.target_name, run.trace.draft_name = target, draft
+    run = Decoding(model, drafter, encode(tok, prompt), cfg, target_name=target, draft_name=draft)
     last = time.perf_counter()
     for _ in run:
         if time.perf_counter() - last >= every_s:
@@ -47,9 +46,7 @@ def generate(store: ModelStore, prompt: str, target: str, draft: str, cfg: Decod
 def baseline(store: ModelStore, trace: Trace) -> Trace:
     """The autoregressive run with the same target, prompt and settings: the speedup's denominator."""
     model, _ = store.target(trace.target_name)
-    base = autoregressive_generate(model, torch.tensor([trace.prompt_ids]), trace.config)
-    base.target_name = trace.target_name
-    return base
+    return Decoding(model, None, torch.tensor([trace.prompt_ids]), trace.config, target_name=trace.target_name).run()
 
 
 def export_trace(trace: Trace | None) -> list[str]:

@@ -19,6 +19,7 @@ import torch
 
 from ..batch import autoregressive_generate_batch, speculative_generate_batch
 from ..config import DecodeConfig
+from ..trace import Counts
 from ..models import DEFAULT_DRAFT, list_drafters, list_models, load_model
 from .bench import common_args, target_and_prompts
 
@@ -55,7 +56,7 @@ def run_batch_bench(target, draft, prompts, cfg: DecodeConfig, sizes=(1, 2, 4, 8
            "autoregressive": lambda ids: autoregressive_generate_batch(target, ids, cfg)}
     for fn in fns.values():  # warm-up: first calls allocate
         fn(batch_of(prompts, 2))
-    totals = {(size, name): [0, 0.0, 0, 0] for size in sizes for name in fns}  # tokens, s, accepted, drafted
+    totals = {(size, name): [Counts(), 0.0] for size in sizes for name in fns}  # what the runs did, wall seconds
     for rep in range(repeats):
         for i, size in enumerate(sizes):
             names = list(fns) if (rep + i) % 2 == 0 else list(fns)[::-1]
@@ -63,13 +64,9 @@ def run_batch_bench(target, draft, prompts, cfg: DecodeConfig, sizes=(1, 2, 4, 8
                 t0 = time.perf_counter()
                 traces = fns[name](batch_of(prompts, size))
                 totals[size, name][1] += time.perf_counter() - t0
-                rounds = [r for t in traces for r in t.rounds]
-                tally = totals[size, name]
-                tally[0] += sum(len(r.emitted) for r in rounds)
-                tally[2] += sum(r.n_accepted for r in rounds)
-                tally[3] += sum(len(r.drafted) for r in rounds)
-    rows = [[size, name, n, s, n / s if s else 0.0, a / d if d else float("nan")]
-            for (size, name), (n, s, a, d) in totals.items()]
+                totals[size, name][0] += sum(t.counts() for t in traces)
+    rows = [[size, name, c.new_tokens, s, c.new_tokens / s if s else 0.0, c.acceptance_rate if c.drafted else float("nan")]
+            for (size, name), (c, s) in totals.items()]
     return pd.DataFrame(rows, columns=BATCH_COLUMNS)
 
 

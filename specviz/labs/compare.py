@@ -19,11 +19,11 @@ import pandas as pd
 import torch
 
 from ..config import DecodeConfig
-from ..decoder import autoregressive_generate, speculative_generate
+from ..decoder import Decoding
 from ..drafters import Drafter, ModelDrafter, as_drafter
 from ..lm import CachedLM
 from ..ngram import NGramDrafter
-from ..sampling import logits_to_probs, point_mass
+from ..sampling import logits_to_probs
 from ..trace import Trace
 from .sweep import BASELINE, baseline_costs, position_rows, run_row, warm_up
 
@@ -38,8 +38,10 @@ class Run:
     trace: Trace
 
 
-def iter_compare(target, drafts: dict, prompts, cfg: DecodeConfig | None = None) -> Iterator[Run]:
-    """Per prompt: the autoregressive baseline, then every draft with the same settings and seed."""
+def iter_compare(target, drafts: dict, prompts, cfg: DecodeConfig | None = None, target_name: str | None = None
+                 ) -> Iterator[Run]:
+    """Per prompt: the autoregressive baseline, then every draft with the same settings and seed; traces carry
+    ``target_name`` (default: the model's own) and each draft's name as given."""
     cfg, prompts = cfg or DecodeConfig(), _prompt_list(prompts)
     if not drafts:
         raise ValueError("give at least one draft to compare")
@@ -47,11 +49,9 @@ def iter_compare(target, drafts: dict, prompts, cfg: DecodeConfig | None = None)
         raise ValueError(f"{BASELINE!r} names the baseline: call the draft something else")
     warm_up(target, drafts, prompts[0], cfg)
     for i, ids in enumerate(prompts):
-        yield Run(BASELINE, i, autoregressive_generate(target, ids, cfg))
+        yield Run(BASELINE, i, Decoding(target, None, ids, cfg, target_name=target_name).run())
         for name, draft in drafts.items():
-            trace = speculative_generate(target, draft, ids, cfg)
-            trace.draft_name = name
-            yield Run(name, i, trace)
+            yield Run(name, i, Decoding(target, draft, ids, cfg, target_name=target_name, draft_name=name).run())
 
 
 def compare(target, drafts: dict, prompts, cfg: DecodeConfig | None = None) -> pd.DataFrame:
@@ -147,7 +147,7 @@ def distributions_at(target, drafts: dict, context: list[int], cfg: DecodeConfig
         drafter.start(context, cfg, p.shape[-1], p.device)
         drafter.prefill(context)
         proposal = drafter.propose(context, 1, torch.Generator(device=p.device).manual_seed(cfg.seed))
-        q = proposal.q if proposal.q is not None else point_mass(proposal.tokens, p.shape[-1], p.dtype)
+        q = proposal.q_on(p.shape[-1], p.dtype)
         qs[name] = q[0].to(p.dtype) if len(q) else torch.zeros_like(p)
     return p, qs
 

@@ -54,16 +54,10 @@ def checkpoint(target, draft, prompts: list, heldout: torch.Tensor, k: int = 4, 
     was_training = draft.training
     draft.eval()
     kl = kl_on_batch(target, draft, heldout)
-    drafted = accepted = beta_sum = beta_n = 0
     cfg = DecodeConfig(k=k, max_new_tokens=new_tokens, temperature=temperature, seed=0)
-    for ids in prompts:
-        rounds = speculative_generate(target, draft, ids, cfg).rounds
-        drafted += sum(len(r.drafted) for r in rounds)
-        accepted += sum(r.n_accepted for r in rounds)
-        betas = [b for r in rounds for b in r.beta if b is not None]
-        beta_sum, beta_n = beta_sum + sum(betas), beta_n + len(betas)
+    counts = sum(speculative_generate(target, draft, ids, cfg).counts() for ids in prompts)
     draft.train(was_training)
-    return dict(heldout_kl=kl, acceptance=accepted / max(drafted, 1), alpha=beta_sum / max(beta_n, 1))
+    return dict(heldout_kl=kl, acceptance=counts.acceptance_rate, alpha=counts.alpha)
 
 
 def _budgeted(method: str, loop, seconds: float, evaluate, eval_every_s: float) -> Iterator[dict]:

@@ -40,8 +40,7 @@ def measure_costs(target, drafts: dict, ids: torch.Tensor, ks: list[int], cfg: D
     for name, draft in drafts.items():
         runs = [speculative_generate(target, draft, ids, replace(pilot, k=k)) for k in (min(ks), max(ks))]
         round_s[name] = tuple(t.total_s / max(len(t.rounds), 1) for t in runs)
-        betas = [b for t in runs for r in t.rounds for b in r.beta if b is not None]
-        alpha[name] = min(sum(betas) / len(betas), 1.0) if betas else 0.0
+        alpha[name] = min(sum(t.counts() for t in runs).alpha, 1.0)
     return Costs(base.total_s / max(len(base.new_tokens), 1), min(ks), max(ks), round_s, alpha)
 
 

@@ -24,7 +24,7 @@ from ..config import DecodeConfig
 from ..decoder import autoregressive_generate
 from ..drafters import Drafter
 from ..lm import model_device
-from ..sampling import align_vocab, beta, logits_to_probs, point_mass, residual
+from ..sampling import align_vocab, beta, logits_to_probs, residual
 
 CORRECT, WRONG_SCALAR, WRONG_RAW = "correct", "wrong: scalar q(x)", "wrong: unprocessed q"
 VARIANTS = (CORRECT, WRONG_SCALAR, WRONG_RAW)
@@ -185,7 +185,7 @@ def next_token_dists(target, draft, input_ids: torch.Tensor, cfg: DecodeConfig, 
         if len(prop.tokens) == 0:
             raise ValueError(f"{draft.name} proposes nothing at this context (no earlier match of its last "
                              "tokens): pick a context that repeats itself, or a model draft")
-        q = point_mass(prop.tokens[:1], vocab, torch.float64)[0] if prop.q is None else prop.q[0].double()
+        q = prop.q_on(vocab, torch.float64)[0].double()
         return Dists(p, q, q)
     n_embed = draft.get_input_embeddings().weight.shape[0]
     q_logits = align_vocab(_last_logits(draft, [i if i < n_embed else 0 for i in ids]), vocab)

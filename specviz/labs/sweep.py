@@ -16,20 +16,16 @@ from tqdm.auto import tqdm
 from ..config import DecodeConfig
 from ..decoder import autoregressive_generate, speculative_generate
 from ..theory import expected_speedup, expected_tokens
-from ..trace import target_passes
 
 BASELINE = "autoregressive"  # the label of the autoregressive run in every lab's tables
 
 
 def run_row(trace, **labels) -> dict:
-    """The additive counts of one run, so that aggregates are ratios of sums."""
-    rs = trace.rounds
-    return labels | dict(
-        new_tokens=len(trace.new_tokens), rounds=len(rs), passes=target_passes(rs), drafted=sum(len(r.drafted) for r in rs),
-        accepted=sum(r.n_accepted for r in rs), beta_sum=sum(b for r in rs for b in r.beta if b is not None),
-        beta_n=sum(b is not None for r in rs for b in r.beta), seconds=trace.total_s,
-        draft_s=sum(r.draft_s for r in rs), target_s=sum(r.target_s for r in rs),
-    )
+    """The additive counts of one run (``Trace.counts``) as a table row, so that aggregates are ratios of sums."""
+    c = trace.counts()
+    return labels | dict(new_tokens=c.new_tokens, rounds=c.rounds, passes=c.target_passes, drafted=c.drafted,
+                         accepted=c.accepted, beta_sum=c.beta_sum, beta_n=c.beta_n, seconds=c.total_s,
+                         draft_s=c.draft_s, target_s=c.target_s)
 
 
 def iter_sweep(target, drafts: dict, prompts: list, ks: Iterable[int] = range(1, 9), cfg: DecodeConfig | None = None,

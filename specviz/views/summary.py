@@ -15,8 +15,8 @@ def summary_markdown(trace: Trace | None, base: Trace | None) -> str:
     if trace is None:
         return "*No run yet.*"
     s = trace.summary()
-    c, k = theory.cost_ratio(trace), theory.mean_k(trace)
-    predicted = theory.expected_speedup(s.alpha, k, c) if trace.mode == "speculative" else 1.0
+    c, k, v = theory.cost_ratio(trace, base), theory.mean_k(trace), theory.verify_cost(trace, base)
+    predicted = theory.expected_speedup(s.alpha, k, c, v) if trace.mode == "speculative" else 1.0
     measured = theory.measured_speedup(trace, base)
     measured_txt = f"**{measured:.2f}×**" if measured else "*(no baseline: run the models to measure it)*"
     base_txt = f"{base.summary().tokens_per_s:.1f} tokens/s" if base else "–"
@@ -28,7 +28,9 @@ def summary_markdown(trace: Trace | None, base: Trace | None) -> str:
         f"| {s.acceptance_rate:.2f} | {s.alpha:.2f} | {s.tau:.2f} | {s.target_forwards_per_token:.2f} | "
         f"{s.tokens_per_s:.1f} | {base_txt} |\n\n"
         f"**Speedup** measured {measured_txt} (tokens/s against an autoregressive run of the same target and "
-        f"settings) · predicted **{predicted:.2f}×** by (1 − α^(k+1)) / ((1 − α)(k c + 1)) with α = {s.alpha:.2f}, "
-        f"k = {k:.2f} (mean drafts per round) and c = {c:.3f}, measured in this run as the mean draft time per "
-        f"drafted token over the mean target time per round."
+        f"settings) · predicted **{predicted:.2f}×** by (1 − α^(k+1)) / ((1 − α)(k c + v)) with α = {s.alpha:.2f}, "
+        f"k = {k:.2f} (mean drafts per round), c = {c:.3f} (a draft step over one target forward) and "
+        + (f"v = {v:.2f} (a verify pass over one target forward), both measured in these two runs."
+           if base is not None else "v = 1 (Leviathan's assumption: the verify pass costs one forward; the "
+           "baseline measures both), c over this run's verify pass.")
     )

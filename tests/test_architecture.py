@@ -1,0 +1,119 @@
+"""The house's rules, read from the source (nothing is imported): imports run one way (app -> labs, views ->
+core), gradio only in app/, plotly only in views/, no import cycle, no private name imported across modules,
+and modules and functions of a readable size. docs/ARCHITECTURE.md draws the same map."""
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "specviz"
+WINGS = ("labs", "views", "app")
+MAX_MODULE_LINES, MAX_FUNCTION_LINES, MAX_LAYOUT_LINES = 300, 50, 60
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path) -> list[tuple[str, list[str]]]:
+    """(absolute module, names) for every import in the file, at any depth (lazy imports count too)."""
+    here = module_name(path).split(".")
+    package = here if path.name == "__init__.py" else here[:-1]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out += [(a.name, []) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            out.append((module, [a.name for a in node.names]))
+    return out
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def wing(module: str) -> str:
+    """'core' for specviz.X, else the wing's name; the package's __init__ (the public face) is 'api'."""
+    parts = module.split(".")
+    if module == "specviz":
+        return "api"
+    return parts[1] if len(parts) > 2 or parts[1] in WINGS else "core"
+
+
+def internal_edges() -> set[tuple[str, str]]:
+    """(importer, imported) between specviz modules ('from pkg import mod' counts as an edge to pkg.mod)."""
+    edges = set()
+    for name, path in MODULES.items():
+        for module, names in imports(path):
+            targets = [f"{module}.{n}" for n in names if f"{module}.{n}" in MODULES] or [module]
+            edges |= {(name, t) for t in targets if t in MODULES and t != name}
+    return edges
+
+
+ALLOWED = {"core": {"core"}, "labs": {"core", "labs"}, "views": {"core", "views"},
+           "app": {"core", "labs", "views", "app"}, "api": {"core", "labs", "api"}}
+
+
+def test_imports_run_one_way():
+    edges = internal_edges()
+    assert {("specviz.app.demo", "specviz.app.explorer"), ("specviz.labs.sweep", "specviz.decoder"),
+            ("specviz.decoder", "specviz.sampling")} <= edges  # the reader sees imports at all
+    wrong = [(a, b) for a, b in edges if wing(b) not in ALLOWED[wing(a)]]
+    assert not wrong, f"imports against the direction app -> labs, views -> core: {sorted(wrong)}"
+
+
+def test_no_tab_imports_another_tab():
+    tabs = {n for n in MODULES if n.startswith("specviz.app.") and (n.endswith("_tab") or n.endswith(".explorer"))}
+    assert len(tabs) >= 6
+    crossing = [(a, b) for a, b in internal_edges() if a in tabs and b in tabs]
+    assert not crossing, f"tabs share code through each other: {crossing} (move it into a module below the tabs)"
+
+
+@pytest.mark.parametrize("library, home", [("gradio", "app"), ("plotly", "views")])
+def test_ui_libraries_stay_in_their_wing(library, home):
+    users = sorted(name for name, path in MODULES.items()
+                   if any(m == library or m.startswith(library + ".") for m, _ in imports(path)))
+    assert users and all(wing(u) == home for u in users), f"{library} imported outside specviz/{home}/: {users}"
+
+
+def test_no_import_cycle():
+    graph = {}
+    for a, b in internal_edges():
+        graph.setdefault(a, set()).add(b)
+    done, stack = set(), []
+
+    def visit(node):
+        if node in stack:
+            raise AssertionError("import cycle: " + " -> ".join(stack[stack.index(node):] + [node]))
+        if node in done:
+            return
+        stack.append(node)
+        for nxt in graph.get(node, ()):
+            visit(nxt)
+        stack.pop()
+        done.add(node)
+
+    for node in MODULES:
+        visit(node)
+
+
+def test_no_private_name_imported_across_modules():
+    private = [(name, module, n) for name, path in MODULES.items() for module, names in imports(path)
+               if module.startswith("specviz") for n in names if n.startswith("_")]
+    assert not private, f"private names imported from another module: {private}"
+
+
+def test_modules_and_functions_stay_readable():
+    long_modules = [(n, len(p.read_text().splitlines())) for n, p in MODULES.items()
+                    if len(p.read_text().splitlines()) > MAX_MODULE_LINES]
+    long_functions = []
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                size = node.end_lineno - node.lineno + 1
+                layout = name.startswith("specviz.app.") and (node.name == "build" or node.name.startswith("_"))
+                if size > (MAX_LAYOUT_LINES if layout else MAX_FUNCTION_LINES):
+                    long_functions.append((name, node.name, size))
+    assert not long_modules and not long_functions, (long_modules, long_functions)
