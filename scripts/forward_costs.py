@@ -140,8 +140,9 @@ def exactness(dtypes: list[str], n: int) -> list[dict]:
 
 
 def exactness_table(rows: list[dict]) -> str:
-    lines = ["| dtype | path | verify argmax != one-at-a-time | rows not bitwise equal | "
-             "spec != own autoregressive (prompts) | spec != transformers generate (prompts) |", "|---" * 6 + "|"]
+    head = ("| dtype | path | verify argmax != one-at-a-time | rows not bitwise equal | "
+            "spec != own autoregressive (prompts) | spec != transformers generate (prompts) |")
+    lines = [head, "|---" * 6 + "|"]
     for r in rows:
         lines.append(f"| {r['dtype']} | {r['path']} | {r['argmax_differs']} / {r['rows']} | {r['rows_not_bitwise']} / "
                      f"{r['rows']} | {r['spec_ne_autoregressive']} / {r['prompts']} | "

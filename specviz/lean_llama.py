@@ -107,8 +107,10 @@ def _relayout(model) -> Weights:
                    _t(head), head.bias.detach() if getattr(head, "bias", None) is not None else None)
 
 
-def _linear(x: torch.Tensor, w_t: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
-    return x @ w_t if b is None else torch.addmm(b, x, w_t)
+def _linear(x: torch.Tensor, w_t: torch.Tensor, b: torch.Tensor | None, residual: torch.Tensor | None = None):
+    """residual + x @ W_t + b, the addends folded into the matmul (addmm)."""
+    addend = residual if b is None else (b if residual is None else residual + b)
+    return x @ w_t if addend is None else torch.addmm(addend, x, w_t)
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -118,10 +120,12 @@ def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor
     return F.rms_norm(x.float(), weight.shape, None, eps).to(x.dtype) * weight
 
 
-def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """apply_rotary_pos_emb bit for bit on x (heads, n, hd): x cos + rotate_half(x) sin, where
-    rotate_half(x) sin = roll(x, hd/2) sin_signed, sin_signed = (-sin[:hd/2], sin[hd/2:]) (negation is exact)."""
-    return x * cos + x.roll(x.shape[-1] // 2, -1) * sin
+def _rope_(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """apply_rotary_pos_emb in place and bit for bit on x (n, heads, hd), cos and sin (n, 1, hd):
+    x cos + rotate_half(x) sin, where rotate_half(x) sin = roll(x, hd/2) sin_signed and
+    sin_signed = (-sin[:hd/2], sin[hd/2:]) (negation is exact)."""
+    rotated = x.roll(x.shape[-1] // 2, -1) * sin
+    return x.mul_(cos).add_(rotated)
 
 
 class LeanLlama:
@@ -152,39 +156,42 @@ class LeanLlama:
         n = ids.shape[-1]
         start, end = self.length, self.length + n
         self._reserve(end)
-        cos, sin = self.cos[start:end], self.sin[start:end]  # (n, hd)
+        cos, sin = self.cos[start:end, None], self.sin[start:end, None]  # (n, 1, hd)
         mask = None  # one new token attends to every cached one; n tokens attend causally among themselves
-        if n > 1:  # rows follow the packed queries below: group member r, token i at row r n + i
+        if n > 1:  # rows follow the packed queries in _attend: group member r, token i at row r n + i
             mask = (self.cols[:end] <= self.cols[start:end, None]).repeat(self.nh // self.nkv, 1)  # (g n, end)
         x = F.embedding(ids, self.w.embed)  # (n, d)
         for blk, kv in zip(self.w.blocks, self.kv):
-            x = x + self._attend(blk, _rms_norm(x, blk.ln1, self.eps), kv, start, end, cos, sin, mask)
+            attn = self._attend(_linear(_rms_norm(x, blk.ln1, self.eps), blk.qkv_t, blk.qkv_b), kv, start, mask,
+                                cos, sin)
+            x = _linear(attn, blk.o_t, blk.o_b, residual=x)
             gate_up = _linear(_rms_norm(x, blk.ln2, self.eps), blk.gu_t, blk.gu_b)  # (n, 2 I)
-            x = x + _linear(F.silu(gate_up[:, : self.inter]) * gate_up[:, self.inter:], blk.down_t, blk.down_b)
+            x = _linear(F.silu(gate_up[:, : self.inter]) * gate_up[:, self.inter:], blk.down_t, blk.down_b, residual=x)
         self.length = end
         return _linear(_rms_norm(x, self.w.norm, self.eps), self.w.head_t, self.w.head_b)
 
-    def _attend(self, blk: Block, x, kv, start, end, cos, sin, mask) -> torch.Tensor:
-        """Self-attention of x (n, d) over the cache's positions [0, end), writing its own keys/values."""
-        n, nh, nkv, hd = x.shape[0], self.nh, self.nkv, self.hd
-        qkv = _linear(x, blk.qkv_t, blk.qkv_b).view(n, nh + 2 * nkv, hd).transpose(0, 1)  # (heads, n, hd)
-        qk = _rope(qkv[: nh + nkv], cos, sin)  # (nh + nkv, n, hd)
-        kv[0, :, start:end] = qk[nh:]
-        kv[1, :, start:end] = qkv[nh + nkv:]
+    def _attend(self, qkv: torch.Tensor, kv: torch.Tensor, start: int, mask, cos, sin) -> torch.Tensor:
+        """Attention of n new positions given their q/k/v projections (n, (nh + 2 nkv) hd) over the cache's
+        positions [0, start + n), after writing their keys and values to kv (2 nkv, capacity, hd)."""
+        n, nh, nkv, hd = qkv.shape[0], self.nh, self.nkv, self.hd
+        qkv = qkv.view(n, nh + 2 * nkv, hd)  # heads: nh queries, nkv keys, nkv values
+        _rope_(qkv[:, : nh + nkv], cos, sin)
+        kv[:, start: start + n] = qkv[:, nh:].transpose(0, 1)  # keys and values side by side: one write
         # the g = nh / nkv query heads sharing a key/value head are packed as g n rows of one head, as
         # transformers' pack_gqa does: no repeated keys, and sdpa's fused CPU kernel takes 4-D input
-        q = qk[:nh].reshape(1, nkv, nh // nkv * n, hd)
-        out = F.scaled_dot_product_attention(q, kv[0, None, :, :end], kv[1, None, :, :end], attn_mask=mask,
+        q = qkv[:, :nh].transpose(0, 1).reshape(1, nkv, nh // nkv * n, hd)
+        end = start + n
+        out = F.scaled_dot_product_attention(q, kv[None, :nkv, :end], kv[None, nkv:, :end], attn_mask=mask,
                                              scale=self.scale)  # (1, nkv, g n, hd)
-        return _linear(out.view(nh, n, hd).transpose(0, 1).reshape(n, nh * hd), blk.o_t, blk.o_b)
+        return out.view(nh, n, hd).transpose(0, 1).reshape(n, nh * hd)
 
     def _reserve(self, n: int) -> None:
-        """Room for n positions: keys/values (layers, 2, nkv, capacity, hd) and RoPE tables (capacity, hd),
+        """Room for n positions: keys then values (layers, 2 nkv, capacity, hd), RoPE tables (capacity, hd),
         reallocated at double the size when full (the cached positions are copied over)."""
         if n <= self.capacity:
             return
         cap, embed = max(n, 2 * self.capacity, FIRST_CAPACITY), self.w.embed
-        kv = embed.new_zeros(len(self.w.blocks), 2, self.nkv, cap, self.hd)
+        kv = embed.new_zeros(len(self.w.blocks), 2 * self.nkv, cap, self.hd)
         if self.capacity:
             kv[..., : self.length, :] = self.kv[..., : self.length, :]
         self.kv, self.capacity = kv, cap
@@ -192,4 +199,4 @@ class LeanLlama:
         with torch.inference_mode():
             cos, sin = self.rotary(embed, self.cols[None])  # (1, cap, hd) each, in the model's dtype
         half = self.hd // 2
-        self.cos, self.sin = cos[0], torch.cat((-sin[0, :, :half], sin[0, :, half:]), dim=-1)  # sin signed for _rope
+        self.cos, self.sin = cos[0], torch.cat((-sin[0, :, :half], sin[0, :, half:]), dim=-1)  # sin signed for _rope_

@@ -7,8 +7,7 @@ import torch
 from conftest import DEVICE, _finish, perturbed, reference_greedy, tiny_gpt2, tiny_llama
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from specviz import DecodeConfig, Decoding, autoregressive_generate, speculative_generate
-from specviz import lean_llama
+from specviz import DecodeConfig, Decoding, autoregressive_generate, lean_llama, speculative_generate
 from specviz import lm as lm_module
 from specviz.lm import CachedLM
 
