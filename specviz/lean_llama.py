@@ -75,8 +75,12 @@ _WEIGHTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> (f
 
 def lean_weights(model) -> Weights:
     """The model's weights re-laid out, re-done only when a parameter changed (training bumps ``_version``,
-    ``.to()`` moves ``data_ptr``), so building a CachedLM per decoding run stays cheap."""
-    fingerprint = tuple((p.data_ptr(), p._version, p.dtype) for p in model.parameters())
+    ``.to()`` moves ``data_ptr``), so building a CachedLM per decoding run stays cheap. Parameters made in
+    inference mode keep no version counter: such models are re-laid out every time."""
+    params = list(model.parameters())
+    if any(p.is_inference() for p in params):
+        return _relayout(model)
+    fingerprint = tuple((p.data_ptr(), p._version, p.dtype) for p in params)
     hit = _WEIGHTS.get(model)
     if hit is None or hit[0] != fingerprint:
         hit = (fingerprint, _relayout(model))

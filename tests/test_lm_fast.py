@@ -146,3 +146,12 @@ def test_instrumented_models_keep_transformers_forward():
     patched.forward = counted
     CachedLM(patched).feed([1, 2, 3])
     assert calls == [3]
+
+
+def test_model_built_in_inference_mode():
+    """Parameters made in inference mode have no version counter: the lean path still runs, re-laid out."""
+    with torch.inference_mode():
+        model = gqa_llama(seed=6)
+    ids = [5, 4, 3, 2, 1]
+    torch.testing.assert_close(CachedLM(model, "lean").feed(ids), CachedLM(model, "dynamic").feed(ids),
+                               **TOL[torch.float64])
