@@ -1,5 +1,6 @@
 """Per-forward cost of each CachedLM path (dynamic, static, lean) for the bundled models, fp32 and bf16;
-with --exactness, whether greedy decoding stays exact on each path and dtype.
+with --exactness, whether greedy decoding stays exact on each path and dtype; with --decode, the
+end-to-end speedup of greedy speculative decoding on each path.
 
 After a cached prefill of --context tokens, one timed call is a 1-token forward (a decoding step, a
 draft step) or a 5-token forward (verifying k = 4 drafts), each rolled back (untimed) before the next.
@@ -9,12 +10,17 @@ jobs on a shared machine falls on all of them alike; the table gives medians in 
     python scripts/forward_costs.py [--models target,tiny,small] [--dtypes float32,bfloat16]
                                     [--reps 200] [--context 128] [--threads 1]
     python scripts/forward_costs.py --exactness [--dtypes ...] [--new-tokens 64]
+    python scripts/forward_costs.py --decode [--drafts tiny,small] [--dtypes float32] [--new-tokens 64] [--reps 2]
 
 --exactness, for the bundled target and each path and dtype, over 10 prompts (the example prompts and
 windows of the bundled corpus sample): (1) verify vs one at a time: the argmax of each row of a 5-token
 forward (a verify pass of k = 4 drafts, at every offset of a greedy continuation) against the argmax of
 the same position fed alone; (2) greedy speculative decoding (tiny draft, k = 4) against the same path's
 autoregressive greedy and against transformers' generate(do_sample=False), token for token.
+
+--decode: wall time of greedy autoregressive decoding and of speculative decoding (k = 4, each draft)
+of the example prompts with the bundled target, on the dynamic and the lean path, interleaved prompt by
+prompt; speedups against the same path's autoregressive run and against today's (dynamic) one.
 """
 from __future__ import annotations
 
@@ -22,6 +28,7 @@ import argparse
 import statistics
 import sys
 import time
+from collections import defaultdict
 from pathlib import Path
 
 import torch
@@ -150,6 +157,38 @@ def exactness_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+# -- end to end -----------------------------------------------------------------------------------
+def decode_seconds(drafts: list[str], dtype, n: int, reps: int) -> tuple[dict, dict]:
+    """Seconds and new tokens per (path, draft) ("none": autoregressive) over the example prompts."""
+    target, tok = load_model("target", dtype=dtype)
+    models = {"none": None} | {name: load_model(name, dtype=dtype)[0] for name in drafts}
+    prompts = [tok(p, return_tensors="pt").input_ids for p in specviz.EXAMPLE_PROMPTS]
+    cfg = specviz.DecodeConfig(k=4, max_new_tokens=n, temperature=0)
+    seconds, tokens = defaultdict(float), defaultdict(int)
+    for _ in range(reps):
+        for x in prompts:
+            for path in ("dynamic", "lean"):
+                lm_module.DEFAULT_PATH = path  # the decoder's CachedLMs take this path
+                for name, draft in models.items():
+                    t0 = time.perf_counter()
+                    trace = specviz.Decoding(target, draft, x, cfg).run()
+                    seconds[path, name] += time.perf_counter() - t0
+                    tokens[path, name] += len(trace.new_tokens)
+    lm_module.DEFAULT_PATH = "auto"
+    return seconds, tokens
+
+
+def decode_table(seconds: dict, tokens: dict) -> str:
+    lines = ["| path | draft | tokens/s | speedup vs same path autoregressive | vs dynamic autoregressive |",
+             "|---|---|---|---|---|"]
+    for (path, name), secs in seconds.items():
+        rate = tokens[path, name] / secs
+        same = rate / (tokens[path, "none"] / seconds[path, "none"])
+        today = rate / (tokens["dynamic", "none"] / seconds["dynamic", "none"])
+        lines.append(f"| {path} | {name} | {rate:.1f} | {same:.2f}x | {today:.2f}x |")
+    return "\n".join(lines)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="target,tiny,small")
@@ -159,8 +198,16 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--exactness", action="store_true")
     ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--decode", action="store_true")
+    ap.add_argument("--drafts", default="tiny,small")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    if args.decode:
+        dtype = args.dtypes.split(",")[0]
+        seconds, tokens = decode_seconds(args.drafts.split(","), getattr(torch, dtype), args.new_tokens, args.reps)
+        print(f"greedy, k = 4, {args.new_tokens} new tokens, {dtype}, {torch.get_num_threads()} thread(s)\n")
+        print(decode_table(seconds, tokens))
+        return
     if args.exactness:
         print(exactness_table(exactness(args.dtypes.split(","), args.new_tokens)))
         return
