@@ -1,7 +1,9 @@
 """A causal LM with its KV cache: feed tokens, read logits, roll back.
 
-One rollback mechanism for every architecture: transformers' own ``DynamicCache.crop``
-(which, since transformers 5, takes a negative count of tokens to remove).
+Three forward paths behind one cache interface (``forward(ids)`` appends and returns logits,
+``crop(keep)`` rolls back, ``get_seq_length()``): transformers' forward with a DynamicCache (any model;
+rollback by the cache's own crop), with a StaticCache (rollback by moving the write position), or
+``lean_llama.LeanLlama`` (Llama only, the fastest on a CPU; rollback by moving the write position).
 """
 from __future__ import annotations
 
@@ -10,7 +12,9 @@ import time
 from contextlib import contextmanager
 
 import torch
-from transformers import DynamicCache
+from transformers import DynamicCache, StaticCache
+
+from . import lean_llama
 
 
 def cache_kwarg(model) -> str:
@@ -24,16 +28,23 @@ def cache_kwarg(model) -> str:
 class CachedLM:
     """Wraps a transformers causal LM; ``ids`` are the tokens whose keys/values are in the cache and
     ``last_logits`` the logits after ids[-1] (kept until a rollback), so a fully cached context costs
-    no forward pass: a prefill of the whole prompt serves the first round."""
+    no forward pass: a prefill of the whole prompt serves the first round.
 
-    def __init__(self, model):
+    ``path`` picks the forward pass and its cache (all three give the same logits, up to float rounding):
+    "dynamic" (transformers' forward, DynamicCache, rollback by crop), "static" (transformers' forward,
+    StaticCache written in place, masks sliced from one table) or "lean" (``lean_llama.LeanLlama``: the
+    model's weights re-laid out, no transformers code per call). "auto" (``DEFAULT_PATH``) takes "lean"
+    where ``lean_llama.supports(model)`` (Llama models on one device) and "dynamic" otherwise."""
+
+    def __init__(self, model, path: str | None = None):
         self.model = model
         self.device = model_device(model)
-        self.cache = DynamicCache(config=model.config)
+        self.path = choose_path(model, path or DEFAULT_PATH)
         self.ids: list[int] = []
         self.last_logits: torch.Tensor | None = None
         self._synced = 0  # ids[:_synced] are known to match the committed sequence
         self._cache_kw = cache_kwarg(model)
+        self.cache = make_cache(model, self.path, self._cache_kw)  # forward(ids), crop(keep), get_seq_length()
 
     @property
     def vocab_size(self) -> int:
@@ -42,12 +53,10 @@ class CachedLM:
     @torch.inference_mode()
     def feed(self, ids: list[int]) -> torch.Tensor:
         """Append ids to the cache; return the logits after each of them, (len(ids), V)."""
-        x = torch.tensor([ids], dtype=torch.long, device=self.device)
-        out = self.model(input_ids=x, use_cache=True, **{self._cache_kw: self.cache})
-        self.cache = getattr(out, "cache", None) or out.past_key_values
+        logits = self.cache.forward(torch.tensor(ids, dtype=torch.long, device=self.device))
         self.ids.extend(ids)
-        self.last_logits = out.logits[0, -1]
-        return out.logits[0]
+        self.last_logits = logits[-1]
+        return logits
 
     def extend(self, committed: list[int], new: list[int]) -> torch.Tensor:
         """The logits after committed[-1] and after each of ``new``, (1 + len(new), V): the cache is synced
@@ -60,9 +69,8 @@ class CachedLM:
 
     def rollback(self, keep: int) -> None:
         """Drop every cached position from index ``keep`` on."""
-        drop = len(self.ids) - keep
-        if drop > 0:
-            self.cache.crop(-drop)
+        if len(self.ids) > keep:
+            self.cache.crop(keep)
             del self.ids[keep:]
             self.last_logits = None
 
@@ -80,6 +88,96 @@ class CachedLM:
         self.rollback(keep)
         self._synced = keep
         return committed[keep:]
+
+
+PATHS = ("auto", "dynamic", "static", "lean")
+DEFAULT_PATH = "auto"  # what CachedLM(model) uses; set to "dynamic" to run every model through transformers
+FIRST_CAPACITY = 256  # positions a static cache allocates up front; doubled whenever a feed needs more
+
+
+def choose_path(model, path: str) -> str:
+    """The forward path for model: "auto" is "lean" where LeanLlama supports it, else "dynamic"; an
+    explicit "lean" or "static" falls back to "dynamic" for models they cannot run (no error)."""
+    if path not in PATHS:
+        raise ValueError(f"path must be one of {PATHS}, got {path!r}")
+    if path in ("auto", "lean"):
+        return "lean" if lean_llama.supports(model) else "dynamic"
+    if path == "static" and not getattr(model, "_can_compile_fullgraph", False):
+        return "dynamic"  # StaticCache needs a model written for it (transformers' compile-ready ones)
+    return path
+
+
+def make_cache(model, path: str, cache_kw: str):
+    if path == "lean":
+        return lean_llama.LeanLlama(model)
+    return StaticForward(model, cache_kw) if path == "static" else DynamicForward(model, cache_kw)
+
+
+class DynamicForward:
+    """transformers' forward with a DynamicCache: keys/values appended by concatenation, rolled back
+    with the cache's own crop (which, since transformers 5, takes a negative count to remove)."""
+
+    def __init__(self, model, cache_kw: str):
+        self.model, self.cache_kw = model, cache_kw
+        self.kv = DynamicCache(config=model.config)
+
+    def get_seq_length(self) -> int:
+        return self.kv.get_seq_length()
+
+    def crop(self, keep: int) -> None:
+        if keep < self.get_seq_length():
+            self.kv.crop(keep - self.get_seq_length())
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """Append ids (n,); the logits after each, (n, V)."""
+        out = self.model(input_ids=ids[None], use_cache=True, **{self.cache_kw: self.kv})
+        self.kv = getattr(out, "cache", None) or out.past_key_values
+        return out.logits[0]
+
+
+class StaticForward:
+    """transformers' forward with a StaticCache: keys/values written in place, positions and the causal
+    mask sliced from tables built once (no mask construction per call); rollback only moves the write
+    position. Its attention spans the whole capacity (masked), so the capacity starts small and doubles."""
+
+    def __init__(self, model, cache_kw: str):
+        self.model, self.cache_kw = model, cache_kw
+        self.length = self.capacity = 0
+        self._reserve(FIRST_CAPACITY)
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    @torch.inference_mode()  # the cache's tensors were made in inference mode (CachedLM.feed)
+    def crop(self, keep: int) -> None:
+        self.length = min(self.length, keep)
+        for layer in self.kv.layers:
+            layer.cumulative_length.fill_(self.length)  # the next update writes from here
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        start, end = self.length, self.length + ids.shape[-1]
+        self._reserve(end)
+        out = self.model(input_ids=ids[None], position_ids=self.positions[:, start:end], use_cache=True,
+                         attention_mask=self.mask[:, :, start:end], **{self.cache_kw: self.kv})
+        self.length = end
+        return out.logits[0]
+
+    def _reserve(self, n: int) -> None:
+        """A StaticCache of at least n positions (the cached ones copied over), its (1, 1, cap, cap)
+        causal mask (True: attend) and positions (1, cap)."""
+        if n <= self.capacity:
+            return
+        cap, device = max(n, 2 * self.capacity), model_device(self.model)
+        kv = StaticCache(config=self.model.config, max_cache_len=cap)
+        for new, old in zip(kv.layers, self.kv.layers if self.capacity else []):
+            if old.is_initialized:
+                new.lazy_initialization(old.keys, old.values)
+                new.keys[:, :, : self.capacity] = old.keys
+                new.values[:, :, : self.capacity] = old.values
+                new.cumulative_length.fill_(self.length)
+        self.kv, self.capacity = kv, cap
+        self.positions = torch.arange(cap, device=device)[None]
+        self.mask = torch.ones(cap, cap, dtype=torch.bool, device=device).tril()[None, None]
 
 
 def model_device(model) -> torch.device:
