@@ -28,17 +28,22 @@ def expected_speedup(alpha: float, k: float, c: float, v: float = 1.0) -> float:
     return expected_tokens(alpha, k) / (k * c + v)
 
 
-def forward_s(trace) -> float:
+def counts_of(run):
+    """A run's ``Counts``: from a Trace, or a Counts as it is (several runs summed)."""
+    return run.counts() if hasattr(run, "counts") else run
+
+
+def forward_s(run) -> float:
     """Mean seconds of one target forward pass in a run (0.0 if none was timed)."""
-    c = trace.counts()
+    c = counts_of(run)
     return c.target_s / c.target_passes if c.target_passes else 0.0
 
 
 def cost_ratio(trace, baseline=None) -> float:
-    """c measured: mean draft time per drafted token over the time of one target forward, which is the
+    """c measured (``trace`` and ``baseline``: Traces, or Counts of several runs): mean draft time per drafted token over the time of one target forward, which is the
     baseline's one-token forward where a baseline run is given, else this run's verify pass. 0.0 if nothing
     was drafted or timed."""
-    c = trace.counts()
+    c = counts_of(trace)
     unit = forward_s(baseline) if baseline is not None else forward_s(trace)
     return (c.draft_s / c.drafted) / unit if c.drafted and unit else 0.0
 
@@ -51,7 +56,7 @@ def verify_cost(trace, baseline) -> float:
 
 def mean_k(trace) -> float:
     """Mean drafts per round (k varies under an adaptive k policy; fixed k gives k itself)."""
-    c = trace.counts()
+    c = counts_of(trace)
     return c.drafted / c.rounds if c.rounds else 0.0
 
 

@@ -2,7 +2,7 @@
 import pytest
 
 from specviz import DecodeConfig, PromptLookupDrafter
-from specviz.labs.bench import methods, report, run_bench
+from specviz.labs.bench import measure, methods, report, run_bench
 from tests.helpers.models import perturbed, tiny_llama
 
 
@@ -15,6 +15,10 @@ def test_every_method_generates_the_same_number_of_tokens(prompt):
         assert {t.tokens for t in tallies.values()} == {20}
         text = report(tallies)
         assert "speedup of ours-spec over ours-ar" in text and "recording overhead" in text
+        spec = tallies["ours-spec"].counts  # the decoder's own counts travel with the tallies
+        assert spec.new_tokens == 20 and spec.drafted > 0 and tallies["ours-ar"].counts.drafted == 0
+        m = measure(tallies)
+        assert m.acceptance_rate == spec.acceptance_rate and m.c > 0 and m.v > 0 and m.predicted > 0
 
 
 @pytest.mark.parametrize("stop", [0.0, 0.6])
@@ -33,7 +37,8 @@ def test_hf_assisted_drafts_the_same_k_as_ours(prompt, stop):
     passes = {}
     for name in ("ours-spec", "hf-assisted"):
         sizes.clear()
-        assert fns[name](prompt, 0) == 12
+        out = fns[name](prompt, 0)
+        assert (len(out.new_tokens) if name == "ours-spec" else out) == 12
         passes[name] = list(sizes)
     ours, hf = passes["ours-spec"], passes["hf-assisted"]
     # ours prefills the prompt in a pass of its own (round times exclude it) whose last logits serve the

@@ -2,12 +2,12 @@
 decoder against the target's own greedy, with the stop rule replayed on each recorded round."""
 import pytest
 import torch
-from tests.helpers.models import DEVICE, perturbed, reference_greedy, tiny_llama
 
 from specviz import DecodeConfig, NGramDrafter, NGramModel, PromptLookupDrafter, Proposal, speculative_generate
 from specviz.batch import speculative_generate_batch
 from specviz.drafters import draft_loop, draft_step, lookup_continuation
 from specviz.sampling import logits_to_probs, sample
+from tests.helpers.models import DEVICE, perturbed, reference_greedy, tiny_llama
 
 F64 = torch.float64
 

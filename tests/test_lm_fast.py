@@ -4,12 +4,12 @@ import random
 
 import pytest
 import torch
-from conftest import DEVICE, _finish, perturbed, reference_greedy, tiny_gpt2, tiny_llama
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from specviz import DecodeConfig, Decoding, autoregressive_generate, lean_llama, speculative_generate
 from specviz import lm as lm_module
 from specviz.lm import CachedLM
+from tests.helpers.models import DEVICE, finish, perturbed, reference_greedy, tiny_gpt2, tiny_llama
 
 FAST = ["static", "lean"]
 
@@ -21,7 +21,7 @@ def gqa_llama(seed=0, layers=2, hidden=48, heads=6, kv_heads=2, sharpen=1.0, dty
     cfg = LlamaConfig(vocab_size=64, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
                       num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=512,
                       bos_token_id=None, eos_token_id=None, pad_token_id=None, tie_word_embeddings=tied)
-    return _finish(LlamaForCausalLM(cfg), sharpen).to(dtype)
+    return finish(LlamaForCausalLM(cfg), sharpen).to(dtype)
 
 
 MODELS = {"mha-f64": lambda: tiny_llama(seed=2), "gqa-f64": gqa_llama,

@@ -1,10 +1,10 @@
 """specviz.reference (the algorithm on one screen) against the decoder: the same tokens for the same seed."""
 import pytest
 import torch
-from tests.helpers.models import DEVICE, perturbed, reference_greedy, tiny_gpt2, tiny_llama
 
 from specviz import DecodeConfig, Decoding
 from specviz.reference import speculative_decode
+from tests.helpers.models import DEVICE, perturbed, reference_greedy, tiny_gpt2, tiny_llama
 
 LLAMA = tiny_llama(seed=3, sharpen=30)
 GPT2 = tiny_gpt2(seed=4, sharpen=30)

@@ -21,22 +21,30 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from ..config import EXAMPLE_PROMPTS, DecodeConfig
+from .. import theory
+from ..config import EXAMPLE_PROMPTS, HELDOUT_PROMPTS, DecodeConfig
 from ..decoder import autoregressive_generate, speculative_generate
 from ..drafters import Drafter, PromptLookupDrafter
 from ..models import DEFAULT_DRAFT, DEFAULT_TARGET, load_drafter, load_model
+from ..trace import Counts, Trace
+
+PROMPT_SETS = {"example": EXAMPLE_PROMPTS, "heldout": HELDOUT_PROMPTS, "all": EXAMPLE_PROMPTS + HELDOUT_PROMPTS}
 
 
 @dataclass
 class Tally:
+    """One method's runs: tokens and wall seconds, tokens/s per call, and (ours) what the decoder counted."""
+
     tokens: int = 0
     seconds: float = 0.0
     per_call: list[float] = field(default_factory=list)
+    counts: Counts = field(default_factory=Counts)
 
-    def add(self, tokens: int, seconds: float) -> None:
+    def add(self, tokens: int, seconds: float, counts: Counts | None = None) -> None:
         self.tokens += tokens
         self.seconds += seconds
         self.per_call.append(tokens / seconds if seconds else 0.0)
+        self.counts = self.counts + (counts or Counts())
 
     @property
     def tokens_per_s(self) -> float:
@@ -52,7 +60,7 @@ def hf_kwargs(cfg: DecodeConfig, pad_id) -> dict:
 
 
 def methods(target, draft, cfg: DecodeConfig) -> dict:
-    """name -> function(input_ids, seed) -> number of generated tokens."""
+    """name -> function(input_ids, seed) -> the number of generated tokens (transformers) or the Trace (ours)."""
     pad = target.generation_config.pad_token_id or 0
     kw = hf_kwargs(cfg, pad)
     if isinstance(draft, PromptLookupDrafter):  # transformers' own prompt lookup
@@ -70,10 +78,9 @@ def methods(target, draft, cfg: DecodeConfig) -> dict:
         return run
 
     fns = {
-        "ours-ar": lambda ids, seed: len(autoregressive_generate(target, ids, replace(cfg, seed=seed)).new_tokens),
-        "ours-spec": lambda ids, seed: len(speculative_generate(target, draft, ids, replace(cfg, seed=seed)).new_tokens),
-        "ours-norecord": lambda ids, seed: len(
-            speculative_generate(target, draft, ids, replace(cfg, seed=seed, record=False)).new_tokens),
+        "ours-ar": lambda ids, seed: autoregressive_generate(target, ids, replace(cfg, seed=seed)),
+        "ours-spec": lambda ids, seed: speculative_generate(target, draft, ids, replace(cfg, seed=seed)),
+        "ours-norecord": lambda ids, seed: speculative_generate(target, draft, ids, replace(cfg, seed=seed, record=False)),
         "hf-plain": hf({}),
     }
     return fns | ({"hf-assisted": hf(assisted)} if assisted is not None else {})
@@ -115,9 +122,47 @@ def run_bench(target, draft, prompts: list[torch.Tensor], cfg: DecodeConfig, rep
             shift = (rep + i) % len(names)  # rotate the order so no method always runs first
             for name in names[shift:] + names[:shift]:
                 t0 = time.perf_counter()
-                n = fns[name](ids, rep)
-                tallies[name].add(n, time.perf_counter() - t0)
+                out = fns[name](ids, rep)
+                seconds = time.perf_counter() - t0
+                if isinstance(out, Trace):
+                    tallies[name].add(len(out.new_tokens), seconds, out.counts())
+                else:
+                    tallies[name].add(out, seconds)
     return tallies
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What one benchmark run measured, side by side: the speedup of ours-spec over ours-ar, the decoder's own
+    figures (acceptance rate, alpha, tau, c and v against the baseline's forward), Leviathan's prediction from
+    them, and the ratios against transformers' assisted generation and against not recording."""
+
+    speedup: float
+    acceptance_rate: float
+    alpha: float
+    tau: float
+    c: float
+    v: float
+    predicted: float
+    vs_assisted: float | None  # ours-spec tokens/s over hf-assisted's (None: no transformers counterpart)
+    recording_overhead: float  # median over paired runs of (ours-spec time / ours-norecord time - 1)
+
+    @property
+    def of_predicted(self) -> float:
+        return self.speedup / self.predicted if self.predicted else 0.0
+
+
+def measure(tallies: dict[str, Tally]) -> Measured:
+    spec, base = tallies["ours-spec"], tallies["ours-ar"]
+    c, v, k = theory.cost_ratio(spec.counts, base.counts), theory.verify_cost(spec.counts, base.counts), \
+        theory.mean_k(spec.counts)
+    assisted = tallies.get("hf-assisted")
+    paired = statistics.median(n / s for s, n in zip(spec.per_call, tallies["ours-norecord"].per_call))
+    return Measured(
+        speedup=spec.tokens_per_s / base.tokens_per_s, acceptance_rate=spec.counts.acceptance_rate,
+        alpha=spec.counts.alpha, tau=spec.counts.tau, c=c, v=v,
+        predicted=theory.expected_speedup(min(spec.counts.alpha, 1.0), k, c, v),
+        vs_assisted=spec.tokens_per_s / assisted.tokens_per_s if assisted else None, recording_overhead=paired - 1)
 
 
 def report(tallies: dict[str, Tally]) -> str:
@@ -126,15 +171,17 @@ def report(tallies: dict[str, Tally]) -> str:
     for name, t in tallies.items():
         lines.append(f"{name:<15}{t.tokens:>8}{t.seconds:>9.2f}{t.tokens_per_s:>9.1f}"
                      f"{statistics.median(t.per_call):>9.1f}{t.tokens_per_s / base:>11.2f}x")
-    norec, plain = tallies["ours-norecord"].tokens_per_s, tallies["hf-plain"].tokens_per_s
-    lines.append(f"speedup of ours-spec over ours-ar: {spec / base:.2f}x")
-    if "hf-assisted" in tallies:
+    m, norec, plain = measure(tallies), tallies["ours-norecord"].tokens_per_s, tallies["hf-plain"].tokens_per_s
+    lines.append(f"speedup of ours-spec over ours-ar: {m.speedup:.2f}x (acceptance {m.acceptance_rate:.3f}, alpha "
+                 f"{m.alpha:.3f}, tau {m.tau:.2f}, c {m.c:.3f}, verify v {m.v:.2f}: predicted {m.predicted:.2f}x, "
+                 f"measured / predicted {m.of_predicted:.2f})")
+    if m.vs_assisted is not None:
         assisted = tallies["hf-assisted"].tokens_per_s
-        lines += [f"ours-spec vs hf-assisted: {spec / assisted:.2f}x", f"hf-assisted vs hf-plain: {assisted / plain:.2f}x"]
-    paired = statistics.median(n / s for s, n in zip(tallies["ours-spec"].per_call, tallies["ours-norecord"].per_call))
+        lines += [f"ours-spec vs hf-assisted: {m.vs_assisted:.2f}x", f"hf-assisted vs hf-plain: {assisted / plain:.2f}x"]
     lines += [f"ours-ar vs hf-plain: {base / plain:.2f}x",
               f"recording overhead (ours-spec time / ours-norecord time - 1): {100 * (norec / spec - 1):+.1f}% in total, "
-              f"{100 * (paired - 1):+.1f}% median over paired runs (same prompt and repeat; robust to one-off stalls)"]
+              f"{100 * m.recording_overhead:+.1f}% median over paired runs (same prompt and repeat; robust to one-off "
+              "stalls)"]
     return "\n".join(lines)
 
 
@@ -146,14 +193,17 @@ def common_args(ap: argparse.ArgumentParser, max_new_tokens: int, repeats: int, 
     ap.add_argument("--repeats", type=int, default=repeats)
     ap.add_argument("--threads", type=int, default=threads, help="torch threads (0: torch's default)")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--prompts", choices=sorted(PROMPT_SETS), default="all",
+                    help="the 5 example prompts, 5 held-out ones, or all 10")
 
 
 def target_and_prompts(args) -> tuple:
-    """Sets the thread count, loads the target; (target, tokenizer, the example prompts as ids)."""
+    """Sets the thread count, loads the target; (target, tokenizer, the chosen prompts as ids)."""
     if args.threads:
         torch.set_num_threads(args.threads)
     target, tok = load_model(args.target, device=args.device)
-    return target, tok, [tok(p, return_tensors="pt").input_ids.to(args.device) for p in EXAMPLE_PROMPTS]
+    texts = PROMPT_SETS[getattr(args, "prompts", "example")]
+    return target, tok, [tok(p, return_tensors="pt").input_ids.to(args.device) for p in texts]
 
 
 def main(argv=None) -> None:

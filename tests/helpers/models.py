@@ -22,14 +22,14 @@ def tiny_llama(vocab=64, seed=0, layers=2, hidden=32, window=256, sharpen=1.0):
     cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
                       num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=window,
                       bos_token_id=None, eos_token_id=None, pad_token_id=None, tie_word_embeddings=False)
-    return _finish(LlamaForCausalLM(cfg), sharpen)
+    return finish(LlamaForCausalLM(cfg), sharpen)
 
 
 def tiny_gpt2(vocab=64, seed=0, layers=2, hidden=32, window=256, sharpen=1.0):
     torch.manual_seed(seed)
     cfg = GPT2Config(vocab_size=vocab, n_embd=hidden, n_layer=layers, n_head=2, n_positions=window,
                      bos_token_id=None, eos_token_id=None, pad_token_id=None, tie_word_embeddings=False)
-    return _finish(GPT2LMHeadModel(cfg), sharpen)
+    return finish(GPT2LMHeadModel(cfg), sharpen)
 
 
 def ui_models(window=128):
@@ -69,7 +69,7 @@ def perturbed(model, scale=0.5, seed=1):
     return draft.eval()
 
 
-def _finish(model, sharpen):
+def finish(model, sharpen):
     """float64 (no near-ties that flip between batched and unbatched GEMMs) and, optionally, peakier
     distributions (random init is nearly uniform) so p and q differ enough to exercise the residual."""
     model = model.double().to(DEVICE).eval()

@@ -1,0 +1,83 @@
+"""The speed floor of the default demo, measured: every figure side by side in one run, then a verdict.
+
+    python -m specviz.labs.floor [--draft DEFAULT] [--k 4] [--best-draft ngram-target --best-k 6]
+                                 [--lengths 64 256] [--repeats 2] [--threads 1]
+
+For each setting (the default pair at the explorer's k, greedy and at temperature 0.8; the best draft and k,
+greedy) and each length, ``bench.run_bench`` interleaves our autoregressive baseline, our speculative decoding
+(recording and not), and transformers' generate (plain and assisted) over the 5 example and 5 held-out prompts.
+The floor (issue 11): the default pair >= 2.0x at greedy and at T = 0.8, the best >= 2.5x at greedy, the
+default draft's acceptance at k = 4 >= 0.65 greedy and >= 0.6 at T = 0.8, measured >= 0.85 of the prediction
+from the run's own alpha, c and v, ahead of transformers' assisted generation, recording overhead <= 5%.
+"""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+import torch
+
+from ..config import DEFAULTS, DecodeConfig
+from ..models import DEFAULT_DRAFT, load_drafter
+from .bench import Measured, common_args, measure, run_bench, target_and_prompts
+
+
+@dataclass(frozen=True)
+class Setting:
+    label: str
+    draft: str
+    k: int
+    temperature: float
+    floor: float  # the speedup it must reach
+    acceptance_floor: float | None  # the acceptance it must reach (default draft at k = 4 only)
+
+
+def settings(draft: str, k: int, best_draft: str | None, best_k: int) -> list[Setting]:
+    out = [Setting("default, greedy", draft, k, 0.0, 2.0, 0.65 if k == 4 else None),
+           Setting(f"default, T = {DEFAULTS.temperature:g}", draft, k, DEFAULTS.temperature, 2.0,
+                   0.6 if k == 4 else None)]
+    if best_draft:
+        out.append(Setting("best, greedy", best_draft, best_k, 0.0, 2.5, None))
+    return out
+
+
+def verdicts(s: Setting, m: Measured) -> list[tuple[str, bool]]:
+    """(what, held) for every floor line this setting is measured against."""
+    out = [(f"speedup {m.speedup:.2f}x >= {s.floor}x", m.speedup >= s.floor),
+           (f"measured / predicted {m.of_predicted:.2f} >= 0.85", m.of_predicted >= 0.85),
+           (f"recording overhead {100 * m.recording_overhead:+.1f}% <= 5%", m.recording_overhead <= 0.05)]
+    if s.acceptance_floor is not None:
+        out.append((f"acceptance {m.acceptance_rate:.3f} >= {s.acceptance_floor}", m.acceptance_rate >= s.acceptance_floor))
+    if m.vs_assisted is not None:
+        out.append((f"vs transformers' assisted {m.vs_assisted:.2f}x > 1", m.vs_assisted > 1.0))
+    return out
+
+
+def main(argv=None) -> bool:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    common_args(ap, max_new_tokens=64, repeats=2, threads=1)
+    ap.set_defaults(k=DEFAULTS.k)
+    ap.add_argument("--draft", default=DEFAULT_DRAFT)
+    ap.add_argument("--best-draft", default=None, help="the draft the best-speed floor (>= 2.5x, greedy) is measured on")
+    ap.add_argument("--best-k", type=int, default=6)
+    ap.add_argument("--lengths", type=int, nargs="+", default=[64, 256])
+    args = ap.parse_args(argv)
+    target, _, prompts = target_and_prompts(args)
+    held = True
+    print(f"target={args.target} prompts={len(prompts)} repeats={args.repeats} threads={torch.get_num_threads()}")
+    for s in settings(args.draft, args.k, args.best_draft, args.best_k):
+        draft = load_drafter(s.draft, device=args.device)
+        for n in args.lengths:
+            cfg = DecodeConfig(k=s.k, temperature=s.temperature, max_new_tokens=n)
+            m = measure(run_bench(target, draft, prompts, cfg, args.repeats))
+            lines = verdicts(s, m)
+            held &= all(ok for _, ok in lines)
+            print(f"\n{s.label}: draft={s.draft} k={s.k} T={s.temperature:g} tokens={n}: tau {m.tau:.2f}, alpha "
+                  f"{m.alpha:.3f}, c {m.c:.3f}, v {m.v:.2f}, predicted {m.predicted:.2f}x")
+            print("\n".join(f"  {'PASS' if ok else 'FAIL'}  {what}" for what, ok in lines), flush=True)
+    print(f"\nfloor {'HOLDS' if held else 'MISSED'}")
+    return held
+
+
+if __name__ == "__main__":
+    raise SystemExit(0 if main() else 1)
