@@ -26,18 +26,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from collections import defaultdict
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import specviz  # noqa: E402
-from specviz import lm as lm_module  # noqa: E402
-from specviz.lm import CachedLM  # noqa: E402
-from specviz.models import ASSETS, load_model  # noqa: E402
+import specviz
+from specviz import lm as lm_module
+from specviz.lm import CachedLM
+from specviz.models import ASSETS, load_model
 
 PATHS = ("dynamic", "static", "lean")
 SIZES = (1, 5)

@@ -19,7 +19,7 @@ makes exactly the draws of ``speculative_generate(prompt_b, seed=cfg.seed + b)``
 (up to the floating-point difference between batched and unbatched matmuls).
 
 Timing: ``draft_s``, ``target_s`` and ``wall_s`` of a row's Round are the BATCH's times for that round
-(shared by every row in it); ``prefill_s`` is the batch prefill; ``total_s`` is the batch's wall time until
+(shared by every row in it); ``prefill_s`` is the batch prefill; ``total_s`` is the batch's working time until
 that row finished. A batch uses one k for every row (``k_policy='fixed'``), capped per row by its budget.
 """
 from __future__ import annotations
@@ -175,14 +175,18 @@ class BatchDecoding:
         return bool(self.traces[b].stop_reason) or self.left(b) <= 0
 
     def __iter__(self) -> Iterator[list[Round | None]]:
-        start, index = time.perf_counter(), 0
-        self._prefill()
+        """Each batch round's Rounds (None for rows already finished); total_s counts the batch's own work,
+        not the consumer's time between rounds."""
+        index, work = 0, Stopwatch(self.target.device)
+        with work.running():
+            self._prefill()
         while not all(self.done(b) for b in range(len(self.traces))):
-            rounds = self._round(index)
+            with work.running():
+                rounds = self._round(index)
             for b, r in enumerate(rounds):
                 if r is not None:
                     self.traces[b].rounds.append(r)
-                    self.traces[b].total_s = time.perf_counter() - start
+                    self.traces[b].total_s = work.seconds
                     if self.done(b):
                         self.traces[b].stop_reason = self.traces[b].stop_reason or "length"
             index += 1

@@ -45,19 +45,22 @@ class Decoding:
         self._clock = Stopwatch(self.target.device)
 
     def __iter__(self) -> Iterator[Round]:
-        cfg, trace, policy = self.cfg, self.trace, make_policy(self.cfg)
-        start = time.perf_counter()
-        self._prefill()
+        """Rounds as they happen. ``trace.total_s`` counts this run's own work only (prefill, rounds and their
+        bookkeeping), never the time the consumer spends between rounds (a UI redrawing, say)."""
+        cfg, trace, policy, work = self.cfg, self.trace, make_policy(self.cfg), Stopwatch(self.target.device)
+        with work.running():
+            self._prefill()
         while len(trace.new_tokens) < cfg.max_new_tokens and not trace.stop_reason:
-            left = cfg.max_new_tokens - len(trace.new_tokens)
-            k = 0 if self.drafter is None else min(policy.k, left - 1)  # never draft past the budget
-            r = self._round(len(trace.rounds), k)
-            trace.rounds.append(r)
-            trace.total_s = time.perf_counter() - start
-            policy.update(r)
+            with work.running():
+                left = cfg.max_new_tokens - len(trace.new_tokens)
+                k = 0 if self.drafter is None else min(policy.k, left - 1)  # never draft past the budget
+                r = self._round(len(trace.rounds), k)
+                trace.rounds.append(r)
+                policy.update(r)
+            trace.total_s = work.seconds
             yield r
         trace.stop_reason = trace.stop_reason or "length"
-        trace.total_s = time.perf_counter() - start
+        trace.total_s = work.seconds
 
     def run(self) -> Trace:
         for _ in self:

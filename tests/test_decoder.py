@@ -1,4 +1,6 @@
 """The decoder against references: the target's own greedy decode, its exact law, a full recompute."""
+import time
+
 import pytest
 import torch
 
@@ -293,3 +295,24 @@ def test_traces_name_the_models_they_are_given(llama, prompt, batched):
     plain = new_trace(llama, None, prompt, batched, target_name="my-target", draft_name="ignored")
     assert (plain.target_name, plain.draft_name, plain.mode) == ("my-target", "", "autoregressive")
     assert plain.prompt_ids == prompt[0].tolist() and plain.rounds == [] and plain.config.max_new_tokens == 3
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_a_slow_consumer_does_not_count_as_decoding_time(llama, prompt, batched):
+    """total_s is the run's own work: a consumer that sleeps 50 ms after every round (a UI redrawing) leaves it
+    where a consumer that does not sleep puts it, far below the sleeping."""
+    from specviz.batch import BatchDecoding
+
+    cfg = DecodeConfig(k=2, temperature=0, max_new_tokens=12)
+    draft = perturbed(llama, 0.3)
+
+    def run(sleep: float) -> float:
+        decoding = BatchDecoding(llama, draft, [prompt], cfg) if batched else Decoding(llama, draft, prompt, cfg)
+        for _ in decoding:
+            time.sleep(sleep)
+        trace = decoding.traces[0] if batched else decoding.trace
+        return trace.total_s, len(trace.rounds)
+
+    quick, rounds = run(0.0)
+    slow, _ = run(0.05)
+    assert rounds >= 3 and slow < quick + 0.02 * rounds + 0.05  # sleeping would add 0.05 s a round

@@ -3,16 +3,8 @@ import pytest
 import torch
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
-from specviz.sampling import (
-    align_vocab,
-    beta,
-    logits_to_probs,
-    point_mass,
-    process_logits,
-    residual,
-    verify,
-    verify_greedy,
-)
+from specviz.sampling import (align_vocab, beta, logits_to_probs, point_mass, process_logits, residual, sample, verify,
+                              verify_greedy)
 from tests.helpers.stats import chi2_pvalue
 
 P = torch.tensor([[0.5, 0.3, 0.2, 0.0], [0.1, 0.2, 0.3, 0.4]], dtype=torch.float64)
@@ -123,3 +115,18 @@ def test_align_vocab_pads_and_cuts():
     padded = align_vocab(x, 5)
     assert padded[:3].tolist() == [1.0, 2.0, 3.0] and torch.isinf(padded[3:]).all()
     assert logits_to_probs(padded, 1.0)[3:].sum() == 0
+
+
+def test_sample_follows_the_distribution_and_never_draws_a_zero():
+    """Inverse-CDF sampling: the law of 20,000 draws against p (chi-square), zero-probability ids (at the start,
+    the middle and the end) never drawn, and one id per row for batched rows."""
+    p = torch.tensor([0.0, 0.1, 0.0, 0.45, 0.05, 0.4, 0.0], dtype=torch.float64)
+    g = torch.Generator().manual_seed(0)
+    draws = sample(p.expand(20_000, -1), g)
+    counts = torch.bincount(draws, minlength=len(p)).double()
+    assert counts[p == 0].sum() == 0
+    assert chi2_pvalue(counts[p > 0], p[p > 0]) > 1e-3
+    rows = torch.eye(5)[[3, 0, 4]]  # point masses
+    assert sample(rows, g).tolist() == [3, 0, 4] and sample(rows[0], g).shape == ()
+    skewed = torch.tensor([1e-6, 1.0 - 1e-6]).float()  # unnormalised float32 rows work too
+    assert int(sample(skewed * 3, g)) in (0, 1)

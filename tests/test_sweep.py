@@ -17,7 +17,8 @@ def test_summarize_by_hand():
     assert s.acceptance_rate == pytest.approx(0.5) and s.alpha == pytest.approx(0.5) and s.tau == pytest.approx(2.0)
     assert s.speedup == pytest.approx((10 / 0.5) / (10 / 1.0))
     assert s.c == pytest.approx((0.08 / 10) / (0.8 / 8))  # draft step over a one-token target forward
-    assert s.speedup_theory == pytest.approx(1.75 / (2 * 0.08 + 1))
+    assert s.v == pytest.approx((0.4 / 5) / (0.8 / 8))  # a verify pass over a one-token target forward
+    assert s.speedup_theory == pytest.approx(1.75 / (2 * 0.08 + 0.8))
     assert s.tau_theory == pytest.approx(1.75)  # (1 - 0.5^3) / (1 - 0.5)
 
 

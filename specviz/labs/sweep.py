@@ -68,7 +68,8 @@ def baseline_costs(base: pd.DataFrame) -> tuple[float, float]:
 
 
 def summarize(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per (draft, k): acceptance, alpha, tau, tokens/s, measured speedup, c, and the theory beside them."""
+    """Per (draft, k): acceptance, alpha, tau, tokens/s, measured speedup, c and v (a draft step and a verify
+    pass, each over the baseline's one-token forward), and the theory beside them."""
     base = runs[runs.draft == ""]
     base_tps, target_step = baseline_costs(base)
     g = runs[runs.draft != ""].groupby(["draft", "k"], sort=False).sum(numeric_only=True).reset_index()
@@ -80,8 +81,10 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
     out["baseline_tokens_per_s"] = base_tps
     out["speedup"] = out.tokens_per_s / base_tps
     out["c"] = (g.draft_s / g.drafted) / target_step
+    out["v"] = (g.target_s / g.passes) / target_step  # a verify pass over one one-token forward
     out["tau_theory"] = [expected_tokens(min(a, 1.0), int(k)) for a, k in zip(out.alpha, out.k)]
-    out["speedup_theory"] = [expected_speedup(min(a, 1.0), int(k), c) for a, k, c in zip(out.alpha, out.k, out.c)]
+    out["speedup_theory"] = [expected_speedup(min(a, 1.0), int(k), c, v)
+                             for a, k, c, v in zip(out.alpha, out.k, out.c, out.v)]
     return out
 
 
