@@ -151,9 +151,27 @@ def test_sweep_handler_streams_and_writes_csv(store):
 
 def test_lossless_handler_streams_batches(store):
     h = handlers(store)
-    outs = list(h.run_lossless("tiny-target", "tiny", "ROMEO:", 2, 1.0, 0, 1.0, 0, 2000, 500))
+    outs = list(h.run_lossless("tiny-target", "tiny", "ROMEO:", 2, 0.7, 0, 1.0, 0, 2000, 500))
     assert len(outs) == 4 and list(outs[-1][1].draws) == [2000] * 3
-    assert "WRONG" in outs[-1][3].layout.title.text
+    assert "WRONG" in outs[-1][3].layout.title.text and "WRONG" in outs[-1][4].layout.title.text
+    assert "cannot happen" not in outs[-1][0] and "is the correct step here" not in outs[-1][0]
+
+
+@pytest.mark.parametrize("draft, temperature, top_p, says", [
+    ("tiny", 1.0, 1.0, "At temperature 1 with top-k and top-p off, processing leaves the draft's q as it is"),
+    ("tiny", 1.0, 0.9, None),  # top-p processes q: the mistake shows
+    ("prompt-lookup", 0.7, 1.0, "has no logits of its own"),
+])
+def test_lossless_says_where_the_unprocessed_q_mistake_cannot_happen(store, draft, temperature, top_p, says):
+    """The 'unprocessed q' variant is only called WRONG where it can differ from the correct step; elsewhere
+    the status says precisely why not (a model draft at T = 1 unfiltered; a draft without logits)."""
+    prompt = "To be, or not to be, to be" if draft == "prompt-lookup" else "ROMEO:"
+    status, _, _, _, raw_chart, _ = last(handlers(store).run_lossless("tiny-target", draft, prompt, 0, temperature, 0,
+                                                                      top_p, 0, 500, 500))
+    if says is None:
+        assert "WRONG" in raw_chart.layout.title.text and "cannot happen" not in status
+    else:
+        assert says in status and "WRONG" not in raw_chart.layout.title.text
 
 
 def test_distill_handler_keeps_drafts_in_state(store):

@@ -13,8 +13,6 @@ from .forms import encode, make_config, number_in
 from .store import ModelStore
 from .widgets import MODEL_QUEUE, bind, chart, draft_picker, sampling_controls, target_picker
 
-NO_RAW = (" This draft exposes no unprocessed logits (a point mass or an n-gram), so the 'unprocessed q' "
-          "mistake cannot happen with it: pick a model draft to see it.")
 
 
 class TokenLabels(dict):
@@ -30,8 +28,13 @@ class TokenLabels(dict):
         return self[token]
 
 
-def title(variant: str) -> str:
-    return "Correct verify step" if variant == lossless.CORRECT else f"WRONG ({variant[7:]}): biased"
+def title(variant: str, raw_note: str | None = None) -> str:
+    """A chart's title; the 'unprocessed q' variant says so where it cannot differ from the correct step."""
+    if variant == lossless.CORRECT:
+        return "Correct verify step"
+    if variant == lossless.WRONG_RAW and raw_note:
+        return "Unprocessed q: the same as the correct step here (see the note)"
+    return f"WRONG ({variant[7:]}): biased"
 
 
 def run_lossless(store: ModelStore, target, draft, prompt, extra, temperature, top_k, top_p, seed, draws, batch):
@@ -40,16 +43,16 @@ def run_lossless(store: ModelStore, target, draft, prompt, extra, temperature, t
     cfg = make_config(1, "fixed", temperature, top_k, top_p, max(extra, 1), seed)
     model, tok = store.target(target)
     d = lossless.next_token_dists(model, store.pair(target, draft)[2], encode(tok, prompt), cfg, extra)
-    labels, same_q = TokenLabels(tok), bool((d.q == d.q_raw).all())
+    labels, raw_note = TokenLabels(tok), lossless.raw_mistake_note(d, cfg)
     decomp = lab_plots.decomposition_bars(lossless.decomposition(d.p, d.q), labels)
     start = time.perf_counter()
     for frame in lossless.iter_lossless(d, draws, int(number_in(batch, "batch", 100, draws)), seed=cfg.seed):
         table = lossless.fit_table(frame)
         rate = table.draws[0] * len(table) / (time.perf_counter() - start)
-        figs = [lab_plots.emitted_bars(frame[frame.variant == v], title(v), labels) for v in lossless.VARIANTS]
+        figs = [lab_plots.emitted_bars(frame[frame.variant == v], title(v, raw_note), labels) for v in lossless.VARIANTS]
         yield (f"**{table.draws[0]} draws per variant** ({rate:,.0f} verify steps/s). Lossless means the emitted "
                "tokens follow p: a large chi-square p-value and a TV distance that shrinks as draws accumulate."
-               + (NO_RAW if same_q else ""),
+               + (f" {raw_note}" if raw_note else ""),
                table.round(4), *figs, decomp)
 
 

@@ -37,6 +37,20 @@ class Dists:
     p: torch.Tensor  # the target's, processed
     q: torch.Tensor  # the draft's, processed: what x is sampled from
     q_raw: torch.Tensor  # the draft's plain softmax (== q for a point mass or a drafter without logits)
+    model_free: bool = False  # the draft has no logits of its own (prompt lookup's point mass, an n-gram's counts)
+
+
+def raw_mistake_note(d: Dists, cfg: DecodeConfig) -> str | None:
+    """Why the 'unprocessed q' mistake cannot show at these settings with this draft, or None where it can."""
+    if d.model_free:
+        return ("This draft has no logits of its own to leave unprocessed (a point mass, or an n-gram's counts "
+                "turned into q after the run's transforms), so the 'unprocessed q' mistake cannot happen with it: "
+                "pick a model draft to see it.")
+    if torch.equal(d.q, d.q_raw) or (cfg.temperature == 1.0 and cfg.top_k == 0 and cfg.top_p == 1.0):
+        return (f"At temperature {cfg.temperature:g} with top-k and top-p off, processing leaves the draft's q as it "
+                "is, so the 'unprocessed q' step is the correct step here: set another temperature, or turn on "
+                "top-k or top-p, to see the mistake.")
+    return None
 
 
 # -- the verify step, N times at once ------------------------------------------------------------------
@@ -186,7 +200,7 @@ def next_token_dists(target, draft, input_ids: torch.Tensor, cfg: DecodeConfig, 
             raise ValueError(f"{draft.name} proposes nothing at this context (no earlier match of its last "
                              "tokens): pick a context that repeats itself, or a model draft")
         q = prop.q_on(vocab, torch.float64)[0].double()
-        return Dists(p, q, q)
+        return Dists(p, q, q, model_free=True)
     n_embed = draft.get_input_embeddings().weight.shape[0]
     q_logits = align_vocab(_last_logits(draft, [i if i < n_embed else 0 for i in ids]), vocab)
     return Dists(p, logits_to_probs(q_logits, **t), q_logits.softmax(-1))
