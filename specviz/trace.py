@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, fields
 import pandas as pd
 
 from .config import DecodeConfig
+from .trace_schema import TRACE_FIELDS, check_fields, round_fields
 
 SCHEMA = "specviz.trace/1"
 
@@ -183,27 +184,43 @@ class Trace:
         df = pd.DataFrame(rows, columns=FRAME_COLUMNS)
         return df.astype({"p": float, "q": float, "ratio": float, "accept_prob": float, "u": float, "beta": float})
 
-    def to_json(self) -> str:
+    def to_json(self, baseline: "Trace | None" = None) -> str:
+        """The whole record; with ``baseline`` (the autoregressive run it was measured against) that run too,
+        so an imported trace shows its speedup again (``run_from_json``)."""
+        data = self._data() | ({"baseline": baseline._data()} if baseline is not None else {})
+        return json.dumps(data)
+
+    def _data(self) -> dict:
         data = asdict(self)
         data["schema"] = SCHEMA
         data["token_text"] = {str(k): v for k, v in self.token_text.items()}
-        return json.dumps(data)
+        return data
 
     @classmethod
     def from_json(cls, text: str) -> "Trace":
         """The trace ``to_json`` wrote, every field checked (imported traces are rendered into HTML): a wrong
         type, an unknown mode or stop_reason, unequal per-token lists, n_accepted out of range: a ValueError."""
+        return cls.run_from_json(text)[0]
+
+    @classmethod
+    def run_from_json(cls, text: str) -> "tuple[Trace, Trace | None]":
+        """(trace, its baseline run or None), both checked as ``from_json`` checks a trace."""
         try:
             data = json.loads(text)
-            if not isinstance(data, dict) or data.pop("schema", None) != SCHEMA:
-                raise ValueError(f"not a specviz trace (expected schema {SCHEMA!r})")
-            _check_fields(data, TRACE_FIELDS, "", required=("prompt_ids", "config", "rounds"))
-            cfg = data["config"] = DecodeConfig(**data["config"])
-            data["rounds"] = [_round_from_dict(r, f"rounds[{i}].", cfg) for i, r in enumerate(data["rounds"])]
-            data["token_text"] = {int(k): v for k, v in data.get("token_text", {}).items()}
-            return cls(**data)
-        except (KeyError, TypeError, AttributeError, json.JSONDecodeError) as e:
+            base = data.pop("baseline", None) if isinstance(data, dict) else None
+            return cls._from_data(data, ""), (None if base is None else cls._from_data(base, "baseline."))
+        except (KeyError, TypeError, AttributeError, json.JSONDecodeError, RecursionError) as e:
             raise ValueError(f"malformed trace JSON: {e}") from e
+
+    @classmethod
+    def _from_data(cls, data, where: str) -> "Trace":
+        if not isinstance(data, dict) or data.pop("schema", None) != SCHEMA:
+            raise ValueError(f"not a specviz trace (expected {where}schema {SCHEMA!r})")
+        check_fields(data, TRACE_FIELDS, where, required=("prompt_ids", "config", "rounds"))
+        cfg = data["config"] = DecodeConfig(**data["config"])
+        data["rounds"] = [Round(**round_fields(r, f"{where}rounds[{i}].", cfg)) for i, r in enumerate(data["rounds"])]
+        data["token_text"] = {int(k): v for k, v in data.get("token_text", {}).items()}
+        return cls(**data)
 
 
 FRAME_COLUMNS = ["round", "k", "position", "token", "text", "status", "drafted", "p", "q", "ratio",
@@ -220,72 +237,6 @@ def target_passes(rounds) -> int:
 def _row(trace, r, i, token, status, drafted, p, q, accept_prob, u, beta):
     ratio = p / q if q else None
     return [r.index, r.k, i, token, trace.text(token), status, drafted, p, q, ratio, accept_prob, u, beta]
-
-
-# -- the JSON schema: every field's kind, and what each kind admits ------------------------------------------
-MODES, STOP_REASONS = ("speculative", "autoregressive"), ("eos", "length", "")
-TRACE_FIELDS = dict(prompt_ids="ids", config="object", mode="mode", target_name="string", draft_name="string",
-                    eos_token_ids="ids", rounds="objects", prefill_s="number", total_s="number",
-                    stop_reason="stop_reason", token_text="token_text")
-ROUND_FIELDS = dict(index="count", k="count", drafted="ids", q="numbers", p="numbers", accept_prob="numbers",
-                    u="numbers?", beta="numbers?", n_accepted="count", emitted="ids", resampled="id?", bonus="id?",
-                    next_p="number", residual_top="residual_top", draft_s="number", target_s="number", wall_s="number")
-
-
-def _is_count(v) -> bool:  # an index, a count or a token id
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
-
-
-def _is_num(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def _list_of(ok):
-    return lambda v: isinstance(v, list) and all(ok(x) for x in v)
-
-
-KINDS = {  # kind: (check, what the message says it must be)
-    "count": (_is_count, "an integer >= 0"),
-    "id?": (lambda v: v is None or _is_count(v), "a token id or null"),
-    "number": (_is_num, "a number"),
-    "string": (lambda v: isinstance(v, str), "a string"),
-    "object": (lambda v: isinstance(v, dict), "an object"),
-    "ids": (_list_of(_is_count), "a list of token ids"),
-    "numbers": (_list_of(_is_num), "a list of numbers"),
-    "numbers?": (_list_of(lambda x: x is None or _is_num(x)), "a list of numbers or nulls"),
-    "objects": (_list_of(lambda v: isinstance(v, dict)), "a list of objects"),
-    "mode": (lambda v: v in MODES, f"one of {MODES}"),
-    "stop_reason": (lambda v: v in STOP_REASONS, f"one of {STOP_REASONS}"),
-    "token_text": (lambda v: isinstance(v, dict) and all(k.isascii() and k.isdigit() and isinstance(s, str)
-                                                         for k, s in v.items()), 'an object {"token id": "text"}'),
-    "residual_top": (_list_of(lambda r: isinstance(r, list) and len(r) == 4 and _is_count(r[0])
-                              and all(map(_is_num, r[1:]))), "a list of [token, residual, p, q] rows"),
-}
-
-
-def _check_fields(d: dict, kinds: dict, where: str, required=()) -> None:
-    unexpected, missing = sorted(set(d) - set(kinds)), sorted(set(required) - set(d))
-    if unexpected or missing:
-        where = where or "trace "
-        raise ValueError(f"malformed trace JSON: {where}fields differ: missing {missing}, unexpected {unexpected}")
-    for name, value in d.items():
-        ok, what = KINDS[kinds[name]]
-        if not ok(value):  # the type, never the value, goes into the message: it may be markup
-            raise ValueError(f"malformed trace JSON: {where}{name} must be {what}, got {type(value).__name__}")
-
-
-def _round_from_dict(d: dict, where: str, cfg: DecodeConfig) -> Round:
-    _check_fields(d, ROUND_FIELDS, where, required=ROUND_FIELDS)
-    m, n, k = len(d["drafted"]), d["n_accepted"], d["k"]
-    for name in ("q", "p", "accept_prob", "u", "beta"):  # one entry per drafted token (none if not recorded)
-        if len(d[name]) != m and (cfg.record or d[name]):
-            raise ValueError(f"malformed trace JSON: {where}{name} has {len(d[name])} entries, drafted has {m}")
-    if n > m or m > k:
-        what = f"n_accepted ({n}) exceeds the drafted tokens ({m})" if n > m else f"drafted ({m}) exceeds k ({k})"
-        raise ValueError(f"malformed trace JSON: {where}{what}")
-    d = {key: tuple(v) if isinstance(v, list) else v for key, v in d.items()}
-    d["residual_top"] = tuple(tuple(t) for t in d["residual_top"])
-    return Round(**d)
 
 
 def _plus(a, b):

@@ -186,3 +186,8 @@ def test_unrecorded_traces_round_trip(llama, prompt):
     trace = speculative_generate(llama, llama, prompt, DecodeConfig(k=3, max_new_tokens=10, record=False))
     assert all(r.drafted and r.q == () for r in trace.rounds)
     assert Trace.from_json(trace.to_json()) == trace
+
+
+def test_deeply_nested_json_is_a_readable_error():
+    with pytest.raises(ValueError, match="malformed trace JSON"):
+        Trace.from_json('{"baseline": ' + "[" * 100_000 + "]" * 100_000 + "}")

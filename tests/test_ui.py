@@ -86,6 +86,26 @@ def test_json_export_import_round_trip(store, tmp_path):
         h.export(None)
 
 
+def test_an_exported_run_keeps_its_baseline_and_its_speedup(store):
+    """Export a run with its baseline; the import restores both, and the summary shows the measured speedup
+    again (the same figure as before the export)."""
+    h = handlers(store)
+    outs = last(h.run("ROMEO:", "tiny-target", "tiny", *SETTINGS.values(), True))
+    trace, base, summary = outs[0], outs[1], outs[3]
+    assert base is not None and "measured **" in summary
+    _, js = h.export(trace, base)
+    back = h.load(js)
+    assert back[0].to_json() == trace.to_json() and back[1].to_json() == base.to_json()
+    measured = summary.split("measured **")[1].split("×")[0]
+    assert f"measured **{measured}×" in back[3]
+    bad = json.loads(open(js).read())
+    bad["baseline"]["rounds"][0]["index"] = "<b>x</b>"  # the baseline is checked like the trace
+    path = js.replace("trace.json", "bad.json")
+    open(path, "w").write(json.dumps(bad))
+    with pytest.raises(gr.Error, match=r"baseline\.rounds\[0\]\.index must be an integer"):
+        h.load(path)
+
+
 def test_replay_steps_clamp(store):
     h = handlers(store)
     trace = last(h.run("ROMEO:", "tiny-target", "tiny", *SETTINGS.values(), False))[0]

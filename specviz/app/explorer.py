@@ -70,9 +70,9 @@ def step(trace, index, delta):
 
 
 def load(path):
-    """An uploaded JSON trace, shown as a finished run (no baseline: exported traces carry none)."""
-    trace = runs.import_trace(path)
-    return trace, None, *all_views(trace, None)
+    """An uploaded JSON trace, shown as a finished run, with the baseline run it was exported with (if any)."""
+    trace, base = runs.import_trace(path)
+    return trace, base, *all_views(trace, base)
 
 
 def draft_pickers(store: ModelStore, user_drafts):
@@ -182,6 +182,6 @@ def build(store: ModelStore, user_drafts: gr.State) -> tuple[gr.Dropdown, object
                    api_visibility="undocumented")
     next_btn.click(lambda t, i: h.step(t, i, +1), [trace_state, round_slider], [round_slider],
                    api_visibility="undocumented")
-    export_btn.click(h.export, [trace_state], [files], api_visibility="undocumented")
+    export_btn.click(h.export, [trace_state, base_state], [files], api_visibility="undocumented")
     gr.api(h.generate, api_name="generate", **MODEL_QUEUE)
     return inputs[2], h

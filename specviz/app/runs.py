@@ -49,28 +49,30 @@ def baseline(store: ModelStore, trace: Trace) -> Trace:
     return Decoding(model, None, torch.tensor([trace.prompt_ids]), trace.config, target_name=trace.target_name).run()
 
 
-def export_trace(trace: Trace | None) -> list[str]:
-    """Write the trace as CSV (one row per token) and JSON (the full record) into a fresh temp dir."""
+def export_trace(trace: Trace | None, base: Trace | None = None) -> list[str]:
+    """Write the trace as CSV (one row per token) and JSON (the full record, with its baseline run if there is
+    one, so the import shows the speedup again) into a fresh temp dir."""
     if trace is None:
         raise ValueError("nothing to export yet: run a prompt or import a trace first")
     folder = Path(tempfile.mkdtemp(prefix="specviz-"))
     csv, js = folder / "trace.csv", folder / "trace.json"
     trace.to_frame().to_csv(csv, index=False)
-    js.write_text(trace.to_json())
+    js.write_text(trace.to_json(baseline=base))
     return [str(csv), str(js)]
 
 
-def import_trace(path) -> Trace:
-    """Read an uploaded JSON trace; ValueError with a readable reason if it is not one."""
+def import_trace(path) -> tuple[Trace, Trace | None]:
+    """Read an uploaded JSON trace: (trace, its baseline run or None); ValueError with a readable reason if it is
+    not one."""
     if not path:
         raise ValueError("no file uploaded")
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise ValueError(f"could not read the uploaded file: {e}") from e
-    trace = Trace.from_json(text)
+    trace, base = Trace.run_from_json(text)
     for r in trace.rounds:
         if not len(r.drafted) == len(r.p) == len(r.q) == len(r.u) == len(r.beta) == len(r.accept_prob):
             raise ValueError(f"malformed trace JSON: round {r.index}'s drafted, p, q, u, beta lengths differ "
                              "(traces recorded with record=False cannot be replayed)")
-    return trace
+    return trace, base

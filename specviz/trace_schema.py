@@ -1,0 +1,73 @@
+"""The trace JSON's schema: every field's kind and what each kind admits, checked on import (imported traces
+are rendered into HTML, so nothing unchecked gets that far). ``Trace.from_json`` calls these; a violation is a
+ValueError that names the field and its type, never its value (it may be markup)."""
+from __future__ import annotations
+
+from .config import DecodeConfig
+
+# -- the JSON schema: every field's kind, and what each kind admits ------------------------------------------
+MODES, STOP_REASONS = ("speculative", "autoregressive"), ("eos", "length", "")
+TRACE_FIELDS = dict(prompt_ids="ids", config="object", mode="mode", target_name="string", draft_name="string",
+                    eos_token_ids="ids", rounds="objects", prefill_s="number", total_s="number",
+                    stop_reason="stop_reason", token_text="token_text")
+ROUND_FIELDS = dict(index="count", k="count", drafted="ids", q="numbers", p="numbers", accept_prob="numbers",
+                    u="numbers?", beta="numbers?", n_accepted="count", emitted="ids", resampled="id?", bonus="id?",
+                    next_p="number", residual_top="residual_top", draft_s="number", target_s="number", wall_s="number")
+
+
+def _is_count(v) -> bool:  # an index, a count or a token id
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _is_num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _list_of(ok):
+    return lambda v: isinstance(v, list) and all(ok(x) for x in v)
+
+
+KINDS = {  # kind: (check, what the message says it must be)
+    "count": (_is_count, "an integer >= 0"),
+    "id?": (lambda v: v is None or _is_count(v), "a token id or null"),
+    "number": (_is_num, "a number"),
+    "string": (lambda v: isinstance(v, str), "a string"),
+    "object": (lambda v: isinstance(v, dict), "an object"),
+    "ids": (_list_of(_is_count), "a list of token ids"),
+    "numbers": (_list_of(_is_num), "a list of numbers"),
+    "numbers?": (_list_of(lambda x: x is None or _is_num(x)), "a list of numbers or nulls"),
+    "objects": (_list_of(lambda v: isinstance(v, dict)), "a list of objects"),
+    "mode": (lambda v: v in MODES, f"one of {MODES}"),
+    "stop_reason": (lambda v: v in STOP_REASONS, f"one of {STOP_REASONS}"),
+    "token_text": (lambda v: isinstance(v, dict) and all(k.isascii() and k.isdigit() and isinstance(s, str)
+                                                         for k, s in v.items()), 'an object {"token id": "text"}'),
+    "residual_top": (_list_of(lambda r: isinstance(r, list) and len(r) == 4 and _is_count(r[0])
+                              and all(map(_is_num, r[1:]))), "a list of [token, residual, p, q] rows"),
+}
+
+
+def check_fields(d: dict, kinds: dict, where: str, required=()) -> None:
+    unexpected, missing = sorted(set(d) - set(kinds)), sorted(set(required) - set(d))
+    if unexpected or missing:
+        where = where or "trace "
+        raise ValueError(f"malformed trace JSON: {where}fields differ: missing {missing}, unexpected {unexpected}")
+    for name, value in d.items():
+        ok, what = KINDS[kinds[name]]
+        if not ok(value):  # the type, never the value, goes into the message: it may be markup
+            raise ValueError(f"malformed trace JSON: {where}{name} must be {what}, got {type(value).__name__}")
+
+
+def round_fields(d: dict, where: str, cfg: DecodeConfig) -> dict:
+    """A round's JSON object checked (kinds, equal per-token lengths, n_accepted <= drafted <= k) and turned
+    into Round's keyword arguments."""
+    check_fields(d, ROUND_FIELDS, where, required=ROUND_FIELDS)
+    m, n, k = len(d["drafted"]), d["n_accepted"], d["k"]
+    for name in ("q", "p", "accept_prob", "u", "beta"):  # one entry per drafted token (none if not recorded)
+        if len(d[name]) != m and (cfg.record or d[name]):
+            raise ValueError(f"malformed trace JSON: {where}{name} has {len(d[name])} entries, drafted has {m}")
+    if n > m or m > k:
+        what = f"n_accepted ({n}) exceeds the drafted tokens ({m})" if n > m else f"drafted ({m}) exceeds k ({k})"
+        raise ValueError(f"malformed trace JSON: {where}{what}")
+    d = {key: tuple(v) if isinstance(v, list) else v for key, v in d.items()}
+    d["residual_top"] = tuple(tuple(t) for t in d["residual_top"])
+    return d
