@@ -48,6 +48,9 @@ def test_run_with_baseline_reports_measured_and_predicted_speedup(store):
     base = outs[1]
     assert base is not None and base.mode == "autoregressive" and len(base.new_tokens) == 12
     assert "measured **" in outs[3] and "predicted **" in outs[3]
+    s = outs[0].summary()  # the headline: forwards per token and the speedup they imply, hardware-free
+    assert outs[3].startswith(f"**{s.target_forwards_per_token:.2f} target forwards per token**")
+    assert f"**{1 / s.target_forwards_per_token:.2f}× faster**" in outs[3].split("\n")[0]
 
 
 @pytest.mark.parametrize("args, message", [

@@ -21,16 +21,28 @@ def summary_markdown(trace: Trace | None, base: Trace | None) -> str:
     measured_txt = f"**{measured:.2f}×**" if measured else "*(no baseline: run the models to measure it)*"
     base_txt = f"{base.summary().tokens_per_s:.1f} tokens/s" if base else "–"
     return (
+        f"{forwards_headline(s.target_forwards_per_token, trace.mode)}\n\n"
         f"**{s.new_tokens} tokens in {s.rounds} rounds** ({esc(trace.stop_reason or 'running…')}) · "
         f"{esc(trace.target_name or 'target')} ← {esc(trace.draft_name or 'no draft')}\n\n"
         f"| acceptance rate | α (mean β) | τ tokens / round | target forwards / token | tokens/s | baseline |\n"
         f"|---|---|---|---|---|---|\n"
         f"| {s.acceptance_rate:.2f} | {s.alpha:.2f} | {s.tau:.2f} | {s.target_forwards_per_token:.2f} | "
         f"{s.tokens_per_s:.1f} | {base_txt} |\n\n"
-        f"**Speedup** measured {measured_txt} (tokens/s against an autoregressive run of the same target and "
+        f"**Speedup on this machine** measured {measured_txt} (tokens/s against an autoregressive run of the same target and "
         f"settings) · predicted **{predicted:.2f}×** by (1 − α^(k+1)) / ((1 − α)(k c + v)) with α = {s.alpha:.2f}, "
         f"k = {k:.2f} (mean drafts per round), c = {c:.3f} (a draft step over one target forward) and "
         + (f"v = {v:.2f} (a verify pass over one target forward), both measured in these two runs."
            if base is not None else "v = 1 (Leviathan's assumption: the verify pass costs one forward; the "
            "baseline measures both), c over this run's verify pass.")
     )
+
+
+def forwards_headline(per_token: float, mode: str) -> str:
+    """What speculation saves whatever the hardware: target forward passes per generated token, and the speedup
+    that implies where a verify pass costs one forward and drafting is free (an upper bound)."""
+    if mode != "speculative" or not per_token:
+        return "**1.00 target forward per token** (autoregressive: one pass for every token)."
+    saved = 1 - per_token
+    return (f"**{per_token:.2f} target forwards per token** (autoregressive: 1.00): {100 * saved:.0f}% of the "
+            f"target's passes saved; where a verify pass cost what one forward costs and drafting were free, that "
+            f"would be **{1 / per_token:.2f}× faster** (on this machine, below).")
