@@ -17,12 +17,16 @@ from safetensors.torch import load_file, save_file
 from .drafters import Drafter, draft_loop
 
 
+MEMO_SIZE = 65_536  # contexts whose log q an NGramModel keeps (cleared when full)
+
+
 class NGramModel:
     """Counts of every order 1..n; ``keys[i]`` encodes an (i+1)-gram as a base-V integer, sorted."""
 
     def __init__(self, vocab_size: int, keys: list[torch.Tensor], counts: list[torch.Tensor], discount: float = 0.75):
         self.vocab_size, self.keys, self.counts, self.discount = vocab_size, keys, counts, discount
         self.order = len(keys)
+        self._memo: dict[tuple[int, ...], torch.Tensor] = {}  # log q by context (see log_distribution)
         unigram = torch.ones(vocab_size, dtype=torch.float64).index_add_(0, keys[0], counts[0].double())
         self.unigram = unigram / unigram.sum()  # add-one smoothed
 
@@ -44,6 +48,17 @@ class NGramModel:
             keys.append(k)
             counts.append(c.to(torch.int32))
         return cls(vocab_size, keys, counts, discount)
+
+    def log_distribution(self, context: list[int]) -> torch.Tensor:
+        """log q(. | context), (V,) float32, memoised on the last order - 1 tokens (all that q reads): drafting
+        meets the same contexts again and again (the target's loops), so most steps cost a dict lookup."""
+        key = tuple(context[len(context) - self.order + 1:]) if self.order > 1 else ()
+        logq = self._memo.get(key)
+        if logq is None:
+            if len(self._memo) >= MEMO_SIZE:
+                self._memo.clear()
+            logq = self._memo[key] = self.distribution(context).log()
+        return logq
 
     def distribution(self, context: list[int]) -> torch.Tensor:
         """q(. | context), a (V,) float tensor summing to 1."""
@@ -94,7 +109,7 @@ class NGramDrafter(Drafter):
         history = committed[max(0, len(committed) - self.model.order + 1):]  # all that q(. | h) reads
 
         def next_logits(drafted: list[int]) -> torch.Tensor:  # log q(. | history + drafted), (V,)
-            return self.model.distribution(history + drafted).log().to(self.device)
+            return self.model.log_distribution(history + drafted).to(self.device)
 
         return draft_loop(next_logits, k, self.cfg, self.vocab_size, generator, self.device)
 

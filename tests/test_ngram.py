@@ -55,3 +55,14 @@ def test_bundled_ngram_loads_through_the_registry():
     drafter = specviz.load_drafter("ngram")
     assert isinstance(drafter, NGramDrafter) and "ngram" in specviz.list_drafters()
     assert drafter.model.distribution([0, 100]).sum().item() == pytest.approx(1.0, abs=1e-5)
+
+
+def test_memoised_log_distribution_equals_the_distribution():
+    """log q is memoised on the last order - 1 tokens: equal to the fresh distribution for long, short and
+    repeated contexts, and contexts that differ only before those tokens share it."""
+    g = torch.Generator().manual_seed(0)
+    model = NGramModel.fit(torch.randint(0, 16, (3000,), generator=g), 16, order=3)
+    for context in ([], [3], [3, 5], [1, 2, 3, 5], [9, 9, 3, 5], [3, 5]):
+        assert torch.equal(model.log_distribution(context), model.distribution(context).log())
+    assert model.log_distribution([1, 2, 3, 5]) is model.log_distribution([7, 3, 5])  # one entry per context
+    assert len(model._memo) == 3  # (), (3,), (3, 5), and nothing else
