@@ -17,9 +17,10 @@ from pathlib import Path
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets" / "models"
 DEFAULT_TARGET = "target"
-DEFAULT_DRAFT = "lite"  # the measured fastest at the explorer's defaults (see assets/models/README.md)
+DEFAULT_DRAFT = "lite+ngram-target"  # lite, drafting from ngram-target where it is confident in greedy runs (model card)
 PROMPT_LOOKUP = "prompt-lookup"
 NOT_MODELS = {"tokenizer"}  # asset folders that are not causal LMs
+HYBRIDS = {"lite+ngram-target": ("lite", "ngram-target")}  # name -> (bundled model draft, bundled n-gram)
 
 # Hub pairs people compare: target -> drafts that share its tokenizer.
 HUB_PRESETS: dict[str, tuple[str, ...]] = {
@@ -51,9 +52,15 @@ def list_ngrams() -> list[str]:
     return sorted(p.name for p in ASSETS.iterdir() if (p / "ngram.json").is_file()) if ASSETS.is_dir() else []
 
 
+def list_hybrids() -> list[str]:
+    """Bundled hybrid drafts ("model+ngram": the n-gram where it is confident in greedy runs, the model elsewhere)
+    whose two parts are both bundled."""
+    return [name for name, (m, n) in HYBRIDS.items() if m in list_models() and n in list_ngrams()]
+
+
 def list_drafters() -> list[str]:
-    """Everything that can draft for the bundled target: bundled LMs other than it, and model-free drafters."""
-    return [m for m in list_models() if m != DEFAULT_TARGET] + list_ngrams() + [PROMPT_LOOKUP]
+    """Everything that can draft for the bundled target: bundled LMs other than it, hybrids, model-free drafters."""
+    return [m for m in list_models() if m != DEFAULT_TARGET] + list_hybrids() + list_ngrams() + [PROMPT_LOOKUP]
 
 
 def preset_targets() -> list[str]:
@@ -88,6 +95,11 @@ def load_drafter(name: str, device: str | None = None):
         from .ngram import NGramDrafter, NGramModel
 
         return NGramDrafter(NGramModel.load(ASSETS / name), name=name)
+    if name in list_hybrids():
+        from .ngram import HybridDrafter, NGramModel
+
+        model, table = HYBRIDS[name]
+        return HybridDrafter(NGramModel.load(ASSETS / table), load_model(model, device=device)[0], name=name)
     return load_model(name, device=device)[0]
 
 

@@ -9,12 +9,13 @@ verify step like any draft model. Counts are stored as sorted sparse keys in saf
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
 
-from .drafters import Drafter, draft_loop
+from .drafters import Drafter, ModelDrafter, draft_loop, draft_view
 
 
 MEMO_SIZE = 65_536  # contexts whose log q an NGramModel keeps (cleared when full)
@@ -117,3 +118,40 @@ class NGramDrafter(Drafter):
 def _compact(keys: torch.Tensor, span: int) -> torch.Tensor:
     """int32 storage where every key fits (it halves the file), int64 otherwise."""
     return keys.int() if span < 2**31 else keys
+
+
+class HybridDrafter(Drafter):
+    """Two drafts, position by position: the n-gram where it is confident (its top token has q >= confidence:
+    a near-free step) and the model draft elsewhere. The choice reads only the context and the settings, and each
+    token is drawn from the q of the draft that proposed it, which is the q verify uses: exact, as for any draft.
+    ``greedy_only``: use the n-gram in greedy runs only (a table of the target's greedy text knows its greedy
+    continuations, not its sampled distribution: sampled, its q is accepted far less often than the model's)."""
+
+    def __init__(self, table: NGramModel, model, confidence: float = 0.8, name: str | None = None,
+                 greedy_only: bool = True):
+        self.table, self.model_draft, self.confidence = table, ModelDrafter(model), confidence
+        self.greedy_only = greedy_only
+        self.name = name or f"{self.model_draft.name}+ngram"
+        self.window = self.model_draft.window
+
+    def start(self, prompt, cfg, vocab_size, device):
+        super().start(prompt, cfg, vocab_size, device)
+        self.model_draft.start(prompt, cfg, vocab_size, device)
+
+    def prefill(self, prompt):
+        self.model_draft.prefill(prompt)
+
+    def propose(self, committed, k, generator):
+        history, md = committed[max(0, len(committed) - self.table.order + 1):], self.model_draft
+        log_conf = math.log(self.confidence) if self.confidence > 0 else -math.inf
+
+        use_table = self.cfg.greedy or not self.greedy_only
+
+        def next_logits(drafted: list[int]) -> torch.Tensor:
+            if use_table:
+                logq = self.table.log_distribution(history + drafted)
+                if float(logq.max()) >= log_conf:
+                    return logq.to(self.device)
+            return md.lm.extend(draft_view(committed + drafted, md.n_embed, self.vocab_size), [])[-1]
+
+        return draft_loop(next_logits, k, self.cfg, self.vocab_size, generator, self.device)

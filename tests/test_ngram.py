@@ -66,3 +66,45 @@ def test_memoised_log_distribution_equals_the_distribution():
         assert torch.equal(model.log_distribution(context), model.distribution(context).log())
     assert model.log_distribution([1, 2, 3, 5]) is model.log_distribution([7, 3, 5])  # one entry per context
     assert len(model._memo) == 3  # (), (3,), (3, 5), and nothing else
+
+
+def _hybrid_setup():
+    from tests.helpers.models import perturbed, tiny_llama
+
+    target = tiny_llama(vocab=16, seed=11, sharpen=8)
+    draft = perturbed(target, 0.5)
+    ids = torch.tensor([[1, 2, 3, 1, 2, 3]])
+    text = target.generate(ids, do_sample=False, max_new_tokens=200, min_new_tokens=200)[0]  # its greedy loop
+    return target, draft, ids, NGramModel.fit(text, 16, order=3, min_count=1)
+
+
+@pytest.mark.parametrize("confidence", [0.0, 0.6, 1.01])  # always the table, mixed, never the table
+def test_hybrid_greedy_equals_the_targets_greedy(confidence):
+    from specviz.ngram import HybridDrafter
+    from tests.helpers.models import reference_greedy
+
+    target, draft, ids, table = _hybrid_setup()
+    hybrid = HybridDrafter(table, draft, confidence)
+    trace = speculative_generate(target, hybrid, ids, DecodeConfig(k=3, temperature=0, max_new_tokens=30))
+    assert trace.new_tokens == reference_greedy(target, ids, 30)
+    assert any(r.n_accepted for r in trace.rounds)
+
+
+def test_hybrid_sampling_is_exact_with_the_table_in_use():
+    """greedy_only=False: sampled drafts come from the n-gram where it is confident, the model elsewhere; the law
+    of the first two tokens is still the target's (chi-square over 600 seeds), and the table did draft."""
+    from specviz.ngram import HybridDrafter
+    from tests.helpers.stats import chi2_pvalue, exact_first_two
+
+    target, draft, ids, table = _hybrid_setup()
+    hybrid = HybridDrafter(table, draft, confidence=0.3, greedy_only=False)
+    cfg = DecodeConfig(k=2, max_new_tokens=3, temperature=1.0)
+    exact, counts, from_table = exact_first_two(target, ids, cfg), torch.zeros(16, 16), 0
+    for seed in range(600):
+        trace = speculative_generate(target, hybrid, ids, DecodeConfig(**{**cfg.to_dict(), "seed": seed}))
+        t1, t2 = trace.new_tokens[:2]
+        counts[t1, t2] += 1
+        q1 = table.distribution(ids[0].tolist())
+        from_table += abs(trace.rounds[0].q[0] - float(q1[trace.rounds[0].drafted[0]])) < 1e-6
+    assert from_table > 50  # the first draft came from the table in many runs (its q is the table's)
+    assert chi2_pvalue(counts, exact) > 1e-3

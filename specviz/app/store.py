@@ -105,7 +105,9 @@ class ModelStore:
 
 
 def model_free(draft: str) -> bool:
-    return draft == models.PROMPT_LOOKUP or draft in models.list_ngrams()
+    """No tokenizer of its own to check against the target's: model-free drafts, and bundled hybrids (their
+    model part is a bundled draft: the family shares one tokenizer)."""
+    return draft == models.PROMPT_LOOKUP or draft in models.list_ngrams() or draft in models.list_hybrids()
 
 
 def param_bytes(obj) -> int:
