@@ -135,8 +135,12 @@ def test_figures_hold_the_table(target, drafts):
 def test_draft_size_of_each_kind(target, drafts):
     from specviz.drafters import ModelDrafter
 
+    from specviz.ngram import HybridDrafter
+
     assert draft_size(ModelDrafter(target)) == draft_size(target) > 0
     assert draft_size(PromptLookupDrafter()) == 0
+    table = NGramModel.fit(torch.arange(50) % 7, 64, order=2)
+    assert draft_size(HybridDrafter(table, target)) == draft_size(target)  # a hybrid counts its model
 
 
 

@@ -22,7 +22,7 @@ from ..config import DecodeConfig
 from ..decoder import Decoding
 from ..drafters import Drafter, ModelDrafter, as_drafter
 from ..lm import CachedLM
-from ..ngram import NGramDrafter
+from ..ngram import HybridDrafter, NGramDrafter
 from ..sampling import logits_to_probs
 from ..trace import Trace
 from .sweep import BASELINE, baseline_costs, position_rows, run_row, warm_up
@@ -93,9 +93,12 @@ def _positions(runs: list[Run]) -> pd.DataFrame:
 
 
 def draft_size(draft) -> int:
-    """Parameters of a draft LM; stored n-grams (every order) of an n-gram draft; 0 for model-free rules."""
+    """Parameters of a draft LM (of a hybrid's model); stored n-grams (every order) of an n-gram draft; 0 for
+    model-free rules."""
     if isinstance(draft, NGramDrafter):
         return int(sum(len(k) for k in draft.model.keys))
+    if isinstance(draft, HybridDrafter):
+        draft = draft.model_draft
     if isinstance(draft, ModelDrafter):
         draft = draft.model
     if isinstance(draft, Drafter):
