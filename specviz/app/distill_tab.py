@@ -49,7 +49,8 @@ def run_distill(store: ModelStore, target, start, seconds, compare_ce, eval_ever
     model, tok = store.target(target)
     base = None if start == FRESH else store.pair(target, start)[2]
     if isinstance(base, Drafter):
-        raise ValueError(f"{start!r} is model-free: nothing to train. Pick a model draft or {FRESH!r}")
+        raise ValueError(f"{start!r} is not a single draft model (a model-free rule or a hybrid): nothing to train. "
+                         f"Pick a model draft or {FRESH!r}")
     seconds, eval_every = number_in(seconds, "budget", 2, 900), number_in(eval_every, "checkpoint every", 1, 900)
     drafts = lab_drafts(model, base, bool(compare_ce))
     prompts = [encode(tok, p) for p in EXAMPLE_PROMPTS]
