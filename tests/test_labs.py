@@ -149,6 +149,22 @@ def test_sweep_handler_streams_and_writes_csv(store):
     assert list(policies.policy)[1:] == ["fixed k=2", "history", "heuristic", "stop < 0.4 (k ≤ 10)"]
 
 
+@pytest.mark.parametrize("compare", [False, True])
+def test_the_sweep_estimate_counts_every_run_it_makes(store, compare):
+    """The estimate names the runs Run sweep will make, the policy comparison included when it is on: the same
+    count as the rows of the CSVs the sweep writes (the baseline and every (draft, k), then every policy)."""
+    import re
+
+    h = handlers(store)
+    form = ("tiny-target", ["tiny", "prompt-lookup"], "ROMEO:\n\nTo be, or not", 1, 3, 0.0, 0, 1.0, 6, 0)
+    note = h.estimate(*form, compare, 2, 0.4)
+    stated = int(re.search(r"for (\d+) runs", note).group(1))
+    files = last(h.run_sweep(*form, compare, 2, 0.4))[-1]
+    made = sum(len(pd.read_csv(f)) for f in files if os.path.basename(f) in ("sweep_runs.csv", "policy_runs.csv"))
+    assert stated == made == 2 * (1 + 2 * 3) + (2 * (1 + 4) if compare else 0)
+    assert ("policy comparison included" in note) == compare
+
+
 def test_lossless_handler_streams_batches(store):
     h = handlers(store)
     outs = list(h.run_lossless("tiny-target", "tiny", "ROMEO:", 2, 0.7, 0, 1.0, 0, 2000, 500))

@@ -32,3 +32,16 @@ def test_sweep_on_tiny_models_counts_every_run(prompt):
     itself = s[s.draft == "itself"]
     assert (itself.acceptance_rate == 1.0).all() and itself.tau.tolist() == pytest.approx([2.0, 4.0])
     assert set(best_k(s).draft) == set(drafts)
+
+
+def test_summarize_a_draft_that_never_drafted():
+    """Prompt lookup on a prompt without repeats drafts nothing: its alpha is 0 (nothing verified), not a NaN that
+    the theory columns would refuse."""
+    runs = pd.DataFrame([
+        dict(draft="", k=0, prompt=0, repeat=0, new_tokens=8, rounds=8, passes=7, drafted=0, accepted=0, beta_sum=0,
+             beta_n=0, seconds=1.0, draft_s=0.0, target_s=0.7),
+        dict(draft="lookup", k=3, prompt=0, repeat=0, new_tokens=8, rounds=8, passes=8, drafted=0, accepted=0,
+             beta_sum=0.0, beta_n=0, seconds=1.0, draft_s=0.01, target_s=0.8),
+    ])
+    s = summarize(runs).iloc[0]
+    assert s.alpha == 0.0 and s.tau_theory == pytest.approx(1.0) and s.speedup == pytest.approx(1.0)

@@ -59,22 +59,36 @@ def sweep_setup(store: ModelStore, target, drafts, prompts_text, k_min, k_max, t
     return model, {d: store.pair(target, d)[2] for d in drafts}, prompts, list(ks), cfg
 
 
-def estimate(store: ModelStore, *form):
-    """Markdown: the predicted duration, from a short timed pilot run of the baseline and each draft."""
+def policy_configs(cfg, fixed_k, stop) -> dict:
+    """The policy comparison's configs from the form: fixed k, the adaptive policies, the confidence stop."""
+    stops = [number_in(stop, "confidence stop", 0, 0.99)] if stop else []
+    return policies.policy_configs(cfg, [as_int(fixed_k, "fixed k")], stops=stops)
+
+
+def estimate(store: ModelStore, target, drafts, prompts_text, k_min, k_max, temperature, top_k, top_p, max_new, seed,
+             compare=False, fixed_k=4, stop=0.4):
+    """Markdown: the predicted duration of everything Run sweep will run (the sweep, and the policy comparison
+    when it is on), from a short timed pilot run of the baseline and each draft."""
+    form = (target, drafts, prompts_text, k_min, k_max, temperature, top_k, top_p, max_new, seed)
     model, drafts, prompts, ks, cfg = sweep_setup(store, *form)
     costs = est.measure_costs(model, drafts, prompts[0], ks, cfg)
-    likely, lo, hi = (est.estimate_seconds(costs, len(prompts), ks, cfg.max_new_tokens, a) for a in (None, 1, 0))
+    configs = policy_configs(cfg, fixed_k, stop) if compare else {}
+    runs = est.sweep_runs(len(prompts), len(drafts), ks) + (est.policy_runs(len(prompts), len(configs)) if compare
+                                                             else 0)
+    likely, lo, hi = (est.estimate_seconds(costs, len(prompts), ks, cfg.max_new_tokens, a)
+                      + (est.estimate_policy_seconds(costs, next(iter(drafts)), len(prompts), configs,
+                                                     cfg.max_new_tokens, a) if compare else 0.0)
+                      for a in (None, 1, 0))
     return (f"**Estimated ≈ {likely:.0f} s** ({lo:.0f}–{hi:.0f} s if drafts were always / never accepted) for "
-            f"{len(prompts) * (1 + len(drafts) * len(ks))} runs, from a pilot: {costs.token_s * 1e3:.1f} ms per "
-            "baseline token; α " + ", ".join(f"{a:.2f} ({n})" for n, a in costs.alpha.items()) + ".")
+            f"{runs} runs{' (the policy comparison included)' if compare else ''}, from a pilot: "
+            f"{costs.token_s * 1e3:.1f} ms per baseline token; α "
+            + ", ".join(f"{a:.2f} ({n})" for n, a in costs.alpha.items()) + ".")
 
 
 def _policy_step(model, drafts: dict, prompts, cfg, fixed_k, stop) -> tuple:
     """Fixed k against the adaptive policies with the first draft: (frames, summary, 2 charts)."""
     first = next(iter(drafts))
-    stops = [number_in(stop, "confidence stop", 0, 0.99)] if stop else []
-    configs = policies.policy_configs(cfg, [as_int(fixed_k, "fixed k")], stops=stops)
-    runs, rounds = _collect(policies.iter_policies(model, drafts[first], prompts, configs))
+    runs, rounds = _collect(policies.iter_policies(model, drafts[first], prompts, policy_configs(cfg, fixed_k, stop)))
     summary = policies.policy_summary(runs)
     frames = dict(policy_runs=runs, policy_rounds=rounds, policy_summary=summary)
     return first, frames, summary, lab_plots.policy_bars(summary), lab_plots.k_per_round(policies.round_ks(rounds))
@@ -84,10 +98,10 @@ def run_sweep(store: ModelStore, target, drafts, prompts_text, k_min, k_max, tem
               compare, fixed_k, stop=0.4):
     """Streams (status, table, 4 charts, policy table, 2 policy charts, files)."""
     form = (target, drafts, prompts_text, k_min, k_max, temperature, top_k, top_p, max_new, seed)
-    note = estimate(store, *form)
+    note = estimate(store, *form, compare, fixed_k, stop)
     model, drafts, prompts, ks, cfg = sweep_setup(store, *form)
     yield (note + "\n\n*Running…*", *(SKIP,) * 9)
-    total, rows, positions, start, last = len(prompts) * (1 + len(drafts) * len(ks)), [], [], time.time(), 0.0
+    total, rows, positions, start, last = est.sweep_runs(len(prompts), len(drafts), ks), [], [], time.time(), 0.0
     for row, trace in iter_sweep(model, drafts, prompts, ks, cfg):
         rows.append(row)
         if trace is not None:
@@ -146,7 +160,7 @@ def build(store: ModelStore) -> None:
         bars, ks = chart("tokens/s and acceptance per policy."), chart("The drafts each round made.")
     files = gr.File(label="Results (CSV)", file_count="multiple", interactive=False)
     inputs = [target, drafts, prompts, k_min, k_max, *sampling, max_new, seed]
-    est_btn.click(h.estimate, inputs, [status], api_visibility="undocumented", **MODEL_QUEUE)
+    est_btn.click(h.estimate, inputs + [compare, fixed_k, stop], [status], api_visibility="undocumented", **MODEL_QUEUE)
     run_btn.click(h.run_sweep, inputs + [compare, fixed_k, stop],
                   [status, table, acc, tau, speed, heat, policy_table, bars, ks, files],
                   api_visibility="undocumented", **MODEL_QUEUE)

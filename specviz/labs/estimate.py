@@ -54,3 +54,25 @@ def estimate_seconds(costs: Costs, n_prompts: int, ks: list[int], max_new_tokens
         a = costs.alpha[name] if alpha is None else alpha
         total += sum(n / expected_tokens(a, k) * costs.round(name, k) for k in ks)
     return total * n_prompts * repeats
+
+
+def estimate_policy_seconds(costs: Costs, name: str, n_prompts: int, configs: dict, max_new_tokens: int,
+                            alpha: float | None = None) -> float:
+    """Predicted wall time of the k-policy comparison with draft ``name``: per prompt, the baseline plus one run
+    per config (an adaptive policy priced at its starting k, a confidence stop at its largest k: upper bounds)."""
+    n, a = max_new_tokens, costs.alpha[name] if alpha is None else alpha
+    total = n * costs.token_s
+    for cfg in configs.values():
+        k = cfg.max_k if cfg.draft_stop else cfg.k
+        total += n / expected_tokens(a, k) * max(costs.round(name, k), 0.0)
+    return total * n_prompts
+
+
+def sweep_runs(n_prompts: int, n_drafts: int, ks: list[int], repeats: int = 1) -> int:
+    """The runs a sweep makes: per repeat and prompt, the baseline and every (draft, k)."""
+    return n_prompts * repeats * (1 + n_drafts * len(ks))
+
+
+def policy_runs(n_prompts: int, n_configs: int) -> int:
+    """The runs a k-policy comparison makes: per prompt, the baseline and every config."""
+    return n_prompts * (1 + n_configs)

@@ -75,7 +75,7 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
     g = runs[runs.draft != ""].groupby(["draft", "k"], sort=False).sum(numeric_only=True).reset_index()
     out = pd.DataFrame({"draft": g.draft, "k": g.k})
     out["acceptance_rate"] = g.accepted / g.drafted
-    out["alpha"] = g.beta_sum / g.beta_n
+    out["alpha"] = (g.beta_sum / g.beta_n).where(g.beta_n > 0, 0.0)  # nothing verified (nothing drafted): 0
     out["tau"] = g.new_tokens / g.rounds
     out["tokens_per_s"] = g.new_tokens / g.seconds
     out["baseline_tokens_per_s"] = base_tps
