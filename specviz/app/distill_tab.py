@@ -12,16 +12,16 @@ import gradio as gr
 import pandas as pd
 
 from ..config import EXAMPLE_PROMPTS
-from ..decoder import Decoding
 from ..drafters import Drafter
 from ..labs.distill_lab import CE, KL, POINT_COLUMNS, iter_distill_lab, lab_drafts
 from ..models import ASSETS
 from ..views import lab_plots
 from ..views.summary import summary_markdown
-from ..views.timeline import fill_token_text, timeline_html
+from ..views.timeline import timeline_html
+from . import runs
 from .forms import encode, make_config, number_in
 from .runs import STREAM_EVERY_S
-from .store import ModelStore, TrainedDraft, user_pair
+from .store import ModelStore, TrainedDraft
 from .widgets import MODEL_QUEUE, SKIP, bind, chart, target_picker
 
 LAB_TEXT = ASSETS.parent / "corpus_sample.txt"  # small, committed: enough for a lab
@@ -74,10 +74,8 @@ def try_draft(store: ModelStore, prompt, target, name, user_drafts, temperature)
     """(timeline, summary) of speculative decoding with one of this user's trained drafts."""
     if not user_drafts or name not in user_drafts:
         raise ValueError("train a draft first (run the distillation above), then pick it here")
-    model, tok, drafter = user_pair(store, target, name, user_drafts)
     cfg = make_config(4, "fixed", temperature, 0, 1.0, 64, 0)
-    trace = Decoding(model, drafter, encode(tok, prompt), cfg, target_name=target, draft_name=name).run()
-    fill_token_text(trace, tok)
+    trace = runs.generate(store, prompt, target, name, cfg, user_drafts)  # the user's draft is picked by name
     return timeline_html(trace), summary_markdown(trace, None)
 
 

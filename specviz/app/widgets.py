@@ -29,7 +29,7 @@ def _as_gr_error(e: Exception) -> gr.Error:
 
 def friendly(fn: Callable) -> Callable:
     """ValueError -> gr.Error with its message; anything else -> a short gr.Error (the trace goes to the log)."""
-    if inspect.isgeneratorfunction(getattr(fn, "func", fn)):
+    if inspect.isgeneratorfunction(fn):  # sees through functools.partial
         @functools.wraps(fn)
         def stream(*args, **kwargs):
             try:
