@@ -161,6 +161,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                     "1..--threads torch threads (CPU shared with other jobs); 0: always --threads")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--init", type=Path, help="start from this checkpoint's weights instead of random init")
+    ap.add_argument("--grow-from", type=Path, help="start from this shallower checkpoint, each of its layers "
+                    "followed by copies whose output projections are zero (the same function at step 0): "
+                    "--layers must be a multiple of its depth")
     return ap.parse_args(argv)
 
 
@@ -180,6 +183,8 @@ def train(args) -> dict:
     model = build_model(sizes, tokenizer, args.seed)
     if args.init:  # continue from a saved checkpoint (same preset), e.g. after an interrupted run
         model.load_state_dict(AutoModelForCausalLM.from_pretrained(args.init, dtype=torch.float32).state_dict())
+    if args.grow_from:
+        grow(model, AutoModelForCausalLM.from_pretrained(args.grow_from, dtype=torch.float32))
     n_params = count_params(model)
     print(f"preset {args.preset} {sizes}: {n_params:,} parameters", flush=True)
     train_tok = encode_docs(tokenizer, load_texts(args.train))
@@ -215,6 +220,25 @@ def train(args) -> dict:
             _checkpoint(model, tokenizer, args, log, step, ema, valid_tok, start, final=False)
             last_ckpt = time.time()
     return _checkpoint(model, tokenizer, args, log, step, ema, valid_tok, start, final=True)
+
+
+@torch.no_grad()
+def grow(deep, shallow) -> None:
+    """Depth growth that keeps the function: deep layer i starts as shallow layer i // r (r = the depth
+    ratio), and every copy after the first gets zero attention-output and MLP-down weights, so it adds
+    nothing to the residual stream until training moves those weights (the other weights of a copy
+    start as the original's, a better start than random)."""
+    src, dst = shallow.model.layers, deep.model.layers
+    if len(dst) % len(src):
+        raise ValueError(f"--layers {len(dst)} is not a multiple of the checkpoint's {len(src)} layers")
+    ratio = len(dst) // len(src)
+    shared = {k: v for k, v in shallow.state_dict().items() if ".layers." not in k}
+    deep.load_state_dict(shared, strict=False)
+    for i, layer in enumerate(dst):
+        layer.load_state_dict(src[i // ratio].state_dict())
+        if i % ratio:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
 
 
 class ThreadTuner:

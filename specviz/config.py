@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 K_POLICIES = ("fixed", "history", "heuristic")
+TREE_CHILDREN = ("auto", "top", "iid", "distinct")
+MAX_TREE_NODES = 128  # nodes one verify pass may hold (a 128-token forward still costs a few one-token ones)
 EXAMPLE_PROMPTS = [  # in the style of the bundled models' corpus (Shakespeare and Milton)
     "ROMEO:",
     "Shall I compare thee to a summer's day?",
@@ -18,6 +20,71 @@ HELDOUT_PROMPTS = [  # for benchmarks: from the corpus's held-out works (its val
     "The night is cold, and all the stars are out;",
     "APEMANTUS:\nThou art a fool to trust",
 ]
+
+
+@dataclass(frozen=True)
+class TreeConfig:
+    """Draft a tree of continuations instead of a chain; the target verifies every node in one forward pass.
+
+    Static tree: ``shape[d]`` children for every node at depth d (``(3, 2, 2, 1)``: three children of the
+    root, two of each of those, ...). Dynamic tree (``budget`` > 0, as EAGLE-2): each of ``depth`` levels
+    expands the ``width`` nodes of the level above with the highest cumulative draft probability (the product
+    of q along the path), ``width`` children each, and the ``budget`` most probable nodes are verified.
+    ``children``, how a node's children are chosen (and so which acceptance rule is exact):
+    "top" the draft's most probable tokens (deterministic: each tried as a point mass), "iid" drawn from q with
+    replacement (SpecInfer's multi-candidate rule), "distinct" drawn from q without replacement (recursive
+    rejection sampling), "auto" top when greedy and distinct when sampling. Dynamic trees take top children
+    (choosing which sampled children to keep by their probability would bias the law)."""
+
+    shape: tuple[int, ...] = (3, 2, 2, 1)
+    budget: int = 0
+    depth: int = 5
+    width: int = 4
+    children: str = "auto"
+
+    def __post_init__(self):
+        if isinstance(self.shape, list):
+            object.__setattr__(self, "shape", tuple(self.shape))
+        if not isinstance(self.shape, tuple) or not 1 <= len(self.shape) <= 16:
+            raise ValueError(f"tree shape must be 1-16 children counts, one per depth, got {self.shape!r}")
+        for m in self.shape:
+            _check_int("every tree shape entry", m, low=1)
+        _check_int("tree budget", self.budget, low=0, hint="0 = a static tree of the given shape")
+        _check_int("tree depth", self.depth, low=1)
+        _check_int("tree width", self.width, low=1)
+        if self.children not in TREE_CHILDREN:
+            raise ValueError(f"tree children must be one of {TREE_CHILDREN}, got {self.children!r}")
+        if self.dynamic and self.children in ("iid", "distinct"):
+            raise ValueError("a dynamic tree takes the draft's top children: use children='top' or 'auto'")
+        if self.depth > 16 or self.width > 16:
+            raise ValueError(f"tree depth and width must be <= 16, got {self.depth} and {self.width}")
+        if self.nodes > MAX_TREE_NODES:
+            raise ValueError(f"the tree has {self.nodes} nodes; at most {MAX_TREE_NODES} are verified in one pass")
+
+    @property
+    def dynamic(self) -> bool:
+        return self.budget > 0
+
+    @property
+    def nodes(self) -> int:
+        """Nodes the target verifies per round, at most (fewer where the draft runs out of candidates)."""
+        if self.dynamic:
+            return self.budget
+        total, level = 0, 1
+        for m in self.shape:
+            level *= m
+            total += level
+        return total
+
+    @property
+    def levels(self) -> int:
+        return self.depth if self.dynamic else len(self.shape)
+
+    def children_for(self, greedy: bool) -> str:
+        """The children rule in force: greedy runs always take top children (q's argmax is all greedy drafts)."""
+        if greedy or self.dynamic:
+            return "top"
+        return "distinct" if self.children == "auto" else self.children
 
 
 @dataclass(frozen=True)
@@ -42,8 +109,15 @@ class DecodeConfig:
     # transformers' assistant_confidence_threshold. The stop depends on the draft alone: still lossless.
     draft_stop: float = 0.0
     record: bool = True  # False keeps only what generation needs (benchmarks the recording overhead)
+    tree: TreeConfig | None = None  # draft a tree (k then unused); None: a chain of k
 
     def __post_init__(self):
+        if isinstance(self.tree, dict):  # as to_dict and the trace JSON write it
+            object.__setattr__(self, "tree", TreeConfig(**self.tree))
+        if self.tree is not None and not isinstance(self.tree, TreeConfig):
+            raise ValueError(f"tree must be a specviz.TreeConfig or None, got {type(self.tree).__name__}")
+        if self.tree is not None and (self.k_policy != "fixed" or self.draft_stop):
+            raise ValueError("a tree round drafts its whole tree: use k_policy='fixed' and draft_stop=0 with a tree")
         _check_int("k", self.k, low=1, hint="draft at least one token per round")
         _check_int("max_new_tokens", self.max_new_tokens, low=0)
         _check_int("top_k", self.top_k, low=0, hint="use 0 to turn top-k off")

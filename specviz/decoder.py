@@ -20,6 +20,8 @@ from .kpolicy import make_policy
 from .lm import CachedLM, Stopwatch, context_window
 from .sampling import Verdict, beta, logits_to_probs, verify, verify_greedy
 from .trace import Round, Trace
+from .tree import grow, walk
+from .tree_round import keep_path, record_tree_round, verify_tree
 
 RESIDUAL_TOP = 8  # how many residual tokens a round records for the replay
 
@@ -54,7 +56,10 @@ class Decoding:
             with work.running():
                 left = cfg.max_new_tokens - len(trace.new_tokens)
                 k = 0 if self.drafter is None else min(policy.k, left - 1)  # never draft past the budget
-                r = self._round(len(trace.rounds), k)
+                if self.drafter is not None and cfg.tree is not None:
+                    r = self._tree_round(len(trace.rounds), min(cfg.tree.levels, left - 1))
+                else:
+                    r = self._round(len(trace.rounds), k)
                 trace.rounds.append(r)
                 policy.update(r)
             trace.total_s = work.seconds
@@ -88,6 +93,22 @@ class Decoding:
         verdict = accept(self.cfg, p, logits, q, x, self.generator)
         emitted = commit(self.committed, x[: verdict.n_accepted].tolist() + [verdict.next_token], self.trace)
         return record_round(self.cfg, index, k, x, q, p, verdict, emitted, draft_s, target_s, time.perf_counter() - t0)
+
+    def _tree_round(self, index: int, levels: int) -> Round:
+        """draft a tree (one draft pass per level) -> verify every node in one target pass -> walk -> commit."""
+        t0, cfg = time.perf_counter(), self.cfg
+        with self._clock.running():
+            tree = grow(self.drafter, self.committed, cfg.tree, cfg, levels, self.generator)
+        draft_s = self._clock.take()
+        with self._clock.running():
+            logits = verify_tree(self.target, self.committed, tree)
+            p = logits_to_probs(logits, cfg.temperature, cfg.top_k, cfg.top_p)
+        target_s = self._clock.take()
+        verdict = walk(tree, p, logits, cfg, self.generator)
+        keep_path(self.target, self.drafter, tree, verdict.path, logits)
+        emitted = commit(self.committed, tree.path_tokens(verdict.path) + [verdict.next_token], self.trace)
+        return record_tree_round(cfg, index, tree, p, verdict, emitted, draft_s, target_s, time.perf_counter() - t0,
+                                 cfg.tree.children_for(cfg.greedy))
 
     def _draft(self, k: int) -> Proposal:
         if k == 0:

@@ -41,9 +41,14 @@ def draft_step(logits: torch.Tensor, cfg: DecodeConfig, vocab_size: int,
     """One drafted token from the draft's logits (V',): (x, q, go_on). q (V,) is processed by the run's
     temperature / top-k / top-p like the target's p; x = argmax q (greedy) or x ~ q; go_on is False once the
     draft doubts its own token, q(x) < cfg.draft_stop (the stop depends on the draft alone: still lossless)."""
-    q = logits_to_probs(align_vocab(logits, vocab_size), cfg.temperature, cfg.top_k, cfg.top_p)
+    q = draft_q(logits, cfg, vocab_size)
     x = int(q.argmax()) if cfg.greedy else int(sample(q, generator))
     return x, q, bool(q[x] >= cfg.draft_stop)
+
+
+def draft_q(logits: torch.Tensor, cfg: DecodeConfig, vocab_size: int) -> torch.Tensor:
+    """q from the draft's logits (..., V'): on the target's vocabulary, processed as the target's p."""
+    return logits_to_probs(align_vocab(logits, vocab_size), cfg.temperature, cfg.top_k, cfg.top_p)
 
 
 def draft_loop(next_logits: Callable[[list[int]], torch.Tensor], k: int, cfg: DecodeConfig, vocab_size: int,
@@ -82,6 +87,19 @@ class Drafter:
     def propose(self, committed: list[int], k: int, generator: torch.Generator | None) -> Proposal:
         raise NotImplementedError
 
+    # -- token trees (specviz.tree): drafters with a q for any context implement these three --
+    def tree_start(self, committed: list[int]) -> torch.Tensor:
+        """q at the tree's root (after committed), (V,); the drafter forgets any earlier tree."""
+        raise ValueError(f"{self.name} drafts chains only: token trees need a draft model or an n-gram")
+
+    def tree_expand(self, nodes: list[int], tokens: list[int], parents: list[int]) -> torch.Tensor:
+        """q after each of the given new nodes, (n, V), all in one pass: node ids as numbered by the tree,
+        their tokens and parents (-1: the root; else a node given to an earlier call)."""
+        raise NotImplementedError
+
+    def tree_end(self, path: list[int]) -> None:
+        """The accepted path (node ids): a drafter with a cache keeps those nodes it has seen."""
+
 
 class ModelDrafter(Drafter):
     """A causal LM drafting autoregressively with its own KV cache: x_i ~ q_i (greedy: argmax)."""
@@ -101,6 +119,20 @@ class ModelDrafter(Drafter):
 
     def _visible(self, ids: list[int]) -> list[int]:
         return draft_view(ids, self.n_embed, self.vocab_size)
+
+    def tree_start(self, committed):
+        self.fed: dict[int, int] = {}  # tree node id -> its index among the nodes in the draft's cache
+        return draft_q(self.lm.extend(self._visible(committed), [])[-1], self.cfg, self.vocab_size)
+
+    def tree_expand(self, nodes, tokens, parents):
+        for n in nodes:
+            self.fed[n] = len(self.fed)
+        logits = self.lm.tree_forward([], self._visible(tokens), [self.fed.get(p, -1) for p in parents])
+        return draft_q(logits, self.cfg, self.vocab_size)
+
+    def tree_end(self, path):
+        # every accepted node was fed but perhaps the last (a leaf, whose children nobody drafted)
+        self.lm.keep_path([self.fed[n] for n in path if n in self.fed], None)
 
     def propose(self, committed, k, generator):
         def next_logits(drafted: list[int]) -> torch.Tensor:  # (V',) after committed + drafted

@@ -161,14 +161,27 @@ class LeanLlama:
         self.length = min(self.length, keep)
 
     @torch.inference_mode()
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        """Append ids (n,) at positions length..length+n-1; return the logits after each, (n, V)."""
+    def keep(self, start: int, slots: list[int]) -> None:
+        """Keep slots [0, start) and then the given slots (a tree's accepted path), moved to start, start + 1, ...
+        Their keys were rotated at their depth below the prefix, which is their position on the path."""
+        self.kv[..., start: start + len(slots), :] = self.kv[..., slots, :]
+        self.length = start + len(slots)
+
+    @torch.inference_mode()
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor | None = None,
+                visible: torch.Tensor | None = None) -> torch.Tensor:
+        """Append ids (n,) at cache slots length..length+n-1; return the logits after each, (n, V). By default
+        slot = position and the new tokens attend causally; a token tree passes each node's ``positions`` (n,)
+        (its depth below the prefix) and ``visible`` (n, length + n), the slots each node attends to."""
         n = ids.shape[-1]
         start, end = self.length, self.length + n
         self._reserve(end)
-        cos, sin = self.cos[start:end, None], self.sin[start:end, None]  # (n, 1, hd)
+        at = slice(start, end) if positions is None else positions
+        cos, sin = self.cos[at, None], self.sin[at, None]  # (n, 1, hd)
         mask = None  # one new token attends to every cached one; n tokens attend causally among themselves
-        if n > 1:  # rows follow the packed queries in _attend: group member r, token i at row r n + i
+        if visible is not None:
+            mask = visible.repeat(self.nh // self.nkv, 1)
+        elif n > 1:  # rows follow the packed queries in _attend: group member r, token i at row r n + i
             mask = (self.cols[:end] <= self.cols[start:end, None]).repeat(self.nh // self.nkv, 1)  # (g n, end)
         x = F.embedding(ids, self.w.embed)  # (n, d)
         for blk, kv in zip(self.w.blocks, self.kv):

@@ -15,6 +15,7 @@ import torch
 from transformers import DynamicCache, StaticCache
 
 from . import lean_llama
+from .tree import tree_attention
 
 
 def cache_kwarg(model) -> str:
@@ -42,6 +43,8 @@ class CachedLM:
         self.path = choose_path(model, path or DEFAULT_PATH)
         self.ids: list[int] = []
         self.last_logits: torch.Tensor | None = None
+        self.tree_parents: list[int] = []  # a token tree cached after ids (tree_forward), until keep_path
+        self.tree_tokens: list[int] = []
         self._synced = 0  # ids[:_synced] are known to match the committed sequence
         self._cache_kw = cache_kwarg(model)
         self.cache = make_cache(model, self.path, self._cache_kw)  # forward(ids), crop(keep), get_seq_length()
@@ -53,6 +56,7 @@ class CachedLM:
     @torch.inference_mode()
     def feed(self, ids: list[int]) -> torch.Tensor:
         """Append ids to the cache; return the logits after each of them, (len(ids), V)."""
+        self.drop_tree()
         logits = self.cache.forward(torch.tensor(ids, dtype=torch.long, device=self.device))
         self.ids.extend(ids)
         self.last_logits = logits[-1]
@@ -67,8 +71,47 @@ class CachedLM:
         last = self.last_logits[None]
         return torch.cat([last, self.feed(new)]) if new else last
 
+    @torch.inference_mode()
+    def tree_forward(self, prefix: list[int], tokens: list[int], parents: list[int]) -> torch.Tensor:
+        """ONE forward over ``prefix`` (appended causally, as ``feed`` does) and tree nodes: ``tokens[i]`` under
+        ``parents[i]`` (-1: the last token before the tree; else an earlier node of this tree, fed in this call or
+        an earlier one). Each node attends to the cached sequence and its own ancestors, at position
+        len(ids) + its depth. Nodes stay apart from ``ids`` until ``keep_path``. Returns the logits after each
+        prefix token and each node, (len(prefix) + len(tokens), V)."""
+        if prefix:
+            self.drop_tree()
+        elif not tokens:
+            return torch.empty(0, self.vocab_size, device=self.device)
+        start, first = self.cache.get_seq_length(), len(self.tree_parents)
+        self.tree_parents += parents
+        self.tree_tokens += tokens
+        positions, visible = tree_attention(start, len(prefix), self.tree_parents, first, self.device)
+        logits = self.cache.forward(torch.tensor(prefix + tokens, dtype=torch.long, device=self.device),
+                                    positions, visible)
+        if prefix:
+            self.ids.extend(prefix)
+            self.last_logits = logits[len(prefix) - 1]
+        return logits
+
+    def keep_path(self, path: list[int], last_logits: torch.Tensor | None) -> None:
+        """Keep a cached tree's accepted path (node indices, root's child first) after ids, drop its other nodes.
+        last_logits: the logits after the path's last node (None: not known; the next sync feeds it again)."""
+        base = len(self.ids)
+        self.cache.keep(base, [base + n for n in path])
+        self.ids.extend(self.tree_tokens[n] for n in path)
+        self.tree_parents, self.tree_tokens = [], []
+        if path:
+            self.last_logits = last_logits
+
+    def drop_tree(self) -> None:
+        """Forget a cached tree's nodes (the cache keeps ids only)."""
+        if self.tree_parents:
+            self.cache.crop(len(self.ids))
+            self.tree_parents, self.tree_tokens = [], []
+
     def rollback(self, keep: int) -> None:
         """Drop every cached position from index ``keep`` on."""
+        self.drop_tree()
         if len(self.ids) > keep:
             self.cache.crop(keep)
             del self.ids[keep:]
@@ -128,11 +171,26 @@ class DynamicForward:
         if keep < self.get_seq_length():
             self.kv.crop(keep - self.get_seq_length())
 
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        """Append ids (n,); the logits after each, (n, V)."""
-        out = self.model(input_ids=ids[None], use_cache=True, **{self.cache_kw: self.kv})
+    def forward(self, ids: torch.Tensor, positions=None, visible=None) -> torch.Tensor:
+        """Append ids (n,); the logits after each, (n, V). A token tree passes positions (n,) and visible
+        (n, length + n): a 4-D attention mask, which transformers' models take as given."""
+        kw = {}
+        if visible is not None:
+            dtype = self.model.get_output_embeddings().weight.dtype
+            mask = torch.zeros(visible.shape, dtype=dtype, device=visible.device)
+            kw = dict(position_ids=positions[None], attention_mask=mask.masked_fill_(~visible, torch.finfo(dtype).min)[None, None])
+        out = self.model(input_ids=ids[None], use_cache=True, **kw, **{self.cache_kw: self.kv})
         self.kv = getattr(out, "cache", None) or out.past_key_values
         return out.logits[0]
+
+    def keep(self, start: int, slots: list[int]) -> None:
+        """Keep positions [0, start) and then the given ones (a tree's accepted path), gathered."""
+        idx = torch.tensor(slots, dtype=torch.long, device=self.kv.layers[0].keys.device)
+        for layer in self.kv.layers:
+            if type(layer).__name__ != "DynamicLayer":
+                raise ValueError(f"token trees need a plain key/value cache; this model's has {type(layer).__name__}")
+            layer.keys = torch.cat([layer.keys[..., :start, :], layer.keys[..., idx, :]], dim=-2)
+            layer.values = torch.cat([layer.values[..., :start, :], layer.values[..., idx, :]], dim=-2)
 
 
 class StaticForward:
@@ -154,13 +212,27 @@ class StaticForward:
         for layer in self.kv.layers:
             layer.cumulative_length.fill_(self.length)  # the next update writes from here
 
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+    def forward(self, ids: torch.Tensor, positions=None, visible=None) -> torch.Tensor:
         start, end = self.length, self.length + ids.shape[-1]
         self._reserve(end)
-        out = self.model(input_ids=ids[None], position_ids=self.positions[:, start:end], use_cache=True,
-                         attention_mask=self.mask[:, :, start:end], **{self.cache_kw: self.kv})
+        mask, pos = self.mask[:, :, start:end], self.positions[:, start:end]
+        if visible is not None:  # a token tree: its own positions and mask, over the whole capacity
+            mask = torch.zeros(visible.shape[0], self.capacity, dtype=torch.bool, device=visible.device)
+            mask[:, :end], pos = visible, positions[None]
+            mask = mask[None, None]
+        out = self.model(input_ids=ids[None], position_ids=pos, use_cache=True, attention_mask=mask,
+                         **{self.cache_kw: self.kv})
         self.length = end
         return out.logits[0]
+
+    @torch.inference_mode()
+    def keep(self, start: int, slots: list[int]) -> None:
+        """Keep positions [0, start) and then the given ones (a tree's accepted path), moved to start, ..."""
+        for layer in self.kv.layers:
+            if layer.is_initialized:
+                layer.keys[:, :, start: start + len(slots)] = layer.keys[:, :, slots]
+                layer.values[:, :, start: start + len(slots)] = layer.values[:, :, slots]
+        self.crop(start + len(slots))
 
     def _reserve(self, n: int) -> None:
         """A StaticCache of at least n positions (the cached ones copied over), its (1, 1, cap, cap)

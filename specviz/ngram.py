@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from .drafters import Drafter, ModelDrafter, draft_loop, draft_view
+from .drafters import Drafter, ModelDrafter, draft_loop, draft_q, draft_view
 
 
 MEMO_SIZE = 65_536  # contexts whose log q an NGramModel keeps (cleared when full)
@@ -113,6 +113,17 @@ class NGramDrafter(Drafter):
             return self.model.log_distribution(history + drafted).to(self.device)
 
         return draft_loop(next_logits, k, self.cfg, self.vocab_size, generator, self.device)
+
+    def tree_start(self, committed):
+        self.contexts = {-1: committed[max(0, len(committed) - self.model.order + 1):]}
+        return draft_q(self.model.log_distribution(self.contexts[-1]).to(self.device), self.cfg, self.vocab_size)
+
+    def tree_expand(self, nodes, tokens, parents):
+        rows = []
+        for n, t, parent in zip(nodes, tokens, parents):
+            self.contexts[n] = self.contexts[parent] + [t]
+            rows.append(self.model.log_distribution(self.contexts[n]).to(self.device))
+        return draft_q(torch.stack(rows), self.cfg, self.vocab_size)
 
 
 def _compact(keys: torch.Tensor, span: int) -> torch.Tensor:

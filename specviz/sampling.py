@@ -126,6 +126,40 @@ def verify(p: torch.Tensor, q: torch.Tensor, drafted: torch.Tensor, generator: t
     return Verdict(n, int(sample(r, generator)), accept_prob, u, r)
 
 
+@dataclass(frozen=True)
+class CandidateVerdict:
+    """The outcome of trying one tree node's children in turn (``verify_candidates``)."""
+
+    accepted: int | None  # index of the accepted candidate; None: every candidate rejected
+    p_adj: tuple[float, ...]  # p'(x_i) when candidate i was tried (p itself for the first)
+    accept_prob: tuple[float, ...]  # min(1, p'(x_i) / q_i(x_i))
+    u: tuple[float, ...]
+    residual: torch.Tensor | None  # (V,) p' after the last rejection: what the emitted token is drawn from
+
+
+def verify_candidates(p: torch.Tensor, candidates: list[int], qs: list, generator: torch.Generator | None
+                      ) -> CandidateVerdict:
+    """Multi-candidate speculative sampling at one tree node (SpecInfer, Miao et al. 2024, Algorithm 2;
+    recursive rejection sampling, Jeon et al. 2024): candidate x_i, drawn from q_i, is accepted with
+    probability min(1, p'(x_i) / q_i(x_i)); on rejection p' <- norm(max(0, p' - q_i)) and the next is tried.
+    The emitted token has law p whenever each x_i ~ q_i given the ones before: q_i = q for children drawn
+    i.i.d., q without the earlier candidates (renormalised) for children drawn without replacement, and a point
+    mass (None) for deterministic children, which makes the rule accept x_i with probability p'(x_i).
+
+    p: (V,) the target's distribution at the node.  candidates: the child tokens in the order drawn."""
+    p_adj, tried = p, []
+    for i, (x, q) in enumerate(zip(candidates, qs)):
+        px = float(p_adj[x])
+        a = min(1.0, px) if q is None else min(1.0, px / float(q[x]))
+        u = float(torch.rand((), generator=generator, device=p.device, dtype=torch.float64))
+        tried.append((px, a, u))
+        if u < a:
+            return CandidateVerdict(i, *map(tuple, zip(*tried)), None)
+        p_adj = residual(p_adj, point_mass(torch.tensor([x], device=p.device), p.shape[-1], p.dtype)[0]
+                         if q is None else q)
+    return CandidateVerdict(None, *(map(tuple, zip(*tried)) if tried else ((), (), ())), p_adj)
+
+
 def verify_greedy(target_logits: torch.Tensor, drafted: torch.Tensor) -> Verdict:
     """Greedy: accept while the draft equals the target's argmax, then append the target's argmax.
 

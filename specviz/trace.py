@@ -13,6 +13,7 @@ import pandas as pd
 
 from .config import DecodeConfig
 from .trace_schema import TRACE_FIELDS, check_fields, round_fields
+from .tree_record import TreeNode, TreeRecord  # noqa: F401 (re-exported: the records of a trace)
 
 SCHEMA = "specviz.trace/1"
 
@@ -38,6 +39,14 @@ class Round:
     draft_s: float  # wall time of the draft's forward passes (or the drafter's lookup)
     target_s: float  # wall time of the target's one verification pass
     wall_s: float  # wall time of the whole round, bookkeeping included
+    # a tree round: the whole tree. Its chain fields then hold the accepted path and, after a rejection, the
+    # stop node's first rejected child (so a timeline reads as for a chain); k and ``proposed`` count nodes
+    tree: TreeRecord | None = None
+
+    @property
+    def proposed(self) -> int:
+        """Tokens the target verified for this round: the chain's drafts or the tree's nodes."""
+        return len(self.tree.nodes) if self.tree is not None else len(self.drafted)
 
     @property
     def rejected(self) -> bool:
@@ -90,7 +99,7 @@ class Counts:
         depth = range(max((len(r.drafted) for r in rounds), default=0))
         return cls(
             rounds=len(rounds), new_tokens=sum(len(r.emitted) for r in rounds),
-            drafted=sum(len(r.drafted) for r in rounds), accepted=sum(r.n_accepted for r in rounds),
+            drafted=sum(r.proposed for r in rounds), accepted=sum(r.n_accepted for r in rounds),
             target_passes=target_passes(rounds), draft_s=sum(r.draft_s for r in rounds),
             target_s=sum(r.target_s for r in rounds), total_s=total_s, beta_sum=sum(betas), beta_n=len(betas),
             drafted_at=tuple(sum(len(r.drafted) > i for r in rounds) for i in depth),
@@ -176,8 +185,14 @@ class Trace:
         rejected or discarded; drafted=True) and every resampled or bonus token (drafted=False)."""
         rows = []
         for r in self.rounds:
-            for i, x in enumerate(r.drafted):
-                rows.append(_row(self, r, i, x, r.status(i), True, r.p[i], r.q[i], r.accept_prob[i], r.u[i], r.beta[i]))
+            if r.tree is not None:  # a tree round: one row per node (position = depth), node and parent ids
+                for j, nd in enumerate(r.tree.nodes):
+                    rows.append(_row(self, r, nd.depth, nd.token, nd.status, True, nd.p, nd.q, nd.accept_prob, nd.u,
+                                     None, j, nd.parent))
+            else:
+                for i, x in enumerate(r.drafted):
+                    rows.append(_row(self, r, i, x, r.status(i), True, r.p[i], r.q[i], r.accept_prob[i], r.u[i],
+                                     r.beta[i]))
             for status, tok in (("resampled", r.resampled), ("bonus", r.bonus)):
                 if tok is not None:
                     rows.append(_row(self, r, r.n_accepted, tok, status, False, r.next_p, None, None, None, None))
@@ -224,7 +239,7 @@ class Trace:
 
 
 FRAME_COLUMNS = ["round", "k", "position", "token", "text", "status", "drafted", "p", "q", "ratio",
-                 "accept_prob", "u", "beta"]
+                 "accept_prob", "u", "beta", "node", "parent"]  # node, parent: a tree round's node ids
 
 
 def target_passes(rounds) -> int:
@@ -234,9 +249,9 @@ def target_passes(rounds) -> int:
     return sum(not (r.index == 0 and not r.drafted) for r in rounds)
 
 
-def _row(trace, r, i, token, status, drafted, p, q, accept_prob, u, beta):
+def _row(trace, r, i, token, status, drafted, p, q, accept_prob, u, beta, node=None, parent=None):
     ratio = p / q if q else None
-    return [r.index, r.k, i, token, trace.text(token), status, drafted, p, q, ratio, accept_prob, u, beta]
+    return [r.index, r.k, i, token, trace.text(token), status, drafted, p, q, ratio, accept_prob, u, beta, node, parent]
 
 
 def _plus(a, b):

@@ -4,6 +4,7 @@ ValueError that names the field and its type, never its value (it may be markup)
 from __future__ import annotations
 
 from .config import DecodeConfig
+from .tree_record import NODE_STATUSES, TreeNode, TreeRecord
 
 # -- the JSON schema: every field's kind, and what each kind admits ------------------------------------------
 MODES, STOP_REASONS = ("speculative", "autoregressive"), ("eos", "length", "")
@@ -12,7 +13,11 @@ TRACE_FIELDS = dict(prompt_ids="ids", config="object", mode="mode", target_name=
                     stop_reason="stop_reason", token_text="token_text")
 ROUND_FIELDS = dict(index="count", k="count", drafted="ids", q="numbers", p="numbers", accept_prob="numbers",
                     u="numbers?", beta="numbers?", n_accepted="count", emitted="ids", resampled="id?", bonus="id?",
-                    next_p="number", residual_top="residual_top", draft_s="number", target_s="number", wall_s="number")
+                    next_p="number", residual_top="residual_top", draft_s="number", target_s="number", wall_s="number",
+                    tree="object?")
+TREE_FIELDS = dict(nodes="objects", path="ids", children="children")
+NODE_FIELDS = dict(parent="parent", depth="count", token="count", q="number", p="number", p_adj="number?",
+                   accept_prob="number?", u="number?", status="node_status")
 
 
 def _is_count(v) -> bool:  # an index, a count or a token id
@@ -33,6 +38,11 @@ KINDS = {  # kind: (check, what the message says it must be)
     "number": (_is_num, "a number"),
     "string": (lambda v: isinstance(v, str), "a string"),
     "object": (lambda v: isinstance(v, dict), "an object"),
+    "object?": (lambda v: v is None or isinstance(v, dict), "an object or null"),
+    "number?": (lambda v: v is None or _is_num(v), "a number or null"),
+    "parent": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= -1, "an integer >= -1"),
+    "children": (lambda v: v in ("top", "iid", "distinct"), "one of top, iid, distinct"),
+    "node_status": (lambda v: v in NODE_STATUSES, f"one of {NODE_STATUSES}"),
     "ids": (_list_of(_is_count), "a list of token ids"),
     "numbers": (_list_of(_is_num), "a list of numbers"),
     "numbers?": (_list_of(lambda x: x is None or _is_num(x)), "a list of numbers or nulls"),
@@ -60,7 +70,7 @@ def check_fields(d: dict, kinds: dict, where: str, required=()) -> None:
 def round_fields(d: dict, where: str, cfg: DecodeConfig) -> dict:
     """A round's JSON object checked (kinds, equal per-token lengths, n_accepted <= drafted <= k) and turned
     into Round's keyword arguments."""
-    check_fields(d, ROUND_FIELDS, where, required=ROUND_FIELDS)
+    check_fields(d, ROUND_FIELDS, where, required=[f for f in ROUND_FIELDS if f != "tree"])
     m, n, k = len(d["drafted"]), d["n_accepted"], d["k"]
     for name in ("q", "p", "accept_prob", "u", "beta"):  # one entry per drafted token (none if not recorded)
         if len(d[name]) != m and (cfg.record or d[name]):
@@ -68,6 +78,27 @@ def round_fields(d: dict, where: str, cfg: DecodeConfig) -> dict:
     if n > m or m > k:
         what = f"n_accepted ({n}) exceeds the drafted tokens ({m})" if n > m else f"drafted ({m}) exceeds k ({k})"
         raise ValueError(f"malformed trace JSON: {where}{what}")
+    tree = d.get("tree")
     d = {key: tuple(v) if isinstance(v, list) else v for key, v in d.items()}
     d["residual_top"] = tuple(tuple(t) for t in d["residual_top"])
+    if tree is not None:
+        d["tree"] = tree_fields(tree, f"{where}tree.")
     return d
+
+
+def tree_fields(d: dict, where: str):
+    """A tree round's JSON object checked (kinds; every parent an earlier node, depths consistent, the path a
+    chain of accepted nodes from the root) and turned into a TreeRecord."""
+    check_fields(d, TREE_FIELDS, where, required=TREE_FIELDS)
+    nodes = []
+    for i, node in enumerate(d["nodes"]):
+        check_fields(node, NODE_FIELDS, f"{where}nodes[{i}].", required=NODE_FIELDS)
+        parent = node["parent"]
+        if parent >= i or node["depth"] != (0 if parent < 0 else nodes[parent].depth + 1):
+            raise ValueError(f"malformed trace JSON: {where}nodes[{i}] has a parent or depth that is not a tree's")
+        nodes.append(TreeNode(**node))
+    path = d["path"]
+    for j, n in enumerate(path):
+        if n >= len(nodes) or nodes[n].parent != (path[j - 1] if j else -1) or nodes[n].status != "accepted":
+            raise ValueError(f"malformed trace JSON: {where}path is not a chain of accepted nodes from the root")
+    return TreeRecord(tuple(nodes), tuple(path), d["children"])

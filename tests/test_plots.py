@@ -9,9 +9,9 @@ from tests.helpers.traces import sample_trace
 
 def token_frame(rows):
     """rows: (round, position, status, p, q, u); drafted rows only, plus one bonus row."""
-    out = [[r, 3, pos, 10 + pos, f"t{pos}", st, True, p, q, p / q, min(1, p / q), u, 0.5]
+    out = [[r, 3, pos, 10 + pos, f"t{pos}", st, True, p, q, p / q, min(1, p / q), u, 0.5, None, None]
            for r, pos, st, p, q, u in rows]
-    out.append([1, 3, 3, 99, "bonus", "bonus", False, 0.5, None, None, None, None, None])
+    out.append([1, 3, 3, 99, "bonus", "bonus", False, 0.5, None, None, None, None, None, None, None])
     return pd.DataFrame(out, columns=FRAME_COLUMNS).astype({"q": float, "ratio": float, "accept_prob": float,
                                                               "u": float})
 

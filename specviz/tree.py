@@ -1,0 +1,206 @@
+"""Token trees: draft several continuations at once, verify every node in one target pass, walk the tree.
+
+Notation as in ``specviz.sampling``. A tree hangs below the root, the last committed token; node i holds a
+drafted token, its parent (ROOT = -1 or an earlier node) and its depth (0 for the root's children). The draft
+grows the tree one level per forward pass (all of a level's nodes in one pass: ``Drafter.tree_expand``), and
+each node keeps its children as the *candidates* tried in order at verification, each with the q it was
+drawn from (None for a deterministic child, a point mass). ``walk`` is the accept step: from the root, try a
+node's candidates (greedy: follow the child equal to the target's argmax; sampling: ``verify_candidates``),
+move to the accepted child, and at the first node where none is accepted (or at a leaf) emit the residual or
+bonus token. Which children a node gets depends on the draft alone, so the emitted tokens have the target's law.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from .config import DecodeConfig, TreeConfig
+from .sampling import sample, verify_candidates
+
+ROOT = -1
+
+
+@dataclass
+class DraftTree:
+    """A round's drafted tree. ``candidates[n]``: node n's children in the order they are tried, as (child, q_i)
+    (i.i.d. children may repeat a child: each draw is tried); ``q_rows[n]``: the draft's q at node n;
+    ``draft_ids[i]``: node i's id in the drafter's numbering (a dynamic tree verifies a subset of what it drafted)."""
+
+    tokens: list[int] = field(default_factory=list)
+    parents: list[int] = field(default_factory=list)
+    depths: list[int] = field(default_factory=list)
+    q: list[float] = field(default_factory=list)  # q(token) at its parent
+    candidates: dict[int, list[tuple[int, torch.Tensor | None]]] = field(default_factory=dict)
+    q_rows: dict[int, torch.Tensor] = field(default_factory=dict)
+    draft_ids: list[int] = field(default_factory=list)
+
+    def add(self, token: int, parent: int, q: float, draft_id: int | None = None) -> int:
+        self.tokens.append(token)
+        self.parents.append(parent)
+        self.depths.append(0 if parent == ROOT else self.depths[parent] + 1)
+        self.q.append(q)
+        self.draft_ids.append(len(self.tokens) - 1 if draft_id is None else draft_id)
+        return len(self.tokens) - 1
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def path_tokens(self, path: list[int]) -> list[int]:
+        return [self.tokens[n] for n in path]
+
+
+def choose_children(q: torch.Tensor, m: int, rule: str, generator: torch.Generator | None
+                    ) -> list[tuple[int, torch.Tensor | None]]:
+    """Up to m children of a node whose draft distribution is q (V,), as (token, q_i) in the order drawn:
+    "top" the m most probable tokens of q (q_i None: a point mass), "iid" m draws from q (q_i = q),
+    "distinct" m draws without replacement (q_i = q without the earlier draws, renormalised)."""
+    if rule == "top":
+        top = torch.topk(q, min(m, int((q > 0).sum())))
+        return [(int(t), None) for t in top.indices]
+    if rule == "iid":
+        return [(int(x), q) for x in sample(q.expand(m, -1), generator)]
+    out, left = [], q.clone()
+    for _ in range(m):
+        total = left.sum()
+        if total <= 0:
+            break
+        q_i = left / total
+        x = int(sample(q_i, generator))
+        out.append((x, q_i))
+        left[x] = 0
+    return out
+
+
+def grow(drafter, committed: list[int], tree_cfg: TreeConfig, cfg: DecodeConfig, levels: int,
+         generator: torch.Generator | None) -> DraftTree:
+    """The round's tree, at most ``levels`` deep (never more tokens than the run has left)."""
+    if tree_cfg.dynamic:
+        return _grow_dynamic(drafter, committed, tree_cfg, min(levels, tree_cfg.depth))
+    return _grow_static(drafter, committed, tree_cfg.shape[:levels], tree_cfg.children_for(cfg.greedy), generator)
+
+
+def _grow_static(drafter, committed, shape, rule, generator) -> DraftTree:
+    tree, level = DraftTree(), [ROOT]
+    tree.q_rows[ROOT] = drafter.tree_start(committed)
+    for d, m in enumerate(shape):
+        new = []
+        for node in level:
+            made, tree.candidates[node] = {}, []
+            q = tree.q_rows[node]
+            for token, q_i in choose_children(q, m, rule, generator):
+                if token not in made:
+                    made[token] = tree.add(token, node, float(q[token]))
+                    new.append(made[token])
+                tree.candidates[node].append((made[token], q_i))
+        if new and d + 1 < len(shape):  # the last level's children are never drafted: no q needed there
+            rows = drafter.tree_expand(new, [tree.tokens[n] for n in new], [tree.parents[n] for n in new])
+            tree.q_rows.update(zip(new, rows))
+        level = new
+    return tree
+
+
+def _grow_dynamic(drafter, committed, tree_cfg: TreeConfig, depth: int) -> DraftTree:
+    """EAGLE-2's tree: expand the ``width`` most probable nodes (cumulative q) of each level, then keep the
+    ``budget`` most probable nodes of all drafted (a child is never more probable than its parent, so the kept
+    nodes form a tree)."""
+    width, pool = tree_cfg.width, DraftTree()  # every drafted node; the verified tree is a subset
+    pool.q_rows[ROOT] = drafter.tree_start(committed)
+    logcum: list[float] = []
+    level = [ROOT]
+    for d in range(depth):
+        new = []
+        for node in level:
+            q, base = pool.q_rows[node], 0.0 if node == ROOT else logcum[node]
+            for token, _ in choose_children(q, width, "top", None):
+                new.append(pool.add(token, node, float(q[token])))
+                logcum.append(base + float(torch.log(q[token])))
+        if not new or d + 1 == depth:
+            break
+        level = sorted(new, key=lambda n: -logcum[n])[:width]
+        rows = drafter.tree_expand(level, [pool.tokens[n] for n in level], [pool.parents[n] for n in level])
+        pool.q_rows.update(zip(level, rows))
+    keep = sorted(range(len(pool)), key=lambda n: (-logcum[n], pool.depths[n]))[: tree_cfg.budget]
+    return _subtree(pool, sorted(keep, key=lambda n: (pool.depths[n], n)))
+
+
+def _subtree(pool: DraftTree, keep: list[int]) -> DraftTree:
+    """The nodes ``keep`` of pool (parents before children) as a tree of their own, children tried by q."""
+    tree, new_id = DraftTree(), {ROOT: ROOT}
+    tree.q_rows[ROOT] = pool.q_rows[ROOT]
+    for n in keep:
+        new_id[n] = tree.add(pool.tokens[n], new_id[pool.parents[n]], pool.q[n], draft_id=n)
+        if n in pool.q_rows:
+            tree.q_rows[new_id[n]] = pool.q_rows[n]
+    for n in range(len(tree)):
+        tree.candidates.setdefault(tree.parents[n], []).append((n, None))
+    for kids in tree.candidates.values():
+        kids.sort(key=lambda c: -tree.q[c[0]])
+    return tree
+
+
+@dataclass(frozen=True)
+class Try:
+    """One node's verification: p'(x) when tried, min(1, p'(x)/q_i(x)), u (None in greedy)."""
+
+    p_adj: float
+    accept_prob: float
+    u: float | None
+
+
+@dataclass(frozen=True)
+class TreeVerdict:
+    path: tuple[int, ...]  # accepted nodes, root's child first
+    next_token: int  # drawn at the node where the walk stopped: residual (a rejection) or bonus (a leaf)
+    rejected: bool  # the walk stopped at a node whose every candidate was rejected
+    tries: dict[int, Try]  # node -> its (last) try; untried nodes are absent
+    residual: torch.Tensor | None  # (V,) what a rejection's token was drawn from
+
+
+def walk(tree: DraftTree, p: torch.Tensor, logits: torch.Tensor, cfg: DecodeConfig,
+         generator: torch.Generator | None) -> TreeVerdict:
+    """The accept step of a tree round. p, logits: (1 + len(tree), V), row 0 at the root, row 1 + i at node i."""
+    node, path, tries = ROOT, [], {}
+    while True:
+        kids, row = tree.candidates.get(node, []), node + 1
+        if not kids:  # a leaf: every drafted token on the path was accepted, the target's next one is free
+            token = int(logits[row].argmax()) if cfg.greedy else int(sample(p[row], generator))
+            return TreeVerdict(tuple(path), token, False, tries, None)
+        if cfg.greedy:
+            best = int(logits[row].argmax())
+            hit = next((c for c, _ in kids if tree.tokens[c] == best), None)
+            for c, _ in kids:
+                tries[c] = Try(float(p[row, tree.tokens[c]]), float(c == hit), None)
+            if hit is None:
+                return TreeVerdict(tuple(path), best, True, tries, None)
+            node = hit
+        else:
+            v = verify_candidates(p[row], [tree.tokens[c] for c, _ in kids], [q for _, q in kids], generator)
+            for i in range(len(v.u)):
+                tries[kids[i][0]] = Try(v.p_adj[i], v.accept_prob[i], v.u[i])
+            if v.accepted is None:
+                return TreeVerdict(tuple(path), int(sample(v.residual, generator)), True, tries, v.residual)
+            node = kids[v.accepted][0]
+        path.append(node)
+
+
+def tree_attention(start: int, n_prefix: int, parents: list[int], first: int, device=None
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Positions (n,) and visibility (n, start + n) of a forward that appends n_prefix tokens to a cache of
+    ``start`` positions and then tree nodes first, first + 1, ... of ``parents`` (every node's parent, -1: the
+    last prefix token): prefix tokens see what comes before them; node i sees the prefix and its ancestors, at
+    position (prefix length) + depth(i). Nodes before ``first`` are already cached, after the prefix."""
+    nodes = len(parents) - first
+    base = start + n_prefix - first  # the slot of node 0 (a prefix starts a new tree: first = 0)
+    end = start + n_prefix + nodes
+    visible = torch.zeros(n_prefix + nodes, end, dtype=torch.bool, device=device)
+    visible[:n_prefix] = torch.ones(n_prefix, end, dtype=torch.bool, device=device).tril(start)
+    visible[n_prefix:, :base] = True
+    positions = list(range(start, start + n_prefix))
+    for j in range(nodes):
+        node, depth = first + j, -1
+        while node != ROOT:
+            visible[n_prefix + j, base + node] = True
+            node, depth = parents[node], depth + 1
+        positions.append(base + depth)
+    return torch.tensor(positions, dtype=torch.long, device=device), visible

@@ -1,0 +1,28 @@
+"""The record of a tree round: every node the draft proposed and what verification made of it."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+NODE_STATUSES = ("accepted", "rejected", "unvisited")
+
+
+@dataclass(frozen=True)
+class TreeNode:
+    """One node of a tree round: a drafted token below its parent (-1: the round's root, the last committed token)."""
+
+    parent: int
+    depth: int  # 0 for the root's children
+    token: int
+    q: float  # q(token) at its parent: the draft's probability of it
+    p: float  # p(token) at its parent: the target's (greedy: plain softmax)
+    p_adj: float | None  # p'(token) when it was tried: p adjusted by the siblings rejected before it (None: not tried)
+    accept_prob: float | None  # min(1, p'/q_i) (greedy: 1.0 for the target's argmax, else 0.0)
+    u: float | None  # the uniform draw (None: greedy or not tried)
+    status: str  # accepted (on the path), rejected (tried, not taken) or unvisited
+
+
+@dataclass(frozen=True)
+class TreeRecord:
+    nodes: tuple[TreeNode, ...]
+    path: tuple[int, ...]  # the accepted nodes, root's child first
+    children: str  # the children rule in force: top, iid or distinct (specviz.TreeConfig)

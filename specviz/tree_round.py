@@ -1,0 +1,76 @@
+"""The steps of a tree round that touch caches and records (the tree math is in ``specviz.tree``):
+verify (the target scores the pending tokens and every node in ONE forward pass), keep (both caches keep
+exactly the committed prefix and the accepted path) and record (a Round whose ``tree`` holds every node)."""
+from __future__ import annotations
+
+import torch
+
+from .config import DecodeConfig
+from .lm import CachedLM
+from .trace import Round
+from .tree_record import TreeNode, TreeRecord
+from .tree import ROOT, DraftTree, TreeVerdict
+
+RESIDUAL_TOP = 8
+
+
+def verify_tree(target: CachedLM, committed: list[int], tree: DraftTree) -> torch.Tensor:
+    """The target's logits at the root and at every node, (1 + len(tree), V), from one forward pass over the
+    committed tokens the cache lacks and all the nodes (each attending to the prefix and its ancestors)."""
+    pending = target.sync(committed)
+    out = target.tree_forward(pending, tree.tokens, tree.parents)
+    root = out[len(pending) - 1] if pending else target.last_logits
+    return torch.cat([root[None], out[len(pending):]])
+
+
+def keep_path(target: CachedLM, drafter, tree: DraftTree, path: tuple[int, ...], logits: torch.Tensor) -> None:
+    """Both caches drop the tree but its accepted path (gathered in place: no forward pass)."""
+    target.keep_path(list(path), logits[path[-1] + 1] if path else None)
+    drafter.tree_end([tree.draft_ids[n] for n in path])
+
+
+def record_tree_round(cfg: DecodeConfig, index: int, tree: DraftTree, p: torch.Tensor, verdict: TreeVerdict,
+                      emitted: list[int], draft_s: float, target_s: float, wall_s: float, rule: str) -> Round:
+    """The Round of a tree round: chain fields along the accepted path (plus the stop node's first rejected
+    child), ``tree`` with every node's fate."""
+    path, tries = list(verdict.path), verdict.tries
+    stop = path[-1] if path else ROOT
+    rejected = [c for c, _ in tree.candidates.get(stop, []) if c in tries and c not in path][:1]
+    chain, n = path + rejected, len(path)
+    resampled = verdict.next_token if verdict.rejected else None
+    bonus = None if verdict.rejected else verdict.next_token
+    if len(emitted) <= n:  # an accepted node was EOS: nothing drawn after it is kept
+        resampled = bonus = None
+    tokens = [tree.tokens[c] for c in chain]
+    if not cfg.record:
+        return Round(index, len(tree), tuple(tokens), (), (), (), (), (), n, tuple(emitted), resampled, bonus, 0.0,
+                     (), draft_s, target_s, wall_s)
+    rows = torch.tensor([parent + 1 for parent in tree.parents], dtype=torch.long)
+    p_at = p[rows, torch.tensor(tree.tokens, dtype=torch.long)].tolist() if len(tree) else []
+    nodes = tuple(_node(tree, i, p_at[i], tries.get(i), path) for i in range(len(tree)))
+    beta = [float(torch.minimum(p[tree.parents[c] + 1], tree.q_rows[tree.parents[c]].to(p.dtype)).sum())
+            for c in chain]
+    return Round(
+        index=index, k=len(tree), drafted=tuple(tokens), q=tuple(tree.q[c] for c in chain),
+        p=tuple(p_at[c] for c in chain), accept_prob=tuple(tries[c].accept_prob for c in chain),
+        u=tuple(tries[c].u for c in chain), beta=tuple(beta), n_accepted=n, emitted=tuple(emitted),
+        resampled=resampled, bonus=bonus, next_p=float(p[stop + 1, verdict.next_token]),
+        residual_top=_residual_top(verdict, p[stop + 1], tree.q_rows.get(stop)), draft_s=draft_s, target_s=target_s,
+        wall_s=wall_s, tree=TreeRecord(nodes, tuple(path), rule),
+    )
+
+
+def _node(tree: DraftTree, i: int, p: float, tried, path: list[int]) -> TreeNode:
+    status = "accepted" if i in path else ("rejected" if tried is not None else "unvisited")
+    return TreeNode(parent=tree.parents[i], depth=tree.depths[i], token=tree.tokens[i], q=tree.q[i], p=p,
+                    p_adj=None if tried is None else tried.p_adj, accept_prob=None if tried is None else tried.accept_prob,
+                    u=None if tried is None else tried.u, status=status)
+
+
+def _residual_top(verdict: TreeVerdict, p: torch.Tensor, q: torch.Tensor | None) -> tuple:
+    r = verdict.residual
+    if r is None:
+        return ()
+    top = torch.topk(r, min(RESIDUAL_TOP, r.shape[-1]))
+    q_of = (lambda t: float(q[t])) if q is not None else (lambda t: 0.0)
+    return tuple((int(t), float(v), float(p[t]), q_of(t)) for v, t in zip(top.values, top.indices) if v > 0)
