@@ -61,6 +61,30 @@ class TreeConfig:
         if self.nodes > MAX_TREE_NODES:
             raise ValueError(f"the tree has {self.nodes} nodes; at most {MAX_TREE_NODES} are verified in one pass")
 
+    @classmethod
+    def parse(cls, text: str) -> "TreeConfig":
+        """From a short spec: "3,2,2,1" (a static shape), "dynamic:10,8,3" (budget, depth, width), either
+        followed by "/iid", "/distinct" or "/top" for the children rule. ValueError with the forms if unreadable."""
+        spec, _, children = str(text).strip().partition("/")
+        kind, _, numbers = spec.rpartition(":")
+        try:
+            values = tuple(int(v) for v in numbers.replace(" ", "").split(",") if v)
+        except ValueError:
+            values = ()
+        forms = 'a static shape like "3,2,2,1" or "dynamic:BUDGET,DEPTH,WIDTH" like "dynamic:10,8,3"'
+        if kind not in ("", "static", "dynamic") or not values or (kind == "dynamic" and len(values) != 3):
+            raise ValueError(f"unreadable tree {text!r}: give {forms} (optionally /top, /iid or /distinct)")
+        extra = {"children": children} if children else {}
+        if kind == "dynamic":
+            return cls(budget=values[0], depth=values[1], width=values[2], **extra)
+        return cls(shape=values, **extra)
+
+    @property
+    def label(self) -> str:
+        """The short spec ``parse`` reads."""
+        body = f"dynamic:{self.budget},{self.depth},{self.width}" if self.dynamic else ",".join(map(str, self.shape))
+        return body + ("" if self.children == "auto" else f"/{self.children}")
+
     @property
     def dynamic(self) -> bool:
         return self.budget > 0

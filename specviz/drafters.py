@@ -115,19 +115,19 @@ class ModelDrafter(Drafter):
         self.n_embed = self.model.get_input_embeddings().weight.shape[0]
 
     def prefill(self, prompt):
-        self.lm.feed(self._visible(prompt))  # its last logits are q_1 of the first round
+        self.lm.feed(self.visible(prompt))  # its last logits are q_1 of the first round
 
-    def _visible(self, ids: list[int]) -> list[int]:
+    def visible(self, ids: list[int]) -> list[int]:
         return draft_view(ids, self.n_embed, self.vocab_size)
 
     def tree_start(self, committed):
         self.fed: dict[int, int] = {}  # tree node id -> its index among the nodes in the draft's cache
-        return draft_q(self.lm.extend(self._visible(committed), [])[-1], self.cfg, self.vocab_size)
+        return draft_q(self.lm.extend(self.visible(committed), [])[-1], self.cfg, self.vocab_size)
 
     def tree_expand(self, nodes, tokens, parents):
         for n in nodes:
             self.fed[n] = len(self.fed)
-        logits = self.lm.tree_forward([], self._visible(tokens), [self.fed.get(p, -1) for p in parents])
+        logits = self.lm.tree_forward([], self.visible(tokens), [self.fed.get(p, -1) for p in parents])
         return draft_q(logits, self.cfg, self.vocab_size)
 
     def tree_end(self, path):
@@ -137,7 +137,7 @@ class ModelDrafter(Drafter):
     def propose(self, committed, k, generator):
         def next_logits(drafted: list[int]) -> torch.Tensor:  # (V',) after committed + drafted
             if not drafted:
-                return self.lm.extend(self._visible(committed), [])[-1]
+                return self.lm.extend(self.visible(committed), [])[-1]
             return self.lm.feed(drafted[-1:])[-1]  # q(x) > 0: x is one of the draft's own rows
 
         return draft_loop(next_logits, k, self.cfg, self.vocab_size, generator, self.device)

@@ -166,3 +166,53 @@ class HybridDrafter(Drafter):
             return md.lm.extend(draft_view(committed + drafted, md.n_embed, self.vocab_size), [])[-1]
 
         return draft_loop(next_logits, k, self.cfg, self.vocab_size, generator, self.device)
+
+    # -- token trees: the same choice per node; the model draft sees a node (and the ancestors it has not seen)
+    # only when the n-gram is unsure there, all of a level's such nodes in one pass
+    def tree_start(self, committed):
+        self.contexts = {-1: committed[max(0, len(committed) - self.table.order + 1):]}
+        self.parent_of: dict[int, int] = {}
+        self.token_of: dict[int, int] = {}
+        md = self.model_draft
+        md.fed = {}
+        root = md.lm.extend(md.visible(committed), [])[-1]  # syncs the model's cache to committed
+        return draft_q(self._table_logq(-1, root), self.cfg, self.vocab_size)
+
+    def tree_expand(self, nodes, tokens, parents):
+        rows = {}
+        for n, t, parent in zip(nodes, tokens, parents):
+            self.contexts[n], self.parent_of[n], self.token_of[n] = self.contexts[parent] + [t], parent, t
+            rows[n] = self._table_logq(n, None)
+        unsure = [n for n in nodes if rows[n] is None]
+        if unsure:
+            for n, logits in zip(unsure, self._model_logits(unsure)):
+                rows[n] = logits
+        return draft_q(torch.stack([rows[n] for n in nodes]), self.cfg, self.vocab_size)
+
+    def tree_end(self, path):
+        self.model_draft.tree_end(path)
+
+    def _table_logq(self, node: int, fallback):
+        """log q of the n-gram at a node where it is confident (greedy runs, unless greedy_only is off), else
+        fallback (the model's logits, or None: not computed yet)."""
+        if self.cfg.greedy or not self.greedy_only:
+            logq = self.table.log_distribution(self.contexts[node])
+            if self.confidence <= 0 or float(logq.max()) >= math.log(self.confidence):
+                return logq.to(self.device)
+        return fallback
+
+    def _model_logits(self, nodes: list[int]) -> torch.Tensor:
+        """The model draft's logits at the given nodes, feeding them and any ancestors it has not seen."""
+        md, feed = self.model_draft, []
+        for n in nodes:
+            chain, a = [], n
+            while a != -1 and a not in md.fed and a not in feed and a not in chain:
+                chain.append(a)
+                a = self.parent_of[a]
+            feed += reversed(chain)
+        feed.sort(key=lambda a: len(self.contexts[a]))  # parents before children
+        for a in feed:
+            md.fed[a] = len(md.fed)
+        logits = md.lm.tree_forward([], md.visible([self.token_of[a] for a in feed]),
+                                    [md.fed.get(self.parent_of[a], -1) for a in feed])
+        return logits[[feed.index(n) for n in nodes]]

@@ -73,3 +73,60 @@ def _check(alpha: float, k: int) -> None:
         raise ValueError(f"alpha must lie in [0, 1], got {alpha}")
     if k < 0:
         raise ValueError(f"k must be >= 0, got {k}")
+
+
+# -- token trees: the positional acceptance model (SpecInfer, Sequoia) ------------------------------------------
+def sibling_ranks(parents) -> list[int]:
+    """Each node's rank among its siblings (0 = its parent's first child), nodes listed parents first."""
+    seen: dict[int, int] = {}
+    ranks = []
+    for parent in parents:
+        ranks.append(seen.get(parent, 0))
+        seen[parent] = ranks[-1] + 1
+    return ranks
+
+
+def round_tree(r) -> tuple[list[int], list[int], list[str]]:
+    """(parents, depths, statuses) of a round's drafts as a tree; a chain is the tree with one child per depth."""
+    if r.tree is not None:
+        nodes = r.tree.nodes
+        return [n.parent for n in nodes], [n.depth for n in nodes], [n.status for n in nodes]
+    m, n = len(r.drafted), r.n_accepted
+    return list(range(-1, m - 1)), list(range(m)), [
+        "accepted" if i < n else "rejected" if i == n else "unvisited" for i in range(m)]
+
+
+def positional_rates(rounds) -> dict[tuple[int, int], tuple[int, int]]:
+    """(depth, rank) -> (accepted, reached) over rounds (chains and trees): a node is reached when its parent is
+    on the accepted path (or is the root). accepted / reached estimates P(the rank-th child at that depth is
+    accepted | its parent was)."""
+    rates: dict[tuple[int, int], list[int]] = {}
+    for r in rounds:
+        parents, depths, statuses = round_tree(r)
+        for parent, depth, rank, status in zip(parents, depths, sibling_ranks(parents), statuses):
+            if parent == -1 or statuses[parent] == "accepted":
+                cell = rates.setdefault((depth, rank), [0, 0])
+                cell[0] += status == "accepted"
+                cell[1] += 1
+    return {key: (a, n) for key, (a, n) in rates.items()}
+
+
+def predicted_tau(rounds) -> float:
+    """Tokens per round the positional model expects for these rounds' trees (or chains), from their own
+    per-(depth, rank) acceptance rates: the mean over rounds of ``expected_tree_tokens``."""
+    rounds = list(rounds)
+    rates = positional_rates(rounds)
+    return sum(expected_tree_tokens(*round_tree(r)[:2], rates) for r in rounds) / len(rounds) if rounds else 0.0
+
+
+def expected_tree_tokens(parents, depths, rates: dict[tuple[int, int], tuple[int, int]]) -> float:
+    """Expected tokens of a round with this tree (parents first), assuming each node is accepted, once its
+    parent is, with its position's rate and independently of the rest: 1 (the residual or bonus token) plus the
+    sum over nodes of P(node on the path) = the product of the rates along its path. A chain is the tree with one
+    child per depth, where this is the per-position form of Leviathan's E[tau]."""
+    reach = []
+    for parent, depth, rank in zip(parents, depths, sibling_ranks(parents)):
+        accepted, reached = rates.get((depth, rank), (0, 0))
+        rate = accepted / reached if reached else 0.0
+        reach.append(rate * (1.0 if parent == -1 else reach[parent]))
+    return 1.0 + sum(reach)

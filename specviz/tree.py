@@ -11,6 +11,7 @@ bonus token. Which children a node gets depends on the draft alone, so the emitt
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -107,19 +108,21 @@ def _grow_dynamic(drafter, committed, tree_cfg: TreeConfig, depth: int) -> Draft
     width, pool = tree_cfg.width, DraftTree()  # every drafted node; the verified tree is a subset
     pool.q_rows[ROOT] = drafter.tree_start(committed)
     logcum: list[float] = []
-    level = [ROOT]
+    level, rows, base = [ROOT], pool.q_rows[ROOT][None], [0.0]
     for d in range(depth):
+        top = torch.topk(rows, min(width, rows.shape[-1]), dim=-1)  # every expanded node's top children at once
         new = []
-        for node in level:
-            q, base = pool.q_rows[node], 0.0 if node == ROOT else logcum[node]
-            for token, _ in choose_children(q, width, "top", None):
-                new.append(pool.add(token, node, float(q[token])))
-                logcum.append(base + float(torch.log(q[token])))
+        for node, b, qs, ids in zip(level, base, top.values.tolist(), top.indices.tolist()):
+            for q, token in zip(qs, ids):
+                if q > 0:
+                    new.append(pool.add(token, node, q))
+                    logcum.append(b + math.log(q))
         if not new or d + 1 == depth:
             break
         level = sorted(new, key=lambda n: -logcum[n])[:width]
         rows = drafter.tree_expand(level, [pool.tokens[n] for n in level], [pool.parents[n] for n in level])
         pool.q_rows.update(zip(level, rows))
+        base = [logcum[n] for n in level]
     keep = sorted(range(len(pool)), key=lambda n: (-logcum[n], pool.depths[n]))[: tree_cfg.budget]
     return _subtree(pool, sorted(keep, key=lambda n: (pool.depths[n], n)))
 

@@ -50,3 +50,18 @@ def test_run_an_example_and_step_through_rounds(app_url, tmp_path):
         shot = DOCS_SCREENSHOT if os.environ.get("SPECVIZ_REFRESH_SCREENSHOT") == "1" else tmp_path / "screenshot.png"
         page.screenshot(path=str(shot), full_page=True)
         assert shot.stat().st_size > 10_000
+
+
+def test_a_tree_round_is_drawn(app_url):
+    with chromium_page(viewport={"width": 1400, "height": 1000}) as page:
+        page.goto(app_url)
+        page.locator("#shape input").click()
+        page.get_by_role("option", name="3,2,2,1").click()
+        page.locator("#run").click()
+        sync_api.expect(page.locator("#summary")).to_contain_text("tokens / target pass", timeout=60_000)
+        page.locator("#next").click()
+        tree = page.locator("#tree-plot .js-plotly-plot")
+        sync_api.expect(tree).to_have_count(1, timeout=30_000)
+        sync_api.expect(tree).to_contain_text("nodes verified in one target pass", timeout=15_000)
+        sync_api.expect(tree).to_contain_text("not visited")  # the legend: every fate in the timeline's colours
+        assert page.locator("#timeline .sv-round-tree").count() > 0  # the timeline marks tree rounds

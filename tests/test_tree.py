@@ -7,6 +7,7 @@ from specviz import DecodeConfig, Decoding, NGramDrafter, NGramModel, PromptLook
 from specviz import sampling
 from specviz.config import TreeConfig
 from specviz.lm import CachedLM
+from specviz.ngram import HybridDrafter
 from specviz.sampling import verify_candidates
 from specviz.tree import ROOT, choose_children
 from tests.helpers.models import perturbed, reference_greedy, tiny_gpt2, tiny_llama
@@ -56,13 +57,16 @@ def test_greedy_tree_equals_target_greedy(arch, tree, prompt):
     assert any(r.n_accepted >= min(2, tree.levels) for r in trace.rounds) and any(r.rejected for r in trace.rounds)
 
 
-def test_greedy_tree_with_an_ngram_draft_and_a_draft_of_another_architecture(prompt):
+@pytest.mark.parametrize("tree", [TreeConfig(shape=(2, 2, 1)), TreeConfig(budget=8, depth=5, width=2)],
+                         ids=["static", "dynamic"])
+def test_greedy_tree_with_ngram_hybrid_and_foreign_drafts(tree, prompt):
     target = SHARP["llama"]
-    table = NGramModel.fit(torch.tensor(reference_greedy(target, prompt, 60)), 64, order=3)
-    for draft in (NGramDrafter(table), tiny_gpt2(seed=5, layers=1, sharpen=30)):
-        trace = speculative_generate(target, draft, prompt, DecodeConfig(temperature=0, max_new_tokens=30,
-                                                                         tree=TreeConfig(shape=(2, 2, 1))))
-        assert trace.new_tokens == reference_greedy(target, prompt, 30)
+    table = NGramModel.fit(torch.tensor(reference_greedy(target, prompt, 60)[:30]), 64, order=3)
+    drafts = {"ngram": NGramDrafter(table), "gpt2": tiny_gpt2(seed=5, layers=1, sharpen=30),
+              "hybrid": HybridDrafter(table, perturbed(target, 0.6), confidence=0.5)}
+    for name, draft in drafts.items():
+        trace = speculative_generate(target, draft, prompt, DecodeConfig(temperature=0, max_new_tokens=50, tree=tree))
+        assert trace.new_tokens == reference_greedy(target, prompt, 50), name
 
 
 def test_a_tree_beats_its_own_first_branch(prompt):
@@ -114,10 +118,10 @@ LOSSLESS_DRAFT = perturbed(LOSSLESS_TARGET, 0.7)
 N_RUNS = 1500
 
 
-def _first_two_counts(cfg: DecodeConfig, prompt) -> tuple[torch.Tensor, int]:
+def _first_two_counts(cfg: DecodeConfig, prompt, drafter=LOSSLESS_DRAFT) -> tuple[torch.Tensor, int]:
     counts, second_tries = torch.zeros(V, V), 0
     for seed in range(N_RUNS):
-        run = Decoding(LOSSLESS_TARGET, LOSSLESS_DRAFT, prompt, DecodeConfig(**{**cfg.to_dict(), "seed": seed}))
+        run = Decoding(LOSSLESS_TARGET, drafter, prompt, DecodeConfig(**{**cfg.to_dict(), "seed": seed}))
         trace = run.run()
         t1, t2 = trace.new_tokens[:2]
         counts[t1, t2] += 1
@@ -137,10 +141,13 @@ def test_sampled_trees_are_lossless(rule, extra):
     assert chi2_pvalue(counts, exact_first_two(LOSSLESS_TARGET, prompt, cfg)) > 1e-3
 
 
-def test_dynamic_sampled_tree_is_lossless():
+@pytest.mark.parametrize("draft", ["model", "hybrid"])
+def test_dynamic_sampled_tree_is_lossless(draft):
     prompt = torch.tensor([[4, 1, 6]])
     cfg = DecodeConfig(max_new_tokens=3, temperature=1.0, tree=TreeConfig(budget=5, depth=2, width=3))
-    counts, _ = _first_two_counts(cfg, prompt)
+    table = NGramModel.fit(torch.tensor([4, 1, 6, 2, 4, 1, 6, 3, 4, 1, 6, 2, 5, 2, 7]), V, order=2)
+    drafter = LOSSLESS_DRAFT if draft == "model" else HybridDrafter(table, LOSSLESS_DRAFT, 0.3, greedy_only=False)
+    counts, _ = _first_two_counts(cfg, prompt, drafter)
     assert chi2_pvalue(counts, exact_first_two(LOSSLESS_TARGET, prompt, cfg)) > 1e-3
 
 

@@ -20,7 +20,7 @@ def test_run_and_generate_match_speculative_generate(pair, store):
     trace = outs[0]
     assert trace.new_tokens == want and len(want) == 12
     assert trace.draft_name == "tiny" and trace.token_text  # texts filled for replay
-    assert 'class="sv-tok sv-' in outs[2] and len(outs) == 12
+    assert 'class="sv-tok sv-' in outs[2] and len(outs) == 13
     api = Trace.from_json(h.generate("ROMEO:", "tiny-target", "tiny", 3, 0.8, 0, 0.95, 12, 7))
     assert api.new_tokens == want
 
@@ -114,8 +114,36 @@ def test_replay_steps_clamp(store):
     trace = last(h.run("ROMEO:", "tiny-target", "tiny", *SETTINGS.values(), False))[0]
     n = len(trace.rounds)
     assert h.step(trace, 0, -1) == 0 and h.step(trace, n - 1, +1) == n - 1 and h.step(trace, 0, +1) == 1
-    html, accept, residual = h.replay(trace, 1)
-    assert "Round 1" in html and accept.data[0].y is not None
+    html, accept, residual, tree = h.replay(trace, 1)
+    assert "Round 1" in html and accept.data[0].y is not None and tree is None  # a chain: no tree to draw
+
+
+def test_tree_mode_runs_a_tree_then_its_chain_twin_and_draws_each_round(pair, store):
+    from specviz.config import TreeConfig
+
+    target, draft, tok = pair
+    ids = tok("ROMEO:", return_tensors="pt").input_ids
+    settings = {**SETTINGS, "max_new_tokens": 20}
+    want = speculative_generate(target, draft, ids, DecodeConfig(**settings, tree=TreeConfig(shape=(3, 2, 1))))
+    h = handlers(store)
+    outs = last(h.run("ROMEO:", "tiny-target", "tiny", *settings.values(), True, {}, 0.0, "3,2,1", "auto"))
+    trace = outs[0]
+    assert trace.new_tokens == want.new_tokens and trace.config.tree == TreeConfig(shape=(3, 2, 1))
+    assert "tree 3,2,1" in outs[3] and "chain k = 3" in outs[3] and "tokens / target pass" in outs[3]
+    from specviz.views.timeline import timeline_html
+
+    assert "▲" in timeline_html(trace)  # the timeline marks tree rounds
+    r = next(i for i, r in enumerate(trace.rounds) if r.tree.nodes)
+    html, accept, residual, tree = h.replay(trace, r)
+    drawn = {d.name: len(d.x) for d in tree.data if d.name}
+    assert sum(drawn[s] for s in ("accepted", "rejected", "not visited")) == len(trace.rounds[r].tree.nodes)
+    assert drawn["resampled"] + drawn["bonus"] == 1  # the token drawn where the walk stopped
+    api = Trace.from_json(h.generate("ROMEO:", "tiny-target", "tiny", 3, 0.8, 0, 0.95, 20, 7, 0.0, "3,2,1"))
+    assert api.new_tokens == want.new_tokens
+    with pytest.raises(gr.Error, match="unreadable tree"):
+        h.generate("ROMEO:", "tiny-target", "tiny", 3, 0.8, 0, 0.95, 20, 7, 0.0, "tree please")
+    with pytest.raises(gr.Error, match="drafts chains only"):
+        last(h.run("ROMEO:", "tiny-target", "prompt-lookup", *settings.values(), False, {}, 0.0, "2,2", "auto"))
 
 
 def test_generate_endpoint_with_gradio_client(store):

@@ -10,24 +10,27 @@ from ..trace import Trace
 from ..views import plots
 from ..views.summary import summary_markdown
 from ..views.timeline import replay_html, timeline_html
+from ..views.tree_view import tree_figure
 from . import runs
 from .forms import make_config
 from .gpu import gpu_task
 from .store import ModelStore, draft_choices
 from .widgets import MODEL_QUEUE, SKIP, bind, chart, draft_picker, friendly, target_picker
 
-QUIET = (SKIP,) * 8  # slider, replay x3, charts x4 stay as they are while a run streams
+QUIET = (SKIP,) * 9  # slider, replay x4, charts x4 stay as they are while a run streams
+SHAPES = ["chain", "3,2,2,1", "2,1,1,1,1,1", "4,2,1,1", "dynamic:10,8,3", "dynamic:16,6,4"]
 
 
 # -- views: a Trace in, component values out ----------------------------------------------------------
 def replay_views(trace: Trace | None, index) -> tuple:
-    """Round ``index`` in detail: its table, its accept-line chart and its residual chart."""
+    """Round ``index`` in detail: its table, its accept-line chart, its residual chart and (a tree round) its tree."""
     if trace is None or not trace.rounds:
-        return replay_html(trace, 0), None, None
+        return replay_html(trace, 0), None, None, None
     i = max(0, min(int(index or 0), len(trace.rounds) - 1))
-    tokens = trace.to_frame()
-    return (replay_html(trace, i), plots.accept_line(tokens[tokens["round"] == i]),
-            plots.residual_bars(plots.residual_frame(trace, i)))
+    tokens, r = trace.to_frame(), trace.rounds[i]
+    chain = tokens[(tokens["round"] == i) & tokens["node"].isna()]
+    tree = tree_figure(trace, r) if r.tree is not None else None
+    return (replay_html(trace, i), plots.accept_line(chain), plots.residual_bars(plots.residual_frame(trace, i)), tree)
 
 
 def chart_views(trace: Trace | None) -> tuple:
@@ -49,10 +52,11 @@ def all_views(trace: Trace | None, base: Trace | None) -> tuple:
 
 # -- handlers ------------------------------------------------------------------------------------------
 def run(store: ModelStore, prompt, target, draft, k, k_policy, temperature, top_k, top_p, max_new_tokens, seed,
-        with_baseline=True, user_drafts=None, draft_stop=0.0):
-    """Streams (trace, baseline, timeline, summary, slider, replay x3, charts x4). ``user_drafts``: this
-    user's trained drafts ({name: TrainedDraft}), pickable by name."""
-    cfg = make_config(k, k_policy, temperature, top_k, top_p, max_new_tokens, seed, draft_stop)
+        with_baseline=True, user_drafts=None, draft_stop=0.0, shape="chain", children="auto"):
+    """Streams (trace, baseline, timeline, summary, slider, replay x4, charts x4). ``user_drafts``: this
+    user's trained drafts ({name: TrainedDraft}), pickable by name. ``shape``: "chain" or a token tree
+    ("3,2,2,1", "dynamic:10,8,3"), whose run is followed by a chain of k with the same draft and seed."""
+    cfg = make_config(k, k_policy, temperature, top_k, top_p, max_new_tokens, seed, draft_stop, shape, children)
     trace = None
     for trace in runs.stream_run(store, prompt, target, draft, cfg, user_drafts=user_drafts):
         yield trace, None, timeline_html(trace), summary_markdown(trace, None), *QUIET
@@ -61,6 +65,9 @@ def run(store: ModelStore, prompt, target, draft, k, k_policy, temperature, top_
         yield trace, None, SKIP, summary_markdown(trace, None) + "\n\n*Running the baseline…*", *QUIET
         base = runs.baseline(store, trace)
         yield trace, base, SKIP, summary_markdown(trace, base), *QUIET
+        if cfg.tree is not None:
+            chain = runs.chain_twin(store, trace, user_drafts)
+            yield trace, base, SKIP, summary_markdown(trace, base, chain), *QUIET
 
 
 def step(trace, index, delta):
@@ -86,10 +93,14 @@ def api_generate(store: ModelStore):
     def generate(prompt: str, target: str = store.default_target(), draft: str = store.default_draft(),
                  k: int = DEFAULTS.k, temperature: float = DEFAULTS.temperature, top_k: int = DEFAULTS.top_k,
                  top_p: float = DEFAULTS.top_p, max_new_tokens: int = DEFAULTS.max_new_tokens,
-                 seed: int = DEFAULTS.seed, draft_stop: float = 0.0) -> str:
+                 seed: int = DEFAULTS.seed, draft_stop: float = 0.0, tree: str = "chain",
+                 tree_children: str = "auto") -> str:
         """Speculative decoding of `prompt`; returns the full trace as JSON (schema specviz.trace/1).
-        `draft_stop` > 0 ends a round's drafting below that draft confidence (transformers' 0.4 rule)."""
-        cfg = make_config(k, "fixed", temperature, top_k, top_p, max_new_tokens, seed, draft_stop)
+        `draft_stop` > 0 ends a round's drafting below that draft confidence (transformers' 0.4 rule).
+        `tree`: "chain" (k drafts a round), a static tree "3,2,2,1" (children per depth) or "dynamic:10,8,3"
+        (node budget, depth, width); `tree_children`: auto, top, iid or distinct."""
+        cfg = make_config(k, "fixed", temperature, top_k, top_p, max_new_tokens, seed, draft_stop, tree,
+                          tree_children)
         return runs.generate(store, prompt, target, draft, cfg).to_json()
     return generate
 
@@ -124,6 +135,17 @@ def _controls(store: ModelStore) -> tuple[list, gr.Slider]:
     return [prompt, target, draft, k, k_policy, temperature, top_k, top_p, max_new, seed, with_baseline], draft_stop
 
 
+def _tree_controls() -> list:
+    """[shape, children]: a chain of k, or a token tree verified in one target pass."""
+    shape = gr.Dropdown(SHAPES, value="chain", allow_custom_value=True, label="Draft shape", elem_id="shape",
+                        info="chain: k drafts in a row · a tree: children per depth (3,2,2,1) or "
+                             "dynamic:BUDGET,DEPTH,WIDTH (EAGLE-2: the most probable branches)")
+    children = gr.Radio(["auto", "top", "iid", "distinct"], value="auto", label="Tree children",
+                        info="top: the draft's best tokens · iid / distinct: drawn from q with / without "
+                             "replacement (auto: top when greedy, distinct when sampling)")
+    return [shape, children]
+
+
 def _replay_section() -> tuple:
     """The round slider, its buttons, the replay table and its two charts."""
     gr.Markdown("## Round replay\nPick a round: the table shows each draft's q and p and the decision; "
@@ -138,7 +160,9 @@ def _replay_section() -> tuple:
             accept = chart("A draft is accepted when its coin **u** (×) falls below its bar **min(1, p/q)**.")
             residual = chart("After a rejection the replacement is drawn from the **residual** max(0, p − q), "
                              "renormalised: tokens the target likes more than the draft did.")
-    return prev_btn, round_slider, next_btn, replay, accept, residual
+    tree = chart("A tree round (draft shape other than chain): every node the draft proposed, verified in one target "
+                 "pass; the bold path was accepted, hover a node for p, q, p′, u and the decision.", elem_id="tree-plot")
+    return prev_btn, round_slider, next_btn, replay, accept, residual, tree
 
 
 def _run_charts() -> list:
@@ -161,11 +185,12 @@ def build(store: ModelStore, user_drafts: gr.State) -> tuple[gr.Dropdown, object
     with gr.Row():
         with gr.Column(scale=1, min_width=320):
             inputs, draft_stop = _controls(store)
+            tree_inputs = _tree_controls()
             run_btn = gr.Button("Run", variant="primary", elem_id="run")
         with gr.Column(scale=3):
             timeline = gr.HTML(timeline_html(None), elem_id="timeline")
             summary = gr.Markdown(summary_markdown(None, None), elem_id="summary")
-    prev_btn, round_slider, next_btn, replay, accept, residual = _replay_section()
+    prev_btn, round_slider, next_btn, replay, accept, residual, tree = _replay_section()
     charts = _run_charts()
     with gr.Row():
         export_btn = gr.Button("Export trace (CSV + JSON)", elem_id="export")
@@ -173,10 +198,10 @@ def build(store: ModelStore, user_drafts: gr.State) -> tuple[gr.Dropdown, object
         upload = gr.File(label="Import a JSON trace (replays without the models)", file_types=[".json"],
                          type="filepath", elem_id="upload")
 
-    outputs = [trace_state, base_state, timeline, summary, round_slider, replay, accept, residual, *charts]
-    run_btn.click(h.run, inputs + [user_drafts, draft_stop], outputs, api_visibility="undocumented", **MODEL_QUEUE)
+    outputs = [trace_state, base_state, timeline, summary, round_slider, replay, accept, residual, tree, *charts]
+    run_btn.click(h.run, inputs + [user_drafts, draft_stop, *tree_inputs], outputs, api_visibility="undocumented", **MODEL_QUEUE)
     upload.upload(h.load, [upload], outputs, api_visibility="undocumented")
-    round_slider.change(h.replay, [trace_state, round_slider], [replay, accept, residual],
+    round_slider.change(h.replay, [trace_state, round_slider], [replay, accept, residual, tree],
                         api_visibility="undocumented")
     prev_btn.click(lambda t, i: h.step(t, i, -1), [trace_state, round_slider], [round_slider],
                    api_visibility="undocumented")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ..config import DecodeConfig
+from ..config import DecodeConfig, TreeConfig
 
 MAX_PROMPT_CHARS = 4000
 
@@ -30,12 +30,26 @@ def number_in(x, name: str, low: float, high: float) -> float:
     return x
 
 
-def make_config(k, k_policy, temperature, top_k, top_p, max_new_tokens, seed, draft_stop=0.0) -> DecodeConfig:
-    """A DecodeConfig from form values."""
+def make_config(k, k_policy, temperature, top_k, top_p, max_new_tokens, seed, draft_stop=0.0, shape="chain",
+                children="auto") -> DecodeConfig:
+    """A DecodeConfig from form values; ``shape`` "chain" (k drafts a round) or a tree (``parse_tree``)."""
     return DecodeConfig(k=as_int(k, "k"), k_policy=k_policy or "fixed", temperature=as_float(temperature, "temperature"),
                         top_k=as_int(top_k, "top_k"), top_p=as_float(top_p, "top_p"),
                         max_new_tokens=as_int(max_new_tokens, "max_new_tokens"), seed=as_int(seed, "seed"),
-                        max_k=max(10, as_int(k, "k")), draft_stop=as_float(draft_stop or 0.0, "draft_stop"))
+                        max_k=max(10, as_int(k, "k")), draft_stop=as_float(draft_stop or 0.0, "draft_stop"),
+                        tree=parse_tree(shape, children))
+
+
+def parse_tree(shape, children="auto") -> TreeConfig | None:
+    """None for a chain ("chain" or empty), else the TreeConfig of a spec like "3,2,2,1" or "dynamic:10,8,3";
+    ``children`` applies unless the spec names its own ("/iid")."""
+    if shape is None or not isinstance(shape, str):
+        raise ValueError(f"the draft shape must be text such as chain, 3,2,2,1 or dynamic:10,8,3, got {shape!r}")
+    if shape.strip().lower() in ("", "chain"):
+        return None
+    if "/" not in shape and children not in (None, "", "auto"):
+        shape = f"{shape}/{children}"
+    return TreeConfig.parse(shape)
 
 
 def encode(tokenizer, prompt) -> torch.Tensor:

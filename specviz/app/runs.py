@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterator
 
@@ -47,6 +48,14 @@ def baseline(store: ModelStore, trace: Trace) -> Trace:
     """The autoregressive run with the same target, prompt and settings: the speedup's denominator."""
     model, _ = store.target(trace.target_name)
     return Decoding(model, None, torch.tensor([trace.prompt_ids]), trace.config, target_name=trace.target_name).run()
+
+
+def chain_twin(store: ModelStore, trace: Trace, user_drafts: dict | None = None) -> Trace:
+    """A tree run's chain counterpart: the same target, draft, prompt, seed and settings, drafting k in a row."""
+    model, _, drafter = user_pair(store, trace.target_name, trace.draft_name, user_drafts)
+    cfg = replace(trace.config, tree=None)
+    return Decoding(model, drafter, torch.tensor([trace.prompt_ids]), cfg, target_name=trace.target_name,
+                    draft_name=trace.draft_name).run()
 
 
 def export_trace(trace: Trace | None, base: Trace | None = None) -> list[str]:

@@ -55,10 +55,10 @@ def bind(store: ModelStore | None, models: dict[str, Callable] = (), plain: dict
     return SimpleNamespace(**bound)
 
 
-def chart(caption: str) -> gr.Plot:
+def chart(caption: str, elem_id: str | None = None) -> gr.Plot:
     """A plot with a one-line caption under it."""
     with gr.Column():
-        plot = gr.Plot(show_label=False)
+        plot = gr.Plot(show_label=False, elem_id=elem_id)
         gr.Markdown(caption)
     return plot
 

@@ -10,10 +10,13 @@ from ..trace import Trace
 from .timeline import esc
 
 
-def summary_markdown(trace: Trace | None, base: Trace | None) -> str:
-    """Headline numbers, and the measured speedup beside Leviathan's prediction."""
+def summary_markdown(trace: Trace | None, base: Trace | None, chain: Trace | None = None) -> str:
+    """Headline numbers, and the measured speedup beside Leviathan's prediction (a tree run: beside the
+    positional model's, and against ``chain``, a chain run of the same draft and seed, if given)."""
     if trace is None:
         return "*No run yet.*"
+    if trace.config.tree is not None and trace.mode == "speculative":
+        return tree_summary(trace, base, chain)
     s = trace.summary()
     c, k, v = theory.cost_ratio(trace, base), theory.mean_k(trace), theory.verify_cost(trace, base)
     predicted = theory.expected_speedup(s.alpha, k, c, v) if trace.mode == "speculative" else 1.0
@@ -46,3 +49,34 @@ def forwards_headline(per_token: float, mode: str) -> str:
     return (f"**{per_token:.2f} target forwards per token** (autoregressive: 1.00): {100 * saved:.0f}% of the "
             f"target's passes saved; where a verify pass cost what one forward costs and drafting were free, that "
             f"would be **{1 / per_token:.2f}× faster** (on this machine, below).")
+
+
+def tree_summary(trace: Trace, base: Trace | None, chain: Trace | None) -> str:
+    """A tree run: tokens per target pass and nodes per round, beside a chain of the same draft and seed."""
+    s, tree = trace.summary(), trace.config.tree
+    c, nodes, v = theory.cost_ratio(trace, base), theory.mean_k(trace), theory.verify_cost(trace, base)
+    tau_hat = theory.predicted_tau(trace.rounds)
+    predicted = tau_hat / (nodes * c + v) if nodes * c + v else 0.0
+    measured = theory.measured_speedup(trace, base)
+    rows = [_tree_row(f"tree {tree.label}", trace, base)]
+    if chain is not None:
+        rows.append(_tree_row(f"chain k = {chain.config.k}", chain, base))
+    return (
+        f"{forwards_headline(s.target_forwards_per_token, trace.mode)}\n\n"
+        f"**{s.new_tokens} tokens in {s.rounds} rounds** ({esc(trace.stop_reason or 'running…')}) · "
+        f"{esc(trace.target_name or 'target')} ← {esc(trace.draft_name or 'no draft')}, a token tree "
+        f"(children: {esc(trace.rounds[0].tree.children if trace.rounds and trace.rounds[0].tree else '–')})\n\n"
+        "| drafting | tokens / target pass | nodes verified / round | accepted / node | tokens/s | speedup |\n"
+        "|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n\n"
+        f"**Speedup on this machine** measured " + (f"**{measured:.2f}×**" if measured else "*(no baseline yet)*") +
+        f" · predicted **{predicted:.2f}×** = τ̂ / (n c + v) with τ̂ = {tau_hat:.2f} tokens per round (the positional "
+        f"model: each node accepted, once its parent is, at its depth and rank's rate in this run), n = {nodes:.1f} "
+        f"nodes per round, c = {c:.3f} per node and v = {v:.2f} (a verify pass of all nodes over one target forward)."
+    )
+
+
+def _tree_row(label: str, run: Trace, base: Trace | None) -> str:
+    s, speed = run.summary(), theory.measured_speedup(run, base)
+    per_pass = 1 / s.target_forwards_per_token if s.target_forwards_per_token else 0.0
+    return (f"| {esc(label)} | {per_pass:.2f} | {theory.mean_k(run):.1f} | {s.acceptance_rate:.2f} | "
+            f"{s.tokens_per_s:.1f} | {f'{speed:.2f}×' if speed else '–'} |")

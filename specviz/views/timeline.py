@@ -48,6 +48,7 @@ def fill_token_text(trace: Trace, tokenizer) -> Trace:
     for r in trace.rounds:
         ids.update(r.drafted, r.emitted, (t[0] for t in r.residual_top))
         ids.update(t for t in (r.resampled, r.bonus) if t is not None)
+        ids.update(n.token for n in (r.tree.nodes if r.tree is not None else ()))
     for i in ids - trace.token_text.keys():
         trace.token_text[i] = tokenizer.decode([i], clean_up_tokenization_spaces=False)
     return trace
@@ -115,7 +116,11 @@ def _next_title(trace: Trace, r: Round, status: str, token: int) -> str:
 
 def round_spans(trace: Trace, r: Round) -> str:
     """One round: its drafts by fate, then the resampled or bonus token."""
-    parts = [f'<span class="sv-round-n">{esc(r.index)}</span>']
+    if r.tree is not None:  # a tree round: its number says so, and hovering it says how big the tree was
+        title = f"round {r.index}: a tree of {len(r.tree.nodes)} nodes, {len(r.tree.path)} accepted (the replay draws it)"
+        parts = [f'<span class="sv-round-n sv-round-tree" title="{esc(title)}">{esc(r.index)}▲</span>']
+    else:
+        parts = [f'<span class="sv-round-n">{esc(r.index)}</span>']
     for i, x in enumerate(r.drafted):
         parts.append(token_span(trace.text(x), _status(r, i), _draft_title(trace, r, i)))
     for status, tok in (("resampled", r.resampled), ("bonus", r.bonus)):

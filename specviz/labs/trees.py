@@ -1,0 +1,91 @@
+"""The tree lab: chains and token trees of one draft side by side, tokens per target pass and speed measured,
+with the positional acceptance model beside the measurement.
+
+    python -m specviz.labs.trees [--draft lite+ngram-target] [--temperature 0] [--chains 4,6,8]
+                                 [--trees 3,2,2,1 2,1,1,1,1,1 dynamic:10,8,3] [--repeats 2] [--threads 1]
+
+Per prompt and repeat the autoregressive baseline and every setting run in turn (the order rotating), so that
+machine noise falls on all alike; speedups are ratios of totals from the same run. "tau predicted" is
+``theory.expected_tree_tokens`` of the setting's trees from the per-(depth, rank) acceptance rates measured in
+the same runs: exact in expectation for chains, and for trees as good as the independence it assumes.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import replace
+
+import pandas as pd
+import torch
+
+from .. import theory
+from ..config import DecodeConfig, TreeConfig
+from ..decoder import autoregressive_generate, speculative_generate
+from ..models import DEFAULT_DRAFT, load_drafter
+from ..trace import Counts
+from .bench import common_args, target_and_prompts
+
+
+def settings(chains: list[int], trees: list[TreeConfig], cfg: DecodeConfig) -> dict[str, DecodeConfig]:
+    """name -> the run's config: "chain k=K" for each k, the tree's label for each tree."""
+    out = {f"chain k={k}": replace(cfg, k=k, tree=None) for k in chains}
+    return out | {f"tree {t.label}": replace(cfg, tree=t) for t in trees}
+
+
+@torch.inference_mode()
+def tree_lab(target, draft, prompts: list, chains: list[int], trees: list[TreeConfig], cfg: DecodeConfig,
+             repeats: int = 1) -> pd.DataFrame:
+    """One row per setting (and the baseline): nodes verified per round, tau measured and predicted, target
+    passes per token, tokens/s and the speedup over the baseline."""
+    runs = {"autoregressive": None} | settings(chains, trees, cfg)
+    counts = {name: Counts() for name in runs}
+    seconds, traces = dict.fromkeys(runs, 0.0), {name: [] for name in runs}
+    for name, run_cfg in runs.items():  # warm-up: first calls allocate
+        _run(target, draft, prompts[0], replace(run_cfg or cfg, max_new_tokens=4))
+    for rep in range(repeats):
+        for i, ids in enumerate(prompts):
+            names = list(runs)
+            shift = (rep + i) % len(names)
+            for name in names[shift:] + names[:shift]:
+                t0 = time.perf_counter()
+                trace = _run(target, draft, ids, replace(runs[name] or cfg, seed=cfg.seed + rep), auto=runs[name] is None)
+                seconds[name] += time.perf_counter() - t0
+                counts[name] += trace.counts()
+                traces[name].append(trace)
+    base = counts["autoregressive"].new_tokens / seconds["autoregressive"]
+    return pd.DataFrame([_row(name, counts[name], seconds[name], traces[name], base) for name in runs])
+
+
+def _run(target, draft, ids, cfg, auto: bool = False):
+    return autoregressive_generate(target, ids, cfg) if auto else speculative_generate(target, draft, ids, cfg)
+
+
+def _row(name: str, c: Counts, seconds: float, traces, base_tokens_per_s: float) -> dict:
+    rounds = [r for t in traces for r in t.rounds]
+    tokens_per_s = c.new_tokens / seconds if seconds else 0.0
+    return {"setting": name, "nodes per round": c.drafted / c.rounds if c.rounds else 0.0, "tau": c.tau,
+            "tau predicted": theory.predicted_tau(rounds) if c.drafted else None, "target passes per token": c.target_forwards_per_token,
+            "tokens/s": tokens_per_s, "speedup": tokens_per_s / base_tokens_per_s if base_tokens_per_s else 0.0}
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    common_args(ap, max_new_tokens=64, repeats=2, threads=1)
+    ap.add_argument("--draft", default=DEFAULT_DRAFT)
+    ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--chains", default="4,6,8", help="chain k values, comma-separated")
+    ap.add_argument("--trees", nargs="+", default=["3,2,2,1", "2,1,1,1,1,1", "dynamic:10,8,3"],
+                    help='static shapes ("3,2,2,1") or dynamic trees ("dynamic:BUDGET,DEPTH,WIDTH")')
+    args = ap.parse_args(argv)
+    target, _, prompts = target_and_prompts(args)
+    cfg = DecodeConfig(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
+    chains = [int(k) for k in args.chains.split(",") if k]
+    trees = [TreeConfig.parse(t) for t in args.trees]
+    print(f"target={args.target} draft={args.draft} temperature={args.temperature} max_new_tokens="
+          f"{args.max_new_tokens} repeats={args.repeats} prompts={len(prompts)} threads={torch.get_num_threads()}")
+    df = tree_lab(target, load_drafter(args.draft, device=args.device), prompts, chains, trees, cfg, args.repeats)
+    print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+
+
+if __name__ == "__main__":
+    main()
