@@ -223,3 +223,24 @@ def test_trees_refuse_policies_and_chain_only_drafters(prompt):
     with pytest.raises(ValueError, match="drafts chains only"):
         speculative_generate(SHARP["llama"], PromptLookupDrafter(), prompt, DecodeConfig(tree=TreeConfig()))
     assert DecodeConfig(tree={"shape": [2, 1]}).tree == TreeConfig(shape=(2, 1))  # as the JSON holds it
+
+
+# -- the tree lab: the table and its charts, through the app's handler ------------------------------------------
+def test_tree_lab_tab_measures_chains_and_trees(store):
+    import gradio as gr
+
+    from tests.helpers.app import handlers
+    from tests.helpers.models import last
+
+    h = handlers(store)
+    note, table, per_pass, speed = last(h.run_tree_lab("tiny-target", "tiny", "ROMEO:\n\nTo be, or not", "2,4",
+                                                       "3,2,1\ndynamic:6,4,2", 0.0, 0, 1.0, 16, 1, 0))
+    assert list(table["setting"]) == ["autoregressive", "chain k=2", "chain k=4", "tree 3,2,1", "tree dynamic:6,4,2"]
+    runs = table[table["setting"] != "autoregressive"]
+    assert (runs["tau"] >= 1).all() and (abs(runs["tau"] - runs["tau predicted"]) < 0.3).all()
+    assert runs["nodes per round"].iloc[2] > runs["nodes per round"].iloc[0]  # a tree verifies more per round
+    assert "10 runs" in note and len(per_pass.data) == 2 and len(speed.data[0].x) == 4
+    for chains, trees, match in (("a,b", "", "whole numbers"), ("", "", "at least one"), ("1," * 11, "", "at most 10"),
+                                 ("4", "3,x", "unreadable tree")):
+        with pytest.raises(gr.Error, match=match):
+            last(h.run_tree_lab("tiny-target", "tiny", "ROMEO:", chains, trees, 0.0, 0, 1.0, 16, 1, 0))

@@ -9,7 +9,7 @@ import os
 import gradio as gr
 
 from ..views.timeline import CSS
-from . import batch_tab, compare_tab, distill_tab, explorer, lossless_tab, sweep_tab
+from . import batch_tab, compare_tab, distill_tab, explorer, lossless_tab, sweep_tab, tree_tab
 from .store import ModelStore
 
 TITLE = "specviz: see speculative decoding"
@@ -28,6 +28,8 @@ def build_demo(store: ModelStore | None = None) -> gr.Blocks:
         with gr.Tabs():
             with gr.Tab("k sweep lab"):
                 sweep_tab.build(store)
+            with gr.Tab("Tree lab"):
+                tree_tab.build(store)
             with gr.Tab("Losslessness lab"):
                 lossless_tab.build(store)
             with gr.Tab("Distillation lab"):

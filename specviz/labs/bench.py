@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from .. import theory
-from ..config import EXAMPLE_PROMPTS, HELDOUT_PROMPTS, DecodeConfig
+from ..config import EXAMPLE_PROMPTS, HELDOUT_PROMPTS, DecodeConfig, TreeConfig
 from ..decoder import autoregressive_generate, speculative_generate
 from ..drafters import Drafter, PromptLookupDrafter
 from ..models import DEFAULT_DRAFT, DEFAULT_TARGET, load_drafter, load_model
@@ -63,7 +63,9 @@ def methods(target, draft, cfg: DecodeConfig) -> dict:
     """name -> function(input_ids, seed) -> the number of generated tokens (transformers) or the Trace (ours)."""
     pad = target.generation_config.pad_token_id or 0
     kw = hf_kwargs(cfg, pad)
-    if isinstance(draft, PromptLookupDrafter):  # transformers' own prompt lookup
+    if cfg.tree is not None:  # transformers' assisted generation drafts chains only
+        assisted = None
+    elif isinstance(draft, PromptLookupDrafter):  # transformers' own prompt lookup
         assisted = dict(prompt_lookup_num_tokens=cfg.k, max_matching_ngram_size=draft.max_ngram)
     elif isinstance(draft, Drafter):  # no transformers counterpart (e.g. the n-gram draft)
         assisted = None
@@ -211,14 +213,16 @@ def main(argv=None) -> None:
     common_args(ap, max_new_tokens=64, repeats=3, threads=0)
     ap.add_argument("--draft", default=DEFAULT_DRAFT)
     ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--tree", type=TreeConfig.parse, default=None,
+                    help='draft a token tree: a static shape ("3,2,2,1") or "dynamic:BUDGET,DEPTH,WIDTH" (k unused)')
     ap.add_argument("--draft-stop", type=float, default=0.0,
                     help="stop drafting below this draft confidence (transformers' default is 0.4; 0 = off)")
     args = ap.parse_args(argv)
     target, tok, prompts = target_and_prompts(args)
     draft = load_drafter(args.draft, device=args.device)
     cfg = DecodeConfig(k=args.k, temperature=args.temperature, max_new_tokens=args.max_new_tokens,
-                       draft_stop=args.draft_stop)
-    print(f"target={args.target} draft={args.draft} k={args.k} draft_stop={args.draft_stop} temperature={args.temperature} "
+                       draft_stop=args.draft_stop, tree=args.tree)
+    print(f"target={args.target} draft={args.draft} k={args.k} tree={args.tree.label if args.tree else None} draft_stop={args.draft_stop} temperature={args.temperature} "
           f"max_new_tokens={args.max_new_tokens} repeats={args.repeats} prompts={len(prompts)} "
           f"threads={torch.get_num_threads()} device={args.device}")
     print(report(run_bench(target, draft, prompts, cfg, args.repeats)))

@@ -68,6 +68,31 @@ def _row(name: str, c: Counts, seconds: float, traces, base_tokens_per_s: float)
             "tokens/s": tokens_per_s, "speedup": tokens_per_s / base_tokens_per_s if base_tokens_per_s else 0.0}
 
 
+@torch.inference_mode()
+def keep_costs(target, context: int = 128, path: int = 4, nodes: int = 16, reps: int = 50) -> dict[str, float]:
+    """Milliseconds to keep a tree's accepted path in the target's cache, both ways: gathering the path's cached
+    keys and values in place (what the decoder does) and cropping to the prefix, then feeding the path again."""
+    from ..lm import CachedLM
+
+    lm = CachedLM(target)
+    ids = [i % lm.vocab_size for i in range(1, context + 1)]
+    parents = [-1] + list(range(path - 1)) + [-1] * (nodes - path)
+    times = {"gather": [], "crop and re-feed": []}
+    for _ in range(reps):
+        for way, out in times.items():
+            lm.rollback(0)
+            lm.feed(ids)
+            lm.tree_forward([], list(range(nodes)), parents)
+            t0 = time.perf_counter()
+            if way == "gather":
+                lm.keep_path(list(range(path)), None)
+            else:
+                lm.drop_tree()
+                lm.feed(list(range(path)))
+            out.append(time.perf_counter() - t0)
+    return {way: 1e3 * sorted(t)[len(t) // 2] for way, t in times.items()}
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     common_args(ap, max_new_tokens=64, repeats=2, threads=1)
@@ -85,6 +110,9 @@ def main(argv=None) -> None:
           f"{args.max_new_tokens} repeats={args.repeats} prompts={len(prompts)} threads={torch.get_num_threads()}")
     df = tree_lab(target, load_drafter(args.draft, device=args.device), prompts, chains, trees, cfg, args.repeats)
     print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    costs = keep_costs(target)
+    print("keeping a 4-node path of a 16-node tree in the target's cache (median ms): "
+          + ", ".join(f"{way} {ms:.3f}" for way, ms in costs.items()))
 
 
 if __name__ == "__main__":

@@ -144,3 +144,27 @@ def checkpoints_chart(points: pd.DataFrame) -> go.Figure:
     fig.update_yaxes(title_text="acceptance α", range=[0, 1], secondary_y=False)
     fig.update_yaxes(title_text="KL(p || q)", secondary_y=True)
     return layout(fig, "Acceptance climbs as KL falls", "training seconds", "")
+
+
+# -- tree lab ------------------------------------------------------------------------------------------
+def tree_tokens_per_pass(lab: pd.DataFrame) -> go.Figure:
+    """Tokens per target pass per setting (``labs.trees.tree_lab``), measured beside the positional model."""
+    runs = lab[lab["setting"] != "autoregressive"]
+    fig = go.Figure([
+        go.Bar(x=runs["setting"], y=runs["tau"], name="measured", marker_color=colour(0),
+               hovertemplate="%{x}: %{y:.2f} tokens per target pass<extra>measured</extra>"),
+        go.Bar(x=runs["setting"], y=runs["tau predicted"], name="positional model", marker_color=colour(0),
+               opacity=0.45, hovertemplate="%{x}: %{y:.2f} predicted<extra>positional model</extra>"),
+    ])
+    fig.update_layout(barmode="group")
+    return layout(fig, "Tokens per target pass: trees against chains", "", "tokens per target pass")
+
+
+def tree_speedup(lab: pd.DataFrame) -> go.Figure:
+    """Measured speedup per setting, nodes verified per round in the hover: what a bigger tree costs."""
+    runs = lab[lab["setting"] != "autoregressive"]
+    kinds = [COLOURS["bonus"] if s.startswith("tree") else INK for s in runs["setting"]]
+    fig = go.Figure(go.Bar(x=runs["setting"], y=runs["speedup"], marker_color=kinds, customdata=runs["nodes per round"],
+                           hovertemplate="%{x}: %{y:.2f}× with %{customdata:.1f} nodes verified per round<extra></extra>"))
+    fig.add_hline(y=1.0, line=dict(color=INK, dash="dot"))
+    return layout(fig, "Speedup on this machine (blue: trees)", "", "× autoregressive tokens/s")

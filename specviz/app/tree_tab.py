@@ -1,0 +1,85 @@
+"""The tree lab's tab: chains and token trees of one draft on the same prompts, beside the autoregressive
+baseline: tokens per target pass (measured, and the positional model's prediction) and the measured speedup.
+Handlers are module-level functions taking the store (``handlers(store)`` binds them); ``build`` lays it out."""
+from __future__ import annotations
+
+import time
+
+import gradio as gr
+
+from ..config import EXAMPLE_PROMPTS, TreeConfig
+from ..labs.trees import tree_lab
+from ..views import lab_plots
+from .forms import as_int, encode, make_config, number_in, split_prompts
+from .store import ModelStore
+from .widgets import MODEL_QUEUE, SKIP, bind, chart, sampling_controls, target_picker
+
+MAX_PROMPTS, MAX_SETTINGS, MAX_TOKENS, MAX_REPEATS = 10, 10, 256, 3  # one request's work stays bounded
+TREES = "3,2,2,1\n2,1,1,1,1,1\ndynamic:10,8,3"
+
+
+def lab_setup(chains_text, trees_text) -> tuple[list[int], list[TreeConfig]]:
+    """The chain ks and the trees from the form (comma-separated ks; one tree spec per line), validated."""
+    try:
+        chains = [int(k) for k in str(chains_text or "").replace(" ", "").split(",") if k]
+    except ValueError:
+        raise ValueError(f"chain ks must be whole numbers separated by commas, got {chains_text!r}") from None
+    if any(not 1 <= k <= 16 for k in chains):
+        raise ValueError("every chain k must lie in 1..16")
+    trees = [TreeConfig.parse(line) for line in str(trees_text or "").splitlines() if line.strip()]
+    if not chains and not trees:
+        raise ValueError("give at least one chain k or one tree")
+    if len(chains) + len(trees) > MAX_SETTINGS:
+        raise ValueError(f"at most {MAX_SETTINGS} settings at once, got {len(chains) + len(trees)}")
+    return chains, trees
+
+
+def run_lab(store: ModelStore, target, draft, prompts_text, chains_text, trees_text, temperature, top_k, top_p,
+            max_new, repeats, seed):
+    """Streams (status, table, tokens-per-pass chart, speedup chart)."""
+    chains, trees = lab_setup(chains_text, trees_text)
+    max_new = as_int(number_in(max_new, "new tokens per run", 1, MAX_TOKENS), "new tokens per run")
+    repeats = as_int(number_in(repeats, "repeats", 1, MAX_REPEATS), "repeats")
+    cfg = make_config(4, "fixed", temperature, top_k, top_p, max_new, seed)
+    model, tok, drafter = store.pair(target, draft)
+    prompts = [encode(tok, p) for p in split_prompts(prompts_text)]
+    if len(prompts) > MAX_PROMPTS:
+        raise ValueError(f"at most {MAX_PROMPTS} prompts, got {len(prompts)}")
+    runs = repeats * len(prompts) * (1 + len(chains) + len(trees))
+    yield f"*Running {runs} runs (the baseline and every setting, prompt by prompt)…*", SKIP, SKIP, SKIP
+    start = time.time()
+    lab = tree_lab(model, drafter, prompts, chains, trees, cfg, repeats)
+    note = (f"**Done: {runs} runs in {time.time() - start:.1f} s.** Tokens per target pass is what a tree buys; "
+            "whether it is faster depends on what verifying its nodes costs on this machine.")
+    yield note, lab.round(3), lab_plots.tree_tokens_per_pass(lab), lab_plots.tree_speedup(lab)
+
+
+def handlers(store: ModelStore):
+    return bind(store, models=dict(run_tree_lab=run_lab))
+
+
+def build(store: ModelStore) -> None:
+    h = handlers(store)
+    gr.Markdown("Chains of k drafts against token trees of the same draft, verified in one target pass each. "
+                "Trees: a static shape (children per depth, e.g. 3,2,2,1) or dynamic:BUDGET,DEPTH,WIDTH (EAGLE-2).")
+    with gr.Row():
+        target = target_picker(store)
+        draft = gr.Dropdown(store.list_drafters(), value=store.default_draft(), label="Draft")
+    prompts = gr.Textbox("\n\n".join(EXAMPLE_PROMPTS[:3]), lines=4, label="Prompts (separate with an empty line)")
+    with gr.Row():
+        chains = gr.Textbox("4,6,8", label="Chains: k values")
+        trees = gr.Textbox(TREES, lines=3, label="Trees: one per line")
+    with gr.Row():
+        max_new = gr.Number(64, precision=0, label="new tokens per run")
+        repeats = gr.Number(1, precision=0, label="repeats")
+        seed = gr.Number(0, precision=0, label="seed")
+    sampling = sampling_controls(0.0)
+    run_btn = gr.Button("Run tree lab", variant="primary", elem_id="run-tree-lab")
+    status = gr.Markdown("*Press Run tree lab.*")
+    table = gr.Dataframe(label="Per setting", interactive=False)
+    with gr.Row():
+        per_pass = chart("Tokens per target pass: a tree accepts more per pass than a chain of its depth.")
+        speed = chart("Speedup: a tree pays for verifying every node, and on a CPU more rows cost more.")
+    inputs = [target, draft, prompts, chains, trees, *sampling, max_new, repeats, seed]
+    run_btn.click(h.run_tree_lab, inputs, [status, table, per_pass, speed], api_visibility="undocumented",
+                  **MODEL_QUEUE)
