@@ -6,7 +6,7 @@ The core (this folder's modules) knows nothing of the three wings built on it: `
 (the gradio app); see docs/ARCHITECTURE.md.
 """
 from .batch import autoregressive_generate_batch, speculative_generate_batch
-from .config import EXAMPLE_PROMPTS, PRESETS, DecodeConfig
+from .config import EXAMPLE_PROMPTS, PRESETS, DecodeConfig, TreeConfig
 from .decoder import Decoding, autoregressive_generate, speculative_generate
 from .distill import distill, iter_distill
 from .drafters import Drafter, ModelDrafter, PromptLookupDrafter, Proposal
@@ -21,7 +21,7 @@ from .ngram import NGramDrafter, NGramModel
 from .trace import Counts, Round, Summary, Trace
 
 __all__ = [
-    "DecodeConfig", "PRESETS", "EXAMPLE_PROMPTS",
+    "DecodeConfig", "TreeConfig", "PRESETS", "EXAMPLE_PROMPTS",
     "speculative_generate", "autoregressive_generate", "Decoding",
     "speculative_generate_batch", "autoregressive_generate_batch",
     "Drafter", "ModelDrafter", "PromptLookupDrafter", "Proposal", "NGramDrafter", "NGramModel",

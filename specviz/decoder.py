@@ -182,16 +182,22 @@ def _pad(values: list, m: int) -> tuple:
     return tuple(values) + (None,) * (m - len(values))
 
 
-def speculative_generate(target, draft, input_ids: torch.Tensor, cfg: DecodeConfig | None = None) -> Trace:
-    """Speculative decoding of ``target`` with ``draft`` (a causal LM sharing its tokenizer, or a Drafter)."""
+def speculative_generate(target, draft, input_ids: torch.Tensor, cfg: DecodeConfig | None = None,
+                         tokenizer=None) -> Trace:
+    """Speculative decoding of ``target`` with ``draft`` (a causal LM sharing its tokenizer, or a Drafter).
+    With ``tokenizer`` the trace records every token's text and bytes (``Trace.fill_texts``): its table and
+    views then read in any script."""
     if draft is None:
         raise ValueError("speculative_generate needs a draft model or drafter; use autoregressive_generate for none")
-    return Decoding(target, draft, input_ids, cfg).run()
+    trace = Decoding(target, draft, input_ids, cfg).run()
+    return trace.fill_texts(tokenizer) if tokenizer is not None else trace
 
 
-def autoregressive_generate(target, input_ids: torch.Tensor, cfg: DecodeConfig | None = None) -> Trace:
+def autoregressive_generate(target, input_ids: torch.Tensor, cfg: DecodeConfig | None = None,
+                            tokenizer=None) -> Trace:
     """The baseline: same target, transforms, cache and timing, one token per target forward."""
-    return Decoding(target, None, input_ids, cfg).run()
+    trace = Decoding(target, None, input_ids, cfg).run()
+    return trace.fill_texts(tokenizer) if tokenizer is not None else trace
 
 
 def prompt_list(input_ids) -> list[int]:

@@ -13,6 +13,7 @@ import pandas as pd
 
 from .config import DecodeConfig
 from .trace_schema import TRACE_FIELDS, check_fields, round_fields
+from .texts import Texts, position_texts, token_bytes
 from .tree_record import TreeNode, TreeRecord  # noqa: F401 (re-exported: the records of a trace)
 
 SCHEMA = "specviz.trace/1"
@@ -152,6 +153,7 @@ class Trace:
     total_s: float = 0.0
     stop_reason: str = ""  # "eos", "length" or "" while running
     token_text: dict[int, str] = field(default_factory=dict)  # id -> text, for replay without a tokenizer
+    token_bytes: dict[int, str] = field(default_factory=dict)  # id -> its bytes in hex (part of a character, maybe)
 
     @classmethod
     def start(cls, prompt_ids: list[int], config: DecodeConfig, target_name: str, draft_name: str | None,
@@ -178,24 +180,46 @@ class Trace:
         )
 
     def text(self, token: int) -> str:
+        """The token decoded on its own (a token holding part of a character shows U+FFFD: use ``texts``)."""
         return self.token_text.get(token, f"<{token}>")
+
+    def fill_texts(self, tokenizer) -> "Trace":
+        """Record the text and bytes of every id the trace mentions (prompt, drafts, tree nodes, emitted, residual
+        candidates), so its JSON replays, in any script, without a tokenizer. Returns the trace."""
+        ids = set(self.prompt_ids)
+        for r in self.rounds:
+            ids.update(r.drafted, r.emitted, (t[0] for t in r.residual_top))
+            ids.update(t for t in (r.resampled, r.bonus) if t is not None)
+            ids.update(n.token for n in (r.tree.nodes if r.tree is not None else ()))
+        for i in ids - self.token_text.keys():
+            self.token_text[i] = tokenizer.decode([i], clean_up_tokenization_spaces=False)
+            self.token_bytes[i] = token_bytes(tokenizer, i).hex()
+        return self
+
+    def texts(self) -> Texts:
+        """Every token's text at its place (``specviz.texts``): characters split across tokens read whole."""
+        def bytes_of(t: int) -> bytes:
+            hexed = self.token_bytes.get(t)
+            return bytes.fromhex(hexed) if hexed is not None else self.text(t).encode("utf-8")
+        return position_texts(self.prompt_ids, self.rounds, bytes_of)
 
     def to_frame(self) -> pd.DataFrame:
         """One row per token the run produced or considered: every drafted token (status accepted,
         rejected or discarded; drafted=True) and every resampled or bonus token (drafted=False)."""
         rows = []
-        for r in self.rounds:
+        for r, t in zip(self.rounds, self.texts().rounds):
             if r.tree is not None:  # a tree round: one row per node (position = depth), node and parent ids
                 for j, nd in enumerate(r.tree.nodes):
-                    rows.append(_row(self, r, nd.depth, nd.token, nd.status, True, nd.p, nd.q, nd.accept_prob, nd.u,
-                                     None, j, nd.parent))
+                    rows.append(_row(t.nodes[j], r, nd.depth, nd.token, nd.status, True, nd.p, nd.q, nd.accept_prob,
+                                     nd.u, None, j, nd.parent))
             else:
                 for i, x in enumerate(r.drafted):
-                    rows.append(_row(self, r, i, x, r.status(i), True, r.p[i], r.q[i], r.accept_prob[i], r.u[i],
-                                     r.beta[i]))
+                    rows.append(_row(t.drafted[i], r, i, x, r.status(i), True, r.p[i], r.q[i], r.accept_prob[i],
+                                     r.u[i], r.beta[i]))
             for status, tok in (("resampled", r.resampled), ("bonus", r.bonus)):
                 if tok is not None:
-                    rows.append(_row(self, r, r.n_accepted, tok, status, False, r.next_p, None, None, None, None))
+                    text = t.emitted[r.n_accepted] if len(t.emitted) > r.n_accepted else self.text(tok)
+                    rows.append(_row(text, r, r.n_accepted, tok, status, False, r.next_p, None, None, None, None))
         df = pd.DataFrame(rows, columns=FRAME_COLUMNS)
         return df.astype({"p": float, "q": float, "ratio": float, "accept_prob": float, "u": float, "beta": float})
 
@@ -209,6 +233,7 @@ class Trace:
         data = asdict(self)
         data["schema"] = SCHEMA
         data["token_text"] = {str(k): v for k, v in self.token_text.items()}
+        data["token_bytes"] = {str(k): v for k, v in self.token_bytes.items()}
         return data
 
     @classmethod
@@ -235,6 +260,7 @@ class Trace:
         cfg = data["config"] = DecodeConfig(**data["config"])
         data["rounds"] = [Round(**round_fields(r, f"{where}rounds[{i}].", cfg)) for i, r in enumerate(data["rounds"])]
         data["token_text"] = {int(k): v for k, v in data.get("token_text", {}).items()}
+        data["token_bytes"] = {int(k): v for k, v in data.get("token_bytes", {}).items()}
         return cls(**data)
 
 
@@ -249,9 +275,9 @@ def target_passes(rounds) -> int:
     return sum(not (r.index == 0 and not r.drafted) for r in rounds)
 
 
-def _row(trace, r, i, token, status, drafted, p, q, accept_prob, u, beta, node=None, parent=None):
+def _row(text, r, i, token, status, drafted, p, q, accept_prob, u, beta, node=None, parent=None):
     ratio = p / q if q else None
-    return [r.index, r.k, i, token, trace.text(token), status, drafted, p, q, ratio, accept_prob, u, beta, node, parent]
+    return [r.index, r.k, i, token, text, status, drafted, p, q, ratio, accept_prob, u, beta, node, parent]
 
 
 def _plus(a, b):

@@ -10,7 +10,8 @@ from .tree_record import NODE_STATUSES, TreeNode, TreeRecord
 MODES, STOP_REASONS = ("speculative", "autoregressive"), ("eos", "length", "")
 TRACE_FIELDS = dict(prompt_ids="ids", config="object", mode="mode", target_name="string", draft_name="string",
                     eos_token_ids="ids", rounds="objects", prefill_s="number", total_s="number",
-                    stop_reason="stop_reason", token_text="token_text")
+                    stop_reason="stop_reason", token_text="token_text",
+                    token_bytes="token_bytes")
 ROUND_FIELDS = dict(index="count", k="count", drafted="ids", q="numbers", p="numbers", accept_prob="numbers",
                     u="numbers?", beta="numbers?", n_accepted="count", emitted="ids", resampled="id?", bonus="id?",
                     next_p="number", residual_top="residual_top", draft_s="number", target_s="number", wall_s="number",
@@ -26,6 +27,10 @@ def _is_count(v) -> bool:  # an index, a count or a token id
 
 def _is_num(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _is_hex(h: str) -> bool:
+    return len(h) % 2 == 0 and all(c in "0123456789abcdef" for c in h)
 
 
 def _list_of(ok):
@@ -51,6 +56,9 @@ KINDS = {  # kind: (check, what the message says it must be)
     "stop_reason": (lambda v: v in STOP_REASONS, f"one of {STOP_REASONS}"),
     "token_text": (lambda v: isinstance(v, dict) and all(k.isascii() and k.isdigit() and isinstance(s, str)
                                                          for k, s in v.items()), 'an object {"token id": "text"}'),
+    "token_bytes": (lambda v: isinstance(v, dict) and all(k.isascii() and k.isdigit() and isinstance(h, str)
+                                                          and len(h) <= 256 and _is_hex(h) for k, h in v.items()),
+                    'an object {"token id": "hex bytes"}'),
     "residual_top": (_list_of(lambda r: isinstance(r, list) and len(r) == 4 and _is_count(r[0])
                               and all(map(_is_num, r[1:]))), "a list of [token, residual, p, q] rows"),
 }

@@ -1,8 +1,11 @@
 """The timeline: escaping, one class per fate, hover text with the recorded numbers, visible newlines."""
 import re
 
+import pytest
+
+from specviz import Trace
 from specviz.config import DecodeConfig
-from specviz.views.timeline import CSS, LEGEND, decision, fill_token_text, replay_html, timeline_html
+from specviz.views.timeline import CSS, LEGEND, decision, replay_html, timeline_html
 from tests.helpers.traces import EVIL, sample_trace
 
 
@@ -66,13 +69,49 @@ class FakeTokenizer:
     def decode(self, ids, clean_up_tokenization_spaces=False):
         return f"t{ids[0]}"
 
+    def convert_ids_to_tokens(self, i):
+        return f"t{i}"
 
-def test_fill_token_text_covers_every_id():
+
+def test_fill_texts_covers_every_id():
     t = sample_trace()
     t.token_text = {}
-    fill_token_text(t, FakeTokenizer())
-    assert set(t.token_text) == {1, 2, 3, 4, 5, 6, 7, 8, 9}  # 8: prompt and residual_top
-    assert t.token_text[8] == "t8"
+    t.fill_texts(FakeTokenizer())
+    assert set(t.token_text) == set(t.token_bytes) == {1, 2, 3, 4, 5, 6, 7, 8, 9}  # 8: prompt and residual_top
+    assert t.token_text[8] == "t8" and bytes.fromhex(t.token_bytes[8]) == b"t8"
+
+
+@pytest.mark.parametrize("text", ["你好，世界。春眠不觉晓", "fire 🔥🔥 and ice ❄️ 🧊", "Ελληνικά και русский, café"])
+def test_multibyte_text_reads_whole_in_the_timeline_frame_and_tree(text):
+    """Byte-level BPE splits these characters across tokens: every view shows the characters, never U+FFFD,
+    and the texts at their places add up to the decoded text; a trace's JSON keeps the bytes."""
+    from transformers import AutoTokenizer
+
+    from specviz import speculative_generate
+    from specviz.config import TreeConfig
+    from specviz.models import ASSETS
+    from tests.helpers.models import perturbed, tiny_llama
+
+    tok = AutoTokenizer.from_pretrained(ASSETS / "tokenizer")
+    ids = tok(text, return_tensors="pt").input_ids
+    assert any("\ufffd" in tok.decode([i]) for i in ids[0].tolist())  # the case this is about
+    target = tiny_llama(vocab=len(tok), seed=2, sharpen=5)
+    draft = perturbed(target, 0.5)
+    for tree in (None, TreeConfig(shape=(2, 2))):
+        trace = speculative_generate(target, draft, ids, DecodeConfig(max_new_tokens=24, seed=3, tree=tree))
+        trace.fill_texts(tok)
+        texts = trace.texts()
+        assert "".join(texts.prompt) == tok.decode(ids[0])
+        emitted = "".join(t for r in texts.rounds for t in r.emitted)
+        assert "".join(texts.prompt) + emitted == tok.decode(ids[0].tolist() + trace.new_tokens)
+        prompt_text = re.sub("<[^>]+>", "", timeline_html(trace).split('class="sv-round"')[0]).replace("◌", "")
+        assert "\ufffd" not in prompt_text and text in prompt_text
+        back = Trace.from_json(trace.to_json())
+        assert back.texts() == texts
+        frame = back.to_frame()
+        appended = frame[frame.status.isin(["resampled", "bonus"])]
+        assert list(appended.text) == [t.emitted[r.n_accepted] for r, t in zip(trace.rounds, texts.rounds)
+                                       if (r.resampled if r.resampled is not None else r.bonus) is not None]
 
 
 def test_replay_says_why_a_round_drafted_fewer_than_k():

@@ -11,7 +11,6 @@ from ..config import EXAMPLE_PROMPTS, DecodeConfig
 from ..labs.batch_bench import run_batch_bench
 from ..views.compare_plots import tokens_per_s_by_batch
 from ..views.runs import batch_rows_frame, batch_rows_html
-from ..views.timeline import fill_token_text
 from .forms import as_int, encode, make_config, split_prompts
 from .runs import STREAM_EVERY_S
 from .store import ModelStore
@@ -24,7 +23,7 @@ BENCH_SIZES, BENCH_TOKENS = (1, 2, 4), 12  # the small-scale benchmark: a few to
 def batch_views(traces: list, tokenizer, seed: int) -> tuple:
     """(per-row timelines, row table), token texts filled in."""
     for trace in traces:
-        fill_token_text(trace, tokenizer)
+        trace.fill_texts(tokenizer)
     return batch_rows_html(traces, seed), batch_rows_frame(traces, seed)
 
 

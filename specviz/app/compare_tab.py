@@ -12,7 +12,6 @@ from ..config import EXAMPLE_PROMPTS
 from ..labs.compare import BASELINE, compare_table, context_at, disagreement, divergence_frame, draft_size, iter_compare
 from ..views import compare_plots
 from ..views.runs import compare_timelines_html
-from ..views.timeline import fill_token_text
 from .forms import as_int, encode, make_config
 from .store import ModelStore, user_pair
 from .widgets import MODEL_QUEUE, SKIP, bind, chart, run_settings, target_picker
@@ -38,7 +37,7 @@ def run_compare(store: ModelStore, target, drafts, prompt, k, temperature, top_k
     sizes, runs, start = {d: draft_size(x) for d, x in chosen.items()}, [], time.perf_counter()
     for run in iter_compare(model, chosen, ids, cfg, target_name=target):
         runs.append(run)
-        fill_token_text(run.trace, tok)
+        run.trace.fill_texts(tok)
         done = f"**{len(runs) - 1} / {len(chosen)} drafts** done ({time.perf_counter() - start:.1f} s)…"
         yield (SKIP, done, compare_timelines_html(runs, BASELINE), *table_views(compare_table(runs, sizes)),
                *(SKIP,) * 5)

@@ -13,7 +13,6 @@ import torch
 from ..config import DecodeConfig
 from ..decoder import Decoding
 from ..trace import Trace
-from ..views.timeline import fill_token_text
 from .forms import encode
 from .store import ModelStore, user_pair
 
@@ -31,8 +30,8 @@ def stream_run(store: ModelStore, prompt: str, target: str, draft: str, cfg: Dec
     for _ in run:
         if time.perf_counter() - last >= every_s:
             last = time.perf_counter()
-            yield fill_token_text(run.trace, tok)
-    yield fill_token_text(run.trace, tok)
+            yield run.trace.fill_texts(tok)
+    yield run.trace.fill_texts(tok)
 
 
 def generate(store: ModelStore, prompt: str, target: str, draft: str, cfg: DecodeConfig,

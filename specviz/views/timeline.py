@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 
+from ..texts import RoundTexts, shown
 from ..trace import Round, Trace
 
 STATUSES = ("prompt", "accepted", "rejected", "resampled", "bonus", "discarded")
@@ -41,19 +42,6 @@ CSS = """
 """
 
 
-def fill_token_text(trace: Trace, tokenizer) -> Trace:
-    """Record the text of every id the trace mentions (prompt, drafts, emitted, resampled, bonus,
-    residual candidates) in ``trace.token_text``, so its JSON replays without a tokenizer."""
-    ids = set(trace.prompt_ids)
-    for r in trace.rounds:
-        ids.update(r.drafted, r.emitted, (t[0] for t in r.residual_top))
-        ids.update(t for t in (r.resampled, r.bonus) if t is not None)
-        ids.update(n.token for n in (r.tree.nodes if r.tree is not None else ()))
-    for i in ids - trace.token_text.keys():
-        trace.token_text[i] = tokenizer.decode([i], clean_up_tokenization_spaces=False)
-    return trace
-
-
 def esc(x) -> str:
     """The one escape every text in the app's HTML goes through (quotes too: texts land in attributes)."""
     return html.escape(str(x), quote=True)
@@ -67,7 +55,8 @@ def visible(text: str) -> str:
 
 
 def token_span(text: str, status: str, title: str = "") -> str:
-    return f'<span class="sv-tok sv-{status}" data-status="{esc(status)}" title="{esc(title)}">{visible(text)}</span>'
+    """A token by fate; one that completes no character (part of a multi-byte one) shows ◌."""
+    return f'<span class="sv-tok sv-{status}" data-status="{esc(status)}" title="{esc(title)}">{visible(shown(text))}</span>'
 
 
 def _num(x) -> str:
@@ -94,15 +83,20 @@ def _status(r: Round, i: int) -> str:
     return "discarded" if s == "accepted" and i >= len(r.emitted) else s  # accepted after an emitted EOS
 
 
-def _draft_title(trace: Trace, r: Round, i: int) -> str:
+def quoted(trace: Trace, token: int, text: str) -> str:
+    """A token's text for a hover: quoted, with its bytes where it completes no character."""
+    return repr(text) if text else f"(bytes {trace.token_bytes.get(token, '?')}: part of a character)"
+
+
+def _draft_title(trace: Trace, r: Round, i: int, text: str) -> str:
     p, q, u, b = r.p[i], r.q[i], r.u[i], r.beta[i]
     ratio = p / q if q else None
-    return (f"{trace.text(r.drafted[i])!r}  round {r.index}, draft {i + 1} of {len(r.drafted)}\n"
+    return (f"{quoted(trace, r.drafted[i], text)}  round {r.index}, draft {i + 1} of {len(r.drafted)}\n"
             f"p = {_num(p)}   q = {_num(q)}   p/q = {_num(ratio)}   u = {_num(u)}   beta = {_num(b)}\n"
             f"{decision(r, i, trace.config.greedy)}")
 
 
-def _next_title(trace: Trace, r: Round, status: str, token: int) -> str:
+def _next_title(trace: Trace, r: Round, status: str, token: int, text: str) -> str:
     pos = f"round {r.index}, position {r.n_accepted + 1}"
     if status == "bonus":
         what = (f"all {len(r.drafted)} drafts accepted: a bonus token from the target's p" if r.drafted
@@ -111,10 +105,15 @@ def _next_title(trace: Trace, r: Round, status: str, token: int) -> str:
         what = "after the rejection: the target's argmax"
     else:
         what = "after the rejection: drawn from the residual norm(max(0, p − q))"
-    return f"{trace.text(token)!r}  {pos}\np = {_num(r.next_p)}\n{what}"
+    return f"{quoted(trace, token, text)}  {pos}\np = {_num(r.next_p)}\n{what}"
 
 
-def round_spans(trace: Trace, r: Round) -> str:
+def next_text(trace: Trace, r: Round, texts: RoundTexts, token: int) -> str:
+    """The resampled or bonus token's text where it was appended."""
+    return texts.emitted[r.n_accepted] if len(texts.emitted) > r.n_accepted else trace.text(token)
+
+
+def round_spans(trace: Trace, r: Round, texts: RoundTexts) -> str:
     """One round: its drafts by fate, then the resampled or bonus token."""
     if r.tree is not None:  # a tree round: its number says so, and hovering it says how big the tree was
         title = f"round {r.index}: a tree of {len(r.tree.nodes)} nodes, {len(r.tree.path)} accepted (the replay draws it)"
@@ -122,10 +121,11 @@ def round_spans(trace: Trace, r: Round) -> str:
     else:
         parts = [f'<span class="sv-round-n">{esc(r.index)}</span>']
     for i, x in enumerate(r.drafted):
-        parts.append(token_span(trace.text(x), _status(r, i), _draft_title(trace, r, i)))
+        parts.append(token_span(texts.drafted[i], _status(r, i), _draft_title(trace, r, i, texts.drafted[i])))
     for status, tok in (("resampled", r.resampled), ("bonus", r.bonus)):
         if tok is not None:
-            parts.append(token_span(trace.text(tok), status, _next_title(trace, r, status, tok)))
+            text = next_text(trace, r, texts, tok)
+            parts.append(token_span(text, status, _next_title(trace, r, status, tok, text)))
     return f'<span class="sv-round" data-round="{esc(r.index)}">{"".join(parts)}</span>'
 
 
@@ -138,8 +138,9 @@ def timeline_html(trace: Trace | None) -> str:
     """The hero view: prompt, then every round's tokens coloured by fate."""
     if trace is None:
         return f'{legend()}<div class="sv-timeline"><i>Run a prompt, or import a trace, to see it here.</i></div>'
-    prompt = "".join(token_span(trace.text(t), "prompt", f"prompt token {t}") for t in trace.prompt_ids)
-    rounds = "".join(round_spans(trace, r) for r in trace.rounds)
+    texts = trace.texts()
+    prompt = "".join(token_span(text, "prompt", f"prompt token {t}") for t, text in zip(trace.prompt_ids, texts.prompt))
+    rounds = "".join(round_spans(trace, r, t) for r, t in zip(trace.rounds, texts.rounds))
     return f'{legend()}<div class="sv-timeline">{prompt}{rounds}</div>'
 
 
@@ -156,17 +157,19 @@ def replay_html(trace: Trace | None, index: int) -> str:
     """One round in detail: the proposals with q, p and the decision, then what was appended."""
     if trace is None or not trace.rounds:
         return "<p><i>No rounds yet.</i></p>"
-    r = trace.rounds[max(0, min(int(index), len(trace.rounds) - 1))]
+    i = max(0, min(int(index), len(trace.rounds) - 1))
+    r, texts = trace.rounds[i], trace.texts().rounds[i]
     head = "".join(f"<th>{h}</th>" for h in ("#", "q", "p", "p/q", "min(1, p/q)", "u", "beta"))
     rows = []
     for i, x in enumerate(r.drafted):
         ratio = r.p[i] / r.q[i] if r.q[i] else None
         cells = "".join(f"<td>{esc(_num(v))}</td>" for v in (r.q[i], r.p[i], ratio, r.accept_prob[i], r.u[i], r.beta[i]))
-        rows.append(f'<tr><td class="sv-left">{token_span(trace.text(x), _status(r, i), _draft_title(trace, r, i))}'
+        span = token_span(texts.drafted[i], _status(r, i), _draft_title(trace, r, i, texts.drafted[i]))
+        rows.append(f'<tr><td class="sv-left">{span}'
                     f'</td><td>{i + 1}</td>{cells}<td class="sv-left sv-decision">{esc(decision(r, i, trace.config.greedy))}</td></tr>')
     table = (f'<table class="sv-table"><tr><th class="sv-left">draft</th>{head}<th class="sv-left">decision</th></tr>'
              f'{"".join(rows)}</table>') if rows else "<p>No drafts this round (the drafter found nothing to propose).</p>"
-    appended = "".join(token_span(trace.text(t), "prompt", f"id {t}") for t in r.emitted)
+    appended = "".join(token_span(text, "prompt", f"id {t}") for t, text in zip(r.emitted, texts.emitted))
     return (f"<p><b>Round {esc(r.index)}</b> of {len(trace.rounds) - 1}: k = {esc(r.k)}, {len(r.drafted)} drafted, "
             f"{esc(r.n_accepted)} accepted; draft {r.draft_s * 1e3:.1f} ms, target {r.target_s * 1e3:.1f} ms.</p>"
             f'{_stopped_early(trace, r)}{table}<p>Appended: <span class="sv-timeline">{appended}</span> ({len(r.emitted)} tokens)</p>')

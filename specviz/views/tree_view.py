@@ -9,6 +9,7 @@ import html
 
 import plotly.graph_objects as go
 
+from ..texts import shown
 from ..trace import Round, Trace
 from ..tree_record import TreeNode
 from .style import COLOURS, INK, layout
@@ -84,7 +85,9 @@ def tree_figure(trace: Trace, r: Round) -> go.Figure:
         sx, sy = (0, root_y) if stop == -1 else (nodes[stop].depth + 1, y[stop])
         fig.add_trace(go.Scatter(x=[sx, extra[0][2]], y=[sy, extra[0][3]], mode="lines", hoverinfo="skip",
                                  showlegend=False, line=dict(color=FATES[extra[0][1]][1], width=2, dash="dot")))
-    points = [(i, n.status, n.depth + 1, y[i], trace.text(n.token), _hover(trace, n, greedy)) for i, n in enumerate(nodes)]
+    texts = trace.texts().rounds[r.index]
+    points = [(i, n.status, n.depth + 1, y[i], shown(texts.nodes[i]), _hover(texts.nodes[i], n, greedy))
+              for i, n in enumerate(nodes)]
     fig.add_trace(go.Scatter(x=[0], y=[root_y], mode="markers+text", text=["root"], textposition="middle left",
                              marker=dict(color=INK, size=10), hovertext=["the last committed token"],
                              hoverinfo="text", showlegend=False))
@@ -111,12 +114,14 @@ def _emitted_point(trace: Trace, r: Round, stop: int, nodes, y, root_y) -> list:
     depth = 0 if stop == -1 else nodes[stop].depth + 1
     why = ("every child of this node was rejected: drawn from the adjusted target p′" if status == "resampled"
            else "the path reached a leaf: a free token from the target's p")
-    hover = esc(f"{trace.text(token)!r} — {status}, p = {_num(r.next_p)}") + "<br>" + esc(why)
-    return [(None, status, depth + 1, (root_y if stop == -1 else y[stop]) - 0.45, trace.text(token), hover)]
+    emitted = trace.texts().rounds[r.index].emitted
+    text = emitted[len(r.tree.path)] if len(emitted) > len(r.tree.path) else trace.text(token)
+    hover = esc(f"{text!r} — {status}, p = {_num(r.next_p)}") + "<br>" + esc(why)
+    return [(None, status, depth + 1, (root_y if stop == -1 else y[stop]) - 0.45, shown(text), hover)]
 
 
-def _hover(trace: Trace, n: TreeNode, greedy: bool) -> str:
-    lines = [f"{trace.text(n.token)!r} at depth {n.depth + 1}",
+def _hover(text: str, n: TreeNode, greedy: bool) -> str:
+    lines = [f"{text!r} at depth {n.depth + 1}" if text else f"token {n.token} at depth {n.depth + 1} (part of a character)",
              f"q = {_num(n.q)}   p = {_num(n.p)}   p′ = {_num(n.p_adj)}   u = {_num(n.u)}",
              node_decision(n, greedy)]
     return "<br>".join(esc(line) for line in lines)
