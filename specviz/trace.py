@@ -203,9 +203,12 @@ class Trace:
             return bytes.fromhex(hexed) if hexed is not None else self.text(t).encode("utf-8")
         return position_texts(self.prompt_ids, self.rounds, bytes_of)
 
-    def to_frame(self) -> pd.DataFrame:
-        """One row per token the run produced or considered: every drafted token (status accepted,
-        rejected or discarded; drafted=True) and every resampled or bonus token (drafted=False)."""
+    def to_frame(self, tokenizer=None) -> pd.DataFrame:
+        """One row per token the run produced or considered: every drafted token (status accepted, rejected or
+        discarded; drafted=True; a tree round: every node) and every resampled or bonus token (drafted=False).
+        ``text`` is each token's text at its place; a tokenizer fills texts the trace lacks (``fill_texts``)."""
+        if tokenizer is not None:
+            self.fill_texts(tokenizer)
         rows = []
         for r, t in zip(self.rounds, self.texts().rounds):
             if r.tree is not None:  # a tree round: one row per node (position = depth), node and parent ids

@@ -65,3 +65,27 @@ def test_a_tree_round_is_drawn(app_url):
         sync_api.expect(tree).to_contain_text("nodes verified in one target pass", timeout=15_000)
         sync_api.expect(tree).to_contain_text("not visited")  # the legend: every fate in the timeline's colours
         assert page.locator("#timeline .sv-round-tree").count() > 0  # the timeline marks tree rounds
+
+
+@pytest.mark.parametrize("tab", ["explorer"])
+def test_the_page_fits_laptop_and_desktop_widths(app_url, tmp_path, tab):
+    """One run, then the page at 1024, 1280 and 1920 px: nothing wider than the window, the replay table's last
+    column (the decision) on screen, the plain text under the timeline; a screenshot at each width
+    (docs/screenshot-WIDTH.png with SPECVIZ_REFRESH_SCREENSHOT=1)."""
+    with chromium_page(viewport={"width": 1280, "height": 800}) as page:
+        page.goto(app_url)
+        page.locator("#run").click()
+        sync_api.expect(page.locator("#summary")).to_contain_text(re.compile(r"measured [\d.]+×"), timeout=60_000)
+        page.locator("#next").click()
+        sync_api.expect(page.locator("#replay")).to_contain_text("Round 1", timeout=15_000)
+        assert page.locator("#timeline .sv-plain").inner_text().strip()  # the generation as plain text
+        for width in (1024, 1280, 1920):
+            page.set_viewport_size({"width": width, "height": 800})
+            page.wait_for_timeout(400)
+            assert page.evaluate("document.documentElement.scrollWidth") <= width + 1, width
+            decision = page.locator("#replay th").last.bounding_box()
+            assert decision and decision["x"] + decision["width"] <= width, (width, decision)
+            refresh = os.environ.get("SPECVIZ_REFRESH_SCREENSHOT") == "1"
+            shot = (DOCS_SCREENSHOT.parent / f"screenshot-{width}.png") if refresh else tmp_path / f"{width}.png"
+            page.screenshot(path=str(shot), full_page=True)
+            assert shot.stat().st_size > 10_000

@@ -19,7 +19,8 @@ def test_every_token_text_is_escaped():
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     assert '"onmouseover' not in html and "&quot;onmouseover=alert(2)" in html
     # no tag in the output other than the ones the timeline writes itself
-    assert set(re.findall(r"<(\w+)", html)) <= {"div", "span", "table", "tr", "td", "th", "p", "b", "i"}
+    assert set(re.findall(r"<(\w+)", html)) <= {"div", "span", "table", "tr", "td", "th", "p", "b", "i", "details",
+                                                 "summary"}
 
 
 def test_each_fate_gets_its_class_and_colour():

@@ -18,27 +18,27 @@ INTRO = ("# specviz: see speculative decoding\nA small **draft** guesses k token
 
 
 def build_demo(store: ModelStore | None = None) -> gr.Blocks:
-    """The explorer, then the labs (k sweep, losslessness, distillation), then compare drafts and batch."""
+    """Top-level tabs: the explorer, the labs (k sweep, trees, losslessness, distillation), compare drafts, batch."""
     store = store or ModelStore()
     with gr.Blocks(title=TITLE) as demo:
         user_drafts = gr.State({})  # this user's trained drafts (name -> TrainedDraft): theirs alone
         gr.Markdown(INTRO)
-        explorer_draft, h = explorer.build(store, user_drafts)
-        gr.Markdown("## Labs")
         with gr.Tabs():
-            with gr.Tab("k sweep lab"):
-                sweep_tab.build(store)
-            with gr.Tab("Tree lab"):
-                tree_tab.build(store)
-            with gr.Tab("Losslessness lab"):
-                lossless_tab.build(store)
-            with gr.Tab("Distillation lab"):
-                trained = distill_tab.build(store, user_drafts)
-        gr.Markdown("## Compare drafts, batch")
-        with gr.Tabs():
-            with gr.Tab("Compare drafts"):
+            with gr.Tab("Explorer", id="explorer"):
+                explorer_draft, h = explorer.build(store, user_drafts)
+            with gr.Tab("Labs", id="labs"):
+                with gr.Tabs():
+                    with gr.Tab("k sweep lab"):
+                        sweep_tab.build(store)
+                    with gr.Tab("Tree lab"):
+                        tree_tab.build(store)
+                    with gr.Tab("Losslessness lab"):
+                        lossless_tab.build(store)
+                    with gr.Tab("Distillation lab"):
+                        trained = distill_tab.build(store, user_drafts)
+            with gr.Tab("Compare drafts", id="compare"):
                 compare_drafts = compare_tab.build(store, user_drafts)
-            with gr.Tab("Batch"):
+            with gr.Tab("Batch", id="batch"):
                 batch_tab.build(store)
         trained.then(h.draft_pickers, [user_drafts], [explorer_draft, compare_drafts], api_visibility="undocumented")
     return demo

@@ -18,6 +18,21 @@ from .store import ModelStore, draft_choices
 from .widgets import MODEL_QUEUE, SKIP, bind, chart, draft_picker, friendly, target_picker
 
 QUIET = (SKIP,) * 9  # slider, replay x4, charts x4 stay as they are while a run streams
+GLOSSARY = """
+| symbol | meaning |
+|---|---|
+| **p** | the target's probability of a token (after temperature, top-k, top-p) |
+| **q** | the draft's probability of the token it proposed, under the same transforms |
+| **u** | the coin: a uniform draw in [0, 1); a draft is accepted when u < min(1, p/q) |
+| **β** | Σ min(p, q) over the vocabulary: the chance that position is accepted |
+| **α** | the mean of β: the acceptance rate the theory uses |
+| **k** | drafts per round (a tree: nodes per round) |
+| **τ** | tokens a round emits: the accepted drafts plus one (the resample or the bonus); E[τ] = (1 − α^(k+1)) / (1 − α) |
+| **c** | one draft step's time over one target forward's |
+| **v** | one verify pass's time (the target over all drafts) over one target forward's |
+| **speedup** | E[τ] / (k c + v): tokens per round over the round's cost in target forwards |
+| **residual** | norm(max(0, p − q)): what a token is drawn from after a rejection, so the output keeps the target's law |
+"""
 SHAPES = ["chain", "3,2,2,1", "2,1,1,1,1,1", "4,2,1,1", "dynamic:10,8,3", "dynamic:16,6,4"]
 
 
@@ -154,8 +169,8 @@ def _replay_section() -> tuple:
         prev_btn = gr.Button("◀ previous", elem_id="prev", scale=0)
         round_slider = gr.Slider(0, 1, value=0, step=1, label="Round", elem_id="round", interactive=False)
         next_btn = gr.Button("next ▶", elem_id="next", scale=0)
+    replay = gr.HTML(replay_html(None, 0), elem_id="replay")  # full width: every column readable at 1024 px
     with gr.Row():
-        replay = gr.HTML(replay_html(None, 0), elem_id="replay")
         with gr.Column():
             accept = chart("A draft is accepted when its coin **u** (×) falls below its bar **min(1, p/q)**.")
             residual = chart("After a rejection the replacement is drawn from the **residual** max(0, p − q), "
@@ -190,6 +205,8 @@ def build(store: ModelStore, user_drafts: gr.State) -> tuple[gr.Dropdown, object
         with gr.Column(scale=3):
             timeline = gr.HTML(timeline_html(None), elem_id="timeline")
             summary = gr.Markdown(summary_markdown(None, None), elem_id="summary")
+            with gr.Accordion("What do these numbers mean?", open=False, elem_id="glossary"):
+                gr.Markdown(GLOSSARY)
     prev_btn, round_slider, next_btn, replay, accept, residual, tree = _replay_section()
     charts = _run_charts()
     with gr.Row():

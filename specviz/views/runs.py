@@ -21,7 +21,7 @@ def compare_timelines_html(runs: list, baseline: str) -> str:
                     f"{s.tokens_per_s:.1f} tokens/s")
         parts.append(f'<div class="sv-compare-run" data-draft="{esc(run.draft)}"><h4>{esc(head)}</h4>'
                      f"{timeline_html(run.trace)}</div>")
-    return "".join(parts)
+    return f'<div class="sv-compare-grid">{"".join(parts)}</div>'
 
 
 def batch_rows_html(traces: list[Trace], seed: int) -> str:

@@ -11,7 +11,7 @@ import html
 from ..texts import RoundTexts, shown
 from ..trace import Round, Trace
 
-STATUSES = ("prompt", "accepted", "rejected", "resampled", "bonus", "discarded")
+STATUSES = ("prompt", "accepted", "rejected", "resampled", "bonus", "discarded", "generated")
 LEGEND = {
     "accepted": "accepted draft", "rejected": "rejected draft", "resampled": "resampled (residual)",
     "bonus": "bonus (all accepted)", "discarded": "discarded (never verified)",
@@ -34,6 +34,13 @@ CSS = """
 .sv-round { border-left: 2px solid rgba(128, 128, 128, 0.7); padding-left: 2px; margin-left: 3px; }
 .sv-round-n { font-size: 0.65rem; vertical-align: super; opacity: 0.7; margin-right: 1px; }
 .sv-ws { opacity: 0.55; }
+.sv-generated { background: rgba(128, 128, 128, 0.07); border-bottom-color: rgba(128, 128, 128, 0.35); }
+.sv-round-tree { font-weight: 700; }
+.sv-plain { font-family: ui-sans-serif, system-ui, sans-serif; white-space: pre-wrap; word-break: break-word;
+  margin: 0.4rem 0 0; padding: 0.5rem 0.7rem; border-left: 3px solid rgba(128, 128, 128, 0.5); }
+.sv-compare-grid { display: grid; grid-template-columns: repeat(auto-fit, minmax(340px, 1fr)); gap: 0.8rem; }
+.sv-compare-run h4 { margin: 0 0 0.3rem; font-size: 0.95rem; }
+.sv-replay-wrap { overflow-x: auto; max-width: 100%; }
 .sv-table { border-collapse: collapse; font-size: 0.95rem; }
 .sv-table td, .sv-table th { padding: 0.15rem 0.6rem; border-bottom: 1px solid rgba(128, 128, 128, 0.35);
   text-align: right; }
@@ -125,7 +132,8 @@ def round_spans(trace: Trace, r: Round, texts: RoundTexts) -> str:
     for status, tok in (("resampled", r.resampled), ("bonus", r.bonus)):
         if tok is not None:
             text = next_text(trace, r, texts, tok)
-            parts.append(token_span(text, status, _next_title(trace, r, status, tok, text)))
+            shown_as = "generated" if trace.mode == "autoregressive" else status  # a baseline's tokens stay neutral
+            parts.append(token_span(text, shown_as, _next_title(trace, r, status, tok, text)))
     return f'<span class="sv-round" data-round="{esc(r.index)}">{"".join(parts)}</span>'
 
 
@@ -141,7 +149,9 @@ def timeline_html(trace: Trace | None) -> str:
     texts = trace.texts()
     prompt = "".join(token_span(text, "prompt", f"prompt token {t}") for t, text in zip(trace.prompt_ids, texts.prompt))
     rounds = "".join(round_spans(trace, r, t) for r, t in zip(trace.rounds, texts.rounds))
-    return f'{legend()}<div class="sv-timeline">{prompt}{rounds}</div>'
+    plain = esc("".join(texts.prompt) + "".join(t for r in texts.rounds for t in r.emitted))
+    return (f'{legend()}<div class="sv-timeline">{prompt}{rounds}</div>'
+            f'<details class="sv-plain-box" open><summary>Plain text</summary><div class="sv-plain">{plain}</div></details>')
 
 
 def _stopped_early(trace: Trace, r) -> str:
@@ -170,6 +180,8 @@ def replay_html(trace: Trace | None, index: int) -> str:
     table = (f'<table class="sv-table"><tr><th class="sv-left">draft</th>{head}<th class="sv-left">decision</th></tr>'
              f'{"".join(rows)}</table>') if rows else "<p>No drafts this round (the drafter found nothing to propose).</p>"
     appended = "".join(token_span(text, "prompt", f"id {t}") for t, text in zip(r.emitted, texts.emitted))
-    return (f"<p><b>Round {esc(r.index)}</b> of {len(trace.rounds) - 1}: k = {esc(r.k)}, {len(r.drafted)} drafted, "
+    return (f'<div class="sv-replay-wrap"><p><b>Round {esc(r.index)}</b> of {len(trace.rounds) - 1}: '
+            f"k = {esc(r.k)}, {len(r.drafted)} drafted, "
             f"{esc(r.n_accepted)} accepted; draft {r.draft_s * 1e3:.1f} ms, target {r.target_s * 1e3:.1f} ms.</p>"
-            f'{_stopped_early(trace, r)}{table}<p>Appended: <span class="sv-timeline">{appended}</span> ({len(r.emitted)} tokens)</p>')
+            f'{_stopped_early(trace, r)}{table}<p>Appended: <span class="sv-timeline">{appended}</span> '
+            f'({len(r.emitted)} tokens)</p></div>')
