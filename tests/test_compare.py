@@ -24,7 +24,7 @@ from tests.helpers.app import handlers, tiny_store
 from tests.helpers.models import last, perturbed, tiny_llama, ui_models
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-TIMINGS = ["tokens_per_s", "baseline_tokens_per_s", "speedup", "c"]
+TIMINGS = ["tokens_per_s", "baseline_tokens_per_s", "speedup", "speedup_min", "speedup_max", "c"]
 PROMPTS = [torch.tensor([[1, 5, 9, 3, 7]]), torch.tensor([[2, 4, 6, 2, 4]])]
 
 

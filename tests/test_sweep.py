@@ -45,3 +45,17 @@ def test_summarize_a_draft_that_never_drafted():
     ])
     s = summarize(runs).iloc[0]
     assert s.alpha == 0.0 and s.tau_theory == pytest.approx(1.0) and s.speedup == pytest.approx(1.0)
+
+
+def test_speedup_spread_pairs_each_run_with_its_own_baseline_by_hand():
+    import pandas as pd
+
+    from specviz.labs.sweep import speedup_spread
+
+    base = pd.DataFrame(dict(prompt=[0, 1], repeat=[0, 0], new_tokens=[10, 10], seconds=[1.0, 2.0]))
+    runs = pd.DataFrame(dict(draft=["a", "a", "b"], k=[2, 2, 2], prompt=[0, 1, 0], repeat=[0, 0, 0],
+                             new_tokens=[10, 20, 10], seconds=[0.5, 2.0, 0.25]))
+    out = speedup_spread(runs, base, ["draft", "k"], ["prompt", "repeat"]).set_index("draft")
+    # a: prompt 0 at 20 tok/s against 10 (2.0x), prompt 1 at 10 tok/s against 5 (2.0x); b: 40 against 10 (4.0x)
+    assert out.loc["a", "speedup_min"] == out.loc["a", "speedup_max"] == 2.0
+    assert out.loc["b", "speedup_min"] == 4.0

@@ -1,5 +1,6 @@
 """The app's handlers as plain functions, and the /generate API through gradio_client."""
 import json
+import re
 
 import gradio as gr
 import pytest
@@ -48,6 +49,8 @@ def test_run_with_baseline_reports_measured_and_predicted_speedup(store):
     base = outs[1]
     assert base is not None and base.mode == "autoregressive" and len(base.new_tokens) == 12
     assert "measured **" in outs[3] and "predicted **" in outs[3]
+    spread = re.search(r"(\d) interleaved pairs.*median \*\*([\d.]+)×\*\*, range ([\d.]+)–([\d.]+)×", outs[3])
+    assert spread and spread[1] == "3" and float(spread[3]) <= float(spread[2]) <= float(spread[4])
     s = outs[0].summary()  # the headline: forwards per token and the speedup they imply, hardware-free
     assert outs[3].startswith(f"**{s.target_forwards_per_token:.2f} target forwards per token**")
     assert f"**{1 / s.target_forwards_per_token:.2f}× faster**" in outs[3].split("\n")[0]

@@ -79,10 +79,12 @@ def run(store: ModelStore, prompt, target, draft, k, k_policy, temperature, top_
     if with_baseline:
         yield trace, None, SKIP, summary_markdown(trace, None) + "\n\n*Running the baseline…*", *QUIET
         base = runs.baseline(store, trace)
-        yield trace, base, SKIP, summary_markdown(trace, base), *QUIET
+        chain = None
+        yield trace, base, SKIP, summary_markdown(trace, base) + "\n\n*Measuring the spread…*", *QUIET
         if cfg.tree is not None:
             chain = runs.chain_twin(store, trace, user_drafts)
-            yield trace, base, SKIP, summary_markdown(trace, base, chain), *QUIET
+        spread = runs.speed_pairs(store, trace, base, user_drafts)
+        yield trace, base, SKIP, summary_markdown(trace, base, chain, spread), *QUIET
 
 
 def step(trace, index, delta):

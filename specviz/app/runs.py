@@ -49,6 +49,24 @@ def baseline(store: ModelStore, trace: Trace) -> Trace:
     return Decoding(model, None, torch.tensor([trace.prompt_ids]), trace.config, target_name=trace.target_name).run()
 
 
+PAIRS, PAIRS_BUDGET_S = 3, 6.0  # interleaved (speculative, baseline) pairs for the speedup's spread, if they fit
+
+
+def speed_pairs(store: ModelStore, trace: Trace, base: Trace, user_drafts: dict | None = None) -> list[float]:
+    """Speedups of interleaved pairs (the run and its baseline first, then reruns of each in turn, the same
+    settings and seed) while they fit the time budget: one noisy wall-clock number becomes a median and a range."""
+    speedups = [trace.summary().tokens_per_s / base.summary().tokens_per_s]
+    if (trace.total_s + base.total_s) * (PAIRS - 1) > PAIRS_BUDGET_S:
+        return speedups
+    model, _, drafter = user_pair(store, trace.target_name, trace.draft_name, user_drafts)
+    ids = torch.tensor([trace.prompt_ids])
+    for _ in range(PAIRS - 1):
+        again = Decoding(model, drafter, ids, trace.config, target_name=trace.target_name).run()
+        slow = baseline(store, trace)
+        speedups.append(again.summary().tokens_per_s / slow.summary().tokens_per_s)
+    return speedups
+
+
 def chain_twin(store: ModelStore, trace: Trace, user_drafts: dict | None = None) -> Trace:
     """A tree run's chain counterpart: the same target, draft, prompt, seed and settings, drafting k in a row."""
     model, _, drafter = user_pair(store, trace.target_name, trace.draft_name, user_drafts)

@@ -25,10 +25,10 @@ from ..lm import CachedLM
 from ..ngram import HybridDrafter, NGramDrafter
 from ..sampling import logits_to_probs
 from ..trace import Trace
-from .sweep import BASELINE, baseline_costs, position_rows, run_row, warm_up
+from .sweep import BASELINE, baseline_costs, position_rows, run_row, speedup_spread, warm_up
 
 TABLE_COLUMNS = ["draft", "size", "new_tokens", "rounds", "acceptance_rate", "alpha", "tau", "tokens_per_s",
-                 "baseline_tokens_per_s", "speedup", "c"]  # then accept@1 .. accept@K, per draft position
+                 "baseline_tokens_per_s", "speedup", "speedup_min", "speedup_max", "c"]  # then accept@1 .. per position
 
 
 @dataclass(frozen=True)
@@ -68,8 +68,9 @@ def compare_table(runs: list[Run], sizes: dict | None = None) -> pd.DataFrame:
     if base.empty:
         raise ValueError("no baseline run: the table needs the autoregressive run to measure speedup")
     base_tps, target_step = baseline_costs(base)
-    rows = [run_row(r.trace, draft=r.draft) for r in runs if r.draft != BASELINE]
-    g = pd.DataFrame(rows, columns=["draft"] + list(run_row(runs[0].trace))).groupby("draft", sort=False).sum()
+    rows = [run_row(r.trace, draft=r.draft, prompt=r.prompt) for r in runs if r.draft != BASELINE]
+    frame = pd.DataFrame(rows, columns=["draft", "prompt"] + list(run_row(runs[0].trace)))
+    g = frame.drop(columns="prompt").groupby("draft", sort=False).sum()
     out = pd.DataFrame({"draft": g.index, "size": [(sizes or {}).get(d, float("nan")) for d in g.index]})
     out["new_tokens"], out["rounds"] = g.new_tokens.to_numpy(), g.rounds.to_numpy()
     out["acceptance_rate"] = (g.accepted / g.drafted).to_numpy()
@@ -78,6 +79,8 @@ def compare_table(runs: list[Run], sizes: dict | None = None) -> pd.DataFrame:
     out["tokens_per_s"] = (g.new_tokens / g.seconds).to_numpy()
     out["baseline_tokens_per_s"] = base_tps
     out["speedup"] = out.tokens_per_s / base_tps
+    base = base.assign(prompt=[r.prompt for r in runs if r.draft == BASELINE])
+    out = out.merge(speedup_spread(frame, base, ["draft"], ["prompt"]), on="draft", how="left")
     out["c"] = ((g.draft_s / g.drafted) / target_step).to_numpy()
     return out.join(_positions(runs), on="draft")
 

@@ -67,6 +67,14 @@ def baseline_costs(base: pd.DataFrame) -> tuple[float, float]:
     return base.new_tokens.sum() / base.seconds.sum(), base.target_s.sum() / base.passes.sum()
 
 
+def speedup_spread(runs: pd.DataFrame, base: pd.DataFrame, keys: list[str], pair: list[str]) -> pd.DataFrame:
+    """Per group (``keys``): the lowest and highest speedup of one run over the baseline run it was paired with
+    (the same ``pair`` columns: prompt, repeat), i.e. how far a single measurement strays from the pooled one."""
+    both = runs.merge(base[pair + ["new_tokens", "seconds"]], on=pair, suffixes=("", "_base"))
+    both["one"] = (both.new_tokens / both.seconds) / (both.new_tokens_base / both.seconds_base)
+    return both.groupby(keys, sort=False)["one"].agg(speedup_min="min", speedup_max="max").reset_index()
+
+
 def summarize(runs: pd.DataFrame) -> pd.DataFrame:
     """Per (draft, k): acceptance, alpha, tau, tokens/s, measured speedup, c and v (a draft step and a verify
     pass, each over the baseline's one-token forward), and the theory beside them."""
@@ -80,6 +88,9 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
     out["tokens_per_s"] = g.new_tokens / g.seconds
     out["baseline_tokens_per_s"] = base_tps
     out["speedup"] = out.tokens_per_s / base_tps
+    if {"prompt", "repeat"} <= set(runs.columns):
+        spread = speedup_spread(runs[runs.draft != ""], base, ["draft", "k"], ["prompt", "repeat"])
+        out = out.merge(spread, on=["draft", "k"], how="left")
     out["c"] = (g.draft_s / g.drafted) / target_step
     out["v"] = (g.target_s / g.passes) / target_step  # a verify pass over one one-token forward
     out["tau_theory"] = [expected_tokens(min(a, 1.0), int(k)) for a, k in zip(out.alpha, out.k)]

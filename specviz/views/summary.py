@@ -5,18 +5,22 @@ Names that come from a trace (target, draft, stop reason) are escaped: an import
 """
 from __future__ import annotations
 
+import statistics
+
 from .. import theory
 from ..trace import Trace
 from .timeline import esc
 
 
-def summary_markdown(trace: Trace | None, base: Trace | None, chain: Trace | None = None) -> str:
+def summary_markdown(trace: Trace | None, base: Trace | None, chain: Trace | None = None,
+                     spread: list[float] | None = None) -> str:
     """Headline numbers, and the measured speedup beside Leviathan's prediction (a tree run: beside the
-    positional model's, and against ``chain``, a chain run of the same draft and seed, if given)."""
+    positional model's, and against ``chain``, a chain run of the same draft and seed, if given). ``spread``:
+    the speedups of several interleaved (run, baseline) pairs, shown as their median and range."""
     if trace is None:
         return "*No run yet.*"
     if trace.config.tree is not None and trace.mode == "speculative":
-        return tree_summary(trace, base, chain)
+        return tree_summary(trace, base, chain) + spread_note(spread)
     s = trace.summary()
     c, k, v = theory.cost_ratio(trace, base), theory.mean_k(trace), theory.verify_cost(trace, base)
     predicted = theory.expected_speedup(s.alpha, k, c, v) if trace.mode == "speculative" else 1.0
@@ -37,7 +41,18 @@ def summary_markdown(trace: Trace | None, base: Trace | None, chain: Trace | Non
         + (f"v = {v:.2f} (a verify pass over one target forward), both measured in these two runs."
            if base is not None else "v = 1 (Leviathan's assumption: the verify pass costs one forward; the "
            "baseline measures both), c over this run's verify pass.")
-    )
+    ) + spread_note(spread)
+
+
+def spread_note(spread: list[float] | None) -> str:
+    """How sure the wall-clock number is: the median and range of interleaved pairs (nothing for one pair)."""
+    if not spread or len(spread) < 2:
+        return ""
+    ordered = sorted(spread)
+    median = statistics.median(ordered)
+    return (f"\n\n**On this machine, {len(spread)} interleaved pairs** (speculative, then the baseline, same "
+            f"settings and seed): median **{median:.2f}×**, range {ordered[0]:.2f}–{ordered[-1]:.2f}×. A shared CPU "
+            "moves single runs; target forwards per token (the headline) do not depend on it.")
 
 
 def forwards_headline(per_token: float, mode: str) -> str:
