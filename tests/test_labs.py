@@ -1,5 +1,6 @@
 """The labs: streamed sweep and per-position acceptance, k policies, distillation lab, figures, handlers."""
 import os
+import time
 
 import gradio as gr
 import numpy as np
@@ -105,15 +106,19 @@ def test_distill_lab_lowers_kl_and_ce_runs_the_same_budget():
     target = tiny_llama(vocab=64, seed=5, sharpen=10)
     data = torch.randint(0, 64, (40, 16), generator=torch.Generator().manual_seed(0))
     prompts = [torch.tensor([[1, 2, 3]]), torch.tensor([[7, 8]])]
+    t0 = time.perf_counter()
     lab = distill_lab(target, data, prompts, seconds=3.0, eval_every_s=1.0, seq_len=16, batch_size=4, lr=3e-3,
                       heldout_windows=4, max_steps=60)
+    wall = time.perf_counter() - t0
     pts = lab.points
     assert set(lab.drafts) == {KL, CE}
     for method in (KL, CE):
         evals = pts[(pts.method == method) & pts.heldout_kl.notna()]
         steps = pts[(pts.method == method) & pts.loss.notna()]
         assert len(evals) >= 2 and evals.acceptance.between(0, 1).all() and len(steps) > 5
-        assert steps.seconds.max() >= 3.0 or len(steps) == 60  # the whole budget, or the step cap
+        assert steps.seconds.max() >= 1.0 or len(steps) == 60  # most of the budget trains, or the step cap
+    # the budget is wall time per method, checkpoints included: 2 methods x 3 s, plus the last checkpoint's overrun
+    assert wall < 2 * 3.0 * 1.5
     kl = pts[(pts.method == KL) & pts.heldout_kl.notna()].heldout_kl
     assert kl.iloc[-1] < 0.8 * kl.iloc[0]
     # identical starts: the first checkpoint of both methods is the same model

@@ -54,14 +54,16 @@ def run_distill(store: ModelStore, target, start, seconds, compare_ce, eval_ever
     seconds, eval_every = number_in(seconds, "budget", 2, 900), number_in(eval_every, "checkpoint every", 1, 900)
     drafts = lab_drafts(model, base, bool(compare_ce))
     prompts = [encode(tok, p) for p in EXAMPLE_PROMPTS]
-    points, last = [], 0.0
+    points, last, began, total = [], 0.0, time.time(), seconds * len(drafts)
     stream = iter_distill_lab(model, drafts, [LAB_TEXT.read_text(encoding="utf-8")], prompts, tokenizer=tok,
                               seconds=seconds, eval_every_s=eval_every)
     for point in stream:
         points.append(point)
         if time.time() - last >= 2 * STREAM_EVERY_S:
             last = time.time()
-            yield (f"**{point['method']}**: step {point['step']}, {point['seconds']:.0f} / {seconds:.0f} s",
+            done = time.time() - began
+            yield (f"**{point['method']}**: step {point['step']} · {done:.0f} / {total:.0f} s "
+                   f"(about {max(0.0, total - done):.0f} s left; checkpoints included)",
                    *distill_views(points), SKIP, SKIP, SKIP)
     mine = dict(user_drafts or {})
     for method, d in drafts.items():  # e.g. "lab: KL 30s #1"; the explorer and compare tabs list them too
@@ -89,11 +91,11 @@ def build(store: ModelStore, mine: gr.State):
     gr.Markdown("Distil a draft towards the target (forward KL) for a short budget and watch its acceptance rate "
                 "climb as the held-out KL falls; beside it, an identical draft trained on the same batches with "
                 "plain cross-entropy. Acceptance α (mean β) is measured on the example prompts (k = 4, T = 1, 16 tokens); "
-                "checkpoints are not counted in the budget.")
+                "the budget is wall time per method, checkpoints included (one before training and one after, at least).")
     with gr.Row():
         target = target_picker(store)
         start = gr.Dropdown([FRESH] + store.list_drafters(), value=FRESH, label="Start from")
-        seconds = gr.Number(20, label="training budget per method (s)")
+        seconds = gr.Number(20, label="time budget per method (s, checkpoints included)")
         every = gr.Number(10, label="checkpoint every (s of training)")
         compare = gr.Checkbox(True, label="also train with cross-entropy")
     run_btn = gr.Button("Train", variant="primary")

@@ -61,12 +61,16 @@ def checkpoint(target, draft, prompts: list, heldout: torch.Tensor, k: int = 4, 
 
 
 def _budgeted(method: str, loop, seconds: float, evaluate, eval_every_s: float) -> Iterator[dict]:
-    """Run a (step, loss) loop for ``seconds`` of training time (checkpoints excluded), yielding a
-    point per step and a checkpoint at the start, every ``eval_every_s`` and at the end."""
+    """Run a (step, loss) loop within ``seconds`` of wall time, checkpoints included: a checkpoint at the start,
+    every ``eval_every_s`` of training and at the end, training stopping early enough to leave time for the last
+    one (its cost measured by the first). Points carry ``seconds``: the training time so far."""
+    start = time.perf_counter()
     trained, next_eval, step = 0.0, eval_every_s, 0
-    yield dict(method=method, step=0, seconds=0.0) | evaluate()
+    first = dict(method=method, step=0, seconds=0.0) | evaluate()
+    eval_s = time.perf_counter() - start  # what one checkpoint costs on this machine
+    yield first
     try:
-        while trained < seconds:
+        while time.perf_counter() - start + eval_s < seconds:
             t0 = time.perf_counter()
             try:
                 step, loss = next(loop)
@@ -74,7 +78,7 @@ def _budgeted(method: str, loop, seconds: float, evaluate, eval_every_s: float) 
                 break
             trained += time.perf_counter() - t0
             yield dict(method=method, step=step + 1, seconds=trained, loss=loss)
-            if trained >= next_eval and trained < seconds:
+            if trained >= next_eval and time.perf_counter() - start + 2 * eval_s < seconds:
                 next_eval += eval_every_s
                 yield dict(method=method, step=step + 1, seconds=trained) | evaluate()
     finally:
@@ -85,7 +89,8 @@ def _budgeted(method: str, loop, seconds: float, evaluate, eval_every_s: float) 
 def iter_distill_lab(target, drafts: dict, data, prompts: list, *, tokenizer=None, seconds: float = 30.0,
                      eval_every_s: float = 5.0, seq_len: int = 64, batch_size: int = 8, lr: float = 2e-3,
                      heldout_windows: int = 4, max_steps: int = 100_000, seed: int = 0) -> Iterator[dict]:
-    """Train each of ``drafts`` ({KL: model, CE: model}, in place) for ``seconds`` and yield points
+    """Train each of ``drafts`` ({KL: model, CE: model}, in place) within ``seconds`` each, checkpoints included
+    (at least one checkpoint before and after), and yield points
     (columns POINT_COLUMNS): a loss per step, and checkpoints with held-out KL and acceptance."""
     windows = as_windows(data, tokenizer, seq_len)
     if len(windows) <= heldout_windows:
