@@ -85,3 +85,16 @@ def _node_texts(nodes, start, bytes_of) -> list[str]:
 def shown(text: str) -> str:
     """A position's text for the screen: a token that completes no character shows ``PARTIAL``."""
     return text if text else PARTIAL
+
+
+def fill_texts(trace, tokenizer) -> None:
+    """Record in ``trace`` the text and bytes (hex) of every id it mentions: prompt, drafts, tree nodes, emitted
+    tokens and residual candidates."""
+    ids = set(trace.prompt_ids)
+    for r in trace.rounds:
+        ids.update(r.drafted, r.emitted, (t[0] for t in r.residual_top))
+        ids.update(t for t in (r.resampled, r.bonus) if t is not None)
+        ids.update(n.token for n in (r.tree.nodes if r.tree is not None else ()))
+    for i in ids - trace.token_text.keys():
+        trace.token_text[i] = tokenizer.decode([i], clean_up_tokenization_spaces=False)
+        trace.token_bytes[i] = token_bytes(tokenizer, i).hex()

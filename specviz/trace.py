@@ -12,11 +12,12 @@ from dataclasses import asdict, dataclass, field, fields
 import pandas as pd
 
 from .config import DecodeConfig
-from .trace_schema import TRACE_FIELDS, check_fields, round_fields
-from .texts import Texts, position_texts, token_bytes
+from .trace_schema import TRACE_FIELDS, check_fields, check_sizes, round_fields
+from .texts import Texts, fill_texts, position_texts
 from .tree_record import TreeNode, TreeRecord  # noqa: F401 (re-exported: the records of a trace)
 
 SCHEMA = "specviz.trace/1"
+MAX_TRACE_BYTES = 4 * 2**20  # a trace JSON longer than this is refused before it is parsed
 
 
 @dataclass(frozen=True)
@@ -186,14 +187,7 @@ class Trace:
     def fill_texts(self, tokenizer) -> "Trace":
         """Record the text and bytes of every id the trace mentions (prompt, drafts, tree nodes, emitted, residual
         candidates), so its JSON replays, in any script, without a tokenizer. Returns the trace."""
-        ids = set(self.prompt_ids)
-        for r in self.rounds:
-            ids.update(r.drafted, r.emitted, (t[0] for t in r.residual_top))
-            ids.update(t for t in (r.resampled, r.bonus) if t is not None)
-            ids.update(n.token for n in (r.tree.nodes if r.tree is not None else ()))
-        for i in ids - self.token_text.keys():
-            self.token_text[i] = tokenizer.decode([i], clean_up_tokenization_spaces=False)
-            self.token_bytes[i] = token_bytes(tokenizer, i).hex()
+        fill_texts(self, tokenizer)
         return self
 
     def texts(self) -> Texts:
@@ -248,6 +242,9 @@ class Trace:
     @classmethod
     def run_from_json(cls, text: str) -> "tuple[Trace, Trace | None]":
         """(trace, its baseline run or None), both checked as ``from_json`` checks a trace."""
+        if len(text) > MAX_TRACE_BYTES:
+            raise ValueError(f"the trace is {len(text) / 2**20:.1f} MiB; at most {MAX_TRACE_BYTES / 2**20:.0f} MiB "
+                             "is read")
         try:
             data = json.loads(text)
             base = data.pop("baseline", None) if isinstance(data, dict) else None
@@ -260,6 +257,7 @@ class Trace:
         if not isinstance(data, dict) or data.pop("schema", None) != SCHEMA:
             raise ValueError(f"not a specviz trace (expected {where}schema {SCHEMA!r})")
         check_fields(data, TRACE_FIELDS, where, required=("prompt_ids", "config", "rounds"))
+        check_sizes(data["rounds"], where)
         cfg = data["config"] = DecodeConfig(**data["config"])
         data["rounds"] = [Round(**round_fields(r, f"{where}rounds[{i}].", cfg)) for i, r in enumerate(data["rounds"])]
         data["token_text"] = {int(k): v for k, v in data.get("token_text", {}).items()}

@@ -64,6 +64,17 @@ KINDS = {  # kind: (check, what the message says it must be)
 }
 
 
+MAX_ROUNDS, MAX_TREE_NODES_TOTAL = 4096, 65536  # a trace with more is refused before anything is built
+
+
+def check_sizes(rounds: list, where: str) -> None:
+    """At most MAX_ROUNDS rounds and MAX_TREE_NODES_TOTAL tree nodes: a ValueError before any is built."""
+    nodes = sum(len(r["tree"].get("nodes", ())) for r in rounds if isinstance(r.get("tree"), dict))
+    if len(rounds) > MAX_ROUNDS or nodes > MAX_TREE_NODES_TOTAL:
+        raise ValueError(f"malformed trace JSON: {where}rounds: at most {MAX_ROUNDS} rounds and "
+                         f"{MAX_TREE_NODES_TOTAL} tree nodes are read")
+
+
 def check_fields(d: dict, kinds: dict, where: str, required=()) -> None:
     unexpected, missing = sorted(set(d) - set(kinds)), sorted(set(required) - set(d))
     if unexpected or missing:

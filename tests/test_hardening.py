@@ -65,3 +65,32 @@ def test_concurrent_clients_get_the_traces_they_get_alone(client):
     for p, trace in together:
         assert trace.new_tokens == alone[p].new_tokens
         assert [r.u for r in trace.rounds] == [r.u for r in alone[p].rounds]
+
+
+def test_oversized_traces_are_refused_before_they_are_built():
+    import json
+
+    from specviz import Trace
+    from specviz.trace import MAX_TRACE_BYTES
+    from specviz.trace_schema import MAX_ROUNDS
+    from tests.helpers.traces import sample_trace
+
+    data = json.loads(sample_trace().to_json())
+    data["rounds"] = data["rounds"][:1] * (MAX_ROUNDS + 1)
+    with pytest.raises(ValueError, match="at most 4096 rounds"):
+        Trace.from_json(json.dumps(data))
+    with pytest.raises(ValueError, match="at most 4 MiB is read"):
+        Trace.from_json(" " * (MAX_TRACE_BYTES + 1))
+
+
+def test_download_folders_are_swept_by_age(tmp_path):
+    import os
+    import time
+
+    from specviz.app.tempfiles import fresh_folder
+
+    old = fresh_folder("trace-", root=tmp_path)
+    (old / "trace.json").write_text("{}")
+    os.utime(old, (time.time() - 7200, time.time() - 7200))
+    new = fresh_folder("trace-", root=tmp_path, max_age_s=3600)
+    assert new.is_dir() and not old.exists() and list(tmp_path.iterdir()) == [new]

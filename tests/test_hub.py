@@ -122,6 +122,23 @@ def test_cache_evicts_least_recently_used_by_parameter_bytes():
     assert param_bytes(store.target("huge")) == 4 * 5000 and param_bytes("prompt lookup") == 0
 
 
+def test_an_oversized_model_is_refused_before_any_weight_loads_and_room_is_made_first():
+    sizes = dict(a=400, b=400, giant=10**9)  # bytes, as the files' metadata would say
+    loads, held = [], []
+    store = ModelStore(load_model=lambda n: held.append(list(store.cached())) or loads.append(n) or
+                       (torch.nn.Linear(sizes[n] // 4, 1, bias=False), None),
+                       list_targets=lambda: list(sizes), limit_bytes=1000, estimate_bytes=lambda n: sizes[n])
+    with pytest.raises(ValueError, match=r"'giant' needs about 0\.9 GiB .* allows 0\.0 GiB"):
+        store.target("giant")
+    assert loads == []  # refused from the metadata alone
+    store.target("a")
+    store.target("b")  # a (400) + b (400) fit 1000: both stay
+    assert store.cached() == [("target", "a"), ("target", "b")]
+    sizes["c"] = 500
+    store.target("c")  # 800 + 500 > 1000: the oldest goes BEFORE c loads
+    assert held[-1] == [("target", "b")] and store.cached() == [("target", "b"), ("target", "c")]
+
+
 def test_cache_limit_from_the_environment(monkeypatch):
     monkeypatch.setenv("SPECVIZ_MODEL_CACHE_GB", "0.5")
     assert cache_limit_bytes() == 2**29 and ModelStore().limit_bytes == 2**29

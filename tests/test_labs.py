@@ -202,6 +202,11 @@ def test_distill_handler_keeps_drafts_in_state(store):
     assert len(mine) == 1 and final[4].endswith(".zip")
     html, summary = h.try_draft("ROMEO:", "tiny-target", next(iter(mine)), mine, 0.0)
     assert "sv-tok" in html and "acceptance rate" in summary
+    for _ in range(2):  # repeated Train clicks (KL and CE each time) keep at most 4 drafts, without gradients
+        final = last(h.run_distill("tiny-target", "tiny", 2, True, 100, mine))
+        mine = final[3]
+    assert len(mine) == 4 and list(mine)[-1].endswith("#5") and "were dropped" in final[0]
+    assert all(not p.requires_grad and p.grad is None for d in mine.values() for p in d.model.parameters())
 
 
 @pytest.mark.parametrize("call, message", [

@@ -20,8 +20,10 @@ INTRO = ("# specviz: see speculative decoding\nA small **draft** guesses k token
 def build_demo(store: ModelStore | None = None) -> gr.Blocks:
     """Top-level tabs: the explorer, the labs (k sweep, trees, losslessness, distillation), compare drafts, batch."""
     store = store or ModelStore()
-    with gr.Blocks(title=TITLE) as demo:
-        user_drafts = gr.State({})  # this user's trained drafts (name -> TrainedDraft): theirs alone
+    # gradio's copies of served files and uploads go after an hour (checked every 10 minutes)
+    with gr.Blocks(title=TITLE, delete_cache=(600, 3600)) as demo:
+        # this user's trained drafts (name -> TrainedDraft): theirs alone, freed 2 h after their last change
+        user_drafts = gr.State({}, time_to_live=7200)
         gr.Markdown(INTRO)
         with gr.Tabs():
             with gr.Tab("Explorer", id="explorer"):
@@ -44,12 +46,16 @@ def build_demo(store: ModelStore | None = None) -> gr.Blocks:
     return demo
 
 
+QUEUE_SIZE = 32  # waiting events beyond this are turned away with gradio's "queue is full" message
+MAX_UPLOAD = "4mb"  # a trace file larger than this is refused before it is read (MAX_TRACE_BYTES in core)
+
+
 def launch(demo: gr.Blocks, **kwargs):
     """Serve the app; GRADIO_SERVER_NAME / GRADIO_SERVER_PORT choose where (gradio's defaults otherwise)."""
-    options = dict(theme=gr.themes.Soft(), css=CSS)
+    options = dict(theme=gr.themes.Soft(), css=CSS, max_file_size=MAX_UPLOAD)
     if os.environ.get("GRADIO_SERVER_NAME"):
         options["server_name"] = os.environ["GRADIO_SERVER_NAME"]
     if os.environ.get("GRADIO_SERVER_PORT"):
         options["server_port"] = int(os.environ["GRADIO_SERVER_PORT"])
     options.update(kwargs)
-    return demo.queue().launch(**options)
+    return demo.queue(max_size=QUEUE_SIZE).launch(**options)

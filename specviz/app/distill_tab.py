@@ -4,7 +4,6 @@ alone (gr.State) and pickable by name in the explorer and the compare tab."""
 from __future__ import annotations
 
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from . import runs
 from .forms import encode, make_config, number_in
 from .runs import STREAM_EVERY_S
 from .store import ModelStore, TrainedDraft
+from .tempfiles import fresh_folder
 from .widgets import MODEL_QUEUE, SKIP, bind, chart, target_picker
 
 LAB_TEXT = ASSETS.parent / "corpus_sample.txt"  # small, committed: enough for a lab
@@ -36,12 +36,32 @@ def distill_views(points: list[dict]) -> tuple:
 
 def zip_drafts(drafts: dict, tokenizer) -> str:
     """The trained drafts, save_pretrained each, zipped into a fresh temp folder; the zip's path."""
-    folder = Path(tempfile.mkdtemp(prefix="specviz-draft-"))
+    folder = fresh_folder("draft-")
     for method, draft in drafts.items():
         out = folder / "drafts" / method.split()[0].replace("-", "_")
         draft.save_pretrained(out)
         tokenizer.save_pretrained(out)
     return shutil.make_archive(str(folder / "trained-drafts"), "zip", folder / "drafts")
+
+
+MAX_USER_DRAFTS = 4  # trained drafts one session keeps (each a model in memory)
+
+
+def keep_drafts(user_drafts: dict | None, drafts: dict, target: str, seconds: float) -> tuple[dict, list[str]]:
+    """This user's drafts with the newly trained ones added (e.g. "lab: KL 30s #1"), stored without gradients,
+    at most MAX_USER_DRAFTS of them: the oldest go first. Returns (drafts, names dropped)."""
+    mine = dict(user_drafts or {})
+    number = max((int(n.rsplit("#", 1)[1]) for n in mine if n.rsplit("#", 1)[-1].isdigit()), default=0)
+    for method, d in drafts.items():  # the explorer and compare tabs list them too
+        d.eval().requires_grad_(False)
+        for p in d.parameters():
+            p.grad = None
+        number += 1
+        mine[f"lab: {SHORT.get(method, method)} {seconds:g}s #{number}"] = TrainedDraft(d, target)
+    dropped = list(mine)[: max(0, len(mine) - MAX_USER_DRAFTS)]
+    for name in dropped:
+        del mine[name]
+    return mine, dropped
 
 
 def run_distill(store: ModelStore, target, start, seconds, compare_ce, eval_every, user_drafts):
@@ -65,10 +85,10 @@ def run_distill(store: ModelStore, target, start, seconds, compare_ce, eval_ever
             yield (f"**{point['method']}**: step {point['step']} · {done:.0f} / {total:.0f} s "
                    f"(about {max(0.0, total - done):.0f} s left; checkpoints included)",
                    *distill_views(points), SKIP, SKIP, SKIP)
-    mine = dict(user_drafts or {})
-    for method, d in drafts.items():  # e.g. "lab: KL 30s #1"; the explorer and compare tabs list them too
-        mine[f"lab: {SHORT.get(method, method)} {seconds:g}s #{len(mine) + 1}"] = TrainedDraft(d.eval(), target)
-    yield ("**Done.** Try the trained drafts below, or download them.", *distill_views(points), mine,
+    mine, dropped = keep_drafts(user_drafts, drafts, target, seconds)
+    note = f" Your oldest trained drafts were dropped (at most {MAX_USER_DRAFTS} are kept): {', '.join(dropped)}." \
+        if dropped else ""
+    yield (f"**Done.** Try the trained drafts below, or download them.{note}", *distill_views(points), mine,
            zip_drafts(drafts, tok), gr.update(choices=list(mine), value=list(mine)[-len(drafts)]))
 
 

@@ -2,7 +2,6 @@
 autoregressive baseline, and traces exported to and imported from files."""
 from __future__ import annotations
 
-import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -15,6 +14,7 @@ from ..decoder import Decoding
 from ..trace import Trace
 from .forms import encode
 from .store import ModelStore, user_pair
+from .tempfiles import fresh_folder
 
 STREAM_EVERY_S = 0.25  # faster UI updates freeze the browser (gradio issue 6847)
 
@@ -80,7 +80,7 @@ def export_trace(trace: Trace | None, base: Trace | None = None) -> list[str]:
     one, so the import shows the speedup again) into a fresh temp dir."""
     if trace is None:
         raise ValueError("nothing to export yet: run a prompt or import a trace first")
-    folder = Path(tempfile.mkdtemp(prefix="specviz-"))
+    folder = fresh_folder("trace-")
     csv, js = folder / "trace.csv", folder / "trace.json"
     trace.to_frame().to_csv(csv, index=False)
     js.write_text(trace.to_json(baseline=base))

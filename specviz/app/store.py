@@ -27,7 +27,8 @@ class ModelStore:
                  list_targets: Callable | None = None, list_drafters: Callable | None = None,
                  default_target: str = models.DEFAULT_TARGET, default_draft: str = models.DEFAULT_DRAFT,
                  allow: str | None = None, limit_bytes: float | None = None,
-                 load_tokenizer: Callable | None = None, device: str | None = None):
+                 load_tokenizer: Callable | None = None, device: str | None = None,
+                 estimate_bytes: Callable | None = None):
         self.allow, self.device = allow or models.allow_policy(), device or models.default_device()
         if load_tokenizer is None and load_drafter is None:  # injected drafters come without the pair check
             load_tokenizer = models.load_tokenizer
@@ -44,6 +45,7 @@ class ModelStore:
         self.list_targets, self.list_drafters = list_targets or targets, list_drafters or drafts
         self._load_model, self._load_drafter, self._load_tokenizer = load_model, load_drafter, load_tokenizer
         self._default_target, self._default_draft = default_target, default_draft
+        self._estimate = estimate_bytes or functools.partial(load_bytes, device=self.device)
         self.limit_bytes = cache_limit_bytes() if limit_bytes is None else limit_bytes
         self._cache: OrderedDict[tuple[str, str], tuple[object, int]] = OrderedDict()  # oldest use first
         self._pairs_ok: set[tuple[str, str]] = set()
@@ -89,15 +91,31 @@ class ModelStore:
             if (kind, name) in self._cache:
                 self._cache.move_to_end((kind, name))
             else:
+                need = self._check_size(kind, name)
+                self._evict(room=need)  # make room first: the old model goes before the new one loads
                 obj = load(name)
                 self._cache[(kind, name)] = (obj, param_bytes(obj))
                 self._evict()
             return self._cache[(kind, name)][0]
 
-    def _evict(self):
-        """Drop least recently used models until the rest fit the limit (the newest always stays)."""
+    def _check_size(self, kind: str, name: str) -> int:
+        """The bytes a model will take at its load dtype (from its files' metadata, before any weight loads;
+        0 if unknown); ValueError if that exceeds the cache limit or the memory this machine has free."""
+        need = int(self._estimate(name) or 0)
+        held = sum(size for _, size in self._cache.values())
+        free = available_bytes() + held  # what is free once every cached model is dropped
+        if need > self.limit_bytes or need > free:
+            raise ValueError(f"the {kind} {name!r} needs about {need / 2**30:.1f} GiB of memory to load; this server "
+                             f"allows {self.limit_bytes / 2**30:.1f} GiB ({CACHE_ENV}) and has about "
+                             f"{free / 2**30:.1f} GiB free: pick a smaller model")
+        return need
+
+    def _evict(self, room: int = 0):
+        """Drop least recently used models until the rest (plus ``room`` for one about to load) fit the limit
+        (after a load, the newest always stays)."""
         dropped = False
-        while len(self._cache) > 1 and sum(size for _, size in self._cache.values()) > self.limit_bytes:
+        while len(self._cache) > (0 if room else 1) and \
+                sum(size for _, size in self._cache.values()) + room > self.limit_bytes:
             self._cache.popitem(last=False)
             dropped = True
         if dropped and torch.cuda.is_available():
@@ -116,6 +134,31 @@ def param_bytes(obj) -> int:
     if not isinstance(module, torch.nn.Module):
         return 0
     return sum(t.numel() * t.element_size() for t in (*module.parameters(), *module.buffers()))
+
+
+def load_bytes(name: str, device: str | None = None) -> int:
+    """Bytes a named model takes once loaded (parameters at the load dtype), from its safetensors metadata: 0 for
+    model-free drafts and where the files do not say."""
+    if model_free(name) and name not in models.list_hybrids():
+        return 0
+    if name in models.list_hybrids():
+        name = models.HYBRIDS[name][0]
+    count = models.param_count(models.resolve(name))
+    dtype = models.default_dtype(device)
+    size = dtype.itemsize if isinstance(dtype, torch.dtype) else 2
+    return (count or 0) * size
+
+
+def available_bytes() -> int:
+    """Memory this machine has free for a new model: MemAvailable (Linux), else a generous guess."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 2**40
 
 
 def cache_limit_bytes() -> float:

@@ -3,7 +3,6 @@ measurement, then fixed k against the adaptive k policies. Handlers are module-l
 store (``handlers(store)`` binds them); ``build`` lays the tab out."""
 from __future__ import annotations
 
-import tempfile
 import time
 from pathlib import Path
 
@@ -17,14 +16,15 @@ from ..labs.sweep import iter_sweep, per_position, position_rows, summarize
 from ..views import lab_plots
 from .forms import as_int, encode, make_config, number_in, split_prompts
 from .store import ModelStore
+from .tempfiles import fresh_folder
 from .widgets import MODEL_QUEUE, SKIP, bind, chart, sampling_controls, target_picker
 
 ROUND_COLUMNS = ["policy", "prompt", "round", "k", "drafted", "accepted"]
 
 
-def write_csvs(frames: dict, prefix: str = "specviz-lab-") -> list[str]:
+def write_csvs(frames: dict, prefix: str = "lab-") -> list[str]:
     """Each DataFrame as NAME.csv in a fresh temp folder; the paths."""
-    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    folder = fresh_folder(prefix)
     for name, frame in frames.items():
         frame.to_csv(folder / f"{name}.csv", index=False)
     return [str(folder / f"{name}.csv") for name in frames]
