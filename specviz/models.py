@@ -199,6 +199,10 @@ def needs_device_map(n_params: int | None, dtype, free_bytes: int, headroom: flo
 def param_count(path: str) -> int | None:
     """Parameters stored in a folder's or hub repo's safetensors files, without loading them (None if unknown)."""
     try:
+        from . import int8
+
+        if Path(path).is_dir() and int8.stored(path):
+            return int8.parameter_count(path)
         if Path(path).is_dir():
             from safetensors import safe_open
 
@@ -220,6 +224,8 @@ def load_model(name_or_path: str, device: str | None = None, dtype=None):
     import torch
     from transformers import AutoModelForCausalLM
 
+    from . import int8
+
     if name_or_path in list_ngrams():
         raise ValueError(f"{name_or_path!r} is an n-gram drafter, not a causal LM: load it with load_drafter")
     tokenizer = load_tokenizer(name_or_path)
@@ -229,7 +235,10 @@ def load_model(name_or_path: str, device: str | None = None, dtype=None):
             param_count(path), options["dtype"], torch.cuda.mem_get_info()[0]):
         options["device_map"], device = "auto", None
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, **options)
+        if int8.stored(path):  # the bundled family's 8-bit storage: dequantized into an ordinary model
+            model = int8.load(path, options["dtype"] if isinstance(options["dtype"], torch.dtype) else torch.float32)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(path, **options)
     except OSError as e:
         raise _load_error(name_or_path, e, options["local_files_only"] and not Path(path).exists()) from e
     if device:
