@@ -67,8 +67,10 @@ def test_bad_input_raises_readable_gr_error(store, args, message):
 
 
 @pytest.mark.parametrize("change, message", [
-    (dict(k=0), "k must be >= 1"), (dict(top_p=0.0), "top_p must be in"), (dict(temperature=-1.0), "temperature"),
+    (dict(k=0), r"k must lie in \[1, 16\]"), (dict(top_p=0.0), r"top_p must lie in"), (dict(temperature=-1.0), "temperature"),
     (dict(max_new_tokens=200), "exceeds the target's context window of 128"), (dict(seed=1.5), "whole number"),
+    (dict(max_new_tokens=10**9), r"max_new_tokens must lie in \[1, 512\]"), (dict(k=10**6), "k must lie in"),
+    (dict(temperature=1e-30), "at least 0.01"), (dict(top_k=10**12), "top_k must lie in"),
 ])
 def test_out_of_range_settings_raise_gr_error(store, change, message):
     settings = {**SETTINGS, **change}

@@ -30,13 +30,23 @@ def number_in(x, name: str, low: float, high: float) -> float:
     return x
 
 
+LIMITS = dict(k=(1, 16), temperature=(0, 2), top_k=(0, 100_000), top_p=(0.01, 1), max_new_tokens=(1, 512),
+              draft_stop=(0, 0.99))  # the sliders' ranges (k and new tokens: the labs' widest), checked server-side
+
+
 def make_config(k, k_policy, temperature, top_k, top_p, max_new_tokens, seed, draft_stop=0.0, shape="chain",
                 children="auto") -> DecodeConfig:
-    """A DecodeConfig from form values; ``shape`` "chain" (k drafts a round) or a tree (``parse_tree``)."""
-    return DecodeConfig(k=as_int(k, "k"), k_policy=k_policy or "fixed", temperature=as_float(temperature, "temperature"),
-                        top_k=as_int(top_k, "top_k"), top_p=as_float(top_p, "top_p"),
-                        max_new_tokens=as_int(max_new_tokens, "max_new_tokens"), seed=as_int(seed, "seed"),
-                        max_k=max(10, as_int(k, "k")), draft_stop=as_float(draft_stop or 0.0, "draft_stop"),
+    """A DecodeConfig from form values, each within LIMITS (an API call can send any number); ``shape`` "chain"
+    (k drafts a round) or a tree (``parse_tree``). A temperature between 0 and 0.01 is refused: dividing logits
+    by it overflows."""
+    v = dict(k=as_int(k, "k"), temperature=as_float(temperature, "temperature"), top_k=as_int(top_k, "top_k"),
+             top_p=as_float(top_p, "top_p"), max_new_tokens=as_int(max_new_tokens, "max_new_tokens"),
+             draft_stop=as_float(draft_stop or 0.0, "draft_stop"))
+    for name, (low, high) in LIMITS.items():
+        number_in(v[name], name, low, high)
+    if 0 < v["temperature"] < 0.01:
+        raise ValueError(f"temperature must be 0 (greedy) or at least 0.01, got {v['temperature']:g}")
+    return DecodeConfig(**v, k_policy=k_policy or "fixed", seed=as_int(seed, "seed"), max_k=max(10, v["k"]),
                         tree=parse_tree(shape, children))
 
 
