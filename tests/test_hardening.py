@@ -95,3 +95,25 @@ def test_download_folders_are_swept_by_age(tmp_path):
     os.utime(old, (time.time() - 7200, time.time() - 7200))
     new = fresh_folder("trace-", root=tmp_path, max_age_s=3600)
     assert new.is_dir() and not old.exists() and list(tmp_path.iterdir()) == [new]
+
+
+@pytest.mark.parametrize("call, what", [
+    (lambda h: last(h.run_sweep("tiny-target", ["tiny"], "ROMEO:", 1, 8, 0.0, 0, 1.0, 64, 0, True, 4)), "this sweep"),
+    (lambda h: last(h.run_tree_lab("tiny-target", "tiny", "ROMEO:\n\nTo be", "2,4,6", "3,2,1", 0.0, 0, 1.0, 64, 3, 0)),
+     r"this tree lab \(30 runs\)"),
+    (lambda h: last(h.run_compare("tiny-target", ["tiny", "prompt-lookup"], "ROMEO:", 3, 0.0, 0, 1.0, 64, 0)),
+     "this comparison"),
+    (lambda h: last(h.run_lossless("tiny-target", "tiny", "ROMEO:", 0, 1.0, 0, 1.0, 0, 1_000_000, 100)),
+     "1,000,000 draws per variant"),
+    (lambda h: last(h.run_distill("tiny-target", "tiny", 30, True, 10, {})), "this training"),
+])
+def test_over_budget_requests_are_refused_at_once(store, monkeypatch, call, what):
+    """With a small per-request budget every long action says its estimate and what to reduce, within a second."""
+    import time
+
+    monkeypatch.setenv("SPECVIZ_MAX_REQUEST_S", "0.05")
+    t0 = time.perf_counter()
+    with pytest.raises(gr.Error, match=rf"{what} would take about \d+ s; this server runs at most 0 s per request "
+                                       r"\(SPECVIZ_MAX_REQUEST_S\): "):
+        call(handlers(store))
+    assert time.perf_counter() - t0 < 1.5

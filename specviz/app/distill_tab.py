@@ -18,6 +18,7 @@ from ..views import lab_plots
 from ..views.summary import summary_markdown
 from ..views.timeline import timeline_html
 from . import runs
+from .budget import Budget
 from .forms import encode, make_config, number_in
 from .runs import STREAM_EVERY_S
 from .store import ModelStore, TrainedDraft
@@ -72,6 +73,8 @@ def run_distill(store: ModelStore, target, start, seconds, compare_ce, eval_ever
         raise ValueError(f"{start!r} is not a single draft model (a model-free rule or a hybrid): nothing to train. "
                          f"Pick a model draft or {FRESH!r}")
     seconds, eval_every = number_in(seconds, "budget", 2, 900), number_in(eval_every, "checkpoint every", 1, 900)
+    Budget().refuse_over(seconds * (2 if compare_ce else 1), "this training", "a smaller time budget, or no "
+                         "cross-entropy comparison")
     drafts = lab_drafts(model, base, bool(compare_ce))
     prompts = [encode(tok, p) for p in EXAMPLE_PROMPTS]
     points, last, began, total = [], 0.0, time.time(), seconds * len(drafts)

@@ -9,6 +9,7 @@ import gradio as gr
 from ..config import EXAMPLE_PROMPTS
 from ..labs import lossless
 from ..views import lab_plots
+from .budget import Budget
 from .forms import encode, make_config, number_in
 from .store import ModelStore
 from .widgets import MODEL_QUEUE, bind, chart, draft_picker, sampling_controls, target_picker
@@ -45,10 +46,14 @@ def run_lossless(store: ModelStore, target, draft, prompt, extra, temperature, t
     d = lossless.next_token_dists(model, store.pair(target, draft)[2], encode(tok, prompt), cfg, extra)
     labels, raw_note = TokenLabels(tok), lossless.raw_mistake_note(d, cfg)
     decomp = lab_plots.decomposition_bars(lossless.decomposition(d.p, d.q), labels)
-    start = time.perf_counter()
+    start, budget = time.perf_counter(), Budget()
     for frame in lossless.iter_lossless(d, draws, int(number_in(batch, "batch", 100, draws)), seed=cfg.seed):
         table = lossless.fit_table(frame)
         rate = table.draws[0] * len(table) / (time.perf_counter() - start)
+        # the first batch measures the rate: the whole request's time follows from it
+        budget.refuse_over(budget.elapsed + draws * len(table) / rate - table.draws[0] * len(table) / rate,
+                           f"{draws:,} draws per variant", "fewer draws or generated tokens")
+        budget.check()
         figs = [lab_plots.emitted_bars(frame[frame.variant == v], title(v, raw_note), labels) for v in lossless.VARIANTS]
         yield (f"**{table.draws[0]} draws per variant** ({rate:,.0f} verify steps/s). Lossless means the emitted "
                "tokens follow p: a large chi-square p-value and a TV distance that shrinks as draws accumulate."

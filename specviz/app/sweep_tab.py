@@ -14,6 +14,7 @@ from ..labs import estimate as est
 from ..labs import policies
 from ..labs.sweep import iter_sweep, per_position, position_rows, summarize
 from ..views import lab_plots
+from .budget import Budget
 from .forms import as_int, encode, make_config, number_in, split_prompts
 from .store import ModelStore
 from .tempfiles import fresh_folder
@@ -66,7 +67,7 @@ def policy_configs(cfg, fixed_k, stop) -> dict:
 
 
 def estimate(store: ModelStore, target, drafts, prompts_text, k_min, k_max, temperature, top_k, top_p, max_new, seed,
-             compare=False, fixed_k=4, stop=0.4):
+             compare=False, fixed_k=4, stop=0.4, with_seconds=False):
     """Markdown: the predicted duration of everything Run sweep will run (the sweep, and the policy comparison
     when it is on), from a short timed pilot run of the baseline and each draft."""
     form = (target, drafts, prompts_text, k_min, k_max, temperature, top_k, top_p, max_new, seed)
@@ -79,10 +80,11 @@ def estimate(store: ModelStore, target, drafts, prompts_text, k_min, k_max, temp
                       + (est.estimate_policy_seconds(costs, next(iter(drafts)), len(prompts), configs,
                                                      cfg.max_new_tokens, a) if compare else 0.0)
                       for a in (None, 1, 0))
-    return (f"**Estimated ≈ {likely:.0f} s** ({lo:.0f}–{hi:.0f} s if drafts were always / never accepted) for "
+    note = (f"**Estimated ≈ {likely:.0f} s** ({lo:.0f}–{hi:.0f} s if drafts were always / never accepted) for "
             f"{runs} runs{' (the policy comparison included)' if compare else ''}, from a pilot: "
             f"{costs.token_s * 1e3:.1f} ms per baseline token; α "
             + ", ".join(f"{a:.2f} ({n})" for n, a in costs.alpha.items()) + ".")
+    return (note, likely) if with_seconds else note
 
 
 def _policy_step(model, drafts: dict, prompts, cfg, fixed_k, stop) -> tuple:
@@ -98,11 +100,14 @@ def run_sweep(store: ModelStore, target, drafts, prompts_text, k_min, k_max, tem
               compare, fixed_k, stop=0.4):
     """Streams (status, table, 4 charts, policy table, 2 policy charts, files)."""
     form = (target, drafts, prompts_text, k_min, k_max, temperature, top_k, top_p, max_new, seed)
-    note = estimate(store, *form, compare, fixed_k, stop)
+    budget = Budget()
+    note, likely = estimate(store, *form, compare, fixed_k, stop, with_seconds=True)
+    budget.refuse_over(likely, "this sweep", "fewer prompts, drafts, k values or new tokens, or no policy comparison")
     model, drafts, prompts, ks, cfg = sweep_setup(store, *form)
     yield (note + "\n\n*Running…*", *(SKIP,) * 9)
     total, rows, positions, start, last = est.sweep_runs(len(prompts), len(drafts), ks), [], [], time.time(), 0.0
     for row, trace in iter_sweep(model, drafts, prompts, ks, cfg):
+        budget.check()
         rows.append(row)
         if trace is not None:
             positions += position_rows(trace, draft=row["draft"], k=row["k"], prompt=row["prompt"])

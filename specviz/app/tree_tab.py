@@ -4,12 +4,15 @@ Handlers are module-level functions taking the store (``handlers(store)`` binds 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import gradio as gr
 
 from ..config import EXAMPLE_PROMPTS, TreeConfig
+from ..decoder import autoregressive_generate
 from ..labs.trees import tree_lab
 from ..views import lab_plots
+from .budget import Budget, token_seconds
 from .forms import as_int, encode, make_config, number_in, split_prompts
 from .store import ModelStore
 from .widgets import MODEL_QUEUE, SKIP, bind, chart, sampling_controls, target_picker
@@ -46,9 +49,14 @@ def run_lab(store: ModelStore, target, draft, prompts_text, chains_text, trees_t
     if len(prompts) > MAX_PROMPTS:
         raise ValueError(f"at most {MAX_PROMPTS} prompts, got {len(prompts)}")
     runs = repeats * len(prompts) * (1 + len(chains) + len(trees))
-    yield f"*Running {runs} runs (the baseline and every setting, prompt by prompt)…*", SKIP, SKIP, SKIP
+    budget = Budget()
+    token_s = token_seconds(lambda n: autoregressive_generate(model, prompts[0], replace(cfg, max_new_tokens=n)))
+    estimate = runs * max_new * token_s  # each run as long as the baseline's: trees and chains are not slower
+    budget.refuse_over(estimate, f"this tree lab ({runs} runs)", "fewer prompts, settings, repeats or new tokens")
+    yield f"*Running {runs} runs (the baseline and every setting, prompt by prompt; about {estimate:.0f} s)…*", \
+        SKIP, SKIP, SKIP
     start = time.time()
-    lab = tree_lab(model, drafter, prompts, chains, trees, cfg, repeats)
+    lab = tree_lab(model, drafter, prompts, chains, trees, cfg, repeats, check=budget.check)
     note = (f"**Done: {runs} runs in {time.time() - start:.1f} s.** Tokens per target pass is what a tree buys; "
             "whether it is faster depends on what verifying its nodes costs on this machine.")
     yield note, lab.round(3), lab_plots.tree_tokens_per_pass(lab), lab_plots.tree_speedup(lab)

@@ -34,9 +34,10 @@ def settings(chains: list[int], trees: list[TreeConfig], cfg: DecodeConfig) -> d
 
 @torch.inference_mode()
 def tree_lab(target, draft, prompts: list, chains: list[int], trees: list[TreeConfig], cfg: DecodeConfig,
-             repeats: int = 1) -> pd.DataFrame:
+             repeats: int = 1, check=None) -> pd.DataFrame:
     """One row per setting (and the baseline): nodes verified per round, tau measured and predicted, target
-    passes per token, tokens/s and the speedup over the baseline."""
+    passes per token, tokens/s and the speedup over the baseline. ``check()``, if given, runs before every run
+    (a request's budget: it raises to stop)."""
     runs = {"autoregressive": None} | settings(chains, trees, cfg)
     counts = {name: Counts() for name in runs}
     seconds, traces = dict.fromkeys(runs, 0.0), {name: [] for name in runs}
@@ -47,6 +48,8 @@ def tree_lab(target, draft, prompts: list, chains: list[int], trees: list[TreeCo
             names = list(runs)
             shift = (rep + i) % len(names)
             for name in names[shift:] + names[:shift]:
+                if check is not None:
+                    check()
                 t0 = time.perf_counter()
                 trace = _run(target, draft, ids, replace(runs[name] or cfg, seed=cfg.seed + rep), auto=runs[name] is None)
                 seconds[name] += time.perf_counter() - t0

@@ -1,0 +1,48 @@
+"""One request's work budget (SPECVIZ_MAX_REQUEST_S, default 120 s: a free 2-vCPU Space stays responsive): a
+request whose estimate is over it is refused at once, saying the estimate and what to reduce, and a running one
+is stopped at its next check (between runs, or between a lab's batches) once its time is spent."""
+from __future__ import annotations
+
+import os
+import time
+
+ENV, DEFAULT_S = "SPECVIZ_MAX_REQUEST_S", 120.0
+GRACE = 1.5  # a running request may overrun its estimate by this factor before it is stopped
+
+
+def max_request_s() -> float:
+    try:
+        return float(os.environ.get(ENV) or DEFAULT_S)
+    except ValueError:
+        raise ValueError(f"{ENV} must be a number of seconds, got {os.environ[ENV]!r}") from None
+
+
+class Budget:
+    """Started when a request starts: ``refuse_over`` before the work, ``check`` while it runs."""
+
+    def __init__(self, seconds: float | None = None):
+        self.seconds = max_request_s() if seconds is None else seconds
+        self.start = time.perf_counter()
+
+    @property
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def refuse_over(self, estimate_s: float, what: str, reduce: str) -> None:
+        """ValueError when ``what`` would take longer than the budget."""
+        if estimate_s > self.seconds:
+            raise ValueError(f"{what} would take about {estimate_s:.0f} s; this server runs at most "
+                             f"{self.seconds:.0f} s per request ({ENV}): {reduce}")
+
+    def check(self) -> None:
+        """ValueError once the request has run past its budget (with some grace): the work stops here."""
+        if self.elapsed > self.seconds * GRACE:
+            raise ValueError(f"stopped after {self.elapsed:.0f} s: over this server's {self.seconds:.0f} s per "
+                             f"request ({ENV}); ask for less")
+
+
+def token_seconds(run_short, tokens: int = 8) -> float:
+    """Seconds per generated token of a short pilot (``run_short(tokens)`` returns its Trace)."""
+    t0 = time.perf_counter()
+    trace = run_short(tokens)
+    return (time.perf_counter() - t0) / max(1, len(trace.new_tokens))
