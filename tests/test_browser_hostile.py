@@ -68,3 +68,38 @@ def test_hostile_prompt_is_shown_as_text_and_never_runs(page, app_url, hostile):
     assert replay and HOSTILE[hostile] in "".join(replay)  # round 0 drafted the markup: its replay shows it
     if "&" not in hostile:
         assert "&lt;" not in "".join(replay) and "&quot;" not in "".join(replay)
+
+
+def test_a_crafted_trace_is_refused_or_shown_as_text_and_never_runs(page, app_url, tmp_path):
+    """Markup in every string field of an imported trace (names, token texts) is shown as text; markup in a
+    number field (index, k) or an enum (stop reason) is refused by Trace.from_json with a readable error.
+    Neither runs: no dialog, no injected element."""
+    import json
+
+    from tests.helpers.traces import sample_trace
+
+    evil = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>'
+    dialogs = []
+    page.on("dialog", lambda d: dialogs.append(d.message) or d.dismiss())
+    trace = sample_trace()
+    trace.target_name, trace.draft_name = evil, f"**bold** [link](javascript:alert(1)) {evil}"
+    trace.token_text = {t: evil for t in trace.token_text}
+    good = tmp_path / "shown.json"
+    good.write_text(trace.to_json())
+    page.goto(app_url)
+    page.locator("#upload input[type=file]").set_input_files(str(good))
+    sync_api.expect(page.locator("#replay")).to_contain_text("Round 0", timeout=30_000)
+    page.wait_for_timeout(300)
+    assert evil in page.locator("#timeline .sv-timeline").inner_text()  # the markup as characters
+    assert "javascript:alert(1)" in page.locator("#summary").inner_text()  # a name is text, not a link
+    assert page.locator("#summary a, #summary img, #timeline img, #replay img, #summary script").count() == 0
+    assert page.evaluate("typeof window.__pwned") == "undefined"
+    for field, value in (("index", evil), ("k", evil), ("stop_reason", evil)):
+        data = json.loads(trace.to_json())
+        (data["rounds"][0] if field != "stop_reason" else data)[field] = value
+        bad = tmp_path / f"bad-{field}.json"
+        bad.write_text(json.dumps(data))
+        page.goto(app_url)  # a fresh upload box
+        page.locator("#upload input[type=file]").set_input_files(str(bad))
+        sync_api.expect(page.get_by_text("malformed trace JSON").first).to_be_visible(timeout=15_000)
+    assert page.evaluate("typeof window.__pwned") == "undefined" and dialogs == []

@@ -5,11 +5,19 @@ Names that come from a trace (target, draft, stop reason) are escaped: an import
 """
 from __future__ import annotations
 
+import html
+import re
 import statistics
 
 from .. import theory
 from ..trace import Trace
-from .timeline import esc
+MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_{}\[\]()#+\-.!|~])")
+
+
+def esc(x) -> str:
+    """A name from a trace as plain text inside Markdown: HTML-escaped, and every Markdown punctuation
+    backslash-escaped (an imported trace is untrusted: no emphasis, no link, no image out of it)."""
+    return MARKDOWN_PUNCTUATION.sub(r"\\\1", html.escape(str(x), quote=False))
 
 
 def summary_markdown(trace: Trace | None, base: Trace | None, chain: Trace | None = None,
