@@ -149,7 +149,7 @@ class BatchDecoding:
         if not isinstance(prompts, (list, tuple)) or not prompts:
             raise ValueError("list_of_input_ids must be a non-empty list of [1, n] LongTensors, one per prompt")
         self.cfg, self.prompts = cfg, [prompt_list(ids) for ids in prompts]
-        self.drafter: Drafter | None = None if draft is None else as_drafter(draft)
+        self.drafter: Drafter | None = None if draft is None else as_drafter(draft).fresh()  # this run's own copy
         for prompt in self.prompts:
             check_window(prompt, cfg, target, self.drafter)
         B = len(self.prompts)

@@ -37,7 +37,7 @@ class Decoding:
             raise ValueError(f"cfg must be a specviz.DecodeConfig, got {type(cfg).__name__}")
         self.cfg = cfg
         prompt = prompt_list(input_ids)
-        self.drafter: Drafter | None = None if draft is None else as_drafter(draft)
+        self.drafter: Drafter | None = None if draft is None else as_drafter(draft).fresh()  # this run's own copy
         check_window(prompt, cfg, target, self.drafter)
         self.target = CachedLM(target)
         self.generator = torch.Generator(device=self.target.device).manual_seed(cfg.seed)

@@ -10,6 +10,7 @@ drafting ends after the first x_i with q_i(x_i) < cfg.draft_stop (transformers' 
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Callable
 
@@ -80,6 +81,12 @@ class Drafter:
 
     def start(self, prompt: list[int], cfg: DecodeConfig, vocab_size: int, device) -> None:
         self.cfg, self.vocab_size, self.device = cfg, vocab_size, device
+
+    def fresh(self) -> "Drafter":
+        """A copy for one run: the per-run state (settings, caches, a tree's bookkeeping) that ``start`` and the
+        rounds set lands on the copy, so runs sharing one drafter (two visitors, two threads) never mix; models and
+        tables stay shared (they are only read)."""
+        return copy.copy(self)
 
     def prefill(self, prompt: list[int]) -> None:
         """Called once, timed as prefill, before the first round."""

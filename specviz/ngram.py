@@ -145,6 +145,11 @@ class HybridDrafter(Drafter):
         self.name = name or f"{self.model_draft.name}+ngram"
         self.window = self.model_draft.window
 
+    def fresh(self):
+        run = super().fresh()
+        run.model_draft = self.model_draft.fresh()  # its cache is per run too
+        return run
+
     def start(self, prompt, cfg, vocab_size, device):
         super().start(prompt, cfg, vocab_size, device)
         self.model_draft.start(prompt, cfg, vocab_size, device)

@@ -316,3 +316,23 @@ def test_a_slow_consumer_does_not_count_as_decoding_time(llama, prompt, batched)
     quick, rounds = run(0.0)
     slow, _ = run(0.05)
     assert rounds >= 3 and slow < quick + 0.02 * rounds + 0.05  # sleeping would add 0.05 s a round
+
+
+def test_concurrent_runs_sharing_one_drafter_do_not_mix(prompt):
+    """Two visitors' runs share the store's drafter object: each run works on its own copy (Drafter.fresh), so
+    runs with different settings interleaved round by round give exactly what each gives alone."""
+    from specviz import ModelDrafter
+
+    target = tiny_llama(seed=3, sharpen=30)
+    shared = ModelDrafter(perturbed(target, 0.8))
+    jobs = [(prompt, DecodeConfig(k=3, temperature=0, max_new_tokens=30)),
+            (torch.tensor([[9, 8, 7, 6]]), DecodeConfig(k=2, temperature=0.9, top_k=8, max_new_tokens=30, seed=5))]
+    alone = [speculative_generate(target, shared, p, cfg) for p, cfg in jobs]
+    runs = [Decoding(target, shared, p, cfg) for p, cfg in jobs]
+    streams = [iter(r) for r in runs]
+    for _ in range(40):  # round by round, alternating
+        for s in streams:
+            next(s, None)
+    for run, solo in zip(runs, alone):
+        assert [r.drafted for r in run.trace.rounds] == [r.drafted for r in solo.rounds]
+        assert run.trace.new_tokens == solo.new_tokens

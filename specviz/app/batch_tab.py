@@ -14,7 +14,7 @@ from ..views.runs import batch_rows_frame, batch_rows_html
 from .forms import as_int, encode, make_config, split_prompts
 from .runs import STREAM_EVERY_S
 from .store import ModelStore
-from .widgets import MODEL_QUEUE, bind, chart, draft_picker, run_settings, target_picker
+from .widgets import LAB_QUEUE, bind, chart, draft_picker, run_settings, target_picker
 
 MAX_BATCH = 8  # rows one Batch run decodes together
 BENCH_SIZES, BENCH_TOKENS = (1, 2, 4), 12  # the small-scale benchmark: a few tokens per row, < ~30 s
@@ -78,6 +78,6 @@ def build(store: ModelStore) -> None:
         bench_chart = chart("Throughput: all rows' tokens over the batch's wall time.")
         bench_table = gr.Dataframe(label="Benchmark", interactive=False)
     run_btn.click(h.run_batch, [target, draft, prompts, *form], [rows, row_table], api_visibility="undocumented",
-                  **MODEL_QUEUE)
+                  **LAB_QUEUE)
     bench_btn.click(h.run_bench, [target, draft, prompts, form[0]], [bench_status, bench_chart, bench_table],
-                    api_visibility="undocumented", **MODEL_QUEUE)
+                    api_visibility="undocumented", **LAB_QUEUE)

@@ -17,7 +17,7 @@ from ..views.runs import compare_timelines_html
 from .budget import Budget, token_seconds
 from .forms import as_int, encode, make_config
 from .store import ModelStore, user_pair
-from .widgets import MODEL_QUEUE, SKIP, bind, chart, run_settings, target_picker
+from .widgets import LAB_QUEUE, SKIP, bind, chart, run_settings, target_picker
 
 
 def table_views(table: pd.DataFrame) -> tuple:
@@ -115,7 +115,7 @@ def build(store: ModelStore, user_drafts: gr.State) -> gr.CheckboxGroup:
         dis_chart = chart("Where a draft's q misses the target's top token, its draft gets rejected.")
     run_btn.click(h.run_compare, [target, drafts, prompt, *form, user_drafts, draft_stop],
                   [state, status, timelines, table, acc, speed, tau, divergence, position, note, dis_table, dis_chart],
-                  api_visibility="undocumented", **MODEL_QUEUE)
+                  api_visibility="undocumented", **LAB_QUEUE)
     position.release(h.disagree, [state, position], [note, dis_table, dis_chart], api_visibility="undocumented",
-                     **MODEL_QUEUE)
+                     **LAB_QUEUE)
     return drafts

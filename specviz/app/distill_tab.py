@@ -23,7 +23,7 @@ from .forms import encode, make_config, number_in
 from .runs import STREAM_EVERY_S
 from .store import ModelStore, TrainedDraft
 from .tempfiles import fresh_folder
-from .widgets import MODEL_QUEUE, SKIP, bind, chart, target_picker
+from .widgets import LAB_QUEUE, SKIP, bind, chart, target_picker
 
 LAB_TEXT = ASSETS.parent / "corpus_sample.txt"  # small, committed: enough for a lab
 FRESH = "fresh tiny draft"
@@ -134,7 +134,7 @@ def build(store: ModelStore, mine: gr.State):
     try_btn = gr.Button("Decode with it")
     timeline, summary = gr.HTML(), gr.Markdown()
     trained = run_btn.click(h.run_distill, [target, start, seconds, compare, every, mine],
-                            [status, loss, checks, mine, zipped, pick], api_visibility="undocumented", **MODEL_QUEUE)
+                            [status, loss, checks, mine, zipped, pick], api_visibility="undocumented", **LAB_QUEUE)
     try_btn.click(h.try_draft, [prompt, target, pick, mine, temperature], [timeline, summary],
-                  api_visibility="undocumented", **MODEL_QUEUE)
+                  api_visibility="undocumented", **LAB_QUEUE)
     return trained

@@ -12,7 +12,7 @@ from ..views import lab_plots
 from .budget import Budget
 from .forms import encode, make_config, number_in
 from .store import ModelStore
-from .widgets import MODEL_QUEUE, bind, chart, draft_picker, sampling_controls, target_picker
+from .widgets import LAB_QUEUE, bind, chart, draft_picker, sampling_controls, target_picker
 
 
 
@@ -87,4 +87,4 @@ def build(store: ModelStore) -> None:
     with gr.Row():
         wrong_a, wrong_b = chart("WRONG residual max(0, p − q(x))."), chart("WRONG q from the raw logits.")
     run_btn.click(h.run_lossless, [target, draft, prompt, extra, *sampling, seed, draws, batch],
-                  [status, table, right, wrong_a, wrong_b, decomp], api_visibility="undocumented", **MODEL_QUEUE)
+                  [status, table, right, wrong_a, wrong_b, decomp], api_visibility="undocumented", **LAB_QUEUE)

@@ -18,7 +18,7 @@ from .budget import Budget
 from .forms import as_int, encode, make_config, number_in, split_prompts
 from .store import ModelStore
 from .tempfiles import fresh_folder
-from .widgets import MODEL_QUEUE, SKIP, bind, chart, sampling_controls, target_picker
+from .widgets import LAB_QUEUE, SKIP, bind, chart, sampling_controls, target_picker
 
 ROUND_COLUMNS = ["policy", "prompt", "round", "k", "drafted", "accepted"]
 
@@ -165,7 +165,7 @@ def build(store: ModelStore) -> None:
         bars, ks = chart("tokens/s and acceptance per policy."), chart("The drafts each round made.")
     files = gr.File(label="Results (CSV)", file_count="multiple", interactive=False)
     inputs = [target, drafts, prompts, k_min, k_max, *sampling, max_new, seed]
-    est_btn.click(h.estimate, inputs + [compare, fixed_k, stop], [status], api_visibility="undocumented", **MODEL_QUEUE)
+    est_btn.click(h.estimate, inputs + [compare, fixed_k, stop], [status], api_visibility="undocumented", **LAB_QUEUE)
     run_btn.click(h.run_sweep, inputs + [compare, fixed_k, stop],
                   [status, table, acc, tau, speed, heat, policy_table, bars, ks, files],
-                  api_visibility="undocumented", **MODEL_QUEUE)
+                  api_visibility="undocumented", **LAB_QUEUE)

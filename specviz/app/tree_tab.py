@@ -15,7 +15,7 @@ from ..views import lab_plots
 from .budget import Budget, token_seconds
 from .forms import as_int, encode, make_config, number_in, split_prompts
 from .store import ModelStore
-from .widgets import MODEL_QUEUE, SKIP, bind, chart, sampling_controls, target_picker
+from .widgets import LAB_QUEUE, SKIP, bind, chart, sampling_controls, target_picker
 
 MAX_PROMPTS, MAX_SETTINGS, MAX_TOKENS, MAX_REPEATS = 10, 10, 256, 3  # one request's work stays bounded
 TREES = "3,2,2,1\n2,1,1,1,1,1\ndynamic:10,8,3"
@@ -90,4 +90,4 @@ def build(store: ModelStore) -> None:
         speed = chart("Speedup: a tree pays for verifying every node, and on a CPU more rows cost more.")
     inputs = [target, draft, prompts, chains, trees, *sampling, max_new, repeats, seed]
     run_btn.click(h.run_tree_lab, inputs, [status, table, per_pass, speed], api_visibility="undocumented",
-                  **MODEL_QUEUE)
+                  **LAB_QUEUE)

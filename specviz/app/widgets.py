@@ -14,6 +14,10 @@ from .gpu import gpu_task
 from .store import ModelStore
 
 MODEL_QUEUE = dict(concurrency_id="model", concurrency_limit=1)  # one model run at a time: timings stay honest
+# the long labs (sweeps, trees, losslessness, distillation, compare, batch) take turns in a slot of their own, so a
+# visitor's short explorer run or /generate call never waits behind another visitor's minutes-long lab (while both
+# run, each one's timings include the other's load: the labs say so)
+LAB_QUEUE = dict(concurrency_id="lab", concurrency_limit=1)
 SKIP = gr.skip()
 log = logging.getLogger(__name__)
 

@@ -149,7 +149,7 @@ def distributions_at(target, drafts: dict, context: list[int], cfg: DecodeConfig
     p = logits_to_probs(CachedLM(target).feed(context)[-1], cfg.temperature, cfg.top_k, cfg.top_p)
     qs = {}
     for name, draft in drafts.items():
-        drafter = as_drafter(draft)
+        drafter = as_drafter(draft).fresh()
         drafter.start(context, cfg, p.shape[-1], p.device)
         drafter.prefill(context)
         proposal = drafter.propose(context, 1, torch.Generator(device=p.device).manual_seed(cfg.seed))

@@ -193,6 +193,7 @@ def next_token_dists(target, draft, input_ids: torch.Tensor, cfg: DecodeConfig, 
     p_logits = _last_logits(target, ids)
     p, vocab = logits_to_probs(p_logits, **t), p_logits.shape[-1]
     if isinstance(draft, Drafter):  # model-free: q is whatever the drafter proposes from
+        draft = draft.fresh()  # this run's own copy (the store shares drafters between visitors)
         draft.start(ids, cfg, vocab, torch.device("cpu"))
         draft.prefill(ids)
         prop = draft.propose(ids, 1, torch.Generator().manual_seed(cfg.seed))
