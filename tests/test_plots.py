@@ -27,6 +27,9 @@ def test_acceptance_by_position_hand_computed():
     assert list(bar.x) == [1, 2, 3]
     # position 1: 2 of 3 accepted; position 2: 1 of 3; position 3: 1 of 2 (the bonus row is not a draft)
     assert list(bar.y) == pytest.approx([2 / 3, 1 / 3, 1 / 2])
+    # given every earlier draft accepted (discarded drafts were never reached): 2 of 3, 1 of 2, 1 of 1
+    reached = fig.data[1]
+    assert list(reached.x) == [1, 2, 3] and list(reached.y) == pytest.approx([2 / 3, 1 / 2, 1.0])
 
 
 def test_tokens_per_round_histogram():

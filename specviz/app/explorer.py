@@ -186,7 +186,9 @@ def _run_charts() -> list:
     """The whole run's four charts."""
     gr.Markdown("## The whole run")
     with gr.Row():
-        by_pos = chart("Later drafts are accepted less often: each needs all earlier ones accepted too.")
+        by_pos = chart("Green: of all drafts at position i, the share accepted; it falls with i by construction (each "
+                       "needs every earlier one accepted). Blue: of the drafts reached (1..i−1 accepted), the share "
+                       "accepted: the draft's own quality at that depth. Read blue to judge a draft, green to pick k.")
         hist = chart("Tokens a round emits: 1 if the first draft is rejected, up to k + 1 if all pass.")
     with gr.Row():
         pq = chart("Above the diagonal (p ≥ q) a draft is always accepted; below it, with probability p/q.")

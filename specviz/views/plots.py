@@ -22,15 +22,25 @@ def rounds_frame(trace) -> pd.DataFrame:
 
 
 def acceptance_by_position(tokens: pd.DataFrame) -> go.Figure:
-    """P(draft i accepted | draft i proposed) for each draft position i = 1..k."""
+    """Per draft position i, both ways: accepted / drafted (every draft at i counts, so it falls with i by
+    construction: position i needs 1..i-1 accepted too) and accepted / reached (only drafts whose earlier ones were
+    all accepted, i.e. verified: the draft's own quality at depth i). Chain rounds only (tree nodes have their own
+    figure)."""
     drafted = tokens[tokens["drafted"]]
-    rate = drafted.groupby("position")["status"].apply(lambda s: (s == "accepted").mean())
-    count = drafted.groupby("position").size()
-    fig = go.Figure(go.Bar(x=[int(i) + 1 for i in rate.index], y=rate.to_numpy(dtype=float),
-                           marker_color=COLOURS["accepted"], customdata=count.to_numpy(),
-                           hovertemplate="position %{x}: %{y:.2f} of %{customdata} drafts accepted<extra></extra>"))
+    if "node" in drafted:
+        drafted = drafted[drafted["node"].isna()]
+    reached = drafted[drafted["status"].isin(["accepted", "rejected"])]
+    fig = go.Figure()
+    for frame, name, colour, what in ((drafted, "accepted / drafted", COLOURS["accepted"], "drafts"),
+                                      (reached, "accepted / reached (1..i−1 accepted)", COLOURS["bonus"], "reached")):
+        rate = frame.groupby("position")["status"].apply(lambda s: (s == "accepted").mean())
+        count = frame.groupby("position").size()
+        fig.add_trace(go.Bar(x=[int(i) + 1 for i in rate.index], y=rate.to_numpy(dtype=float), name=name,
+                             marker_color=colour, customdata=count.to_numpy(),
+                             hovertemplate=f"position %{{x}}: %{{y:.2f}} of %{{customdata}} {what} accepted<extra></extra>"))
+    fig.update_layout(barmode="group")
     fig.update_yaxes(range=[0, 1])
-    return layout(fig, "Acceptance rate per draft position", "draft position", "accepted / drafted")
+    return layout(fig, "Acceptance per draft position, both ways", "draft position", "rate")
 
 
 def tokens_per_round(rounds: pd.DataFrame) -> go.Figure:
