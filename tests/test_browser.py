@@ -89,3 +89,16 @@ def test_the_page_fits_laptop_and_desktop_widths(app_url, tmp_path, tab):
             shot = (DOCS_SCREENSHOT.parent / f"screenshot-{width}.png") if refresh else tmp_path / f"{width}.png"
             page.screenshot(path=str(shot), full_page=True)
             assert shot.stat().st_size > 10_000
+
+
+def test_presenter_view_enlarges_the_text(app_url, tmp_path):
+    with chromium_page(viewport={"width": 1280, "height": 800}) as page:
+        page.goto(app_url)
+        size = lambda: page.locator(".sv-legend .sv-tok").first.evaluate("e => parseFloat(getComputedStyle(e).fontSize)")
+        before = size()
+        page.locator("#presenter input").check()
+        page.wait_for_function("document.querySelector('.sv-presenter') !== null", timeout=10_000)
+        assert size() > before
+        refresh = os.environ.get("SPECVIZ_REFRESH_SCREENSHOT") == "1"
+        shot = DOCS_SCREENSHOT.parent / "screenshot-presenter.png" if refresh else tmp_path / "presenter.png"
+        page.screenshot(path=str(shot))

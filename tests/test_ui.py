@@ -163,3 +163,19 @@ def test_generate_endpoint_with_gradio_client(store):
         assert trace.draft_name == "tiny" and len(trace.new_tokens) == 64  # the defaults
     finally:
         demo.close()
+
+
+def test_theory_explorer_draws_leviathan_and_takes_the_runs_numbers(store):
+    h = handlers(store)
+    fig = h.what_if(0.8, 4, 0.1, 1.2)
+    tau, speed, chosen = fig.data[:3]
+    assert tau.y[3] == pytest.approx((1 - 0.8 ** 5) / 0.2)  # k = 4: E[tau] = (1 - alpha^5) / (1 - alpha)
+    assert speed.y[3] == pytest.approx((1 - 0.8 ** 5) / 0.2 / (4 * 0.1 + 1.2)) == chosen.y[0]
+    outs = last(h.run("ROMEO:", "tiny-target", "tiny", *SETTINGS.values(), True))
+    trace, base = outs[0], outs[1]
+    alpha, k, c, v = h.from_run(trace, base)
+    assert alpha == pytest.approx(trace.summary().alpha, abs=1e-3) and k == 3 and c > 0 and v > 0
+    fig = h.what_if(alpha, k, c, v, trace, base)
+    assert fig.data[-1].name == "this run, measured" and fig.data[-1].x[0] == pytest.approx(3, abs=0.5)
+    with pytest.raises(gr.Error, match="run speculative decoding first"):
+        h.from_run(None, None)

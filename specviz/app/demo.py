@@ -25,6 +25,9 @@ def build_demo(store: ModelStore | None = None) -> gr.Blocks:
         # this user's trained drafts (name -> TrainedDraft): theirs alone, freed 2 h after their last change
         user_drafts = gr.State({}, time_to_live=7200)
         gr.Markdown(INTRO)
+        presenter = gr.Checkbox(False, label="Presenter view: large type, high contrast (for a projector)",
+                                elem_id="presenter")
+        presenter.change(None, [presenter], None, js=PRESENTER_JS, api_visibility="private")
         with gr.Tabs():
             with gr.Tab("Explorer", id="explorer"):
                 explorer_draft, h = explorer.build(store, user_drafts)
@@ -46,6 +49,9 @@ def build_demo(store: ModelStore | None = None) -> gr.Blocks:
     return demo
 
 
+# on the app's outermost element inside gradio's container (gradio scopes custom CSS to it)
+PRESENTER_JS = ("(on) => { document.querySelectorAll('.gradio-container .contain > *')"
+                ".forEach(e => e.classList.toggle('sv-presenter', on)); return []; }")
 QUEUE_SIZE = 32  # waiting events beyond this are turned away with gradio's "queue is full" message
 MAX_UPLOAD = "4mb"  # a trace file larger than this is refused before it is read (MAX_TRACE_BYTES in core)
 

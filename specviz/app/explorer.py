@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gradio as gr
 
+from .. import theory
 from ..config import DEFAULTS, EXAMPLE_PROMPTS, K_POLICIES
 from ..trace import Trace
 from ..views import plots
@@ -12,7 +13,7 @@ from ..views.summary import summary_markdown
 from ..views.timeline import replay_html, timeline_html
 from ..views.tree_view import tree_figure
 from . import runs
-from .forms import make_config
+from .forms import as_int, make_config, number_in
 from .gpu import gpu_task
 from .store import ModelStore, draft_choices
 from .widgets import MODEL_QUEUE, SKIP, bind, chart, draft_picker, friendly, target_picker
@@ -87,6 +88,25 @@ def run(store: ModelStore, prompt, target, draft, k, k_policy, temperature, top_
         yield trace, base, SKIP, summary_markdown(trace, base, chain, spread), *QUIET
 
 
+def what_if(alpha, k, c, v, trace=None, base=None):
+    """The theory explorer: Leviathan's curves for the sliders' alpha, k, c, v, with the run's measured point."""
+    alpha, c, v = number_in(alpha, "α", 0, 1), number_in(c, "c", 0, 5), number_in(v, "v", 0.5, 5)
+    k = as_int(number_in(k, "k", 1, 16), "k")
+    point = None
+    if trace is not None and trace.mode == "speculative" and base is not None and trace.config.tree is None:
+        point = (theory.mean_k(trace), theory.measured_speedup(trace, base) or 0.0)
+    return plots.theory_curves(alpha, k, c, v, point)
+
+
+def from_run(trace, base):
+    """The theory explorer's sliders set to what a run measured: its alpha, k, c and v."""
+    if trace is None or trace.mode != "speculative":
+        raise ValueError("run speculative decoding first: its alpha, k, c and v fill the sliders")
+    s = trace.summary()
+    return (round(min(s.alpha, 1.0), 3), max(1, min(16, round(theory.mean_k(trace)))),
+            round(min(theory.cost_ratio(trace, base), 5.0), 3), round(min(max(theory.verify_cost(trace, base), 0.5), 5.0), 3))
+
+
 def step(trace, index, delta):
     """The round slider's value moved by ``delta`` within the run."""
     n = len(trace.rounds) if trace else 0
@@ -125,7 +145,8 @@ def api_generate(store: ModelStore):
 def handlers(store: ModelStore):
     """The tab's handlers, bound to ``store`` and ready to wire (tests call them the same way)."""
     h = bind(store, models=dict(run=run, draft_pickers=draft_pickers),
-             plain=dict(step=step, load=load, replay=replay_views, export=runs.export_trace))
+             plain=dict(step=step, load=load, replay=replay_views, export=runs.export_trace, what_if=what_if,
+                        from_run=from_run))
     h.generate = gpu_task(friendly(api_generate(store)))
     return h
 
@@ -182,6 +203,22 @@ def _replay_section() -> tuple:
     return prev_btn, round_slider, next_btn, replay, accept, residual, tree
 
 
+def _what_if(h, trace_state, base_state) -> None:
+    """The theory explorer: sliders for alpha, k, c and v drawing Leviathan's curves, with the run's point."""
+    with gr.Accordion("What if? The theory explorer", open=False, elem_id="what-if"):
+        gr.Markdown("Move α (how often a draft is accepted), k, c (a draft step's cost) and v (a verify pass's "
+                    "cost), both in target forwards: the curves are E[τ] = (1 − α^(k+1)) / (1 − α) and the speedup "
+                    "E[τ] / (k c + v). The × is this run, measured.")
+        with gr.Row():
+            sliders = [gr.Slider(0, 1, value=0.7, step=0.01, label="α"), gr.Slider(1, 16, value=4, step=1, label="k"),
+                       gr.Slider(0, 1, value=0.1, step=0.01, label="c"), gr.Slider(0.5, 3, value=1.3, step=0.05, label="v")]
+        fill = gr.Button("Take α, k, c, v from this run", elem_id="from-run")
+        curves = gr.Plot(show_label=False, elem_id="what-if-plot")
+    for s in sliders:
+        s.change(h.what_if, [*sliders, trace_state, base_state], [curves], api_visibility="private")
+    fill.click(h.from_run, [trace_state, base_state], sliders, api_visibility="private")
+
+
 def _run_charts() -> list:
     """The whole run's four charts."""
     gr.Markdown("## The whole run")
@@ -213,6 +250,7 @@ def build(store: ModelStore, user_drafts: gr.State) -> tuple[gr.Dropdown, object
                 gr.Markdown(GLOSSARY)
     prev_btn, round_slider, next_btn, replay, accept, residual, tree = _replay_section()
     charts = _run_charts()
+    _what_if(h, trace_state, base_state)
     with gr.Row():
         export_btn = gr.Button("Export trace (CSV + JSON)", elem_id="export")
         files = gr.File(label="Downloads", file_count="multiple", interactive=False)

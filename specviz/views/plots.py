@@ -8,7 +8,8 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from .style import COLOURS, layout
+from ..theory import expected_speedup, expected_tokens
+from .style import COLOURS, INK, layout
 
 ROUND_COLUMNS = ["round", "k", "drafted", "n_accepted", "emitted", "draft_s", "target_s", "wall_s"]
 
@@ -114,3 +115,26 @@ def residual_frame(trace, index: int) -> pd.DataFrame:
     r = trace.rounds[index]
     rows = [[t, repr(trace.text(t)), res, p, q] for t, res, p, q in r.residual_top]
     return pd.DataFrame(rows, columns=["token", "text", "residual", "p", "q"])
+
+
+def theory_curves(alpha: float, k: int, c: float, v: float, run: tuple[float, float] | None = None) -> go.Figure:
+    """Leviathan's expected tokens per round and speedup against k for the given alpha, c and v (the chosen k
+    marked), with a run's measured (k, speedup) point if given: from what a run did to what would happen if."""
+    ks = list(range(1, 17))
+    tau = [expected_tokens(alpha, j) for j in ks]
+    speed = [expected_speedup(alpha, j, c, v) for j in ks]
+    fig = go.Figure([
+        go.Scatter(x=ks, y=tau, mode="lines", name="E[τ] tokens per round", line=dict(color=COLOURS["bonus"]),
+                   hovertemplate="k=%{x}: %{y:.2f} tokens per round<extra></extra>"),
+        go.Scatter(x=ks, y=speed, mode="lines", name="speedup", line=dict(color=COLOURS["accepted"], width=3),
+                   hovertemplate="k=%{x}: %{y:.2f}×<extra></extra>"),
+        go.Scatter(x=[k], y=[expected_speedup(alpha, k, c, v)], mode="markers", name=f"k = {k}",
+                   marker=dict(color=COLOURS["accepted"], size=12, symbol="diamond")),
+    ])
+    if run is not None:
+        fig.add_trace(go.Scatter(x=[run[0]], y=[run[1]], mode="markers", name="this run, measured",
+                                 marker=dict(color=COLOURS["resampled"], size=13, symbol="x")))
+    fig.add_hline(y=1.0, line=dict(color=INK, dash="dot"))
+    fig.update_xaxes(dtick=1)
+    return layout(fig, f"What if: α = {alpha:.2f}, c = {c:.2f}, v = {v:.2f}", "k (drafts per round)",
+                  "tokens per round · speedup")

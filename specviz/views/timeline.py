@@ -41,6 +41,15 @@ CSS = """
 .sv-compare-grid { display: grid; grid-template-columns: repeat(auto-fit, minmax(340px, 1fr)); gap: 0.8rem; }
 .sv-compare-run h4 { margin: 0 0 0.3rem; font-size: 0.95rem; }
 .sv-replay-wrap { overflow-x: auto; max-width: 100%; }
+.sv-presenter .prose, .sv-presenter label, .sv-presenter .sv-table { font-size: 1.25rem !important; }
+.sv-presenter .sv-timeline { font-size: 1.7rem !important; line-height: 2.3; font-weight: 600; }
+.sv-presenter .sv-legend { font-size: 1.25rem !important; }
+.sv-presenter .sv-plain { font-size: 1.5rem !important; }
+.sv-presenter .sv-tok { border-bottom-width: 5px; }
+.sv-presenter .sv-accepted { background: rgba(22, 163, 74, 0.55); }
+.sv-presenter .sv-rejected { background: rgba(220, 38, 38, 0.55); }
+.sv-presenter .sv-resampled { background: rgba(234, 88, 12, 0.6); }
+.sv-presenter .sv-bonus { background: rgba(37, 99, 235, 0.55); }
 .sv-table { border-collapse: collapse; font-size: 0.95rem; }
 .sv-table td, .sv-table th { padding: 0.15rem 0.6rem; border-bottom: 1px solid rgba(128, 128, 128, 0.35);
   text-align: right; }
