@@ -233,3 +233,21 @@ def test_lab_tabs_are_in_the_app(store):
 
 def test_split_prompts_keeps_single_newlines():
     assert split_prompts("KING HENRY:\nOnce more\n\nROMEO:\n") == ["KING HENRY:\nOnce more", "ROMEO:"]
+
+
+def test_temperature_lab_alpha_by_hand_and_through_the_tab(store):
+    """alpha_fixed is sum min(p, q) of the processed distributions, computed here by hand; greedy it is the
+    share of agreeing argmaxes; the tab's handler returns one row per temperature."""
+    from specviz.labs.temperature import overlap
+    from specviz.sampling import logits_to_probs
+
+    g = torch.Generator().manual_seed(0)
+    p_logits, q_logits = torch.randn(6, 32, generator=g), torch.randn(6, 32, generator=g)
+    cfg = DecodeConfig(temperature=0.7, top_k=5)
+    want = torch.minimum(logits_to_probs(p_logits, 0.7, 5), logits_to_probs(q_logits, 0.7, 5)).sum(-1).mean()
+    assert overlap((p_logits, q_logits), cfg) == pytest.approx(float(want))
+    agree = (p_logits.argmax(-1) == q_logits.argmax(-1)).double().mean()
+    assert overlap((p_logits, q_logits), DecodeConfig(temperature=0)) == pytest.approx(float(agree))
+    status, table, fig = last(handlers(store).run_temperature_lab("tiny-target", "tiny", "ROMEO:", "0, 1, 2", 3, 12, 0))
+    assert list(table.temperature) == [0.0, 1.0, 2.0] and table.alpha_fixed.notna().all() and "Why:" in status
+    assert table.acceptance.between(0, 1).all() and len(fig.data) == 3

@@ -9,7 +9,7 @@ import os
 import gradio as gr
 
 from ..views.timeline import CSS
-from . import batch_tab, compare_tab, distill_tab, explorer, lossless_tab, sweep_tab, tree_tab
+from . import batch_tab, compare_tab, distill_tab, explorer, lossless_tab, sweep_tab, temperature_tab, tree_tab
 from .store import ModelStore
 
 TITLE = "specviz: see speculative decoding"
@@ -37,6 +37,8 @@ def build_demo(store: ModelStore | None = None) -> gr.Blocks:
                         sweep_tab.build(store)
                     with gr.Tab("Tree lab"):
                         tree_tab.build(store)
+                    with gr.Tab("Temperature lab"):
+                        temperature_tab.build(store)
                     with gr.Tab("Losslessness lab"):
                         lossless_tab.build(store)
                     with gr.Tab("Distillation lab"):

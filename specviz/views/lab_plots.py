@@ -168,3 +168,18 @@ def tree_speedup(lab: pd.DataFrame) -> go.Figure:
                            hovertemplate="%{x}: %{y:.2f}× with %{customdata:.1f} nodes verified per round<extra></extra>"))
     fig.add_hline(y=1.0, line=dict(color=INK, dash="dot"))
     return layout(fig, "Speedup on this machine (blue: trees)", "", "× autoregressive tokens/s")
+
+
+# -- temperature lab -----------------------------------------------------------------------------------
+def temperature_curves(lab: pd.DataFrame) -> go.Figure:
+    """Acceptance and alpha against temperature (``labs.temperature.temperature_lab``)."""
+    fig = go.Figure()
+    for column, name, ink, dash in (("acceptance", "acceptance (measured)", COLOURS["accepted"], None),
+                                    ("alpha_visited", "α at the visited contexts (exact)", colour(0), "dash"),
+                                    ("alpha_fixed", "α at fixed contexts (exact)", colour(3), "dot")):
+        if lab[column].notna().any():
+            fig.add_trace(go.Scatter(x=lab.temperature, y=lab[column], mode="lines+markers", name=name,
+                                     line=dict(color=ink, dash=dash),
+                                     hovertemplate="T=%{x}: %{y:.3f}<extra>" + name + "</extra>"))
+    fig.update_yaxes(range=[0, 1.02])
+    return layout(fig, "Acceptance against temperature", "temperature (0 = greedy)", "rate")

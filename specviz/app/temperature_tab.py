@@ -1,0 +1,72 @@
+"""The temperature lab's tab: acceptance against temperature for one pair, measured by the decoder beside alpha
+computed exactly from the two models' distributions. Handlers take the store (``handlers(store)`` binds them)."""
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import gradio as gr
+
+from ..config import EXAMPLE_PROMPTS
+from ..decoder import autoregressive_generate
+from ..labs.temperature import temperature_lab
+from ..views import lab_plots
+from .budget import Budget, token_seconds
+from .forms import encode, make_config, split_prompts
+from .store import ModelStore
+from .widgets import LAB_QUEUE, SKIP, bind, chart, target_picker
+
+WHY = ("Why: p and q are both divided by T before the softmax. Near T = 0 each is a point mass on its argmax, so a "
+       "draft is accepted only where the two argmaxes agree; as T grows both flatten and overlap more, so α = "
+       "E[Σ min(p, q)] rises towards 1, and so does acceptance (the text itself gets more random).")
+
+
+def parse_temperatures(text) -> list[float]:
+    try:
+        values = [float(v) for v in str(text or "").replace(" ", "").split(",") if v]
+    except ValueError:
+        raise ValueError(f"temperatures must be numbers separated by commas, got {text!r}") from None
+    if not values or len(values) > 12 or any(not (v == 0 or 0.01 <= v <= 2) for v in values):
+        raise ValueError("give 1 to 12 temperatures, each 0 (greedy) or between 0.01 and 2")
+    return values
+
+
+def run_lab(store: ModelStore, target, draft, prompts_text, temperatures_text, k, max_new, seed):
+    """Streams (status, table, chart)."""
+    temperatures = parse_temperatures(temperatures_text)
+    cfg = make_config(k, "fixed", 1.0, 0, 1.0, max_new, seed)
+    model, tok, drafter = store.pair(target, draft)
+    prompts = [encode(tok, p) for p in split_prompts(prompts_text)][:5]
+    budget, runs = Budget(), len(temperatures) * len(prompts)
+    token_s = token_seconds(lambda n: autoregressive_generate(model, prompts[0], replace(cfg, max_new_tokens=n)))
+    budget.refuse_over(runs * cfg.max_new_tokens * token_s, f"this temperature lab ({runs} runs)",
+                       "fewer temperatures, prompts or new tokens")
+    yield f"*Running {runs} runs…*", SKIP, SKIP
+    start = time.time()
+    lab = temperature_lab(model, drafter, prompts, temperatures, cfg, check=budget.check)
+    yield (f"**Done: {runs} runs in {time.time() - start:.1f} s.** {WHY}", lab.round(3),
+           lab_plots.temperature_curves(lab))
+
+
+def handlers(store: ModelStore):
+    return bind(store, models=dict(run_temperature_lab=run_lab))
+
+
+def build(store: ModelStore) -> None:
+    h = handlers(store)
+    gr.Markdown("Acceptance against temperature for one pair on the same prompts (at most 5), k and seed.")
+    with gr.Row():
+        target = target_picker(store)
+        draft = gr.Dropdown(store.list_drafters(), value=store.default_draft(), label="Draft")
+    prompts = gr.Textbox("\n\n".join(EXAMPLE_PROMPTS[:3]), lines=4, label="Prompts (separate with an empty line)")
+    with gr.Row():
+        temperatures = gr.Textbox("0, 0.3, 0.6, 0.8, 1.0, 1.5", label="Temperatures")
+        k = gr.Number(4, precision=0, label="k")
+        max_new = gr.Number(32, precision=0, label="new tokens per run")
+        seed = gr.Number(0, precision=0, label="seed")
+    run_btn = gr.Button("Run temperature lab", variant="primary")
+    status = gr.Markdown("*Press Run temperature lab.*")
+    table = gr.Dataframe(label="Per temperature", interactive=False)
+    curves = chart("Measured acceptance beside the exact α: at the contexts the runs met, and at one fixed set.")
+    run_btn.click(h.run_temperature_lab, [target, draft, prompts, temperatures, k, max_new, seed],
+                  [status, table, curves], api_visibility="undocumented", **LAB_QUEUE)
