@@ -102,3 +102,16 @@ def test_presenter_view_enlarges_the_text(app_url, tmp_path):
         refresh = os.environ.get("SPECVIZ_REFRESH_SCREENSHOT") == "1"
         shot = DOCS_SCREENSHOT.parent / "screenshot-presenter.png" if refresh else tmp_path / "presenter.png"
         page.screenshot(path=str(shot))
+
+
+def test_a_link_reopens_the_settings(app_url):
+    """A link carries the explorer's settings: opening it restores them; the link button writes one."""
+    with chromium_page(viewport={"width": 1280, "height": 800}) as page:
+        page.goto(app_url + "?prompt=Once+more+unto+the+breach&k=6&temperature=0&seed=3&shape=2,1,1&top_p=lots")
+        sync_api.expect(page.locator("#prompt textarea")).to_have_value("Once more unto the breach", timeout=15_000)
+        sync_api.expect(page.locator("#shape input")).to_have_value("2,1,1")
+        page.locator("#link-btn").click()
+        link = page.locator("#link textarea")
+        sync_api.expect(link).to_have_value(re.compile(r"^http://127\.0\.0\.1:\d+/\?prompt=Once\+more"), timeout=15_000)
+        value = link.input_value()
+        assert "k=6" in value and "temperature=0" in value and "seed=3" in value and "shape=2%2C1%2C1" in value

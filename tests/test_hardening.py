@@ -117,3 +117,15 @@ def test_over_budget_requests_are_refused_at_once(store, monkeypatch, call, what
                                        r"\(SPECVIZ_MAX_REQUEST_S\): "):
         call(handlers(store))
     assert time.perf_counter() - t0 < 1.5
+
+
+def test_link_parameters_are_checked_like_the_form():
+    from specviz.app import links
+
+    values = dict(zip(links.FIELDS, links.parse(
+        {"prompt": "x" * 5000, "target": "../etc", "draft": "tiny", "k": "1e9", "temperature": "0.5", "top_k": "nan",
+         "seed": "-1", "k_policy": "<script>", "max_new_tokens": "64"}, ["tiny-target"], ["tiny"])))
+    skipped = {name for name, v in values.items() if not isinstance(v, (str, int, float))}
+    assert skipped == {"target", "k", "top_k", "seed", "k_policy", "top_p", "shape"}
+    assert values["draft"] == "tiny" and values["temperature"] == 0.5 and values["max_new_tokens"] == 64
+    assert len(values["prompt"]) == 4000

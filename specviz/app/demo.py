@@ -9,6 +9,7 @@ import os
 import gradio as gr
 
 from ..views.timeline import CSS
+from . import links
 from . import batch_tab, compare_tab, distill_tab, explorer, lossless_tab, sweep_tab, temperature_tab, tree_tab
 from .store import ModelStore
 
@@ -48,6 +49,7 @@ def build_demo(store: ModelStore | None = None) -> gr.Blocks:
             with gr.Tab("Batch", id="batch"):
                 batch_tab.build(store)
         trained.then(h.draft_pickers, [user_drafts], [explorer_draft, compare_drafts], api_visibility="undocumented")
+        demo.load(links.page_loader(store), None, h.link_fields, api_visibility="private")
     return demo
 
 

@@ -12,7 +12,7 @@ from ..views import plots
 from ..views.summary import summary_markdown
 from ..views.timeline import replay_html, timeline_html
 from ..views.tree_view import tree_figure
-from . import runs
+from . import links, runs
 from .forms import as_int, make_config, number_in
 from .gpu import gpu_task
 from .store import ModelStore, draft_choices
@@ -267,5 +267,13 @@ def build(store: ModelStore, user_drafts: gr.State) -> tuple[gr.Dropdown, object
     next_btn.click(lambda t, i: h.step(t, i, +1), [trace_state, round_slider], [round_slider],
                    api_visibility="undocumented")
     export_btn.click(h.export, [trace_state, base_state], [files], api_visibility="undocumented")
+    link_fields = [*inputs[:10], tree_inputs[0]]  # links.FIELDS: prompt .. seed, then the draft shape
+    with gr.Row():
+        link_btn = gr.Button("Link to these settings", elem_id="link-btn", scale=0)
+        link = gr.Textbox(label="Link (opens the explorer with these settings)", elem_id="link", buttons=["copy"],
+                          interactive=False)
+    link_btn.click(links.query, link_fields, [link], api_visibility="private").then(
+        None, [link], [link], js="(q) => q.startsWith('?') ? location.origin + location.pathname + q : q")
     gr.api(h.generate, api_name="generate", **MODEL_QUEUE)
+    h.link_fields = link_fields
     return inputs[2], h

@@ -1,0 +1,53 @@
+"""Links that reopen a run: the explorer's settings in the page's query string (``?prompt=...&k=6&tab=explorer``),
+read back when a page opens. Values are checked as the form checks them; one that does not parse is left as the
+form has it."""
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+import gradio as gr
+
+from .forms import LIMITS
+
+FIELDS = ["prompt", "target", "draft", "k", "k_policy", "temperature", "top_k", "top_p", "max_new_tokens", "seed",
+          "shape"]
+NUMBERS = {"k": int, "temperature": float, "top_k": int, "top_p": float, "max_new_tokens": int, "seed": int}
+
+
+def query(*values) -> str:
+    """The query string of the explorer's settings (in FIELDS order)."""
+    return "?" + urlencode({name: value for name, value in zip(FIELDS, values) if value is not None})
+
+
+def parse(params: dict, targets: list[str], drafts: list[str]) -> list:
+    """One value per FIELD from a page's query parameters, or ``gr.skip()`` where absent or unusable."""
+    out = []
+    for name in FIELDS:
+        raw = params.get(name)
+        out.append(gr.skip() if raw is None else _value(name, str(raw), targets, drafts))
+    return out
+
+
+def _value(name: str, raw: str, targets: list[str], drafts: list[str]):
+    if name in NUMBERS:
+        try:
+            value = NUMBERS[name](float(raw)) if NUMBERS[name] is int else float(raw)
+        except ValueError:
+            return gr.skip()
+        low, high = LIMITS.get(name, (0, 2**63 - 1))
+        return value if low <= value <= high else gr.skip()
+    if name == "target":
+        return raw if raw in targets else gr.skip()
+    if name == "draft":
+        return raw if raw in drafts else gr.skip()
+    if name == "k_policy":
+        return raw if raw in ("fixed", "history", "heuristic") else gr.skip()
+    return raw[:4000]  # the prompt (the form checks it again on Run) or the draft shape
+
+
+def page_loader(store):
+    """The page-load handler: the explorer's values from the page's URL (gradio passes the request)."""
+    def from_request(request: gr.Request) -> list:
+        params = dict(request.query_params) if request is not None else {}
+        return parse(params, store.list_targets(), store.list_drafters())
+    return from_request
