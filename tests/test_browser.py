@@ -115,3 +115,17 @@ def test_a_link_reopens_the_settings(app_url):
         sync_api.expect(link).to_have_value(re.compile(r"^http://127\.0\.0\.1:\d+/\?prompt=Once\+more"), timeout=15_000)
         value = link.input_value()
         assert "k=6" in value and "temperature=0" in value and "seed=3" in value and "shape=2%2C1%2C1" in value
+
+
+def test_a_lesson_asks_then_reveals_from_a_run(app_url, tmp_path):
+    with chromium_page(viewport={"width": 1280, "height": 900}) as page:
+        page.goto(app_url)
+        page.get_by_role("tab", name="Learn").click()
+        sync_api.expect(page.locator("#lesson-step")).to_contain_text("Predict:", timeout=15_000)
+        page.locator("#lesson-choice").get_by_text("fewer than one").click()
+        page.locator("#lesson-reveal").click()
+        answer = page.locator("#lesson-answer")
+        sync_api.expect(answer).to_contain_text("Answer (from this run)", timeout=60_000)
+        assert "passes per token" in answer.inner_text()
+        refresh = os.environ.get("SPECVIZ_REFRESH_SCREENSHOT") == "1"
+        page.screenshot(path=str(DOCS_SCREENSHOT.parent / "screenshot-lesson.png" if refresh else tmp_path / "l.png"))

@@ -10,7 +10,8 @@ import gradio as gr
 
 from ..views.timeline import CSS
 from . import links
-from . import batch_tab, compare_tab, distill_tab, explorer, lossless_tab, sweep_tab, temperature_tab, tree_tab
+from . import (batch_tab, compare_tab, distill_tab, explorer, learn_tab, lossless_tab, sweep_tab, temperature_tab,
+               tree_tab)
 from .store import ModelStore
 
 TITLE = "specviz: see speculative decoding"
@@ -32,6 +33,8 @@ def build_demo(store: ModelStore | None = None) -> gr.Blocks:
         with gr.Tabs():
             with gr.Tab("Explorer", id="explorer"):
                 explorer_draft, h = explorer.build(store, user_drafts)
+            with gr.Tab("Learn", id="learn"):
+                lesson, lesson_views, learn = learn_tab.build(store)
             with gr.Tab("Labs", id="labs"):
                 with gr.Tabs():
                     with gr.Tab("k sweep lab"):
@@ -50,6 +53,7 @@ def build_demo(store: ModelStore | None = None) -> gr.Blocks:
                 batch_tab.build(store)
         trained.then(h.draft_pickers, [user_drafts], [explorer_draft, compare_drafts], api_visibility="undocumented")
         demo.load(links.page_loader(store), None, h.link_fields, api_visibility="private")
+        demo.load(lambda t: learn.step_view(t, 0), [lesson], lesson_views, api_visibility="private")
     return demo
 
 

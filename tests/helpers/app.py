@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 
 from specviz import Trace
-from specviz.app import (batch_tab, compare_tab, distill_tab, explorer, launch, lossless_tab, sweep_tab,
-                         temperature_tab, tree_tab)
+from specviz.app import (batch_tab, compare_tab, distill_tab, explorer, launch, learn_tab, lossless_tab,
+                         sweep_tab, temperature_tab, tree_tab)
 from specviz.app.store import ModelStore
 
 SETTINGS = dict(k=3, k_policy="fixed", temperature=0.8, top_k=0, top_p=0.95, max_new_tokens=12, seed=7)
@@ -48,7 +48,8 @@ def handlers(store: ModelStore) -> SimpleNamespace:
     """Every tab's handlers bound to ``store``, in one namespace (their names are unique across tabs), called
     as the app calls them (ValueErrors become gr.Error)."""
     bound = {}
-    for tab in (explorer, sweep_tab, tree_tab, temperature_tab, lossless_tab, distill_tab, compare_tab, batch_tab):
+    for tab in (explorer, sweep_tab, tree_tab, temperature_tab, lossless_tab, distill_tab, compare_tab, batch_tab,
+                learn_tab):
         bound |= vars(tab.handlers(store))
     return SimpleNamespace(**bound)
 
