@@ -129,3 +129,10 @@ def test_a_lesson_asks_then_reveals_from_a_run(app_url, tmp_path):
         assert "passes per token" in answer.inner_text()
         refresh = os.environ.get("SPECVIZ_REFRESH_SCREENSHOT") == "1"
         page.screenshot(path=str(DOCS_SCREENSHOT.parent / "screenshot-lesson.png" if refresh else tmp_path / "l.png"))
+
+
+def test_a_gallery_link_replays_at_once(app_url):
+    with chromium_page(viewport={"width": 1280, "height": 800}) as page:
+        page.goto(app_url + "?gallery=henry-tree")
+        sync_api.expect(page.locator("#summary")).to_contain_text("tokens / target pass", timeout=15_000)
+        sync_api.expect(page.locator("#timeline .sv-round-tree").first).to_be_visible()

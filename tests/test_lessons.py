@@ -60,3 +60,24 @@ def test_the_learn_tab_walks_a_lesson_and_reveals_from_a_run(store):
     assert h.move(title, 0, +5)[2] == len(LESSONS[0].steps) - 1  # clamped to the lesson
     out = last(h.reveal(title, 0, "fewer than one"))
     assert "Answer (from this run):" in out and "target passes per token" in out
+
+
+def test_every_gallery_run_replays_with_its_baseline_and_the_recipe_reproduces_it(store):
+    """Each shipped gallery file opens as a finished run with its speedup (no model work), and recording its
+    recipe again gives the same tokens (the first entry, on the bundled models)."""
+    from specviz import Trace
+    from specviz.labs import gallery
+    from tests.helpers.app import handlers
+
+    shipped = gallery.entries()
+    assert len(shipped) == len(gallery.GALLERY) >= 5
+    h = handlers(store)
+    for title, entry in shipped.items():
+        outs = h.open_gallery(title)
+        trace, base = outs[0], outs[1]
+        assert base is not None and base.mode == "autoregressive" and trace.draft_name == entry.draft
+        assert "measured **" in outs[3] and trace.token_text
+    first = gallery.GALLERY[0]
+    trace, _ = gallery.record(first)
+    shipped_trace = Trace.from_json((gallery.FOLDER / f"{first.name}.json").read_text())
+    assert trace.new_tokens == shipped_trace.new_tokens

@@ -53,6 +53,8 @@ def build_demo(store: ModelStore | None = None) -> gr.Blocks:
                 batch_tab.build(store)
         trained.then(h.draft_pickers, [user_drafts], [explorer_draft, compare_drafts], api_visibility="undocumented")
         demo.load(links.page_loader(store), None, h.link_fields, api_visibility="private")
+        demo.load(links.gallery_loader(h.open_named, len(h.run_outputs)), None, h.run_outputs,
+                  api_visibility="private")
         demo.load(lambda t: learn.step_view(t, 0), [lesson], lesson_views, api_visibility="private")
     return demo
 

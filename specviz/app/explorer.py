@@ -7,6 +7,7 @@ import gradio as gr
 
 from .. import theory
 from ..config import DEFAULTS, EXAMPLE_PROMPTS, K_POLICIES
+from ..labs import gallery
 from ..trace import Trace
 from ..views import plots
 from ..views.summary import summary_markdown
@@ -119,6 +120,22 @@ def load(path):
     return trace, base, *all_views(trace, base)
 
 
+def open_gallery(title):
+    """A gallery run (a recorded trace and its baseline, shipped in assets/gallery/), shown as a finished run."""
+    entry = gallery.entries().get(title)
+    if entry is None:
+        raise ValueError(f"no gallery run called {title!r}")
+    return load(str(gallery.FOLDER / f"{entry.name}.json"))
+
+
+def open_named(name):
+    """A gallery run by its file name (as links carry it)."""
+    titles = {e.name: title for title, e in gallery.entries().items()}
+    if name not in titles:
+        raise ValueError(f"no gallery run called {name!r}: choose one of {', '.join(titles)}")
+    return open_gallery(titles[name])
+
+
 def draft_pickers(store: ModelStore, user_drafts):
     """New choices for the explorer's draft dropdown and the compare tab's draft checkboxes (values kept)."""
     choices = draft_choices(store, user_drafts)
@@ -145,7 +162,7 @@ def api_generate(store: ModelStore):
 def handlers(store: ModelStore):
     """The tab's handlers, bound to ``store`` and ready to wire (tests call them the same way)."""
     h = bind(store, models=dict(run=run, draft_pickers=draft_pickers),
-             plain=dict(step=step, load=load, replay=replay_views, export=runs.export_trace, what_if=what_if,
+             plain=dict(step=step, load=load, open_gallery=open_gallery, open_named=open_named, replay=replay_views, export=runs.export_trace, what_if=what_if,
                         from_run=from_run))
     h.generate = gpu_task(friendly(api_generate(store)))
     return h
@@ -256,10 +273,13 @@ def build(store: ModelStore, user_drafts: gr.State) -> tuple[gr.Dropdown, object
         files = gr.File(label="Downloads", file_count="multiple", interactive=False)
         upload = gr.File(label="Import a JSON trace (replays without the models)", file_types=[".json"],
                          type="filepath", elem_id="upload")
+    shown = gr.Dropdown(list(gallery.entries()), value=None, label="Gallery: ready runs, replayed at once (no model work)",
+                        elem_id="gallery")
 
     outputs = [trace_state, base_state, timeline, summary, round_slider, replay, accept, residual, tree, *charts]
     run_btn.click(h.run, inputs + [user_drafts, draft_stop, *tree_inputs], outputs, api_visibility="undocumented", **MODEL_QUEUE)
     upload.upload(h.load, [upload], outputs, api_visibility="undocumented")
+    shown.input(h.open_gallery, [shown], outputs, api_visibility="private")
     round_slider.change(h.replay, [trace_state, round_slider], [replay, accept, residual, tree],
                         api_visibility="undocumented")
     prev_btn.click(lambda t, i: h.step(t, i, -1), [trace_state, round_slider], [round_slider],
@@ -275,5 +295,5 @@ def build(store: ModelStore, user_drafts: gr.State) -> tuple[gr.Dropdown, object
     link_btn.click(links.query, link_fields, [link], api_visibility="private").then(
         None, [link], [link], js="(q) => q.startsWith('?') ? location.origin + location.pathname + q : q")
     gr.api(h.generate, api_name="generate", **MODEL_QUEUE)
-    h.link_fields = link_fields
+    h.link_fields, h.run_outputs = link_fields, outputs
     return inputs[2], h

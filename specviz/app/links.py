@@ -51,3 +51,11 @@ def page_loader(store):
         params = dict(request.query_params) if request is not None else {}
         return parse(params, store.list_targets(), store.list_drafters())
     return from_request
+
+
+def gallery_loader(open_named, outputs: int):
+    """The page-load handler for ``?gallery=NAME``: that gallery run opened in the explorer (nothing otherwise)."""
+    def from_request(request: gr.Request) -> list:
+        name = dict(request.query_params).get("gallery") if request is not None else None
+        return list(open_named(name)) if name else [gr.skip()] * outputs
+    return from_request
