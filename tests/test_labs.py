@@ -46,6 +46,8 @@ def test_per_position_draft_equal_target_accepts_everything(target, prompt):
     assert pos[pos.k == 4].set_index("position").drafted.tolist() == [3, 2, 2, 2]
     fig = lab_plots.position_heatmap(pos)
     assert fig.data[0].z.shape == (4, 3) and np.nanmax(fig.data[0].z) == 1.0
+    both = lab_plots.position_heatmaps(pos)
+    assert len(both.data) == 2 and np.nanmin(both.data[1].z) == 1.0  # reached drafts all accepted too
 
 
 def test_position_rows_by_hand(target, prompt):
@@ -56,7 +58,10 @@ def test_position_rows_by_hand(target, prompt):
         i = r["position"] - 1
         assert r["drafted"] == sum(len(x.drafted) > i for x in trace.rounds)
         assert r["accepted"] == sum(x.n_accepted > i for x in trace.rounds)
+        assert r["reached"] == sum(len(x.drafted) > i and x.n_accepted >= i for x in trace.rounds)
     assert sum(r["accepted"] for r in rows) == sum(x.n_accepted for x in trace.rounds)
+    pos = sweep_lab.per_position(pd.DataFrame(rows))
+    assert (pos.conditional >= pos.rate).all()  # reached <= drafted: the conditional rate is never lower
 
 
 def test_policy_comparison(target, prompt):

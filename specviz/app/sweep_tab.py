@@ -43,7 +43,7 @@ def _sweep_views(runs: pd.DataFrame, positions: pd.DataFrame) -> tuple:
     """The summary table and the four charts against k."""
     summary, pos = summarize(runs), per_position(positions)
     return (summary.round(3), lab_plots.acceptance_vs_k(summary), lab_plots.tau_vs_k(summary),
-            lab_plots.speedup_vs_k(summary), lab_plots.position_heatmap(pos))
+            lab_plots.speedup_vs_k(summary), lab_plots.position_heatmaps(pos))
 
 
 def sweep_setup(store: ModelStore, target, drafts, prompts_text, k_min, k_max, temperature, top_k, top_p, max_new,
@@ -159,7 +159,8 @@ def build(store: ModelStore) -> None:
         acc, tau = chart("Acceptance rate and α."), chart("τ: tokens per round, measured against eq. 1.")
     with gr.Row():
         speed = chart("Speedup: measured against Leviathan's prediction.")
-        heat = chart("Each later position needs every earlier draft accepted.")
+        heat = chart("Left: of all drafts at a position, the share accepted (falls with position: each needs every "
+                     "earlier one accepted). Right: of those reached, the share accepted (the draft's own quality).")
     policy_table = gr.Dataframe(label="k policies", interactive=False)
     with gr.Row():
         bars, ks = chart("tokens/s and acceptance per policy."), chart("The drafts each round made.")

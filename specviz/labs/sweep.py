@@ -110,11 +110,17 @@ def position_rows(trace, **labels) -> list[dict]:
     a token there and how many of those were accepted (position i needs 1..i-1 accepted too)."""
     depth = max((len(r.drafted) for r in trace.rounds), default=0)
     return [labels | dict(position=i + 1, drafted=sum(len(r.drafted) > i for r in trace.rounds),
+                          reached=sum(len(r.drafted) > i and r.n_accepted >= i for r in trace.rounds),
                           accepted=sum(r.n_accepted > i for r in trace.rounds)) for i in range(depth)]
 
 
 def per_position(positions: pd.DataFrame) -> pd.DataFrame:
-    """Per (draft, k, position): drafted, accepted and the rate accepted / drafted (position x k heatmap)."""
-    g = positions.groupby(["draft", "k", "position"], sort=False)[["drafted", "accepted"]].sum().reset_index()
+    """Per (draft, k, position): drafted, reached (every earlier draft accepted), accepted; the rate accepted /
+    drafted (falls with position by construction) and the conditional rate accepted / reached (the draft's quality
+    at that depth)."""
+    cols = [c for c in ("drafted", "reached", "accepted") if c in positions]
+    g = positions.groupby(["draft", "k", "position"], sort=False)[cols].sum().reset_index()
     g["rate"] = g.accepted / g.drafted
+    if "reached" in g:
+        g["conditional"] = (g.accepted / g.reached).where(g.reached > 0)
     return g

@@ -55,17 +55,37 @@ def speedup_vs_k(summary: pd.DataFrame) -> go.Figure:
     return fig
 
 
-def position_heatmap(positions: pd.DataFrame, draft: str | None = None) -> go.Figure:
-    """Acceptance rate at draft position (rows) for each k (columns), for one draft (default: the first)."""
+def position_heatmap(positions: pd.DataFrame, draft: str | None = None, value: str = "rate") -> go.Figure:
+    """Acceptance at draft position (rows) for each k (columns), for one draft (default: the first): ``value``
+    "rate" (accepted / drafted) or "conditional" (accepted / reached: given every earlier draft accepted)."""
     draft = draft if draft is not None else (positions.draft.iloc[0] if len(positions) else "")
     g = positions[positions.draft == draft]
-    grid = g.pivot(index="position", columns="k", values="rate").sort_index().sort_index(axis=1)
+    grid = g.pivot(index="position", columns="k", values=value).sort_index().sort_index(axis=1)
     fig = go.Figure(go.Heatmap(z=grid.to_numpy(), x=grid.columns.to_numpy(), y=grid.index.to_numpy(), zmin=0, zmax=1,
                                colorscale="Greens", colorbar=dict(title="rate"),
                                hovertemplate="k=%{x}, position %{y}: %{z:.2f}<extra></extra>"))
     fig.update_xaxes(dtick=1)
     fig.update_yaxes(dtick=1, autorange="reversed")
-    return layout(fig, f"Acceptance per draft position ({draft})", "k", "draft position")
+    what = "accepted / drafted" if value == "rate" else "accepted / reached (earlier ones accepted)"
+    return layout(fig, f"Per draft position, {what} ({draft})", "k", "draft position")
+
+
+def position_heatmaps(positions: pd.DataFrame, draft: str | None = None) -> go.Figure:
+    """Both ways side by side: accepted / drafted (left; falls with position by construction) and accepted /
+    reached (right; given every earlier draft accepted: the draft's quality at that depth)."""
+    draft = draft if draft is not None else (positions.draft.iloc[0] if len(positions) else "")
+    g = positions[positions.draft == draft]
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("accepted / drafted", "accepted / reached"))
+    for col, value in ((1, "rate"), (2, "conditional")):
+        if value not in g:
+            continue
+        grid = g.pivot(index="position", columns="k", values=value).sort_index().sort_index(axis=1)
+        fig.add_trace(go.Heatmap(z=grid.to_numpy(), x=grid.columns.to_numpy(), y=grid.index.to_numpy(), zmin=0, zmax=1,
+                                 colorscale="Greens", showscale=col == 2, colorbar=dict(title="rate"),
+                                 hovertemplate="k=%{x}, position %{y}: %{z:.2f}<extra>" + value + "</extra>"), 1, col)
+    fig.update_xaxes(dtick=1)
+    fig.update_yaxes(dtick=1, autorange="reversed")
+    return layout(fig, f"Acceptance per draft position, both ways ({draft})", "k", "draft position")
 
 
 # -- k policies ----------------------------------------------------------------------------------------
