@@ -129,3 +129,32 @@ def test_link_parameters_are_checked_like_the_form():
     assert skipped == {"target", "k", "top_k", "seed", "k_policy", "top_p", "shape"}
     assert values["draft"] == "tiny" and values["temperature"] == 0.5 and values["max_new_tokens"] == 64
     assert len(values["prompt"]) == 4000
+
+
+def test_a_short_request_is_not_stuck_behind_another_sessions_long_lab_and_a_cancel_frees_the_slot(client):
+    """Session A starts a long k sweep; session B's short /generate is served within seconds meanwhile (the labs
+    have a slot of their own); A cancels (its browser closed) and session C's lab starts within seconds."""
+    import time
+
+    from gradio_client import Client
+
+    from specviz import Trace
+
+    url = client.src
+    long_a, b, c = Client(url, verbose=False), Client(url, verbose=False), Client(url, verbose=False)
+    prompts = "\n\n".join(["ROMEO:", "JULIET:", "To be, or not to be", "Friends, Romans"])
+    job = long_a.submit("tiny-target", ["tiny", "prompt-lookup"], prompts, 1, 16, 0.8, 0, 1.0, 64, 0, False, 4, 0.4,
+                        api_name="/run_sweep")
+    time.sleep(1.0)
+    t0 = time.perf_counter()
+    out = b.predict("ROMEO:", "tiny-target", "tiny", 3, 0.8, 0, 1.0, 8, 0, api_name="/generate")
+    waited = time.perf_counter() - t0
+    assert len(Trace.from_json(out if isinstance(out, str) else json.dumps(out)).new_tokens) == 8
+    assert not job.done() and waited < 5.0, waited  # served while the long lab still ran
+    job.cancel()
+    t0 = time.perf_counter()
+    c.predict("tiny-target", "tiny", "ROMEO:", "2", "", 0.0, 0, 1.0, 8, 1, 0, api_name="/run_tree_lab")
+    freed = time.perf_counter() - t0
+    print(f"\nfairness: a short /generate waited {waited:.2f} s behind another session's sweep; after that sweep's "
+          f"cancel, another lab finished in {freed:.2f} s")
+    assert freed < 8.0  # the lab slot freed soon after the cancel

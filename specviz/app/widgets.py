@@ -56,6 +56,8 @@ def bind(store: ModelStore | None, models: dict[str, Callable] = (), plain: dict
     models (ZeroGPU-wrapped where that applies); ``plain`` ones take only the event's values."""
     bound = {name: gpu_task(friendly(functools.partial(fn, store))) for name, fn in dict(models).items()}
     bound |= {name: friendly(fn) for name, fn in dict(plain).items()}
+    for name, fn in bound.items():  # gradio names an event's endpoint after its function: /run_sweep, not /stream_3
+        fn.__name__ = name
     return SimpleNamespace(**bound)
 
 
