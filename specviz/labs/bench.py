@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 import torch
+from tqdm.auto import tqdm
 
 from .. import theory
 from ..config import EXAMPLE_PROMPTS, HELDOUT_PROMPTS, DecodeConfig, TreeConfig
@@ -115,11 +116,17 @@ def assistant_settings(draft, k: int, stop: float = 0.0):
 def run_bench(target, draft, prompts: list[torch.Tensor], cfg: DecodeConfig, repeats: int = 3) -> dict[str, Tally]:
     fns = methods(target, draft, cfg)
     tallies = {name: Tally() for name in fns}
-    for ids in prompts[:1]:  # warm-up: first calls allocate
+    t0 = time.perf_counter()
+    for ids in prompts[:1]:  # warm-up: first calls allocate; it also times one call of each method
         for fn in fns.values():
             fn(ids, 0)
+    pilot = time.perf_counter() - t0
+    print(f"estimated ≈ {pilot * repeats * len(prompts):.0f} s for {repeats * len(prompts) * len(fns)} runs "
+          f"(from the warm-up: {pilot:.1f} s for one prompt through every method)", flush=True)
+    progress = tqdm(total=repeats * len(prompts), desc="bench", unit="prompt", leave=False)
     for rep in range(repeats):
         for i, ids in enumerate(prompts):
+            progress.update()
             names = list(fns)
             shift = (rep + i) % len(names)  # rotate the order so no method always runs first
             for name in names[shift:] + names[:shift]:
