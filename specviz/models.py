@@ -15,6 +15,8 @@ import time
 from importlib.util import find_spec
 from pathlib import Path
 
+from . import early_exit
+
 ASSETS = Path(__file__).resolve().parent.parent / "assets" / "models"
 DEFAULT_TARGET = "target"
 DEFAULT_DRAFT = "lite+ngram-target"  # lite, drafting from ngram-target where it is confident in greedy runs (model card)
@@ -59,8 +61,10 @@ def list_hybrids() -> list[str]:
 
 
 def list_drafters() -> list[str]:
-    """Everything that can draft for the bundled target: bundled LMs other than it, hybrids, model-free drafters."""
-    return [m for m in list_models() if m != DEFAULT_TARGET] + list_hybrids() + list_ngrams() + [PROMPT_LOOKUP]
+    """Everything that can draft for the bundled target: bundled LMs other than it, hybrids, model-free drafters,
+    and the target's own early exits at a quarter and half of its depth."""
+    return ([m for m in list_models() if m != DEFAULT_TARGET] + list_hybrids() + list_ngrams() + [PROMPT_LOOKUP]
+            + early_exit.exit_names(ASSETS / DEFAULT_TARGET, DEFAULT_TARGET))
 
 
 def preset_targets() -> list[str]:
@@ -95,6 +99,9 @@ def load_drafter(name: str, device: str | None = None):
         from .ngram import NGramDrafter, NGramModel
 
         return NGramDrafter(NGramModel.load(ASSETS / name), name=name)
+    if early_exit.parse(name):  # "target@2": the target's first 2 layers drafting for it
+        base, layers = early_exit.parse(name)
+        return early_exit.early_exit(load_model(base, device=device)[0], layers)
     if name in list_hybrids():
         from .ngram import HybridDrafter, NGramModel
 

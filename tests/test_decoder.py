@@ -336,3 +336,25 @@ def test_concurrent_runs_sharing_one_drafter_do_not_mix(prompt):
     for run, solo in zip(runs, alone):
         assert [r.drafted for r in run.trace.rounds] == [r.drafted for r in solo.rounds]
         assert run.trace.new_tokens == solo.new_tokens
+
+
+@pytest.mark.parametrize("make", [tiny_llama, tiny_gpt2])
+def test_early_exit_drafts_exactly_and_at_full_depth_is_the_target(make, prompt):
+    """The target's first L layers draft for it (sharing its weights): greedy output is the target's own, and with
+    every layer the draft IS the target, so every draft is accepted."""
+    from specviz.early_exit import early_exit, parse
+
+    target = make(seed=3, layers=3, sharpen=30)
+    for layers in (1, 2):
+        trace = speculative_generate(target, early_exit(target, layers), prompt, DecodeConfig(k=3, temperature=0,
+                                                                                               max_new_tokens=30))
+        assert trace.new_tokens == reference_greedy(target, prompt, 30)
+    full = speculative_generate(target, early_exit(target, 3), prompt, DecodeConfig(k=3, temperature=0,
+                                                                                     max_new_tokens=30))
+    assert full.summary().acceptance_rate == 1.0
+    assert sum(p.numel() for p in early_exit(target, 1).parameters()) < sum(p.numel() for p in target.parameters())
+    assert all(any(p is q for q in target.parameters()) for p in early_exit(target, 2).parameters())  # shared
+    assert len(list(target.parameters())) == len(list(make(seed=3, layers=3).parameters()))  # the target intact
+    assert parse("target@2") == ("target", 2) and parse("target") is None and parse("a@b") is None
+    with pytest.raises(ValueError, match="needs 1 to 3 layers"):
+        early_exit(target, 4)

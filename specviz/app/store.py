@@ -10,7 +10,7 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from .. import models
+from .. import early_exit, models
 
 CACHE_ENV = "SPECVIZ_MODEL_CACHE_GB"
 
@@ -123,9 +123,11 @@ class ModelStore:
 
 
 def model_free(draft: str) -> bool:
-    """No tokenizer of its own to check against the target's: model-free drafts, and bundled hybrids (their
-    model part is a bundled draft: the family shares one tokenizer)."""
-    return draft == models.PROMPT_LOOKUP or draft in models.list_ngrams() or draft in models.list_hybrids()
+    """No tokenizer of its own to check against the target's: model-free drafts, bundled hybrids (their model part
+    is a bundled draft: the family shares one tokenizer) and early exits of a bundled model (the target's own)."""
+    exit_of = early_exit.parse(draft)
+    return (draft == models.PROMPT_LOOKUP or draft in models.list_ngrams() or draft in models.list_hybrids()
+            or (exit_of is not None and exit_of[0] in models.list_models()))
 
 
 def param_bytes(obj) -> int:
@@ -139,6 +141,8 @@ def param_bytes(obj) -> int:
 def load_bytes(name: str, device: str | None = None) -> int:
     """Bytes a named model takes once loaded (parameters at the load dtype), from its safetensors metadata: 0 for
     model-free drafts and where the files do not say."""
+    if early_exit.parse(name) is not None:
+        return 0  # the target's own weights, shared
     if model_free(name) and name not in models.list_hybrids():
         return 0
     if name in models.list_hybrids():
