@@ -1,5 +1,6 @@
 """Bad input against the running app (gradio_client -> /generate): each gets a readable error, the
 server keeps serving, and concurrent clients get exactly the traces they get alone."""
+import json
 from concurrent.futures import ThreadPoolExecutor
 
 import gradio as gr
@@ -69,8 +70,6 @@ def test_concurrent_clients_get_the_traces_they_get_alone(client):
 
 
 def test_oversized_traces_are_refused_before_they_are_built():
-    import json
-
     from specviz import Trace
     from specviz.trace import MAX_TRACE_BYTES
     from specviz.trace_schema import MAX_ROUNDS

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import shutil
 import time
-from pathlib import Path
 
 import gradio as gr
 import pandas as pd

@@ -4,7 +4,6 @@ store (``handlers(store)`` binds them); ``build`` lays the tab out."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import gradio as gr
 import pandas as pd
@@ -18,7 +17,7 @@ from .budget import Budget
 from .forms import as_int, encode, make_config, number_in, split_prompts
 from .store import ModelStore
 from .tempfiles import fresh_folder
-from .widgets import LAB_QUEUE, SKIP, bind, chart, sampling_controls, target_picker
+from .widgets import LAB_QUEUE, SKIP, bind, chart, lab_inputs, sampling_controls
 
 ROUND_COLUMNS = ["policy", "prompt", "round", "k", "drafted", "accepted"]
 
@@ -135,10 +134,7 @@ def build(store: ModelStore) -> None:
     h = handlers(store)
     gr.Markdown("Run every k on the same prompts beside the autoregressive baseline; theory (dashed) uses the α and "
                 "c measured in this run. ★ best k measured, ◆ best k predicted.")
-    with gr.Row():
-        target = target_picker(store)
-        drafts = gr.Dropdown(store.list_drafters(), value=[store.default_draft()], multiselect=True, label="Drafts")
-    prompts = gr.Textbox("\n\n".join(EXAMPLE_PROMPTS), lines=6, label="Prompts (separate with an empty line)")
+    target, drafts, prompts = lab_inputs(store, EXAMPLE_PROMPTS, multi=True, lines=6)
     with gr.Row():
         k_min = gr.Number(1, precision=0, label="smallest k")
         k_max = gr.Number(8, precision=0, label="largest k")

@@ -14,7 +14,7 @@ from ..views import lab_plots
 from .budget import Budget, token_seconds
 from .forms import encode, make_config, split_prompts
 from .store import ModelStore
-from .widgets import LAB_QUEUE, SKIP, bind, chart, target_picker
+from .widgets import LAB_QUEUE, SKIP, bind, chart, lab_inputs
 
 WHY = ("Why: p and q are both divided by T before the softmax. Near T = 0 each is a point mass on its argmax, so a "
        "draft is accepted only where the two argmaxes agree; as T grows both flatten and overlap more, so α = "
@@ -55,10 +55,7 @@ def handlers(store: ModelStore):
 def build(store: ModelStore) -> None:
     h = handlers(store)
     gr.Markdown("Acceptance against temperature for one pair on the same prompts (at most 5), k and seed.")
-    with gr.Row():
-        target = target_picker(store)
-        draft = gr.Dropdown(store.list_drafters(), value=store.default_draft(), label="Draft")
-    prompts = gr.Textbox("\n\n".join(EXAMPLE_PROMPTS[:3]), lines=4, label="Prompts (separate with an empty line)")
+    target, draft, prompts = lab_inputs(store, EXAMPLE_PROMPTS[:3])
     with gr.Row():
         temperatures = gr.Textbox("0, 0.3, 0.6, 0.8, 1.0, 1.5", label="Temperatures")
         k = gr.Number(4, precision=0, label="k")

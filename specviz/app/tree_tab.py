@@ -15,7 +15,7 @@ from ..views import lab_plots
 from .budget import Budget, token_seconds
 from .forms import as_int, encode, make_config, number_in, split_prompts
 from .store import ModelStore
-from .widgets import LAB_QUEUE, SKIP, bind, chart, sampling_controls, target_picker
+from .widgets import LAB_QUEUE, SKIP, bind, chart, lab_inputs, sampling_controls
 
 MAX_PROMPTS, MAX_SETTINGS, MAX_TOKENS, MAX_REPEATS = 10, 10, 256, 3  # one request's work stays bounded
 TREES = "3,2,2,1\n2,1,1,1,1,1\ndynamic:10,8,3"
@@ -70,10 +70,7 @@ def build(store: ModelStore) -> None:
     h = handlers(store)
     gr.Markdown("Chains of k drafts against token trees of the same draft, verified in one target pass each. "
                 "Trees: a static shape (children per depth, e.g. 3,2,2,1) or dynamic:BUDGET,DEPTH,WIDTH (EAGLE-2).")
-    with gr.Row():
-        target = target_picker(store)
-        draft = gr.Dropdown(store.list_drafters(), value=store.default_draft(), label="Draft")
-    prompts = gr.Textbox("\n\n".join(EXAMPLE_PROMPTS[:3]), lines=4, label="Prompts (separate with an empty line)")
+    target, draft, prompts = lab_inputs(store, EXAMPLE_PROMPTS[:3])
     with gr.Row():
         chains = gr.Textbox("4,6,8", label="Chains: k values")
         trees = gr.Textbox(TREES, lines=3, label="Trees: one per line")

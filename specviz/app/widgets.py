@@ -77,6 +77,18 @@ def draft_picker(store: ModelStore, label: str = "Draft") -> gr.Dropdown:
     return gr.Dropdown(store.list_drafters(), value=store.default_draft(), label=label)
 
 
+def lab_inputs(store: ModelStore, prompts: list[str], multi: bool = False, lines: int = 4) -> tuple:
+    """A lab's (target, draft or drafts, prompts) pickers: the models in one row, the prompts below."""
+    with gr.Row():
+        target = target_picker(store)
+        if multi:
+            draft = gr.Dropdown(store.list_drafters(), value=[store.default_draft()], multiselect=True, label="Drafts")
+        else:
+            draft = gr.Dropdown(store.list_drafters(), value=store.default_draft(), label="Draft")
+    text = gr.Textbox("\n\n".join(prompts), lines=lines, label="Prompts (separate with an empty line)")
+    return target, draft, text
+
+
 def sampling_controls(temperature: float = 1.0) -> list:
     """[temperature, top-k, top-p] in one row."""
     with gr.Row():

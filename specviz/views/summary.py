@@ -91,7 +91,7 @@ def tree_summary(trace: Trace, base: Trace | None, chain: Trace | None) -> str:
         f"(children: {esc(trace.rounds[0].tree.children if trace.rounds and trace.rounds[0].tree else '–')})\n\n"
         "| drafting | tokens / target pass | nodes verified / round | accepted / node | tokens/s | speedup |\n"
         "|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n\n"
-        f"**Speedup on this machine** measured " + (f"**{measured:.2f}×**" if measured else "*(no baseline yet)*") +
+        "**Speedup on this machine** measured " + (f"**{measured:.2f}×**" if measured else "*(no baseline yet)*") +
         f" · predicted **{predicted:.2f}×** = τ̂ / (n c + v) with τ̂ = {tau_hat:.2f} tokens per round (the positional "
         f"model: each node accepted, once its parent is, at its depth and rank's rate in this run), n = {nodes:.1f} "
         f"nodes per round, c = {c:.3f} per node and v = {v:.2f} (a verify pass of all nodes over one target forward)."
