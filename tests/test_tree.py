@@ -244,3 +244,21 @@ def test_tree_lab_tab_measures_chains_and_trees(store):
                                  ("4", "3,x", "unreadable tree")):
         with pytest.raises(gr.Error, match=match):
             last(h.run_tree_lab("tiny-target", "tiny", "ROMEO:", chains, trees, 0.0, 0, 1.0, 16, 1, 0))
+
+
+def test_tree_figure_escapes_token_text_and_shows_every_fate(prompt):
+    from specviz.views.tree_view import tree_figure
+
+    target = SHARP["llama"]
+    trace = speculative_generate(target, perturbed(target, 0.5), prompt,
+                                 DecodeConfig(max_new_tokens=30, temperature=0.9, tree=TreeConfig(shape=(3, 2))))
+    trace.token_text = {i: f'<a href="javascript:alert({i})">t{i}</a>' for i in range(64)}
+    trace.token_bytes = {}
+    r = next(r for r in trace.rounds if r.rejected and r.tree.path)
+    fig = tree_figure(trace, r)
+    texts = [t for d in fig.data for t in (d.text or ()) if t and t != "root"]
+    hovers = [h for d in fig.data for h in (d.hovertext or ())]
+    assert texts and all("<a" not in t and "&lt;a" in t for t in texts)
+    assert all("<a" not in h for h in hovers) and any("&lt;a href" in h for h in hovers)
+    names = {d.name for d in fig.data if d.name and len(d.x)}
+    assert {"accepted", "rejected", "resampled"} <= names
