@@ -178,10 +178,15 @@ class HybridDrafter(Drafter):
         self.contexts = {-1: committed[max(0, len(committed) - self.table.order + 1):]}
         self.parent_of: dict[int, int] = {}
         self.token_of: dict[int, int] = {}
+        self.model_draft.fed, self.committed, self.synced = {}, committed, False
+        root = self._table_logq(-1, None)  # the model is asked (and its cache synced) only where the n-gram is unsure
+        return draft_q(root if root is not None else self._model_root(), self.cfg, self.vocab_size)
+
+    def _model_root(self) -> torch.Tensor:
+        """The model draft's logits after committed: its cache synced to committed (once a round)."""
         md = self.model_draft
-        md.fed = {}
-        root = md.lm.extend(md.visible(committed), [])[-1]  # syncs the model's cache to committed
-        return draft_q(self._table_logq(-1, root), self.cfg, self.vocab_size)
+        self.synced = True
+        return md.lm.extend(md.visible(self.committed), [])[-1]
 
     def tree_expand(self, nodes, tokens, parents):
         rows = {}
@@ -209,6 +214,8 @@ class HybridDrafter(Drafter):
     def _model_logits(self, nodes: list[int]) -> torch.Tensor:
         """The model draft's logits at the given nodes, feeding them and any ancestors it has not seen."""
         md, feed = self.model_draft, []
+        if not self.synced:
+            self._model_root()
         for n in nodes:
             chain, a = [], n
             while a != -1 and a not in md.fed and a not in feed and a not in chain:
