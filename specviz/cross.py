@@ -1,0 +1,63 @@
+"""A draft with another tokenizer (transformers' universal assisted decoding; Timor et al. 2025).
+
+The draft reads the committed text (the target's last ``window`` tokens, decoded), continues it greedily in its
+own tokens, and its new text is re-encoded with the target's tokenizer: the target tokens past the longest
+prefix that re-encoding the committed text alone reproduces are the proposal. A proposal is a deterministic
+function of the committed tokens, so verification treats each token as a point mass (q = onehot): accepted with
+probability p(x) when sampling, iff it is the target's argmax when greedy. The output keeps the target's law at
+any temperature, whatever the two tokenizers do at the boundary (that only changes how often drafts are accepted).
+Each round records, beside the proposal, the draft's own tokens and their text (``last_draft``).
+"""
+from __future__ import annotations
+
+import torch
+
+from .drafters import Drafter, Proposal, model_name
+from .lm import CachedLM, context_window
+
+
+class CrossTokenizerDrafter(Drafter):
+    """Drafts with a causal LM whose tokenizer differs from the target's (``draft_tokenizer`` vs
+    ``target_tokenizer``); ``window``: target tokens of context the draft re-reads each round."""
+
+    def __init__(self, model, draft_tokenizer, target_tokenizer, window: int = 48, name: str | None = None):
+        self.model, self.draft_tok, self.target_tok, self.window_tokens = model, draft_tokenizer, target_tokenizer, window
+        self.name = name or f"{model_name(model)} (own tokenizer)"
+        self.window = None  # reads a window of the context: any length is fine
+        self.last_draft: tuple[list[int], str] = ([], "")
+
+    def start(self, prompt, cfg, vocab_size, device):
+        super().start(prompt, cfg, vocab_size, device)
+        self.lm = CachedLM(self.model)
+        self.limit = context_window(self.model)
+
+    def propose(self, committed, k, generator):
+        text = self.target_tok.decode(committed[-self.window_tokens:], skip_special_tokens=True)
+        ids = self.draft_tok(text, add_special_tokens=False).input_ids or [self.draft_tok.bos_token_id or 0]
+        if self.limit:
+            ids = ids[-(self.limit - k):]
+        new = []
+        for _ in range(k):  # the draft's own greedy continuation, k of its tokens (its cache synced each step)
+            new.append(int(self.lm.extend(ids + new, [])[-1].argmax()))
+        base, full = self.draft_tok.decode(ids), self.draft_tok.decode(ids + new)
+        added = full[len(base):] if full.startswith(base) else ""
+        self.last_draft = (new, added)
+        tokens = retokenize(self.target_tok, text, added)[:k]
+        tokens = [t for t in tokens if t < self.vocab_size][:k] if tokens else []
+        return Proposal(torch.tensor(tokens, dtype=torch.long, device=self.device), None)
+
+
+def retokenize(tokenizer, text: str, added: str) -> list[int]:
+    """The target tokens that ``added`` contributes after ``text``: encode both, drop their common prefix."""
+    if not added:
+        return []
+    before = tokenizer(text, add_special_tokens=False).input_ids
+    after = tokenizer(text + added, add_special_tokens=False).input_ids
+    same = 0
+    while same < min(len(before), len(after)) and before[same] == after[same]:
+        same += 1
+    if same == len(before):
+        return after[same:]
+    # re-encoding merged the added text into the last committed token(s), which are committed as they are: the
+    # added text on its own is what continues them
+    return tokenizer(added, add_special_tokens=False).input_ids
