@@ -86,12 +86,11 @@ def _grow_static(drafter, committed, shape, rule, generator) -> DraftTree:
     tree.q_rows[ROOT] = drafter.tree_start(committed)
     for d, m in enumerate(shape):
         new = []
-        for node in level:
+        for node, children in zip(level, _children(tree, level, m, rule, generator)):
             made, tree.candidates[node] = {}, []
-            q = tree.q_rows[node]
-            for token, q_i in choose_children(q, m, rule, generator):
+            for token, q_i, q_x in children:
                 if token not in made:
-                    made[token] = tree.add(token, node, float(q[token]))
+                    made[token] = tree.add(token, node, q_x)
                     new.append(made[token])
                 tree.candidates[node].append((made[token], q_i))
         if new and d + 1 < len(shape):  # the last level's children are never drafted: no q needed there
@@ -99,6 +98,19 @@ def _grow_static(drafter, committed, shape, rule, generator) -> DraftTree:
             tree.q_rows.update(zip(new, rows))
         level = new
     return tree
+
+
+def _children(tree: DraftTree, level: list[int], m: int, rule: str, generator) -> list[list]:
+    """Each level node's children as (token, q_i, q(token)); top children of the whole level in one topk."""
+    if rule != "top":
+        out = []
+        for node in level:
+            q = tree.q_rows[node]
+            out.append([(t, q_i, float(q[t])) for t, q_i in choose_children(q, m, rule, generator)])
+        return out
+    rows = torch.stack([tree.q_rows[node] for node in level])
+    top = torch.topk(rows, min(m, rows.shape[-1]), dim=-1)
+    return [[(t, None, v) for v, t in zip(vs, ts) if v > 0] for vs, ts in zip(top.values.tolist(), top.indices.tolist())]
 
 
 def _grow_dynamic(drafter, committed, tree_cfg: TreeConfig, depth: int) -> DraftTree:
@@ -199,11 +211,13 @@ def tree_attention(start: int, n_prefix: int, parents: list[int], first: int, de
     visible = torch.zeros(n_prefix + nodes, end, dtype=torch.bool, device=device)
     visible[:n_prefix] = torch.ones(n_prefix, end, dtype=torch.bool, device=device).tril(start)
     visible[n_prefix:, :base] = True
-    positions = list(range(start, start + n_prefix))
+    positions, rows, cols = list(range(start, start + n_prefix)), [], []
     for j in range(nodes):
         node, depth = first + j, -1
         while node != ROOT:
-            visible[n_prefix + j, base + node] = True
+            rows.append(n_prefix + j)
+            cols.append(base + node)
             node, depth = parents[node], depth + 1
         positions.append(base + depth)
+    visible[rows, cols] = True  # each node and its ancestors: one indexed write
     return torch.tensor(positions, dtype=torch.long, device=device), visible
