@@ -113,7 +113,9 @@ def run_sweep(store: ModelStore, target, drafts, prompts_text, k_min, k_max, tem
         if positions and (time.time() - last >= 1.0 or len(rows) == total):
             last = time.time()
             views = _sweep_views(pd.DataFrame(rows), pd.DataFrame(positions))
-            yield (f"{note}\n\n**{len(rows)} / {total} runs** in {last - start:.1f} s", *views, *(SKIP,) * 4)
+            left = (last - start) * (total - len(rows)) / len(rows)
+            yield (f"{note}\n\n**{len(rows)} / {total} runs** in {last - start:.1f} s (about {left:.0f} s left)", *views,
+                   *(SKIP,) * 4)
     runs = pd.DataFrame(rows)
     frames = dict(sweep_runs=runs, sweep_summary=summarize(runs), per_position=per_position(pd.DataFrame(positions)))
     note += f"\n\n**Done: {total} runs in {time.time() - start:.1f} s** (measured; an idle CPU is faster)."
