@@ -157,3 +157,25 @@ def test_a_short_request_is_not_stuck_behind_another_sessions_long_lab_and_a_can
     print(f"\nfairness: a short /generate waited {waited:.2f} s behind another session's sweep; after that sweep's "
           f"cancel, another lab finished in {freed:.2f} s")
     assert freed < 8.0  # the lab slot freed soon after the cancel
+
+
+def test_one_run_at_a_time_per_visitor():
+    """A second job from the same session is refused while the first runs; another session's is not."""
+    from types import SimpleNamespace
+
+    from specviz.app.sessions import BUSY, one_per_session
+
+    def slow(x):
+        yield x
+        yield x + 1
+
+    gated = one_per_session(slow)
+    mine, theirs = SimpleNamespace(session_hash="a"), SimpleNamespace(session_hash="b")
+    first = gated(1, mine)
+    assert next(first) == 1  # running, holding session "a"
+    with pytest.raises(gr.Error, match="one run at a time per visitor"):
+        next(gated(5, mine))
+    assert list(gated(5, theirs)) == [5, 6]
+    assert list(first) == [2]  # the first finishes, releasing the session
+    assert list(gated(7, mine)) == [7, 8] and list(gated(9)) == [9, 10]  # no request (tests, scripts): not gated
+    assert BUSY

@@ -11,6 +11,7 @@ from typing import Callable
 import gradio as gr
 
 from .gpu import gpu_task
+from .sessions import one_per_session
 from .store import ModelStore
 
 MODEL_QUEUE = dict(concurrency_id="model", concurrency_limit=1)  # one model run at a time: timings stay honest
@@ -54,7 +55,7 @@ def friendly(fn: Callable) -> Callable:
 def bind(store: ModelStore | None, models: dict[str, Callable] = (), plain: dict[str, Callable] = ()) -> SimpleNamespace:
     """A tab's handlers ready to wire: ``models`` take the store first (bound with functools.partial) and run
     models (ZeroGPU-wrapped where that applies); ``plain`` ones take only the event's values."""
-    bound = {name: gpu_task(friendly(functools.partial(fn, store))) for name, fn in dict(models).items()}
+    bound = {name: one_per_session(gpu_task(friendly(functools.partial(fn, store)))) for name, fn in dict(models).items()}
     bound |= {name: friendly(fn) for name, fn in dict(plain).items()}
     for name, fn in bound.items():  # gradio names an event's endpoint after its function: /run_sweep, not /stream_3
         fn.__name__ = name
