@@ -136,3 +136,21 @@ def test_a_gallery_link_replays_at_once(app_url):
         page.goto(app_url + "?gallery=henry-tree")
         sync_api.expect(page.locator("#summary")).to_contain_text("tokens / target pass", timeout=15_000)
         sync_api.expect(page.locator("#timeline .sv-round-tree").first).to_be_visible()
+
+
+def test_the_temperature_lab_and_the_theory_explorer_draw(app_url, tmp_path):
+    with chromium_page(viewport={"width": 1280, "height": 900}) as page:
+        page.goto(app_url)
+        page.locator("#what-if").click()  # the theory explorer opens; a button takes this run's numbers
+        page.locator("#run").click()
+        sync_api.expect(page.locator("#summary")).to_contain_text(re.compile(r"measured [\d.]+×"), timeout=60_000)
+        page.locator("#from-run").click()
+        sync_api.expect(page.locator("#what-if-plot .js-plotly-plot")).to_contain_text("this run, measured",
+                                                                                      timeout=15_000)
+        page.get_by_role("tab", name="Labs").click()
+        page.get_by_role("tab", name="Temperature lab").click()
+        page.get_by_role("button", name="Run temperature lab").click()
+        sync_api.expect(page.get_by_text("Why: p and q")).to_be_visible(timeout=90_000)
+        refresh = os.environ.get("SPECVIZ_REFRESH_SCREENSHOT") == "1"
+        page.screenshot(path=str(DOCS_SCREENSHOT.parent / "screenshot-temperature.png" if refresh
+                                 else tmp_path / "t.png"), full_page=True)

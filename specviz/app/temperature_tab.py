@@ -16,9 +16,10 @@ from .forms import encode, make_config, split_prompts
 from .store import ModelStore
 from .widgets import LAB_QUEUE, SKIP, bind, chart, lab_inputs
 
-WHY = ("Why: p and q are both divided by T before the softmax. Near T = 0 each is a point mass on its argmax, so a "
-       "draft is accepted only where the two argmaxes agree; as T grows both flatten and overlap more, so α = "
-       "E[Σ min(p, q)] rises towards 1, and so does acceptance (the text itself gets more random).")
+WHY = ("Why: p and q are both divided by T before the softmax. At T = 0 a draft is accepted exactly where the two "
+       "argmaxes agree (α is that agreement rate). At a small T both are sharp, so where they differ they barely "
+       "overlap; as T grows both flatten and overlap more, so α = E[Σ min(p, q)] rises towards 1 (and the text gets "
+       "more random). The measured acceptance follows α up to the noise of a few short runs.")
 
 
 def parse_temperatures(text) -> list[float]:
@@ -54,8 +55,11 @@ def handlers(store: ModelStore):
 
 def build(store: ModelStore) -> None:
     h = handlers(store)
-    gr.Markdown("Acceptance against temperature for one pair on the same prompts (at most 5), k and seed.")
+    gr.Markdown("Acceptance against temperature for one pair on the same prompts (at most 5), k and seed. "
+                "α at fixed contexts needs a draft model with logits (not an n-gram, a hybrid or prompt lookup).")
     target, draft, prompts = lab_inputs(store, EXAMPLE_PROMPTS[:3])
+    if "lite" in store.list_drafters():
+        draft.value = "lite"  # a draft model: both α columns
     with gr.Row():
         temperatures = gr.Textbox("0, 0.3, 0.6, 0.8, 1.0, 1.5", label="Temperatures")
         k = gr.Number(4, precision=0, label="k")
