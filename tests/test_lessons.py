@@ -81,3 +81,20 @@ def test_every_gallery_run_replays_with_its_baseline_and_the_recipe_reproduces_i
     trace, _ = gallery.record(first)
     shipped_trace = Trace.from_json((gallery.FOLDER / f"{first.name}.json").read_text())
     assert trace.new_tokens == shipped_trace.new_tokens
+
+
+def test_steps_with_a_ready_run_reveal_from_the_gallery_without_models(store):
+    from tests.helpers.app import handlers
+
+    ready = [(lesson, i, step) for lesson in LESSONS for i, step in enumerate(lesson.steps) if step.action.get("gallery")]
+    assert ready
+    h = handlers(store)
+    for lesson, i, step in ready:
+        numbers = lessons.from_gallery(step)
+        assert lessons.answer_of(step, numbers) in step.choices
+        assert "Answer (from this run):" in h.reveal_ready(lesson.title, i, None)
+    no_ready = next((lesson, i) for lesson in LESSONS for i, s in enumerate(lesson.steps) if not s.action.get("gallery"))
+    import gradio as gr
+
+    with pytest.raises(gr.Error, match="no ready run"):
+        h.reveal_ready(no_ready[0].title, no_ready[1], None)

@@ -33,6 +33,12 @@ def reveal(store: ModelStore, lesson_title, index, picked):
     yield lessons.reveal(step, lessons.run_action(step, pair), picked)
 
 
+def reveal_ready(lesson_title, index, picked) -> str:
+    """The answer from the step's ready run in the gallery: instant, no model work (for a busy Space)."""
+    step = _lesson(lesson_title).steps[int(index or 0)]
+    return lessons.reveal(step, lessons.from_gallery(step), picked)
+
+
 def _lesson(title) -> lessons.Lesson:
     for lesson in lessons.load_lessons():
         if lesson.title == title:
@@ -41,15 +47,15 @@ def _lesson(title) -> lessons.Lesson:
 
 
 def handlers(store: ModelStore):
-    return bind(store, models=dict(reveal=reveal), plain=dict(step_view=step_view, move=move))
+    return bind(store, models=dict(reveal=reveal), plain=dict(step_view=step_view, move=move, reveal_ready=reveal_ready))
 
 
 def build(store: ModelStore) -> tuple:
     h = handlers(store)
     titles = [lesson.title for lesson in lessons.load_lessons()]
     gr.Markdown("Short lessons: read one idea, **predict** what will happen, then reveal it: the app runs the real "
-                "models and the answer comes from that run's numbers. Lessons live in `assets/lessons/` as JSON: "
-                "add your own.")
+                "models and the answer comes from that run's numbers (when the Space is busy, some steps reveal from a "
+                "ready run in the gallery, instantly). Lessons live in `assets/lessons/` as JSON: add your own.")
     lesson = gr.Dropdown(titles, value=titles[0], label="Lesson", elem_id="lesson")
     index = gr.State(0)
     text = gr.Markdown(elem_id="lesson-step")
@@ -57,6 +63,7 @@ def build(store: ModelStore) -> tuple:
     with gr.Row():
         prev_btn = gr.Button("◀ previous step", scale=0)
         reveal_btn = gr.Button("Reveal: run it", variant="primary", elem_id="lesson-reveal")
+        ready_btn = gr.Button("Reveal from a ready run (instant)", elem_id="lesson-ready", scale=0)
         next_btn = gr.Button("next step ▶", scale=0)
     answer = gr.Markdown(elem_id="lesson-answer")
     views = [text, picked, index, answer]
@@ -64,4 +71,5 @@ def build(store: ModelStore) -> tuple:
     prev_btn.click(lambda t, i: h.move(t, i, -1), [lesson, index], views, api_visibility="private")
     next_btn.click(lambda t, i: h.move(t, i, +1), [lesson, index], views, api_visibility="private")
     reveal_btn.click(h.reveal, [lesson, index, picked], [answer], api_visibility="private", **MODEL_QUEUE)
+    ready_btn.click(h.reveal_ready, [lesson, index, picked], [answer], api_visibility="private")
     return lesson, views, h  # the page load shows the first step (demo.load)

@@ -21,6 +21,8 @@ from .. import theory
 from ..config import DecodeConfig, TreeConfig
 from ..decoder import autoregressive_generate, speculative_generate
 from ..models import ASSETS
+from ..trace import Trace
+from .gallery import FOLDER
 
 LESSONS = ASSETS.parent / "lessons"
 KINDS, RULES = ("run", "exact", "vary"), ("threshold", "direction", "highest")
@@ -75,6 +77,25 @@ def run_action(step: Step, pair) -> dict:
     return _one(pair, settings, a)
 
 
+def from_gallery(step: Step) -> dict:
+    """The step's numbers from its ready run (``action["gallery"]``: a gallery entry with its baseline): instant,
+    no model work, for a class on a busy Space. ValueError if the step has none."""
+    name = step.action.get("gallery")
+    path = FOLDER / f"{name}.json" if name else None
+    if path is None or not path.is_file():
+        raise ValueError("this step has no ready run: press Reveal to run it on the models")
+    trace, base = Trace.run_from_json(path.read_text(encoding="utf-8"))
+    return metrics(trace) | _against_baseline(trace, base)
+
+
+def _against_baseline(trace, base) -> dict:
+    if base is None:
+        return {}
+    same = sum(a == b for a, b in zip(trace.new_tokens, base.new_tokens))
+    return dict(same_tokens=same, tokens=len(base.new_tokens), same_as_target=float(trace.new_tokens == base.new_tokens),
+                speedup=theory.measured_speedup(trace, base) or 0.0, c=theory.cost_ratio(trace, base))
+
+
 def _one(pair, settings: dict, action: dict) -> dict:
     target, tok, draft = pair(settings.get("target"), settings.get("draft"))
     ids = tok(settings.get("prompt", "ROMEO:"), return_tensors="pt").input_ids
@@ -85,11 +106,7 @@ def _one(pair, settings: dict, action: dict) -> dict:
     trace = speculative_generate(target, draft, ids, cfg)
     numbers = metrics(trace)
     if action["kind"] == "exact" or action.get("baseline"):
-        base = autoregressive_generate(target, ids, replace(cfg, tree=None))
-        same = sum(a == b for a, b in zip(trace.new_tokens, base.new_tokens))
-        numbers |= dict(same_tokens=same, tokens=len(base.new_tokens),
-                        same_as_target=float(trace.new_tokens == base.new_tokens),
-                        speedup=theory.measured_speedup(trace, base) or 0.0, c=theory.cost_ratio(trace, base))
+        numbers |= _against_baseline(trace, autoregressive_generate(target, ids, replace(cfg, tree=None)))
     return numbers
 
 
