@@ -115,6 +115,8 @@ def test_a_link_reopens_the_settings(app_url):
         sync_api.expect(link).to_have_value(re.compile(r"^http://127\.0\.0\.1:\d+/\?prompt=Once\+more"), timeout=15_000)
         value = link.input_value()
         assert "k=6" in value and "temperature=0" in value and "seed=3" in value and "shape=2%2C1%2C1" in value
+        page.goto(app_url + "?tab=learn")  # a link can open another tab
+        sync_api.expect(page.locator("#lesson-step")).to_be_visible(timeout=15_000)
 
 
 def test_a_lesson_asks_then_reveals_from_a_run(app_url, tmp_path):

@@ -30,7 +30,7 @@ def build_demo(store: ModelStore | None = None) -> gr.Blocks:
         presenter = gr.Checkbox(False, label="Presenter view: large type, high contrast (for a projector)",
                                 elem_id="presenter")
         presenter.change(None, [presenter], None, js=PRESENTER_JS, api_visibility="private")
-        with gr.Tabs():
+        with gr.Tabs() as tabs:
             with gr.Tab("Explorer", id="explorer"):
                 explorer_draft, h = explorer.build(store, user_drafts)
             with gr.Tab("Learn", id="learn"):
@@ -56,6 +56,7 @@ def build_demo(store: ModelStore | None = None) -> gr.Blocks:
         demo.load(links.gallery_loader(h.open_named, len(h.run_outputs)), None, h.run_outputs,
                   api_visibility="private")
         demo.load(lambda t: learn.step_view(t, 0), [lesson], lesson_views, api_visibility="private")
+        demo.load(links.tab_loader(), None, [tabs], api_visibility="private")
     return demo
 
 

@@ -14,9 +14,21 @@ FIELDS = ["prompt", "target", "draft", "k", "k_policy", "temperature", "top_k", 
 NUMBERS = {"k": int, "temperature": float, "top_k": int, "top_p": float, "max_new_tokens": int, "seed": int}
 
 
+TABS = ("explorer", "learn", "labs", "compare", "batch")
+
+
 def query(*values) -> str:
-    """The query string of the explorer's settings (in FIELDS order)."""
-    return "?" + urlencode({name: value for name, value in zip(FIELDS, values) if value is not None})
+    """The query string of the explorer's settings (in FIELDS order), opening on the explorer tab."""
+    return "?" + urlencode({name: value for name, value in zip(FIELDS, values) if value is not None} | {"tab": "explorer"})
+
+
+def tab_loader():
+    """The page-load handler for ``?tab=NAME``: that top-level tab selected (a gallery link opens the explorer)."""
+    def from_request(request: gr.Request):
+        params = dict(request.query_params) if request is not None else {}
+        tab = params.get("tab") or ("explorer" if params.get("gallery") else None)
+        return gr.Tabs(selected=tab) if tab in TABS else gr.skip()
+    return from_request
 
 
 def parse(params: dict, targets: list[str], drafts: list[str]) -> list:
