@@ -47,7 +47,15 @@ def early_exit(model, layers: int):
         cfg.layer_types = cfg.layer_types[:layers]
     draft.config = draft_inner.config = cfg
     cfg._name_or_path = f"{getattr(model.config, '_name_or_path', '') or type(model).__name__}@{layers}"
+    # what it shares its weights with, kept out of its submodules (``extra_parameters`` counts none of them)
+    object.__setattr__(draft, "exit_of", model)
     return draft.eval()
+
+
+def extra_parameters(draft) -> int | None:
+    """Parameters a draft adds beside its target: 0 for an early exit (it is the target's own), else None
+    (the draft's own size is all extra)."""
+    return 0 if getattr(draft, "exit_of", None) is not None else None
 
 
 def _stack(model) -> tuple[str, str]:

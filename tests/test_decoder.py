@@ -356,5 +356,8 @@ def test_early_exit_drafts_exactly_and_at_full_depth_is_the_target(make, prompt)
     assert all(any(p is q for q in target.parameters()) for p in early_exit(target, 2).parameters())  # shared
     assert len(list(target.parameters())) == len(list(make(seed=3, layers=3).parameters()))  # the target intact
     assert parse("target@2") == ("target", 2) and parse("target") is None and parse("a@b") is None
+    from specviz.labs.compare import draft_size
+
+    assert draft_size(early_exit(target, 2)) == 0 and draft_size(target) > 0  # no extra memory: shared weights
     with pytest.raises(ValueError, match="needs 1 to 3 layers"):
         early_exit(target, 4)

@@ -22,6 +22,7 @@ from ..config import DecodeConfig
 from ..decoder import Decoding
 from ..drafters import Drafter, ModelDrafter, as_drafter
 from ..lm import CachedLM
+from ..early_exit import extra_parameters
 from ..ngram import HybridDrafter, NGramDrafter
 from ..sampling import logits_to_probs
 from ..trace import Trace
@@ -97,7 +98,9 @@ def _positions(runs: list[Run]) -> pd.DataFrame:
 
 def draft_size(draft) -> int:
     """Parameters of a draft LM (of a hybrid's model); stored n-grams (every order) of an n-gram draft; 0 for
-    model-free rules."""
+    model-free rules and for an early exit (it shares the target's weights: nothing extra to hold)."""
+    if extra_parameters(draft) == 0:
+        return 0
     if isinstance(draft, NGramDrafter):
         return int(sum(len(k) for k in draft.model.keys))
     if isinstance(draft, HybridDrafter):
