@@ -8,7 +8,7 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from tests.helpers.app import free_port, tiny_store  # noqa: E402
+from tests.helpers.app import free_port, tiny_store, wait_idle  # noqa: E402
 from tests.helpers.models import DEVICE, tiny_gpt2, tiny_llama, ui_models  # noqa: E402
 
 torch.set_num_threads(1)  # tiny models: one thread is fastest, and never oversubscribes a shared CPU
@@ -54,4 +54,5 @@ def client(store):
     try:
         yield Client(f"http://127.0.0.1:{port}/", verbose=False)
     finally:
+        wait_idle(demo)
         demo.close()

@@ -65,6 +65,8 @@ def test_a_tree_round_is_drawn(app_url):
         sync_api.expect(tree).to_contain_text("nodes verified in one target pass", timeout=15_000)
         sync_api.expect(tree).to_contain_text("not visited")  # the legend: every fate in the timeline's colours
         assert page.locator("#timeline .sv-round-tree").count() > 0  # the timeline marks tree rounds
+        if os.environ.get("SPECVIZ_REFRESH_SCREENSHOT") == "1":
+            page.locator("#tree-plot").screenshot(path=str(DOCS_SCREENSHOT.parent / "screenshot-tree.png"))
 
 
 @pytest.mark.parametrize("tab", ["explorer"])

@@ -66,6 +66,16 @@ def generate(client, **change) -> Trace:
     return Trace.from_json(out if isinstance(out, str) else json.dumps(out))
 
 
+def wait_idle(demo, timeout: float = 120.0) -> None:
+    """Wait until the demo's queue runs no job: a run a test no longer watches (a baseline, the spread's pairs)
+    must finish before the server closes, or the process may abort at exit mid-computation."""
+    import time
+
+    queue, deadline = getattr(demo, "_queue", None), time.time() + timeout
+    while queue is not None and any(queue.active_jobs) and time.time() < deadline:
+        time.sleep(0.2)
+
+
 @contextmanager
 def serve(demo):
     """The demo served (ui.launch: theme and CSS) on a free local port; yields its URL."""
@@ -74,6 +84,7 @@ def serve(demo):
     try:
         yield f"http://127.0.0.1:{port}/"
     finally:
+        wait_idle(demo)
         demo.close()
 
 
