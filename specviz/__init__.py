@@ -9,7 +9,7 @@ from .batch import autoregressive_generate_batch, speculative_generate_batch
 from .config import EXAMPLE_PROMPTS, PRESETS, DecodeConfig, TreeConfig
 from .decoder import Decoding, autoregressive_generate, speculative_generate
 from .distill import distill, iter_distill
-from .cross import CrossTokenizerDrafter
+from .cross import CrossTokenizerDrafter, IntersectionDrafter
 from .drafters import Drafter, ModelDrafter, PromptLookupDrafter, Proposal
 from .labs.compare import compare
 from .labs.distill_lab import distill_lab, fresh_draft
@@ -26,6 +26,7 @@ __all__ = [
     "speculative_generate", "autoregressive_generate", "Decoding",
     "speculative_generate_batch", "autoregressive_generate_batch",
     "Drafter", "ModelDrafter", "PromptLookupDrafter", "Proposal", "NGramDrafter", "NGramModel", "CrossTokenizerDrafter",
+    "IntersectionDrafter",
     "load_model", "load_drafter", "list_models", "list_drafters", "check_tokenizers", "DEFAULT_TARGET", "DEFAULT_DRAFT",
     "Trace", "Round", "Summary", "Counts",
     "sweep", "iter_sweep", "summarize", "best_k", "position_rows", "per_position", "compare_policies", "policy_summary",

@@ -10,10 +10,13 @@ Each round records, beside the proposal, the draft's own tokens and their text (
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
-from .drafters import Drafter, Proposal, model_name
+from .drafters import Drafter, Proposal, draft_loop, model_name
 from .lm import CachedLM, context_window
+from .sampling import logits_to_probs
 
 
 class CrossTokenizerDrafter(Drafter):
@@ -61,3 +64,47 @@ def retokenize(tokenizer, text: str, added: str) -> list[int]:
     # re-encoding merged the added text into the last committed token(s), which are committed as they are: the
     # added text on its own is what continues them
     return tokenizer(added, add_special_tokens=False).input_ids
+
+
+class IntersectionDrafter(Drafter):
+    """Token-level intersection (Timor et al. 2025): a draft with another tokenizer drafts, one token at a time, from
+    its q restricted to the tokens whose strings both vocabularies hold, renormalised and moved to the target's ids.
+    That q is a real distribution on the target's vocabulary, and each drafted token is drawn from it, so the
+    standard verification is exact at any temperature (the draft simply never proposes a token outside the
+    intersection). The draft re-reads the committed text in its own tokens each round."""
+
+    def __init__(self, model, draft_tokenizer, target_tokenizer, window: int = 48, min_overlap: float = 0.05,
+                 name: str | None = None):
+        shared = sorted(set(draft_tokenizer.get_vocab()) & set(target_tokenizer.get_vocab()))
+        target_vocab = len(target_tokenizer.get_vocab())
+        if len(shared) < min_overlap * target_vocab:
+            raise ValueError(f"the two vocabularies share {len(shared)} of the target's {target_vocab} tokens "
+                             f"({len(shared) / target_vocab:.1%}): too few to draft from (at least {min_overlap:.0%})")
+        self.model, self.draft_tok, self.target_tok, self.window_tokens = model, draft_tokenizer, target_tokenizer, window
+        dv, tv = draft_tokenizer.get_vocab(), target_tokenizer.get_vocab()
+        self.d_ids = torch.tensor([dv[s] for s in shared])
+        self.t_ids = torch.tensor([tv[s] for s in shared])
+        self.to_draft = dict(zip(self.t_ids.tolist(), self.d_ids.tolist()))
+        self.overlap = len(shared) / target_vocab
+        self.name = name or f"{model_name(model)} (shared tokens)"
+        self.window = None
+
+    def start(self, prompt, cfg, vocab_size, device):
+        super().start(prompt, cfg, vocab_size, device)
+        self.lm = CachedLM(self.model)
+
+    def propose(self, committed, k, generator):
+        text = self.target_tok.decode(committed[-self.window_tokens:], skip_special_tokens=True)
+        ids = self.draft_tok(text, add_special_tokens=False).input_ids or [self.draft_tok.bos_token_id or 0]
+
+        def next_logits(drafted: list[int]) -> torch.Tensor:  # log q on the target's ids (-inf outside the overlap)
+            q = logits_to_probs(self.lm.extend(ids + [self.to_draft[t] for t in drafted], [])[-1],
+                                self.cfg.temperature, self.cfg.top_k, self.cfg.top_p)
+            restricted = torch.full((self.vocab_size,), float("-inf"), dtype=q.dtype, device=q.device)
+            restricted[self.t_ids.to(q.device)] = q[self.d_ids.to(q.device)].log()
+            if not torch.isfinite(restricted).any():  # no shared token has mass here: draft uniformly among them
+                restricted[self.t_ids.to(q.device)] = 0.0
+            return restricted
+
+        return draft_loop(next_logits, k, replace(self.cfg, temperature=1.0 if not self.cfg.greedy else 0.0, top_k=0,
+                                                  top_p=1.0), self.vocab_size, generator, self.device)

@@ -80,3 +80,30 @@ def test_retokenize_keeps_what_follows_the_committed_tokens():
     tok = byte_bpe(400)
     assert tok.decode(retokenize(tok, "It is the", " east")) == " east"
     assert retokenize(tok, "It is the", "") == []
+
+
+def test_token_intersection_drafts_a_real_q_and_keeps_the_law():
+    """The draft's q restricted to the shared tokens is what it samples from: sampled output has the target's law,
+    greedy output is the target's own, and no drafted token lies outside the intersection."""
+    from specviz.cross import IntersectionDrafter
+
+    target_tok = words(["<unk>", "a", "b", "c", "d", "e", "f", "g"])
+    draft_tok = words(["<unk>", "c", "a", "g", "b", "z"])
+    target = tiny_llama(vocab=8, seed=11, sharpen=5)
+    draft = tiny_llama(vocab=6, seed=12, sharpen=5)
+    drafter = IntersectionDrafter(draft, draft_tok, target_tok)
+    shared = {target_tok.get_vocab()[w] for w in ("<unk>", "a", "b", "c", "g")}
+    prompt = target_tok("a b c", return_tensors="pt").input_ids
+    cfg = DecodeConfig(k=2, max_new_tokens=3, temperature=1.0, top_k=6)
+    counts, drafted = torch.zeros(8, 8), []
+    for seed in range(1500):
+        trace = speculative_generate(target, drafter, prompt, DecodeConfig(**{**cfg.to_dict(), "seed": seed}))
+        t1, t2 = trace.new_tokens[:2]
+        counts[t1, t2] += 1
+        drafted += list(trace.rounds[0].drafted)
+    assert set(drafted) <= shared and len(drafted) > 1000
+    assert chi2_pvalue(counts, exact_first_two(target, prompt, cfg)) > 1e-3
+    greedy = speculative_generate(target, drafter, prompt, DecodeConfig(k=3, temperature=0, max_new_tokens=20))
+    assert greedy.new_tokens == reference_greedy(target, prompt, 20)
+    with pytest.raises(ValueError, match=r"share 1 of the target's 8 tokens"):
+        IntersectionDrafter(draft, words(["<unk>", "x", "y"]), target_tok, min_overlap=0.5)
