@@ -148,13 +148,15 @@ def test_the_temperature_lab_and_the_theory_explorer_draw(app_url, tmp_path):
         page.locator("#what-if").click()  # the theory explorer opens; a button takes this run's numbers
         page.locator("#run").click()
         sync_api.expect(page.locator("#summary")).to_contain_text(re.compile(r"measured [\d.]+×"), timeout=60_000)
+        # the run is over once its spread is measured: one model job at a time per visitor
+        sync_api.expect(page.locator("#summary")).not_to_contain_text("Measuring the spread", timeout=120_000)
         page.locator("#from-run").click()
         sync_api.expect(page.locator("#what-if-plot .js-plotly-plot")).to_contain_text("this run, measured",
                                                                                       timeout=15_000)
         page.get_by_role("tab", name="Labs").click()
         page.get_by_role("tab", name="Temperature lab").click()
         page.get_by_role("button", name="Run temperature lab").click()
-        sync_api.expect(page.get_by_text("Why: p and q")).to_be_visible(timeout=90_000)
+        sync_api.expect(page.get_by_text("Why: p and q")).to_be_visible(timeout=180_000)
         refresh = os.environ.get("SPECVIZ_REFRESH_SCREENSHOT") == "1"
         page.screenshot(path=str(DOCS_SCREENSHOT.parent / "screenshot-temperature.png" if refresh
                                  else tmp_path / "t.png"), full_page=True)
