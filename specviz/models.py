@@ -99,9 +99,8 @@ def load_drafter(name: str, device: str | None = None):
         from .ngram import NGramDrafter, NGramModel
 
         return NGramDrafter(NGramModel.load(ASSETS / name), name=name)
-    if early_exit.parse(name):  # "target@2": the target's first 2 layers drafting for it
-        base, layers = early_exit.parse(name)
-        return early_exit.early_exit(load_model(base, device=device)[0], layers)
+    if exit_of := early_exit.parse(name):  # "target@2": the target's first 2 layers drafting for it
+        return early_exit.early_exit(load_model(exit_of[0], device=device)[0], exit_of[1])
     if name in list_hybrids():
         from .ngram import HybridDrafter, NGramModel
 

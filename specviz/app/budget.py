@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
+
+from ..decoder import autoregressive_generate
 
 ENV, DEFAULT_S = "SPECVIZ_MAX_REQUEST_S", 120.0
 GRACE = 1.5  # a running request may overrun its estimate by this factor before it is stopped
@@ -41,8 +44,8 @@ class Budget:
                              f"request ({ENV}); ask for less")
 
 
-def token_seconds(run_short, tokens: int = 8) -> float:
-    """Seconds per generated token of a short pilot (``run_short(tokens)`` returns its Trace)."""
+def token_seconds(model, ids, cfg, tokens: int = 8) -> float:
+    """Seconds per generated token of a short autoregressive pilot of ``model`` on ``ids`` with cfg's settings."""
     t0 = time.perf_counter()
-    trace = run_short(tokens)
+    trace = autoregressive_generate(model, ids, replace(cfg, max_new_tokens=tokens, tree=None))
     return (time.perf_counter() - t0) / max(1, len(trace.new_tokens))

@@ -4,13 +4,11 @@ results (the last comparison's settings and baseline run) live in gr.State."""
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 
 import gradio as gr
 import pandas as pd
 
 from ..config import EXAMPLE_PROMPTS
-from ..decoder import autoregressive_generate
 from ..labs.compare import BASELINE, compare_table, context_at, disagreement, divergence_frame, draft_size, iter_compare
 from ..views import compare_plots
 from ..views.runs import compare_timelines_html
@@ -38,7 +36,7 @@ def run_compare(store: ModelStore, target, drafts, prompt, k, temperature, top_k
     model, tok = store.target(target)
     ids, chosen = encode(tok, prompt), {d: user_pair(store, target, d, user_drafts)[2] for d in drafts}
     budget = Budget()
-    token_s = token_seconds(lambda n: autoregressive_generate(model, ids, replace(cfg, max_new_tokens=n)))
+    token_s = token_seconds(model, ids, cfg)
     budget.refuse_over((1 + len(chosen)) * cfg.max_new_tokens * token_s, "this comparison",
                        "fewer drafts or new tokens")
     sizes, runs, start = {d: draft_size(x) for d, x in chosen.items()}, [], time.perf_counter()

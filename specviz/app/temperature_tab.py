@@ -3,12 +3,10 @@ computed exactly from the two models' distributions. Handlers take the store (``
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 
 import gradio as gr
 
 from ..config import EXAMPLE_PROMPTS
-from ..decoder import autoregressive_generate
 from ..labs.temperature import temperature_lab
 from ..views import lab_plots
 from .budget import Budget, token_seconds
@@ -39,7 +37,7 @@ def run_lab(store: ModelStore, target, draft, prompts_text, temperatures_text, k
     model, tok, drafter = store.pair(target, draft)
     prompts = [encode(tok, p) for p in split_prompts(prompts_text)][:5]
     budget, runs = Budget(), len(temperatures) * len(prompts)
-    token_s = token_seconds(lambda n: autoregressive_generate(model, prompts[0], replace(cfg, max_new_tokens=n)))
+    token_s = token_seconds(model, prompts[0], cfg)
     budget.refuse_over(runs * cfg.max_new_tokens * token_s, f"this temperature lab ({runs} runs)",
                        "fewer temperatures, prompts or new tokens")
     yield f"*Running {runs} runs…*", SKIP, SKIP

@@ -4,12 +4,10 @@ Handlers are module-level functions taking the store (``handlers(store)`` binds 
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 
 import gradio as gr
 
 from ..config import EXAMPLE_PROMPTS, TreeConfig
-from ..decoder import autoregressive_generate
 from ..labs.trees import tree_lab
 from ..views import lab_plots
 from .budget import Budget, token_seconds
@@ -50,7 +48,7 @@ def run_lab(store: ModelStore, target, draft, prompts_text, chains_text, trees_t
         raise ValueError(f"at most {MAX_PROMPTS} prompts, got {len(prompts)}")
     runs = repeats * len(prompts) * (1 + len(chains) + len(trees))
     budget = Budget()
-    token_s = token_seconds(lambda n: autoregressive_generate(model, prompts[0], replace(cfg, max_new_tokens=n)))
+    token_s = token_seconds(model, prompts[0], cfg)
     estimate = runs * max_new * token_s  # each run as long as the baseline's: trees and chains are not slower
     budget.refuse_over(estimate, f"this tree lab ({runs} runs)", "fewer prompts, settings, repeats or new tokens")
     yield f"*Running {runs} runs (the baseline and every setting, prompt by prompt; about {estimate:.0f} s)…*", \
