@@ -9,7 +9,7 @@ from .batch import autoregressive_generate_batch, speculative_generate_batch
 from .config import EXAMPLE_PROMPTS, PRESETS, DecodeConfig, TreeConfig
 from .decoder import Decoding, autoregressive_generate, speculative_generate
 from .distill import distill, iter_distill
-from .cross import CrossTokenizerDrafter, IntersectionDrafter
+from .cross import CrossDrafter, CrossTokenizerDrafter, IntersectionDrafter
 from .drafters import Drafter, ModelDrafter, PromptLookupDrafter, Proposal
 from .labs.compare import compare
 from .labs.distill_lab import distill_lab, fresh_draft
@@ -25,7 +25,7 @@ __all__ = [
     "DecodeConfig", "TreeConfig", "PRESETS", "EXAMPLE_PROMPTS",
     "speculative_generate", "autoregressive_generate", "Decoding",
     "speculative_generate_batch", "autoregressive_generate_batch",
-    "Drafter", "ModelDrafter", "PromptLookupDrafter", "Proposal", "NGramDrafter", "NGramModel", "CrossTokenizerDrafter",
+    "Drafter", "ModelDrafter", "PromptLookupDrafter", "Proposal", "NGramDrafter", "NGramModel", "CrossTokenizerDrafter", "CrossDrafter",
     "IntersectionDrafter",
     "load_model", "load_drafter", "list_models", "list_drafters", "check_tokenizers", "DEFAULT_TARGET", "DEFAULT_DRAFT",
     "Trace", "Round", "Summary", "Counts",

@@ -6,14 +6,16 @@ prefix that re-encoding the committed text alone reproduces are the proposal. A 
 function of the committed tokens, so verification treats each token as a point mass (q = onehot): accepted with
 probability p(x) when sampling, iff it is the target's argmax when greedy. The output keeps the target's law at
 any temperature, whatever the two tokenizers do at the boundary (that only changes how often drafts are accepted).
-Each round records, beside the proposal, the draft's own tokens and their text (``last_draft``).
+Each round records, beside the proposal, the draft's own tokens and their text (``Round.draft_view``).
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import replace
 
 import torch
 
+from .alignment import DraftTokens, incremental_texts
 from .drafters import Drafter, Proposal, draft_loop, model_name
 from .lm import CachedLM, context_window
 from .sampling import logits_to_probs
@@ -27,7 +29,6 @@ class CrossTokenizerDrafter(Drafter):
         self.model, self.draft_tok, self.target_tok, self.window_tokens = model, draft_tokenizer, target_tokenizer, window
         self.name = name or f"{model_name(model)} (own tokenizer)"
         self.window = None  # reads a window of the context: any length is fine
-        self.last_draft: tuple[list[int], str] = ([], "")
 
     def start(self, prompt, cfg, vocab_size, device):
         super().start(prompt, cfg, vocab_size, device)
@@ -44,10 +45,10 @@ class CrossTokenizerDrafter(Drafter):
             new.append(int(self.lm.extend(ids + new, [])[-1].argmax()))
         base, full = self.draft_tok.decode(ids), self.draft_tok.decode(ids + new)
         added = full[len(base):] if full.startswith(base) else ""
-        self.last_draft = (new, added)
         tokens = retokenize(self.target_tok, text, added)[:k]
         tokens = [t for t in tokens if t < self.vocab_size][:k] if tokens else []
-        return Proposal(torch.tensor(tokens, dtype=torch.long, device=self.device), None)
+        view = DraftTokens(tuple(new), incremental_texts(self.draft_tok.decode, ids, new))
+        return Proposal(torch.tensor(tokens, dtype=torch.long, device=self.device), None, view)
 
 
 def retokenize(tokenizer, text: str, added: str) -> list[int]:
@@ -106,5 +107,57 @@ class IntersectionDrafter(Drafter):
                 restricted[self.t_ids.to(q.device)] = 0.0
             return restricted
 
-        return draft_loop(next_logits, k, replace(self.cfg, temperature=1.0 if not self.cfg.greedy else 0.0, top_k=0,
-                                                  top_p=1.0), self.vocab_size, generator, self.device)
+        proposal = draft_loop(next_logits, k, replace(self.cfg, temperature=1.0 if not self.cfg.greedy else 0.0,
+                                                      top_k=0, top_p=1.0), self.vocab_size, generator, self.device)
+        new = [self.to_draft[t] for t in proposal.tokens.tolist()]  # the same strings, in the draft's ids
+        return replace(proposal, draft_view=DraftTokens(tuple(new), incremental_texts(self.draft_tok.decode, ids, new)))
+
+
+class CrossDrafter(Drafter):
+    """A draft with another tokenizer, exact at any temperature, each run with the better rule for it: greedy runs
+    re-tokenize its text (``CrossTokenizerDrafter``: the target's own tokenization of what the draft wrote); sampled
+    runs draft from its q on the shared tokens (``IntersectionDrafter``: a real q, so a sampled proposal is accepted
+    with min(1, p/q) rather than p), or re-tokenize where the vocabularies share too little.
+    ``target_tokenizer`` None: bind it later with ``for_target`` (the app does, once it knows the target)."""
+
+    def __init__(self, model, draft_tokenizer, target_tokenizer=None, window: int = 48, name: str | None = None):
+        self.model, self.draft_tok, self.window_tokens = model, draft_tokenizer, window
+        self.name = name or f"{model_name(model)} (own tokenizer)"
+        self.window = None
+        self.target_tok = None
+        if target_tokenizer is not None:
+            self._bind(target_tokenizer)
+
+    def _bind(self, target_tokenizer) -> None:
+        self.target_tok = target_tokenizer
+        self.greedy_rule = CrossTokenizerDrafter(self.model, self.draft_tok, target_tokenizer, self.window_tokens,
+                                                 self.name)
+        try:
+            self.sampled_rule = IntersectionDrafter(self.model, self.draft_tok, target_tokenizer, self.window_tokens,
+                                                    name=self.name)
+        except ValueError:  # too little shared vocabulary: sampled runs re-tokenize too (still exact)
+            self.sampled_rule = None
+        shared = set(self.draft_tok.get_vocab()) & set(target_tokenizer.get_vocab())
+        self.overlap = len(shared) / max(1, len(target_tokenizer.get_vocab()))
+
+    def for_target(self, target_tokenizer) -> "CrossDrafter":
+        """This draft bound to a target's tokenizer (the same object back if it already is)."""
+        if self.target_tok is target_tokenizer:
+            return self
+        bound = copy.copy(self)
+        bound._bind(target_tokenizer)
+        return bound
+
+    def start(self, prompt, cfg, vocab_size, device):
+        if self.target_tok is None:
+            raise ValueError(f"{self.name} has its own tokenizer: bind the target's first (for_target)")
+        super().start(prompt, cfg, vocab_size, device)
+        rule = self.greedy_rule if cfg.greedy or self.sampled_rule is None else self.sampled_rule
+        self.rule = rule.fresh()
+        self.rule.start(prompt, cfg, vocab_size, device)
+
+    def prefill(self, prompt):
+        self.rule.prefill(prompt)
+
+    def propose(self, committed, k, generator):
+        return self.rule.propose(committed, k, generator)

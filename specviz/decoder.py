@@ -10,6 +10,7 @@ algorithm on one screen (no cache, no recording), pinned to this one by tests.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Iterator
 
 import torch
@@ -92,7 +93,8 @@ class Decoding:
         q, x = proposal.q_on(p.shape[-1], p.dtype), proposal.tokens
         verdict = accept(self.cfg, p, logits, q, x, self.generator)
         emitted = commit(self.committed, x[: verdict.n_accepted].tolist() + [verdict.next_token], self.trace)
-        return record_round(self.cfg, index, k, x, q, p, verdict, emitted, draft_s, target_s, time.perf_counter() - t0)
+        r = record_round(self.cfg, index, k, x, q, p, verdict, emitted, draft_s, target_s, time.perf_counter() - t0)
+        return replace(r, draft_view=proposal.draft_view) if proposal.draft_view is not None and self.cfg.record else r
 
     def _tree_round(self, index: int, levels: int) -> Round:
         """draft a tree (one draft pass per level) -> verify every node in one target pass -> walk -> commit."""

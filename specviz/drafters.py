@@ -16,6 +16,7 @@ from typing import Callable
 
 import torch
 
+from .alignment import DraftTokens
 from .config import DecodeConfig
 from .lm import CachedLM, context_window
 from .sampling import align_vocab, logits_to_probs, point_mass, sample
@@ -25,6 +26,7 @@ from .sampling import align_vocab, logits_to_probs, point_mass, sample
 class Proposal:
     tokens: torch.Tensor  # (m,) m <= k
     q: torch.Tensor | None  # (m, V) the distributions the tokens were drawn from; None = point masses
+    draft_view: DraftTokens | None = None  # a draft with another tokenizer: what it drafted in its own tokens
 
     @classmethod
     def of(cls, tokens: list[int], qs: list[torch.Tensor], device) -> "Proposal":

@@ -82,7 +82,12 @@ _WEIGHTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> (f
 def lean_weights(model) -> Weights:
     """The model's weights re-laid out, re-done only when a parameter changed (training bumps ``_version``,
     ``.to()`` moves ``data_ptr``), so building a CachedLM per decoding run stays cheap. Parameters made in
-    inference mode keep no version counter: such models are re-laid out every time."""
+    inference mode keep no version counter: such models are re-laid out every time. An early exit of a model
+    (``specviz.early_exit``) reuses that model's re-laid-out layers, embedding and head: only an exit adapter's
+    layer is laid out anew, so the exit holds nothing more than its adapter."""
+    source = getattr(model, "exit_of", None)
+    if source is not None:
+        return _exit_weights(model, source)
     params = list(model.parameters())
     if any(p.is_inference() for p in params):
         return _relayout(model)
@@ -103,15 +108,30 @@ def _b(*linears) -> torch.Tensor | None:
     return None if any(b is None for b in biases) else torch.cat(biases).contiguous()
 
 
+def _exit_weights(model, source) -> Weights:
+    base = lean_weights(source)
+    layers, shared = list(model.model.layers), 0
+    while shared < min(len(layers), len(base.blocks)) and layers[shared] is source.model.layers[shared]:
+        shared += 1
+    own = layers[shared:]  # an exit adapter
+    if not own:
+        return Weights(base.embed, base.blocks[:shared], base.norm, base.head_t, base.head_b)
+    with torch.no_grad():
+        blocks = tuple(_block(layer) for layer in own)
+    return Weights(base.embed, base.blocks[:shared] + blocks, base.norm, base.head_t, base.head_b)
+
+
+def _block(layer) -> Block:
+    a, m = layer.self_attn, layer.mlp
+    return Block(layer.input_layernorm.weight.detach(), _t(a.q_proj, a.k_proj, a.v_proj),
+                 _b(a.q_proj, a.k_proj, a.v_proj), _t(a.o_proj), _b(a.o_proj),
+                 layer.post_attention_layernorm.weight.detach(), _t(m.gate_proj, m.up_proj),
+                 _b(m.gate_proj, m.up_proj), _t(m.down_proj), _b(m.down_proj))
+
+
 @torch.no_grad()
 def _relayout(model) -> Weights:
-    blocks = []
-    for layer in model.model.layers:
-        a, m = layer.self_attn, layer.mlp
-        blocks.append(Block(layer.input_layernorm.weight.detach(), _t(a.q_proj, a.k_proj, a.v_proj),
-                            _b(a.q_proj, a.k_proj, a.v_proj), _t(a.o_proj), _b(a.o_proj),
-                            layer.post_attention_layernorm.weight.detach(), _t(m.gate_proj, m.up_proj),
-                            _b(m.gate_proj, m.up_proj), _t(m.down_proj), _b(m.down_proj)))
+    blocks = [_block(layer) for layer in model.model.layers]
     head = model.get_output_embeddings()
     return Weights(model.model.embed_tokens.weight.detach(), tuple(blocks), model.model.norm.weight.detach(),
                    _t(head), head.bias.detach() if getattr(head, "bias", None) is not None else None)

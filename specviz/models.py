@@ -6,6 +6,7 @@ HUB_RECHECK_S) and, when it is unreachable, models load from the local cache onl
 saying so. Remote code is never run (trust_remote_code=False)."""
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -16,6 +17,8 @@ from importlib.util import find_spec
 from pathlib import Path
 
 from . import early_exit
+from .presets import CROSS_PRESETS, HUB_PRESETS  # noqa: F401 (part of this API)
+from .pairing import check_tokenizers, vocab_of  # noqa: F401 (check_tokenizers: part of this API)
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets" / "models"
 DEFAULT_TARGET = "target"
@@ -24,15 +27,6 @@ PROMPT_LOOKUP = "prompt-lookup"
 NOT_MODELS = {"tokenizer"}  # asset folders that are not causal LMs
 HYBRIDS = {"lite+ngram-target": ("lite", "ngram-target")}  # name -> (bundled model draft, bundled n-gram)
 
-# Hub pairs people compare: target -> drafts that share its tokenizer.
-HUB_PRESETS: dict[str, tuple[str, ...]] = {
-    "HuggingFaceTB/SmolLM2-1.7B-Instruct": ("HuggingFaceTB/SmolLM2-135M-Instruct",),
-    "Qwen/Qwen2.5-1.5B-Instruct": ("Qwen/Qwen2.5-0.5B-Instruct",),
-    "Qwen/Qwen2.5-7B-Instruct": ("Qwen/Qwen2.5-0.5B-Instruct",),
-    "openai-community/gpt2-large": ("distilbert/distilgpt2", "openai-community/gpt2"),
-    "openai-community/gpt2-xl": ("distilbert/distilgpt2", "openai-community/gpt2"),
-    "EleutherAI/pythia-1.4b": ("EleutherAI/pythia-70m",),
-}
 ALLOW_ENV = "SPECVIZ_ALLOW_MODELS"  # which names the web UI may load: bundled | presets | any (hub IDs)
 ALLOW_POLICIES = ("bundled", "presets", "any")
 HUB_TIMEOUT_S = 2.0
@@ -60,6 +54,15 @@ def list_hybrids() -> list[str]:
     return [name for name, (m, n) in HYBRIDS.items() if m in list_models() and n in list_ngrams()]
 
 
+@functools.lru_cache(maxsize=1)
+def cross_drafts() -> tuple[str, ...]:
+    """Bundled models whose tokenizer is not the bundled target's (they draft through ``specviz.cross``)."""
+    if DEFAULT_TARGET not in list_models():
+        return ()
+    vocab = vocab_of(ASSETS / DEFAULT_TARGET)
+    return tuple(m for m in list_models() if (ASSETS / m / "tokenizer.json").is_file() and vocab_of(ASSETS / m) != vocab)
+
+
 def list_drafters() -> list[str]:
     """Everything that can draft for the bundled target: bundled LMs other than it, hybrids, model-free drafters,
     and the target's own early exits at a quarter and half of its depth."""
@@ -72,7 +75,8 @@ def preset_targets() -> list[str]:
 
 
 def preset_drafts() -> list[str]:
-    return list(dict.fromkeys(d for drafts in HUB_PRESETS.values() for d in drafts))
+    pairs = [*HUB_PRESETS.values(), *CROSS_PRESETS.values()]
+    return list(dict.fromkeys(d for drafts in pairs for d in drafts))
 
 
 def allow_policy() -> str:
@@ -99,8 +103,14 @@ def load_drafter(name: str, device: str | None = None):
         from .ngram import NGramDrafter, NGramModel
 
         return NGramDrafter(NGramModel.load(ASSETS / name), name=name)
+    if name in cross_drafts():  # a bundled draft with its own tokenizer: bound to the bundled target's
+        from .cross import CrossDrafter
+
+        model, tokenizer = load_model(name, device=device)
+        return CrossDrafter(model, tokenizer, load_tokenizer(DEFAULT_TARGET), name=name)
     if exit_of := early_exit.parse(name):  # "target@2": the target's first 2 layers drafting for it
-        return early_exit.early_exit(load_model(exit_of[0], device=device)[0], exit_of[1])
+        folder = ASSETS / exit_of.base if exit_of.base in list_models() else Path(exit_of.base)
+        return early_exit.load_exit(load_model(exit_of.base, device=device)[0], folder, exit_of)
     if name in list_hybrids():
         from .ngram import HybridDrafter, NGramModel
 
@@ -253,13 +263,22 @@ def load_model(name_or_path: str, device: str | None = None, dtype=None):
 
 
 def load_pair(target_name: str, draft_name: str, device: str | None = None, dtype=None):
-    """(target, draft, tokenizer) for a pair; ValueError before loading any weights if the draft's
-    tokenizer differs from the target's. Model-free drafts (prompt lookup, n-grams) need no check."""
-    if draft_name == PROMPT_LOOKUP or draft_name in list_ngrams():
-        target, tokenizer = load_model(target_name, device, dtype)
-        return target, load_drafter(draft_name), tokenizer
-    check_pair(target_name, draft_name)
+    """(target, draft, tokenizer) for a pair. A draft LM whose tokenizer differs from the target's (checked on the
+    tokenizers, before its weights load) comes as a ``specviz.cross.CrossDrafter`` drafting through the target's
+    tokenizer. Model-free drafts (prompt lookup, n-grams) need no check."""
     target, tokenizer = load_model(target_name, device, dtype)
+    if draft_name == PROMPT_LOOKUP or draft_name in list_ngrams():
+        return target, load_drafter(draft_name), tokenizer
+    if draft_name in cross_drafts():  # bundled with its own tokenizer
+        return target, load_drafter(draft_name, device).for_target(tokenizer), tokenizer
+    draft_tokenizer = load_tokenizer(draft_name)
+    try:
+        check_tokenizers(tokenizer, draft_tokenizer)
+    except ValueError:
+        from .cross import CrossDrafter
+
+        draft = load_model(draft_name, device, dtype)[0]
+        return target, CrossDrafter(draft, draft_tokenizer, tokenizer, name=f"{draft_name} (own tokenizer)"), tokenizer
     return target, load_model(draft_name, device, dtype)[0], tokenizer
 
 
@@ -269,24 +288,6 @@ def check_pair(target_name: str, draft_name: str) -> None:
         check_tokenizers(target_tokenizer, draft_tokenizer)
     except ValueError as e:
         raise ValueError(f"{draft_name!r} cannot draft for {target_name!r}: {e}") from None
-
-
-def check_tokenizers(target_tokenizer, draft_tokenizer) -> None:
-    """Raise ValueError unless the two tokenizers map the same ids to the same tokens over their
-    shared range (embedding tables may be padded to different sizes; the tokens must agree)."""
-    a, b = target_tokenizer.get_vocab(), draft_tokenizer.get_vocab()
-    if a == b:
-        return
-    shared = min(len(target_tokenizer), len(draft_tokenizer))
-    ia = {i: t for t, i in a.items() if i < shared}
-    ib = {i: t for t, i in b.items() if i < shared}
-    differ = sorted(i for i in set(ia) | set(ib) if ia.get(i) != ib.get(i))
-    if differ:
-        examples = ", ".join(f"id {i}: {ia.get(i)!r} vs {ib.get(i)!r}" for i in differ[:3])
-        raise ValueError(
-            f"the draft's tokenizer differs from the target's on {len(differ)} of {shared} shared ids "
-            f"({examples}); speculative decoding needs a draft that shares the target's tokenizer"
-        )
 
 
 def model_card(name: str) -> dict:

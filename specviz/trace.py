@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 import pandas as pd
 
+from .alignment import DraftTokens
 from .config import DecodeConfig
 from .trace_schema import TRACE_FIELDS, check_fields, check_sizes, round_fields
 from .texts import Texts, fill_texts, position_texts
@@ -44,6 +45,8 @@ class Round:
     # a tree round: the whole tree. Its chain fields then hold the accepted path and, after a rejection, the
     # stop node's first rejected child (so a timeline reads as for a chain); k and ``proposed`` count nodes
     tree: TreeRecord | None = None
+    # a draft with another tokenizer: its proposal in its own tokens (the drafted ids are the target tokens)
+    draft_view: DraftTokens | None = None
 
     @property
     def proposed(self) -> int:

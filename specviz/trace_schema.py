@@ -3,6 +3,7 @@ are rendered into HTML, so nothing unchecked gets that far). ``Trace.from_json``
 ValueError that names the field and its type, never its value (it may be markup)."""
 from __future__ import annotations
 
+from .alignment import DraftTokens
 from .config import DecodeConfig
 from .tree_record import NODE_STATUSES, TreeNode, TreeRecord
 
@@ -15,7 +16,8 @@ TRACE_FIELDS = dict(prompt_ids="ids", config="object", mode="mode", target_name=
 ROUND_FIELDS = dict(index="count", k="count", drafted="ids", q="numbers", p="numbers", accept_prob="numbers",
                     u="numbers?", beta="numbers?", n_accepted="count", emitted="ids", resampled="id?", bonus="id?",
                     next_p="number", residual_top="residual_top", draft_s="number", target_s="number", wall_s="number",
-                    tree="object?")
+                    tree="object?", draft_view="object?")
+VIEW_FIELDS = dict(ids="ids", texts="strings")
 TREE_FIELDS = dict(nodes="objects", path="ids", children="children")
 NODE_FIELDS = dict(parent="parent", depth="count", token="count", q="number", p="number", p_adj="number?",
                    accept_prob="number?", u="number?", status="node_status")
@@ -50,6 +52,7 @@ KINDS = {  # kind: (check, what the message says it must be)
     "node_status": (lambda v: v in NODE_STATUSES, f"one of {NODE_STATUSES}"),
     "ids": (_list_of(_is_count), "a list of token ids"),
     "numbers": (_list_of(_is_num), "a list of numbers"),
+    "strings": (_list_of(lambda v: isinstance(v, str)), "a list of strings"),
     "numbers?": (_list_of(lambda x: x is None or _is_num(x)), "a list of numbers or nulls"),
     "objects": (_list_of(lambda v: isinstance(v, dict)), "a list of objects"),
     "mode": (lambda v: v in MODES, f"one of {MODES}"),
@@ -89,7 +92,7 @@ def check_fields(d: dict, kinds: dict, where: str, required=()) -> None:
 def round_fields(d: dict, where: str, cfg: DecodeConfig) -> dict:
     """A round's JSON object checked (kinds, equal per-token lengths, n_accepted <= drafted <= k) and turned
     into Round's keyword arguments."""
-    check_fields(d, ROUND_FIELDS, where, required=[f for f in ROUND_FIELDS if f != "tree"])
+    check_fields(d, ROUND_FIELDS, where, required=[f for f in ROUND_FIELDS if f not in ("tree", "draft_view")])
     m, n, k = len(d["drafted"]), d["n_accepted"], d["k"]
     for name in ("q", "p", "accept_prob", "u", "beta"):  # one entry per drafted token (none if not recorded)
         if len(d[name]) != m and (cfg.record or d[name]):
@@ -97,11 +100,16 @@ def round_fields(d: dict, where: str, cfg: DecodeConfig) -> dict:
     if n > m or m > k:
         what = f"n_accepted ({n}) exceeds the drafted tokens ({m})" if n > m else f"drafted ({m}) exceeds k ({k})"
         raise ValueError(f"malformed trace JSON: {where}{what}")
-    tree = d.get("tree")
+    tree, view = d.get("tree"), d.get("draft_view")
     d = {key: tuple(v) if isinstance(v, list) else v for key, v in d.items()}
     d["residual_top"] = tuple(tuple(t) for t in d["residual_top"])
     if tree is not None:
         d["tree"] = tree_fields(tree, f"{where}tree.")
+    if view is not None:
+        check_fields(view, VIEW_FIELDS, f"{where}draft_view.", required=VIEW_FIELDS)
+        if len(view["ids"]) != len(view["texts"]):
+            raise ValueError(f"malformed trace JSON: {where}draft_view has unequal ids and texts")
+        d["draft_view"] = DraftTokens(tuple(view["ids"]), tuple(view["texts"]))
     return d
 
 

@@ -143,6 +143,29 @@ def test_draft_size_of_each_kind(target, drafts):
     assert draft_size(HybridDrafter(table, target)) == draft_size(target)  # a hybrid counts its model
 
 
+def test_draft_facts_say_tokenizer_and_extra_memory(target):
+    """Extra memory: an LM's parameter bytes, an n-gram's tables, nothing for an early exit or a rule; the
+    tokenizer column names a draft with its own tokenizer and the share of the target's vocabulary it holds."""
+    from specviz.cross import CrossDrafter
+    from specviz.early_exit import early_exit
+    from specviz.labs.compare import draft_facts
+    from specviz.ngram import HybridDrafter, NGramDrafter
+    from tests.test_cross import byte_bpe
+
+    params = sum(p.numel() for p in target.parameters())
+    lm = draft_facts(target)
+    assert (lm.tokenizer, lm.size, lm.extra_mib) == ("same", params, params * 8 / 2**20)  # float64 weights
+    table = NGramModel.fit(torch.arange(50) % 7, 64, order=2)
+    table_mib = sum(t.numel() * t.element_size() for t in [*table.keys, *table.counts, table.unigram]) / 2**20
+    assert draft_facts(NGramDrafter(table)).extra_mib == pytest.approx(table_mib)
+    assert draft_facts(HybridDrafter(table, target)).extra_mib == pytest.approx(table_mib + lm.extra_mib)
+    assert draft_facts(early_exit(target, 1)).extra_mib == 0 == draft_facts(PromptLookupDrafter()).extra_mib
+    target_tok, draft_tok = byte_bpe(400), byte_bpe(300)
+    cross = draft_facts(CrossDrafter(target, draft_tok, target_tok))
+    shared = len(set(target_tok.get_vocab()) & set(draft_tok.get_vocab())) / len(target_tok.get_vocab())
+    assert cross.tokenizer == f"other ({shared:.0%} shared)" and cross.extra_mib == lm.extra_mib
+
+
 
 # -- handlers --------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")

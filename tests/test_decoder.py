@@ -355,7 +355,7 @@ def test_early_exit_drafts_exactly_and_at_full_depth_is_the_target(make, prompt)
     assert sum(p.numel() for p in early_exit(target, 1).parameters()) < sum(p.numel() for p in target.parameters())
     assert all(any(p is q for q in target.parameters()) for p in early_exit(target, 2).parameters())  # shared
     assert len(list(target.parameters())) == len(list(make(seed=3, layers=3).parameters()))  # the target intact
-    assert parse("target@2") == ("target", 2) and parse("target") is None and parse("a@b") is None
+    assert parse("target@2") == ("target", 2, False) and parse("target") is None and parse("a@b") is None
     from specviz.labs.compare import draft_size
 
     assert draft_size(early_exit(target, 2)) == 0 and draft_size(target) > 0  # no extra memory: shared weights

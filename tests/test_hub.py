@@ -62,7 +62,10 @@ def test_load_pair_checks_tokenizers_and_never_trusts_remote_code(tmp_path, monk
     assert tok.convert_ids_to_tokens(1) == "a" and not draft.training and model.dtype == torch.float32
     assert sum(p.numel() for p in model.parameters()) == models.param_count(target)
     with pytest.raises(ValueError, match=r"cannot draft for .*differs from the target's on 2 of 4 shared ids"):
-        models.load_pair(target, bad)
+        models.check_pair(target, bad)
+    from specviz import CrossDrafter  # another tokenizer: it drafts through the target's
+    _, cross, _ = models.load_pair(target, bad)
+    assert isinstance(cross, CrossDrafter) and cross.overlap == 1.0 and cross.name.endswith("(own tokenizer)")
 
     from transformers import AutoModelForCausalLM
     seen = []
@@ -147,16 +150,23 @@ def test_cache_limit_from_the_environment(monkeypatch):
         cache_limit_bytes()
 
 
-def test_store_pair_rejects_a_draft_with_another_tokenizer():
+def test_store_pair_drafts_through_the_targets_tokenizer_for_a_draft_with_another():
+    from specviz import CrossDrafter
+
     tokenizers = {"t": word_tokenizer(["<unk>", "a", "b"]), "same": word_tokenizer(["<unk>", "a", "b"]),
-                  "other": word_tokenizer(["<unk>", "x", "y"])}
-    store = ModelStore(load_model=lambda n: (torch.nn.Linear(1, 1), tokenizers[n]),
-                       load_drafter=lambda n: torch.nn.Linear(1, 1), load_tokenizer=tokenizers.__getitem__,
-                       list_targets=lambda: ["t"], list_drafters=lambda: ["same", "other", "prompt-lookup"])
-    assert store.pair("t", "same")[1] is tokenizers["t"]
+                  "other": word_tokenizer(["<unk>", "x", "y", "a"]), "rule": word_tokenizer(["<unk>", "z"])}
+    lms = {n: tiny_gpt2(vocab=len(t)) for n, t in tokenizers.items()}
+    store = ModelStore(load_model=lambda n: (lms[n], tokenizers[n]),
+                       load_drafter=lambda n: lms[n] if n in ("same", "other") else torch.nn.Linear(1, 1),
+                       load_tokenizer=tokenizers.__getitem__, list_targets=lambda: ["t"],
+                       list_drafters=lambda: ["same", "other", "rule", "prompt-lookup"])
+    assert store.pair("t", "same")[1] is tokenizers["t"] and store.pair("t", "same")[2] is lms["same"]
     store.pair("t", "prompt-lookup")  # model-free: nothing to compare
-    with pytest.raises(ValueError, match="'other' cannot draft for 't'"):
-        store.pair("t", "other")
+    cross = store.pair("t", "other")[2]
+    assert isinstance(cross, CrossDrafter) and cross.model is lms["other"] and cross.target_tok is tokenizers["t"]
+    assert cross.overlap == pytest.approx(2 / 3) and cross.name == "other (own tokenizer)"
+    with pytest.raises(ValueError, match="'rule' cannot draft for 't': its tokenizer differs .* not a causal LM"):
+        store.pair("t", "rule")
 
 
 def test_cuda_choices():
@@ -169,9 +179,12 @@ def test_cuda_choices():
 
 
 def test_presets_are_hub_ids_and_drafts_differ_from_targets():
-    for target, drafts in models.HUB_PRESETS.items():
+    for target, drafts in [*models.HUB_PRESETS.items(), *models.CROSS_PRESETS.items()]:
         assert models.is_hub_id(target) and drafts and target not in drafts
         assert all(models.is_hub_id(d) for d in drafts)
+    for target, drafts in models.CROSS_PRESETS.items():  # cross-family pairs: the target is a preset, not its drafts
+        assert target in models.preset_targets() and not set(drafts) & set(models.HUB_PRESETS.get(target, ()))
+        assert set(drafts) <= set(models.preset_drafts())
     assert not models.is_hub_id("../etc") and not models.is_hub_id("/abs/path") and not models.is_hub_id("a/b/c")
 
 

@@ -9,7 +9,7 @@ import gradio as gr
 import pandas as pd
 
 from ..config import EXAMPLE_PROMPTS
-from ..labs.compare import BASELINE, compare_table, context_at, disagreement, divergence_frame, draft_size, iter_compare
+from ..labs.compare import BASELINE, compare_table, context_at, disagreement, divergence_frame, draft_facts, iter_compare
 from ..views import compare_plots
 from ..views.runs import compare_timelines_html
 from .budget import Budget, token_seconds
@@ -39,7 +39,7 @@ def run_compare(store: ModelStore, target, drafts, prompt, k, temperature, top_k
     token_s = token_seconds(model, ids, cfg)
     budget.refuse_over((1 + len(chosen)) * cfg.max_new_tokens * token_s, "this comparison",
                        "fewer drafts or new tokens")
-    sizes, runs, start = {d: draft_size(x) for d, x in chosen.items()}, [], time.perf_counter()
+    sizes, runs, start = {d: draft_facts(x) for d, x in chosen.items()}, [], time.perf_counter()
     for run in iter_compare(model, chosen, ids, cfg, target_name=target):
         budget.check()
         runs.append(run)

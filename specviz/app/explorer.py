@@ -10,6 +10,7 @@ from ..config import DEFAULTS, EXAMPLE_PROMPTS, K_POLICIES
 from ..labs import gallery
 from ..trace import Trace
 from ..views import plots
+from ..views.alignment_view import alignment_html
 from ..views.summary import summary_markdown
 from ..views.timeline import replay_html, timeline_html
 from ..views.tree_view import tree_figure
@@ -47,7 +48,8 @@ def replay_views(trace: Trace | None, index) -> tuple:
     tokens, r = trace.to_frame(), trace.rounds[i]
     chain = tokens[(tokens["round"] == i) & tokens["node"].isna()]
     tree = tree_figure(trace, r) if r.tree is not None else None
-    return (replay_html(trace, i), plots.accept_line(chain), plots.residual_bars(plots.residual_frame(trace, i)), tree)
+    html = replay_html(trace, i) + alignment_html(trace, r, trace.texts().rounds[i])  # "" unless cross-tokenizer
+    return (html, plots.accept_line(chain), plots.residual_bars(plots.residual_frame(trace, i)), tree)
 
 
 def chart_views(trace: Trace | None) -> tuple:
@@ -64,7 +66,6 @@ def all_views(trace: Trace | None, base: Trace | None) -> tuple:
     slider = gr.Slider(minimum=0, maximum=max(1, n - 1), value=0, step=1, interactive=n > 1)
     return (timeline_html(trace), summary_markdown(trace, base), slider,
             *replay_views(trace, 0), *chart_views(trace))
-
 
 
 # -- handlers ------------------------------------------------------------------------------------------

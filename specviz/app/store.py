@@ -48,7 +48,7 @@ class ModelStore:
         self._estimate = estimate_bytes or functools.partial(load_bytes, device=self.device)
         self.limit_bytes = cache_limit_bytes() if limit_bytes is None else limit_bytes
         self._cache: OrderedDict[tuple[str, str], tuple[object, int]] = OrderedDict()  # oldest use first
-        self._pairs_ok: set[tuple[str, str]] = set()
+        self._pairs_ok: dict[tuple[str, str], object] = {}  # checked pairs: None, or the draft's other tokenizer
         self._lock = threading.Lock()
 
     def default_target(self) -> str | None:
@@ -68,17 +68,31 @@ class ModelStore:
         return self._get("draft", name, self.list_drafters(), self._load_drafter)
 
     def pair(self, target: str, draft: str):
-        """(target model, tokenizer, drafter); ValueError if a draft LM's tokenizer differs from the target's
-        (checked on the tokenizers, before the draft's weights load; remembered once it passes)."""
+        """(target model, tokenizer, drafter). A draft LM whose tokenizer differs from the target's (checked on the
+        tokenizers, before the draft's weights load; remembered per pair) drafts through the target's tokenizer
+        (``specviz.cross.CrossDrafter``, exact at any temperature); a draft of another tokenizer that is not a
+        causal LM is refused with a ValueError."""
         model, tok = self.target(target)
-        if (self._load_tokenizer and (target, draft) not in self._pairs_ok and draft in self.list_drafters()
-                and not model_free(draft)):
-            try:
-                models.check_tokenizers(tok, self._load_tokenizer(draft))
-            except ValueError as e:
-                raise ValueError(f"{draft!r} cannot draft for {target!r}: {e}") from None
-            self._pairs_ok.add((target, draft))
-        return model, tok, self.draft(draft)
+        spec = early_exit.parse(draft)
+        if spec is not None and spec.base == target and target in models.list_models() and draft in self.list_drafters():
+            # the target exiting early: built on the very model held (shared weights, nothing more loaded)
+            return model, tok, early_exit.load_exit(model, models.ASSETS / target, spec)
+        other = None  # the draft's own tokenizer, where it differs from the target's
+        if self._load_tokenizer and draft in self.list_drafters() and not model_free(draft):
+            if (target, draft) not in self._pairs_ok:
+                draft_tok = self._load_tokenizer(draft)
+                try:
+                    models.check_tokenizers(tok, draft_tok)
+                    self._pairs_ok[(target, draft)] = None
+                except ValueError:
+                    self._pairs_ok[(target, draft)] = draft_tok
+            other = self._pairs_ok[(target, draft)]
+        drafter = self.draft(draft)
+        if other is not None:
+            drafter = cross_drafter(drafter, other, tok, target, draft)
+        elif hasattr(drafter, "for_target"):  # a bundled draft with its own tokenizer (cross.py)
+            drafter = drafter.for_target(tok)
+        return model, tok, drafter
 
     def cached(self) -> list[tuple[str, str]]:
         """(kind, name) of the models held, least recently used first."""
@@ -122,12 +136,23 @@ class ModelStore:
             torch.cuda.empty_cache()  # handlers still running keep their own references
 
 
+def cross_drafter(draft, draft_tokenizer, target_tokenizer, target: str, name: str):
+    """A causal LM with another tokenizer as a drafter through the target's (``specviz.cross.CrossDrafter``)."""
+    from ..cross import CrossDrafter
+
+    if not (hasattr(draft, "config") and callable(draft)):
+        raise ValueError(f"{name!r} cannot draft for {target!r}: its tokenizer differs from the target's and it is "
+                         "not a causal LM, so its text cannot be re-tokenized for the target")
+    return CrossDrafter(draft, draft_tokenizer, target_tokenizer, name=f"{name} (own tokenizer)")
+
+
 def model_free(draft: str) -> bool:
-    """No tokenizer of its own to check against the target's: model-free drafts, bundled hybrids (their model part
-    is a bundled draft: the family shares one tokenizer) and early exits of a bundled model (the target's own)."""
+    """No tokenizer to check against the target's: model-free drafts, bundled hybrids (their model part is a bundled
+    draft: the family shares one tokenizer), early exits of a bundled model (the target's own), and bundled drafts
+    with their own tokenizer (they draft through the target's: ``specviz.cross``)."""
     exit_of = early_exit.parse(draft)
     return (draft == models.PROMPT_LOOKUP or draft in models.list_ngrams() or draft in models.list_hybrids()
-            or (exit_of is not None and exit_of[0] in models.list_models()))
+            or draft in models.cross_drafts() or (exit_of is not None and exit_of[0] in models.list_models()))
 
 
 def param_bytes(obj) -> int:

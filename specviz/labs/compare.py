@@ -28,7 +28,7 @@ from ..sampling import logits_to_probs
 from ..trace import Trace
 from .sweep import BASELINE, baseline_costs, position_rows, run_row, speedup_spread, warm_up
 
-TABLE_COLUMNS = ["draft", "size", "new_tokens", "rounds", "acceptance_rate", "alpha", "tau", "tokens_per_s",
+TABLE_COLUMNS = ["draft", "size", "tokenizer", "extra_mib", "new_tokens", "rounds", "acceptance_rate", "alpha", "tau", "tokens_per_s",
                  "baseline_tokens_per_s", "speedup", "speedup_min", "speedup_max", "c"]  # then accept@1 .. per position
 
 
@@ -58,11 +58,11 @@ def iter_compare(target, drafts: dict, prompts, cfg: DecodeConfig | None = None,
 def compare(target, drafts: dict, prompts, cfg: DecodeConfig | None = None) -> pd.DataFrame:
     """One row per draft (in the order given): see ``compare_table``."""
     return compare_table(list(iter_compare(target, drafts, prompts, cfg)),
-                         {name: draft_size(d) for name, d in drafts.items()})
+                         {name: draft_facts(d) for name, d in drafts.items()})
 
 
 def compare_table(runs: list[Run], sizes: dict | None = None) -> pd.DataFrame:
-    """Per draft: size, acceptance rate, alpha, tau, tokens/s, speedup over the baseline runs, c, and the
+    """Per draft: size, tokenizer and extra memory (``sizes``: name -> DraftFacts, or just its size), acceptance rate, alpha, tau, tokens/s, speedup over the baseline runs, c, and the
     acceptance rate at each draft position (accept@i: accepted / drafted there; NaN if never drafted).
     Drafts whose runs have not all finished count only what has; the baseline must have run."""
     base = pd.DataFrame([run_row(r.trace) for r in runs if r.draft == BASELINE])
@@ -72,7 +72,9 @@ def compare_table(runs: list[Run], sizes: dict | None = None) -> pd.DataFrame:
     rows = [run_row(r.trace, draft=r.draft, prompt=r.prompt) for r in runs if r.draft != BASELINE]
     frame = pd.DataFrame(rows, columns=["draft", "prompt"] + list(run_row(runs[0].trace)))
     g = frame.drop(columns="prompt").groupby("draft", sort=False).sum()
-    out = pd.DataFrame({"draft": g.index, "size": [(sizes or {}).get(d, float("nan")) for d in g.index]})
+    facts = [_facts((sizes or {}).get(d)) for d in g.index]
+    out = pd.DataFrame({"draft": g.index, "size": [f.size for f in facts], "tokenizer": [f.tokenizer for f in facts],
+                        "extra_mib": [f.extra_mib for f in facts]})
     out["new_tokens"], out["rounds"] = g.new_tokens.to_numpy(), g.rounds.to_numpy()
     out["acceptance_rate"] = (g.accepted / g.drafted).to_numpy()
     out["alpha"] = (g.beta_sum / g.beta_n).where(g.beta_n > 0, 0.0).to_numpy()  # nothing verified: 0
@@ -96,6 +98,48 @@ def _positions(runs: list[Run]) -> pd.DataFrame:
     return rate
 
 
+@dataclass(frozen=True)
+class DraftFacts:
+    """What a draft is, for the comparison table: ``size`` (parameters, or stored n-grams), ``tokenizer`` ("same",
+    or "other" with the share of the target's vocabulary it holds) and ``extra_mib``: the memory it adds beside
+    the target (its weights or tables; 0 for an early exit, which shares the target's, and for model-free rules)."""
+
+    size: float = float("nan")
+    tokenizer: str = ""
+    extra_mib: float = float("nan")
+
+
+def _facts(value) -> DraftFacts:
+    return value if isinstance(value, DraftFacts) else DraftFacts(float("nan") if value is None else value)
+
+
+def draft_facts(draft) -> DraftFacts:
+    overlap = getattr(draft, "overlap", None)  # a draft with its own tokenizer (specviz.cross)
+    tokenizer = "same" if overlap is None else f"other ({overlap:.0%} shared)"
+    return DraftFacts(draft_size(draft), tokenizer, draft_bytes(draft) / 2**20)
+
+
+def draft_bytes(draft) -> int:
+    """Bytes the draft holds beside the target: an LM's parameters as loaded, an n-gram's tables (a hybrid: both);
+    0 for an early exit and for model-free rules."""
+    if extra_parameters(draft) == 0:
+        return 0
+    if isinstance(draft, NGramDrafter):
+        return _table_bytes(draft.model)
+    if isinstance(draft, HybridDrafter):
+        return _table_bytes(draft.table) + draft_bytes(draft.model_draft)
+    if isinstance(draft, Drafter):  # ModelDrafter, a cross-tokenizer drafter: their LM
+        draft = getattr(draft, "model", draft)
+    if isinstance(draft, Drafter) or not hasattr(draft, "parameters"):
+        return 0
+    return int(sum(p.numel() * p.element_size() for p in draft.parameters()))
+
+
+def _table_bytes(ngram) -> int:
+    tensors = [*ngram.keys, *ngram.counts, ngram.unigram]
+    return int(sum(t.numel() * t.element_size() for t in tensors))
+
+
 def draft_size(draft) -> int:
     """Parameters of a draft LM (of a hybrid's model); stored n-grams (every order) of an n-gram draft; 0 for
     model-free rules and for an early exit (it shares the target's weights: nothing extra to hold)."""
@@ -105,7 +149,7 @@ def draft_size(draft) -> int:
         return int(sum(len(k) for k in draft.model.keys))
     if isinstance(draft, HybridDrafter):
         draft = draft.model_draft
-    if isinstance(draft, ModelDrafter):
+    if isinstance(draft, ModelDrafter) or hasattr(draft, "draft_tok"):  # a cross-tokenizer drafter: its LM
         draft = draft.model
     if isinstance(draft, Drafter):
         return 0

@@ -55,6 +55,10 @@ CSS = """
   text-align: right; }
 .sv-table td.sv-left, .sv-table th.sv-left { text-align: left; }
 .sv-table td.sv-decision { min-width: 16rem; }
+.sv-align-table td { text-align: center; font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace;
+  white-space: pre; border-left: 1px solid rgba(128, 128, 128, 0.45); }
+.sv-align-draft { background: rgba(168, 85, 247, 0.22); }
+.sv-align-none { opacity: 0.4; }
 """
 
 
