@@ -23,7 +23,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from train_lm import SIZES, build_model, count_params, load_texts, save_model
+from train_lm import SIZES, build_model, count_params, grow, load_texts, save_model
 
 from specviz.distill import distill, kl_on_batch, make_windows
 
@@ -54,6 +54,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--init", type=Path, help="continue from this draft checkpoint instead of a fresh draft")
+    ap.add_argument("--layers", type=int, help="override the preset's depth")
+    ap.add_argument("--grow-from", type=Path, help="start from this shallower draft, each layer followed by copies "
+                    "whose output projections are zero (train_lm.grow: the same function at step 0)")
     return ap.parse_args(argv)
 
 
@@ -90,7 +93,10 @@ def main(argv=None) -> dict:
     torch.set_num_threads(args.threads)
     tokenizer = AutoTokenizer.from_pretrained(args.target)
     target = AutoModelForCausalLM.from_pretrained(args.target, dtype=torch.float32).eval()
-    draft = build_model(SIZES[args.preset], tokenizer, args.seed)
+    sizes = dict(SIZES[args.preset], **({"layers": args.layers} if args.layers else {}))
+    draft = build_model(sizes, tokenizer, args.seed)
+    if args.grow_from:
+        grow(draft, AutoModelForCausalLM.from_pretrained(args.grow_from, dtype=torch.float32))
     if args.init:  # a second budget on a saved draft (same preset)
         draft.load_state_dict(AutoModelForCausalLM.from_pretrained(args.init, dtype=torch.float32).state_dict())
     print(f"target {count_params(target):,} params; draft {args.preset} {count_params(draft):,} params", flush=True)
@@ -112,7 +118,8 @@ def main(argv=None) -> dict:
     tail = result.losses[-20:] or [math.nan]
     log = {"command": " ".join(sys.argv), "init": str(args.init) if args.init else None,
            "target": str(args.target), "preset": args.preset,
-           "sizes": SIZES[args.preset], "config": draft.config.to_dict(), "parameters": count_params(draft),
+           "sizes": sizes, "grow_from": str(args.grow_from) if args.grow_from else None,
+           "config": draft.config.to_dict(), "parameters": count_params(draft),
            "objective": "forward KL(p_target || q_draft), full distribution (DistillSpec)",
            "temperature": args.temperature, "target_share": args.target_share,
            "generated": [str(f) for f in args.generated], "generated_share": args.generated_share,

@@ -48,3 +48,20 @@ def test_hf_assisted_drafts_the_same_k_as_ours(prompt, stop):
     # without the stop rounds verify k drafts (the budget cuts the last ones); with it these drafts stop early
     assert any(n == 1 + cfg.k for n in hf[1:]) == (stop == 0)
     assert draft.generation_config.num_assistant_tokens is None  # the assistant's settings are restored
+
+
+def test_the_floor_checks_acceptance_at_k_4_whatever_the_explorers_k():
+    """With the explorer's k at 6, the default pair is measured for speed at k = 6 and for acceptance at k = 4
+    (the issue's floor), and a missed line fails the verdict."""
+    from specviz.labs.bench import Measured
+    from specviz.labs.floor import settings, verdicts
+
+    at6 = settings("d", 6, "best", 6)
+    assert [(s.k, s.temperature, s.floor, s.acceptance_floor) for s in at6] == [
+        (6, 0.0, 2.0, None), (6, 0.8, 2.0, None), (4, 0.0, None, 0.65), (4, 0.8, None, 0.6), (6, 0.0, 2.5, None)]
+    assert [s.k for s in settings("d", 4, None, 6)] == [4, 4]
+    m = Measured(speedup=2.1, acceptance_rate=0.62, alpha=0.8, tau=3.5, c=0.05, v=1.5, predicted=2.3,
+                 vs_assisted=1.4, recording_overhead=0.01)
+    assert [ok for _, ok in verdicts(at6[0], m)] == [True, True, True, True]
+    assert [ok for _, ok in verdicts(at6[2], m)] == [False]  # 0.62 < 0.65: acceptance only, no speed lines
+    assert [ok for _, ok in verdicts(at6[3], m)] == [True]
