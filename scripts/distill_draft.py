@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 from train_lm import SIZES, build_model, count_params, grow, load_texts, save_model
 
-from specviz.distill import distill, kl_on_batch, make_windows
+from specviz.distill import distill, kl_loss, kl_on_batch, make_windows, tv_on_batch
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -55,6 +55,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--init", type=Path, help="continue from this draft checkpoint instead of a fresh draft")
     ap.add_argument("--layers", type=int, help="override the preset's depth")
+    ap.add_argument("--tv-weight", type=float, default=0.0, help="add this times the total variation (1 - beta) "
+                    "to the forward KL (DistillSpec's TVD: acceptance itself)")
     ap.add_argument("--grow-from", type=Path, help="start from this shallower draft, each layer followed by copies "
                     "whose output projections are zero (train_lm.grow: the same function at step 0)")
     return ap.parse_args(argv)
@@ -109,12 +111,15 @@ def main(argv=None) -> dict:
         repeat = max(1, round(args.target_share * len(train) / ((1 - args.target_share) * len(generated))))
         train = torch.cat([train, generated.repeat(repeat, 1)])
     kl_before = kl_on_batch(target, draft, held)
+    tv_before = tv_on_batch(target, draft, held, args.temperature)
     print(f"{len(train):,} training windows; valid KL before {kl_before:.4f}", flush=True)
     start = time.time()
     result = distill(target, draft, train, steps=args.max_steps, seq_len=args.seq_len, batch_size=args.batch,
                      lr=args.lr, temperature=args.temperature, generated_fraction=args.generated_fraction,
-                     max_seconds=args.minutes * 60, warmup=args.warmup, seed=args.seed, progress=True)
+                     max_seconds=args.minutes * 60, warmup=args.warmup, seed=args.seed, progress=True,
+                     loss_fn=kl_loss(target, args.temperature, args.tv_weight) if args.tv_weight else None)
     kl_after = kl_on_batch(target, draft, held)
+    tv_after = tv_on_batch(target, draft, held, args.temperature)
     tail = result.losses[-20:] or [math.nan]
     log = {"command": " ".join(sys.argv), "init": str(args.init) if args.init else None,
            "target": str(args.target), "preset": args.preset,
@@ -127,8 +132,10 @@ def main(argv=None) -> dict:
            "seq_len": args.seq_len, "batch": args.batch, "peak_lr": args.lr, "steps": result.steps,
            "tokens_seen": result.steps * args.batch * args.seq_len, "wall_seconds": round(time.time() - start, 1),
            "final_kl_loss": sum(tail) / len(tail), "valid_kl_before": kl_before, "valid_kl_after": kl_after,
+           "tv_weight": args.tv_weight, "valid_tv_before": tv_before, "valid_tv_after": tv_after,
            "loss_history": result.losses[:: max(1, result.steps // 200)]}
     save_model(draft, tokenizer, args.out, log)
+    print(f"held-out TV at T = {args.temperature} (1 - alpha): {tv_before:.4f} -> {tv_after:.4f}", flush=True)
     print(f"steps {result.steps}, final train KL {log['final_kl_loss']:.4f}, valid KL {kl_before:.4f} -> "
           f"{kl_after:.4f}; saved to {args.out}", flush=True)
     return log

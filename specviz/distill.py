@@ -27,7 +27,8 @@ from typing import Callable, Iterator, Sequence
 import torch
 import torch.nn.functional as F
 
-__all__ = ["DistillResult", "distill", "iter_distill", "forward_kl", "kl_on_batch", "make_windows"]
+__all__ = ["DistillResult", "distill", "iter_distill", "forward_kl", "total_variation", "kl_on_batch", "tv_on_batch",
+           "make_windows"]
 
 
 @dataclass
@@ -53,6 +54,26 @@ def forward_kl(p_logits: torch.Tensor, q_logits: torch.Tensor, temperature: floa
     log_q = F.log_softmax(q_logits[..., :shared].float() / temperature, dim=-1)
     kl = (log_p.exp() * (log_p - log_q)).sum(-1)
     return kl.mean()
+
+
+def total_variation(p_logits: torch.Tensor, q_logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """Mean over positions of TV(p, q) = 0.5 sum |p - q| = 1 - sum min(p, q): one minus the acceptance rate
+    beta that speculative sampling would have at that position (so minimising it maximises alpha directly)."""
+    shared = min(p_logits.size(-1), q_logits.size(-1))
+    p = F.softmax(p_logits[..., :shared].float() / temperature, dim=-1)
+    q = F.softmax(q_logits[..., :shared].float() / temperature, dim=-1)
+    return 0.5 * (p - q).abs().sum(-1).mean()
+
+
+@torch.no_grad()
+def tv_on_batch(target, draft, input_ids: torch.Tensor, temperature: float = 1.0) -> float:
+    """TV(p_target, q_draft) on a fixed batch: 1 - the mean beta (alpha) the draft would have there."""
+    was_training = draft.training
+    draft.eval()
+    target.eval()
+    tv = total_variation(target(input_ids=input_ids).logits, draft(input_ids=input_ids).logits, temperature)
+    draft.train(was_training)
+    return tv.item()
 
 
 @torch.no_grad()
@@ -112,12 +133,15 @@ def _on_policy(draft, batch: torch.Tensor, n_rows: int, prompt_len: int) -> torc
     return torch.cat([out[:, : batch.size(1)], batch[n_rows:]])
 
 
-def kl_loss(target, temperature: float = 1.0) -> Callable:
-    """The distillation objective as a loss function of (draft, batch): KL(p_target || q_draft)."""
+def kl_loss(target, temperature: float = 1.0, tv_weight: float = 0.0) -> Callable:
+    """The distillation objective as a loss function of (draft, batch): KL(p_target || q_draft), plus
+    ``tv_weight`` times the total variation (1 - beta: what acceptance loses; DistillSpec's TVD)."""
     def loss(draft, batch):
         with torch.no_grad():
             p_logits = target(input_ids=batch).logits
-        return forward_kl(p_logits, draft(input_ids=batch).logits, temperature)
+        q_logits = draft(input_ids=batch).logits
+        kl = forward_kl(p_logits, q_logits, temperature)
+        return kl + tv_weight * total_variation(p_logits, q_logits, temperature) if tv_weight else kl
     return loss
 
 
