@@ -75,3 +75,18 @@ def test_the_app_builds_an_exit_on_the_target_it_holds():
     store = ModelStore()
     model, _, draft = store.pair(models.DEFAULT_TARGET, name)
     assert draft.exit_of is model and store.cached() == [("target", models.DEFAULT_TARGET)]
+
+
+def test_the_summary_says_what_kind_of_draft_ran():
+    from specviz import Trace
+    from specviz.alignment import DraftTokens
+    from specviz.trace import Round
+    from specviz.views.summary import draft_note
+
+    cfg = DecodeConfig(k=1, temperature=0)
+    assert "first 4 layers and one trained adapter layer" in draft_note(Trace([0], cfg, draft_name="target@4+adapter"))
+    assert "first 2 layers," in draft_note(Trace([0], cfg, draft_name="target@2"))
+    r = Round(0, 1, (1,), (1.0,), (0.2,), (0.0,), (None,), (0.0,), 0, (2,), 2, None, 0.5, (), 0.0, 0.0, 0.0,
+              draft_view=DraftTokens((7,), ("x",)))
+    assert "its own tokenizer" in draft_note(Trace([0], cfg, draft_name="d", rounds=[r]))
+    assert draft_note(Trace([0], cfg, draft_name="lite")) == ""

@@ -9,7 +9,7 @@ import html
 import re
 import statistics
 
-from .. import theory
+from .. import early_exit, theory
 from ..trace import Trace
 MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_{}\[\]()#+\-.!|~])")
 
@@ -49,7 +49,21 @@ def summary_markdown(trace: Trace | None, base: Trace | None, chain: Trace | Non
         + (f"v = {v:.2f} (a verify pass over one target forward), both measured in these two runs."
            if base is not None else "v = 1 (Leviathan's assumption: the verify pass costs one forward; the "
            "baseline measures both), c over this run's verify pass.")
-    ) + spread_note(spread)
+    ) + draft_note(trace) + spread_note(spread)
+
+
+def draft_note(trace: Trace) -> str:
+    """What kind of draft it was, where that is not a plain model of the target's tokenizer: the target exiting
+    early (its own first layers), or a draft with its own tokenizer (the replay aligns its tokens)."""
+    spec = early_exit.parse(trace.draft_name)
+    if spec is not None:
+        adapter = " and one trained adapter layer" if spec.adapter else ""
+        return (f"\n\n*Early exit*: the draft is the target's own first {spec.layers} layers{adapter}, its final norm and "
+                "LM head (LayerSkip's self-speculation): it adds no model of its own.")
+    if any(r.draft_view is not None for r in trace.rounds):
+        return ("\n\n*A draft with its own tokenizer*: greedy runs re-tokenize its text, sampled runs draft from its "
+                "q on the tokens both vocabularies hold; the round replay shows its tokens above the target's.")
+    return ""
 
 
 def spread_note(spread: list[float] | None) -> str:
