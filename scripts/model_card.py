@@ -13,7 +13,7 @@ ASSETS = ROOT / "assets" / "models"
 def training_table() -> str:
     rows = ["| model | parameters | objective | steps | tokens seen | wall time | final train loss | validation |",
             "|---|---|---|---|---|---|---|---|"]
-    for name in ("target", "lite", "tiny", "small-ce"):
+    for name in ("target", "lite", "lite-bpe2k", "small-ce"):
         path = ASSETS / name / "train_log.json"
         if not path.is_file():
             continue

@@ -6,7 +6,7 @@ drafts closer to the full target (``specviz.early_exit``; LayerSkip's self-specu
 
 The target is frozen; only the adapter (initialised as a copy of layer L + 1) learns, with the forward KL
 KL(p_target || q_exit) over the full distributions (``specviz.distill``), on windows of the target's own text and
-the corpus. Saved beside the target as ``exit_adapter_L.safetensors`` (float16) with ``exit_adapter_L.json`` (the
+the corpus. Saved beside the target as ``exit_adapter_L.safetensors`` (8-bit rows, ``specviz.int8``) with ``exit_adapter_L.json`` (the
 command, steps, held-out KL before and after, and the untrained exit's KL at L for reference); the app then offers
 "TARGET@L+adapter".
 """
@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from distill_draft import generated_windows, mix  # noqa: E402
 from train_lm import load_texts  # noqa: E402
 
+from specviz import int8  # noqa: E402
 from specviz.distill import distill, kl_on_batch, make_windows  # noqa: E402
 from specviz.early_exit import adapter_file, early_exit, new_adapter  # noqa: E402
 from specviz.models import load_model  # noqa: E402
@@ -76,8 +77,7 @@ def main(argv=None) -> dict:
     target.eval()
     after = kl_on_batch(target, draft, held, args.temperature)
     out = args.out or args.target
-    save_file({k: v.detach().to(torch.float16).contiguous() for k, v in adapter.state_dict().items()},
-              str(adapter_file(out, args.layers)))
+    save_file(int8.pack(adapter.state_dict()), str(adapter_file(out, args.layers)))  # 8 bits, as the family
     log = {"command": " ".join(sys.argv), "target": str(args.target), "layers": args.layers,
            "parameters": sum(p.numel() for p in adapter.parameters()), "steps": result.steps,
            "tokens_seen": result.steps * args.batch * args.seq_len, "wall_seconds": round(time.time() - start, 1),

@@ -97,13 +97,15 @@ def load_exit(model, folder: Path, spec: Exit):
         return early_exit(model, spec.layers)
     from safetensors.torch import load_file
 
+    from .int8 import unpack
+
     path = adapter_file(folder, spec.layers)
     if not path.is_file():
         raise ValueError(f"no exit adapter for {spec.base}@{spec.layers} (expected {path.name}; train one with "
                          "scripts/train_exit_adapter.py)")
     adapter = new_adapter(model, spec.layers)
     dtype = next(model.parameters()).dtype
-    adapter.load_state_dict({k: v.to(dtype) for k, v in load_file(str(path)).items()})
+    adapter.load_state_dict(unpack(load_file(str(path)), dtype))  # 8-bit rows or plain tensors
     return early_exit(model, spec.layers, adapter.eval())
 
 

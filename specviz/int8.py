@@ -36,17 +36,28 @@ def save(model, folder) -> Path:
     model.config.save_pretrained(folder)
     if getattr(model, "generation_config", None) is not None:
         model.generation_config.save_pretrained(folder)
-    tensors, seen = {}, {}
-    for name, t in model.state_dict().items():
+    save_file(pack(model.state_dict()), folder / FILE)
+    return folder / FILE
+
+
+def pack(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Tensors to store: every matrix as int8 rows plus its scales, vectors as float16, tied weights once."""
+    tensors, seen = {}, set()
+    for name, t in state.items():
         if t.data_ptr() in seen:  # a tied weight (the LM head): stored once
             continue
-        seen[t.data_ptr()] = name
+        seen.add(t.data_ptr())
         if t.dim() == 2:
             tensors[name], tensors[name + SCALE] = quantize(t)
         else:
             tensors[name] = t.detach().half()
-    save_file({k: v.contiguous() for k, v in tensors.items()}, folder / FILE)
-    return folder / FILE
+    return {k: v.contiguous() for k, v in tensors.items()}
+
+
+def unpack(raw: dict[str, torch.Tensor], dtype=torch.float32) -> dict[str, torch.Tensor]:
+    """The weights ``pack`` stored, dequantized (a tensor without a scale is simply cast)."""
+    return {name: dequantize(t, raw[name + SCALE], dtype) if name + SCALE in raw else t.to(dtype)
+            for name, t in raw.items() if not name.endswith(SCALE)}
 
 
 def stored(folder) -> bool:
@@ -55,13 +66,7 @@ def stored(folder) -> bool:
 
 def state_dict(folder, dtype=torch.float32) -> dict[str, torch.Tensor]:
     """The dequantized weights, by parameter name."""
-    raw = load_file(Path(folder) / FILE)
-    out = {}
-    for name, t in raw.items():
-        if name.endswith(SCALE):
-            continue
-        out[name] = dequantize(t, raw[name + SCALE], dtype) if name + SCALE in raw else t.to(dtype)
-    return out
+    return unpack(load_file(Path(folder) / FILE), dtype)
 
 
 def load(folder, dtype=torch.float32):

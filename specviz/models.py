@@ -22,7 +22,7 @@ from .pairing import check_tokenizers, vocab_of  # noqa: F401 (check_tokenizers:
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets" / "models"
 DEFAULT_TARGET = "target"
-DEFAULT_DRAFT = "lite+ngram-target"  # lite, drafting from ngram-target where it is confident in greedy runs (model card)
+DEFAULT_DRAFT = "lite"  # one layer distilled on the target's own text: the fastest at the explorer's defaults (model card)
 PROMPT_LOOKUP = "prompt-lookup"
 NOT_MODELS = {"tokenizer"}  # asset folders that are not causal LMs
 HYBRIDS = {"lite+ngram-target": ("lite", "ngram-target")}  # name -> (bundled model draft, bundled n-gram)
@@ -59,7 +59,7 @@ def cross_drafts() -> tuple[str, ...]:
     """Bundled models whose tokenizer is not the bundled target's (they draft through ``specviz.cross``)."""
     if DEFAULT_TARGET not in list_models():
         return ()
-    vocab = vocab_of(ASSETS / DEFAULT_TARGET)
+    vocab = vocab_of(ASSETS / DEFAULT_TARGET) or vocab_of(ASSETS / "tokenizer")
     return tuple(m for m in list_models() if (ASSETS / m / "tokenizer.json").is_file() and vocab_of(ASSETS / m) != vocab)
 
 
@@ -178,9 +178,12 @@ def _load_error(name: str, e: Exception, offline: bool) -> ValueError:
 
 
 def load_tokenizer(name_or_path: str):
+    """The model's tokenizer; a bundled model stored without one uses the family's (``assets/models/tokenizer``)."""
     from transformers import AutoTokenizer
 
     path, options = _source(name_or_path)
+    if Path(path).parent == ASSETS and not (Path(path) / "tokenizer.json").is_file():
+        path = str(ASSETS / "tokenizer")  # the family shares one tokenizer, stored once
     try:
         return AutoTokenizer.from_pretrained(path, **options)
     except (OSError, ValueError) as e:

@@ -90,3 +90,18 @@ def test_the_summary_says_what_kind_of_draft_ran():
               draft_view=DraftTokens((7,), ("x",)))
     assert "its own tokenizer" in draft_note(Trace([0], cfg, draft_name="d", rounds=[r]))
     assert draft_note(Trace([0], cfg, draft_name="lite")) == ""
+
+
+def test_an_adapter_stored_in_8_bits_loads_within_one_quantization_step(tmp_path):
+    from safetensors.torch import save_file
+
+    from specviz import int8
+
+    target = tiny_llama(seed=3, layers=3, sharpen=30).float()
+    (tmp_path / "config.json").write_text(target.config.to_json_string())
+    adapter = new_adapter(target, 2)
+    save_file(int8.pack(adapter.state_dict()), str(adapter_file(tmp_path, 2)))
+    loaded = load_exit(target, tmp_path, parse("t@2+adapter")).exit_adapter
+    for (name, w), w2 in zip(adapter.state_dict().items(), loaded.state_dict().values()):
+        step = w.abs().amax(dim=-1, keepdim=True) / 127 if w.dim() == 2 else 1e-3 * w.abs().max()
+        assert ((w - w2).abs() <= step * 0.5 + 1e-6).all(), name

@@ -35,6 +35,12 @@ GALLERY = [
           "ngram-target", DecodeConfig(k=6, temperature=0, max_new_tokens=64)),
     Entry("henry-tree", "Henry V, greedy, a token tree 3,2,2,1", "KING HENRY:\nOnce more unto the breach, dear friends,",
           DEFAULT_DRAFT, DecodeConfig(temperature=0, max_new_tokens=64, tree=TreeConfig(shape=(3, 2, 2, 1)))),
+    Entry("juliet-own-tokenizer", "Juliet, greedy, a draft with its own tokenizer (replay: both tokenizations)",
+          "JULIET:\nO Romeo, Romeo! wherefore art thou Romeo?", "lite-bpe2k",
+          DecodeConfig(k=4, temperature=0, max_new_tokens=64)),
+    Entry("lear-early-exit", "Lear, greedy, the target's first 4 layers and an exit adapter drafting for it",
+          "KING LEAR:\nBlow, winds, and crack your cheeks!", "target@4+adapter",
+          DecodeConfig(k=4, temperature=0, max_new_tokens=64)),
 ]
 
 

@@ -1,7 +1,7 @@
 """The tree lab: chains and token trees of one draft side by side, tokens per target pass and speed measured,
 with the positional acceptance model beside the measurement.
 
-    python -m specviz.labs.trees [--draft lite+ngram-target] [--temperature 0] [--chains 4,6,8]
+    python -m specviz.labs.trees [--draft lite] [--temperature 0] [--chains 4,6,8]
                                  [--trees 3,2,2,1 2,1,1,1,1,1 dynamic:10,8,3] [--repeats 2] [--threads 1]
 
 Per prompt and repeat the autoregressive baseline and every setting run in turn (the order rotating), so that
