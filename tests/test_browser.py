@@ -140,6 +140,10 @@ def test_a_gallery_link_replays_at_once(app_url):
         page.goto(app_url + "?gallery=henry-tree")
         sync_api.expect(page.locator("#summary")).to_contain_text("tokens / target pass", timeout=15_000)
         sync_api.expect(page.locator("#timeline .sv-round-tree").first).to_be_visible()
+        page.goto(app_url + "?gallery=juliet-own-tokenizer")  # a draft with its own tokenizer: both tokenizations
+        sync_api.expect(page.locator("#summary")).to_contain_text("its own tokenizer", timeout=15_000)
+        sync_api.expect(page.locator("#replay .sv-align-table")).to_be_visible()
+        assert page.locator("#replay .sv-align-table tr").count() == 2
 
 
 def test_the_temperature_lab_and_the_theory_explorer_draw(app_url, tmp_path):
