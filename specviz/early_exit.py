@@ -109,13 +109,19 @@ def load_exit(model, folder: Path, spec: Exit):
     return early_exit(model, spec.layers, adapter.eval())
 
 
-def extra_parameters(draft) -> int | None:
-    """Parameters a draft adds beside its target: for an early exit, its adapter's (0 without one: it is the
-    target's own), else None (the draft's own size is all extra)."""
+def own_parameters(draft) -> list | None:
+    """The parameters an early exit holds beside its target: its adapter's (none without one: the rest is the
+    target's own); None for any other draft (its own size is all extra)."""
     if getattr(draft, "exit_of", None) is None:
         return None
     adapter = getattr(draft, "exit_adapter", None)
-    return 0 if adapter is None else sum(p.numel() for p in adapter.parameters())
+    return [] if adapter is None else list(adapter.parameters())
+
+
+def extra_parameters(draft) -> int | None:
+    """Parameters a draft adds beside its target: for an early exit, its adapter's (0 without one), else None."""
+    own = own_parameters(draft)
+    return None if own is None else sum(p.numel() for p in own)
 
 
 def _stack(model) -> tuple[str, str]:

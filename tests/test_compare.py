@@ -160,6 +160,11 @@ def test_draft_facts_say_tokenizer_and_extra_memory(target):
     assert draft_facts(NGramDrafter(table)).extra_mib == pytest.approx(table_mib)
     assert draft_facts(HybridDrafter(table, target)).extra_mib == pytest.approx(table_mib + lm.extra_mib)
     assert draft_facts(early_exit(target, 1)).extra_mib == 0 == draft_facts(PromptLookupDrafter()).extra_mib
+    from specviz.early_exit import new_adapter  # an exit with an adapter: the adapter is all it adds
+    adapter = new_adapter(target, 1)
+    adapted = draft_facts(early_exit(target, 1, adapter))
+    adapter_params = sum(p.numel() for p in adapter.parameters())
+    assert adapted.size == adapter_params and adapted.extra_mib == adapter_params * 8 / 2**20 < lm.extra_mib
     target_tok, draft_tok = byte_bpe(400), byte_bpe(300)
     cross = draft_facts(CrossDrafter(target, draft_tok, target_tok))
     shared = len(set(target_tok.get_vocab()) & set(draft_tok.get_vocab())) / len(target_tok.get_vocab())

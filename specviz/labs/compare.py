@@ -20,9 +20,9 @@ import torch
 
 from ..config import DecodeConfig
 from ..decoder import Decoding
-from ..drafters import Drafter, ModelDrafter, as_drafter
+from ..drafters import Drafter, as_drafter
 from ..lm import CachedLM
-from ..early_exit import extra_parameters
+from ..early_exit import own_parameters
 from ..ngram import HybridDrafter, NGramDrafter
 from ..sampling import logits_to_probs
 from ..trace import Trace
@@ -121,18 +121,11 @@ def draft_facts(draft) -> DraftFacts:
 
 def draft_bytes(draft) -> int:
     """Bytes the draft holds beside the target: an LM's parameters as loaded, an n-gram's tables (a hybrid: both);
-    0 for an early exit and for model-free rules."""
-    if extra_parameters(draft) == 0:
-        return 0
+    an early exit's adapter only; 0 for model-free rules."""
     if isinstance(draft, NGramDrafter):
         return _table_bytes(draft.model)
-    if isinstance(draft, HybridDrafter):
-        return _table_bytes(draft.table) + draft_bytes(draft.model_draft)
-    if isinstance(draft, Drafter):  # ModelDrafter, a cross-tokenizer drafter: their LM
-        draft = getattr(draft, "model", draft)
-    if isinstance(draft, Drafter) or not hasattr(draft, "parameters"):
-        return 0
-    return int(sum(p.numel() * p.element_size() for p in draft.parameters()))
+    table = _table_bytes(draft.table) if isinstance(draft, HybridDrafter) else 0
+    return table + int(sum(p.numel() * p.element_size() for p in _parameters(draft)))
 
 
 def _table_bytes(ngram) -> int:
@@ -140,20 +133,25 @@ def _table_bytes(ngram) -> int:
     return int(sum(t.numel() * t.element_size() for t in tensors))
 
 
-def draft_size(draft) -> int:
-    """Parameters of a draft LM (of a hybrid's model); stored n-grams (every order) of an n-gram draft; 0 for
-    model-free rules and for an early exit (it shares the target's weights: nothing extra to hold)."""
-    if extra_parameters(draft) == 0:
-        return 0
-    if isinstance(draft, NGramDrafter):
-        return int(sum(len(k) for k in draft.model.keys))
+def _parameters(draft) -> list:
+    """The parameters a draft holds beside the target: its LM's (a hybrid's model part, a model or cross-tokenizer
+    drafter's LM), an early exit's adapter's, none for rules."""
     if isinstance(draft, HybridDrafter):
         draft = draft.model_draft
-    if isinstance(draft, ModelDrafter) or hasattr(draft, "draft_tok"):  # a cross-tokenizer drafter: its LM
-        draft = draft.model
     if isinstance(draft, Drafter):
-        return 0
-    return int(sum(p.numel() for p in draft.parameters()))
+        draft = getattr(draft, "model", None)
+    own = own_parameters(draft)
+    if own is not None:
+        return own
+    return list(draft.parameters()) if isinstance(draft, torch.nn.Module) else []
+
+
+def draft_size(draft) -> int:
+    """Parameters of a draft LM (of a hybrid's model; of an early exit, its adapter's only: the rest is the
+    target's); stored n-grams (every order) of an n-gram draft; 0 for model-free rules."""
+    if isinstance(draft, NGramDrafter):
+        return int(sum(len(k) for k in draft.model.keys))
+    return int(sum(p.numel() for p in _parameters(draft)))
 
 
 # -- where they diverge and disagree --------------------------------------------------------------------
