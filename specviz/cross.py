@@ -21,6 +21,18 @@ from .lm import CachedLM, context_window
 from .sampling import logits_to_probs
 
 
+def shared_strings(draft_tokenizer, target_tokenizer) -> list[str]:
+    """The token strings both vocabularies hold, sorted."""
+    return sorted(set(draft_tokenizer.get_vocab()) & set(target_tokenizer.get_vocab()))
+
+
+def reread(draft_tokenizer, target_tokenizer, committed: list[int], window: int) -> tuple[str, list[int]]:
+    """(text, its draft ids): the target's last ``window`` committed tokens decoded and encoded in the draft's
+    tokenizer (BOS, or id 0, when the text is empty)."""
+    text = target_tokenizer.decode(committed[-window:], skip_special_tokens=True)
+    return text, draft_tokenizer(text, add_special_tokens=False).input_ids or [draft_tokenizer.bos_token_id or 0]
+
+
 class CrossTokenizerDrafter(Drafter):
     """Drafts with a causal LM whose tokenizer differs from the target's (``draft_tokenizer`` vs
     ``target_tokenizer``); ``window``: target tokens of context the draft re-reads each round."""
@@ -36,8 +48,7 @@ class CrossTokenizerDrafter(Drafter):
         self.limit = context_window(self.model)
 
     def propose(self, committed, k, generator):
-        text = self.target_tok.decode(committed[-self.window_tokens:], skip_special_tokens=True)
-        ids = self.draft_tok(text, add_special_tokens=False).input_ids or [self.draft_tok.bos_token_id or 0]
+        text, ids = reread(self.draft_tok, self.target_tok, committed, self.window_tokens)
         if self.limit:
             ids = ids[-(self.limit - k):]
         new = []
@@ -45,8 +56,7 @@ class CrossTokenizerDrafter(Drafter):
             new.append(int(self.lm.extend(ids + new, [])[-1].argmax()))
         base, full = self.draft_tok.decode(ids), self.draft_tok.decode(ids + new)
         added = full[len(base):] if full.startswith(base) else ""
-        tokens = retokenize(self.target_tok, text, added)[:k]
-        tokens = [t for t in tokens if t < self.vocab_size][:k] if tokens else []
+        tokens = [t for t in retokenize(self.target_tok, text, added)[:k] if t < self.vocab_size]
         view = DraftTokens(tuple(new), incremental_texts(self.draft_tok.decode, ids, new))
         return Proposal(torch.tensor(tokens, dtype=torch.long, device=self.device), None, view)
 
@@ -76,7 +86,7 @@ class IntersectionDrafter(Drafter):
 
     def __init__(self, model, draft_tokenizer, target_tokenizer, window: int = 48, min_overlap: float = 0.05,
                  name: str | None = None):
-        shared = sorted(set(draft_tokenizer.get_vocab()) & set(target_tokenizer.get_vocab()))
+        shared = shared_strings(draft_tokenizer, target_tokenizer)
         target_vocab = len(target_tokenizer.get_vocab())
         if len(shared) < min_overlap * target_vocab:
             raise ValueError(f"the two vocabularies share {len(shared)} of the target's {target_vocab} tokens "
@@ -95,8 +105,7 @@ class IntersectionDrafter(Drafter):
         self.lm = CachedLM(self.model)
 
     def propose(self, committed, k, generator):
-        text = self.target_tok.decode(committed[-self.window_tokens:], skip_special_tokens=True)
-        ids = self.draft_tok(text, add_special_tokens=False).input_ids or [self.draft_tok.bos_token_id or 0]
+        _, ids = reread(self.draft_tok, self.target_tok, committed, self.window_tokens)
 
         def next_logits(drafted: list[int]) -> torch.Tensor:  # log q on the target's ids (-inf outside the overlap)
             q = logits_to_probs(self.lm.extend(ids + [self.to_draft[t] for t in drafted], [])[-1],
@@ -137,7 +146,7 @@ class CrossDrafter(Drafter):
                                                     name=self.name)
         except ValueError:  # too little shared vocabulary: sampled runs re-tokenize too (still exact)
             self.sampled_rule = None
-        shared = set(self.draft_tok.get_vocab()) & set(target_tokenizer.get_vocab())
+        shared = shared_strings(self.draft_tok, target_tokenizer)
         self.overlap = len(shared) / max(1, len(target_tokenizer.get_vocab()))
 
     def for_target(self, target_tokenizer) -> "CrossDrafter":
@@ -161,3 +170,12 @@ class CrossDrafter(Drafter):
 
     def propose(self, committed, k, generator):
         return self.rule.propose(committed, k, generator)
+
+
+def drafting_through(draft, draft_tokenizer, target_tokenizer, name: str, target: str) -> CrossDrafter:
+    """A causal LM with another tokenizer as a drafter through the target's tokenizer, named "NAME (own tokenizer)";
+    a ValueError for anything that is not a causal LM (it writes no text to re-tokenize)."""
+    if not (hasattr(draft, "config") and callable(draft)):
+        raise ValueError(f"{name!r} cannot draft for {target!r}: its tokenizer differs from the target's and it is "
+                         "not a causal LM, so its text cannot be re-tokenized for the target")
+    return CrossDrafter(draft, draft_tokenizer, target_tokenizer, name=f"{name} (own tokenizer)")

@@ -10,7 +10,6 @@ algorithm on one screen (no cache, no recording), pinned to this one by tests.
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from typing import Iterator
 
 import torch
@@ -93,8 +92,8 @@ class Decoding:
         q, x = proposal.q_on(p.shape[-1], p.dtype), proposal.tokens
         verdict = accept(self.cfg, p, logits, q, x, self.generator)
         emitted = commit(self.committed, x[: verdict.n_accepted].tolist() + [verdict.next_token], self.trace)
-        r = record_round(self.cfg, index, k, x, q, p, verdict, emitted, draft_s, target_s, time.perf_counter() - t0)
-        return replace(r, draft_view=proposal.draft_view) if proposal.draft_view is not None and self.cfg.record else r
+        return record_round(self.cfg, index, k, x, q, p, verdict, emitted, draft_s, target_s, time.perf_counter() - t0,
+                            proposal.draft_view)
 
     def _tree_round(self, index: int, levels: int) -> Round:
         """draft a tree (one draft pass per level) -> verify every node in one target pass -> walk -> commit."""
@@ -146,9 +145,11 @@ def commit(committed: list[int], tokens: list[int], trace: Trace) -> list[int]:
     return tokens
 
 
-def record_round(cfg: DecodeConfig, index, k, x, q, p, verdict, emitted, draft_s, target_s, wall_s) -> Round:
-    """The Round record of one verified proposal x (m,) with its q (m, V) and p (m+1, V); shared by the
-    single-prompt and the batched decoders. Without cfg.record only what generation needs is kept."""
+def record_round(cfg: DecodeConfig, index, k, x, q, p, verdict, emitted, draft_s, target_s, wall_s,
+                 draft_view=None) -> Round:
+    """The Round record of one verified proposal x (m,) with its q (m, V) and p (m+1, V), and (a draft with another
+    tokenizer) the draft's own tokens; shared by the single-prompt and the batched decoders. Without cfg.record
+    only what generation needs is kept."""
     n, m = verdict.n_accepted, len(x)
     resampled = verdict.next_token if verdict.rejected else None
     bonus = verdict.next_token if not verdict.rejected else None
@@ -169,6 +170,7 @@ def record_round(cfg: DecodeConfig, index, k, x, q, p, verdict, emitted, draft_s
         accept_prob=tuple(verdict.accept_prob.tolist()), u=_pad(u, m), beta=_pad(b, m), n_accepted=n,
         emitted=tuple(emitted), resampled=resampled, bonus=bonus, next_p=float(p[n, verdict.next_token]),
         residual_top=_residual_top(verdict, p, q), draft_s=draft_s, target_s=target_s, wall_s=wall_s,
+        draft_view=draft_view,
     )
 
 

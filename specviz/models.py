@@ -278,10 +278,10 @@ def load_pair(target_name: str, draft_name: str, device: str | None = None, dtyp
     try:
         check_tokenizers(tokenizer, draft_tokenizer)
     except ValueError:
-        from .cross import CrossDrafter
+        from .cross import drafting_through
 
         draft = load_model(draft_name, device, dtype)[0]
-        return target, CrossDrafter(draft, draft_tokenizer, tokenizer, name=f"{draft_name} (own tokenizer)"), tokenizer
+        return target, drafting_through(draft, draft_tokenizer, tokenizer, draft_name, target_name), tokenizer
     return target, load_model(draft_name, device, dtype)[0], tokenizer
 
 

@@ -156,12 +156,11 @@ def test_the_trace_keeps_the_drafts_own_tokens_and_round_trips(kind):
     back = Trace.from_json(trace.to_json())
     assert [r.draft_view for r in back.rounds] == [r.draft_view for r in trace.rounds]
     i = next(j for j, r in enumerate(trace.rounds) if r.draft_view is not None and r.drafted)
-    html = alignment_html(trace, trace.rounds[i], trace.texts().rounds[i])
+    html = alignment_html(trace.rounds[i], trace.texts().rounds[i])
     assert html.count("<tr>") == 2 and "sv-align-draft" in html
 
 
 def test_the_alignment_view_escapes_token_text():
-    from specviz import Trace
     from specviz.alignment import DraftTokens
     from specviz.texts import RoundTexts
     from specviz.trace import Round
@@ -169,8 +168,7 @@ def test_the_alignment_view_escapes_token_text():
 
     r = Round(0, 1, (1,), (1.0,), (0.2,), (0.0,), (None,), (0.0,), 0, (2,), 2, None, 0.5, (), 0.0, 0.0, 0.0,
               draft_view=DraftTokens((7, 8), ("<b>x", "</b>")))
-    trace = Trace([0], DecodeConfig(k=1, temperature=0), rounds=[r])
-    html = alignment_html(trace, r, RoundTexts(drafted=["<b>x</b>"]))
+    html = alignment_html(r, RoundTexts(drafted=["<b>x</b>"]))
     assert "<b>x" not in html and "&lt;b&gt;x" in html and 'colspan="2"' in html  # one target token over both drafts
 
 

@@ -48,7 +48,7 @@ def replay_views(trace: Trace | None, index) -> tuple:
     tokens, r = trace.to_frame(), trace.rounds[i]
     chain = tokens[(tokens["round"] == i) & tokens["node"].isna()]
     tree = tree_figure(trace, r) if r.tree is not None else None
-    html = replay_html(trace, i) + alignment_html(trace, r, trace.texts().rounds[i])  # "" unless cross-tokenizer
+    html = replay_html(trace, i) + alignment_html(r, trace.texts().rounds[i])  # "" unless cross-tokenizer
     return (html, plots.accept_line(chain), plots.residual_bars(plots.residual_frame(trace, i)), tree)
 
 

@@ -11,6 +11,7 @@ from typing import Callable, NamedTuple
 import torch
 
 from .. import early_exit, models
+from ..cross import drafting_through
 
 CACHE_ENV = "SPECVIZ_MODEL_CACHE_GB"
 
@@ -89,7 +90,7 @@ class ModelStore:
             other = self._pairs_ok[(target, draft)]
         drafter = self.draft(draft)
         if other is not None:
-            drafter = cross_drafter(drafter, other, tok, target, draft)
+            drafter = drafting_through(drafter, other, tok, draft, target)
         elif hasattr(drafter, "for_target"):  # a bundled draft with its own tokenizer (cross.py)
             drafter = drafter.for_target(tok)
         return model, tok, drafter
@@ -136,23 +137,13 @@ class ModelStore:
             torch.cuda.empty_cache()  # handlers still running keep their own references
 
 
-def cross_drafter(draft, draft_tokenizer, target_tokenizer, target: str, name: str):
-    """A causal LM with another tokenizer as a drafter through the target's (``specviz.cross.CrossDrafter``)."""
-    from ..cross import CrossDrafter
-
-    if not (hasattr(draft, "config") and callable(draft)):
-        raise ValueError(f"{name!r} cannot draft for {target!r}: its tokenizer differs from the target's and it is "
-                         "not a causal LM, so its text cannot be re-tokenized for the target")
-    return CrossDrafter(draft, draft_tokenizer, target_tokenizer, name=f"{name} (own tokenizer)")
-
-
 def model_free(draft: str) -> bool:
     """No tokenizer to check against the target's: model-free drafts, bundled hybrids (their model part is a bundled
     draft: the family shares one tokenizer), early exits of a bundled model (the target's own), and bundled drafts
     with their own tokenizer (they draft through the target's: ``specviz.cross``)."""
     exit_of = early_exit.parse(draft)
     return (draft == models.PROMPT_LOOKUP or draft in models.list_ngrams() or draft in models.list_hybrids()
-            or draft in models.cross_drafts() or (exit_of is not None and exit_of[0] in models.list_models()))
+            or draft in models.cross_drafts() or (exit_of is not None and exit_of.base in models.list_models()))
 
 
 def param_bytes(obj) -> int:

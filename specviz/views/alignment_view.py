@@ -3,7 +3,7 @@ each cell spanning the characters it holds (``specviz.alignment.align``). Every 
 from __future__ import annotations
 
 from ..alignment import align
-from ..trace import Round, Trace
+from ..trace import Round
 from ..texts import RoundTexts
 from .timeline import esc, visible
 
@@ -25,7 +25,7 @@ def _cells(segments, side: str, label, css) -> str:
     return "".join(cells)
 
 
-def alignment_html(trace: Trace, r: Round, texts: RoundTexts) -> str:
+def alignment_html(r: Round, texts: RoundTexts) -> str:
     """The draft's tokens (its own ids) over the target tokens proposed from them, coloured by fate; "" for a
     round without a draft view (a draft sharing the target's tokenizer)."""
     view = r.draft_view
