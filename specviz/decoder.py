@@ -74,6 +74,8 @@ class Decoding:
 
     def _prefill(self) -> None:
         with self._clock.running():
+            if self.drafter is not None:
+                self.drafter.attach(self.target)  # before the target's first pass: a self-draft may keep its state
             self.target.feed(self.committed)  # its last logits are p_1 of the first round
             if self.drafter is not None:
                 self.drafter.start(self.committed, self.cfg, self.target.vocab_size, self.target.device)

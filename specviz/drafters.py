@@ -84,6 +84,10 @@ class Drafter:
     def start(self, prompt: list[int], cfg: DecodeConfig, vocab_size: int, device) -> None:
         self.cfg, self.vocab_size, self.device = cfg, vocab_size, device
 
+    def attach(self, target: CachedLM) -> None:
+        """Called before ``start`` with the run's target and its cache: a drafter made from the target itself (an
+        early exit, a feature draft) may read what the target's passes computed. Others ignore it."""
+
     def fresh(self) -> "Drafter":
         """A copy for one run: the per-run state (settings, caches, a tree's bookkeeping) that ``start`` and the
         rounds set lands on the copy, so runs sharing one drafter (two visitors, two threads) never mix; models and
@@ -191,6 +195,8 @@ def as_drafter(draft) -> Drafter:
     """Accept a Drafter as is, wrap a transformers causal LM."""
     if isinstance(draft, Drafter):
         return draft
+    if (own := getattr(draft, "drafter_class", None)) is not None:  # a model that says how it drafts (an exit)
+        return own(draft)
     if hasattr(draft, "config") and callable(draft):
         return ModelDrafter(draft)
     raise ValueError(f"draft must be a transformers causal LM or a specviz Drafter, got {type(draft).__name__}")

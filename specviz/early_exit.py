@@ -16,6 +16,8 @@ from typing import NamedTuple
 
 import torch
 
+from .self_drafts import ExitDrafter
+
 ADAPTER = "+adapter"
 
 
@@ -76,6 +78,7 @@ def early_exit(model, layers: int, adapter: torch.nn.Module | None = None):
     # what it shares its weights with, kept out of its submodules (``extra_parameters`` counts only the adapter)
     object.__setattr__(draft, "exit_of", model)
     object.__setattr__(draft, "exit_adapter", adapter)
+    object.__setattr__(draft, "drafter_class", ExitDrafter)  # as_drafter: drafting in the target's cache
     return draft.eval()
 
 

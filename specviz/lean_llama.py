@@ -117,11 +117,11 @@ def _exit_weights(model, source) -> Weights:
     if not own:
         return Weights(base.embed, base.blocks[:shared], base.norm, base.head_t, base.head_b)
     with torch.no_grad():
-        blocks = tuple(_block(layer) for layer in own)
+        blocks = tuple(layer_weights(layer) for layer in own)
     return Weights(base.embed, base.blocks[:shared] + blocks, base.norm, base.head_t, base.head_b)
 
 
-def _block(layer) -> Block:
+def layer_weights(layer) -> Block:
     a, m = layer.self_attn, layer.mlp
     return Block(layer.input_layernorm.weight.detach(), _t(a.q_proj, a.k_proj, a.v_proj),
                  _b(a.q_proj, a.k_proj, a.v_proj), _t(a.o_proj), _b(a.o_proj),
@@ -131,7 +131,7 @@ def _block(layer) -> Block:
 
 @torch.no_grad()
 def _relayout(model) -> Weights:
-    blocks = [_block(layer) for layer in model.model.layers]
+    blocks = [layer_weights(layer) for layer in model.model.layers]
     head = model.get_output_embeddings()
     return Weights(model.model.embed_tokens.weight.detach(), tuple(blocks), model.model.norm.weight.detach(),
                    _t(head), head.bias.detach() if getattr(head, "bias", None) is not None else None)
@@ -143,7 +143,7 @@ def _linear(x: torch.Tensor, w_t: torch.Tensor, b: torch.Tensor | None, residual
     return x @ w_t if addend is None else torch.addmm(addend, x, w_t)
 
 
-def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """LlamaRMSNorm bit for bit (normalised in float32, cast back, then scaled) in 1-3 ops instead of 7."""
     if x.dtype == torch.float32:
         return F.rms_norm(x, weight.shape, weight, eps)
@@ -163,15 +163,23 @@ class LeanLlama:
     ``forward`` appends tokens and returns their logits, ``crop`` moves the write position back,
     ``get_seq_length`` says how many positions are cached."""
 
-    def __init__(self, model):
+    def __init__(self, model, weights: Weights | None = None):
         cfg = model.config
-        self.w = lean_weights(model)
+        self.w = weights or lean_weights(model)  # given: other blocks of the same shape (a feature draft's layer)
         self.rotary = model.model.rotary_emb  # transformers' own RoPE, evaluated once per capacity
         self.nh, self.nkv = cfg.num_attention_heads, cfg.num_key_value_heads
         self.hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.nh
         self.eps, self.scale, self.inter = cfg.rms_norm_eps, self.hd ** -0.5, cfg.intermediate_size
         self.length = self.capacity = 0
+        self.features: torch.Tensor | None = None  # (capacity, d) normed last hidden states, once keep_features()
+        self.features_from = 0
         self._reserve(FIRST_CAPACITY)
+
+    def keep_features(self) -> None:
+        """From now on keep every slot's final normed hidden state in ``features`` (what the LM head reads)."""
+        if self.features is None:
+            self.features = self.w.embed.new_zeros(self.capacity, self.w.embed.shape[1])
+            self.features_from = self.length  # slots before it were written without
 
     def get_seq_length(self) -> int:
         return self.length
@@ -185,6 +193,8 @@ class LeanLlama:
         """Keep slots [0, start) and then the given slots (a tree's accepted path), moved to start, start + 1, ...
         Their keys were rotated at their depth below the prefix, which is their position on the path."""
         self.kv[..., start: start + len(slots), :] = self.kv[..., slots, :]
+        if self.features is not None:
+            self.features[start: start + len(slots)] = self.features[slots]
         self.length = start + len(slots)
 
     @torch.inference_mode()
@@ -193,9 +203,27 @@ class LeanLlama:
         """Append ids (n,) at cache slots length..length+n-1; return the logits after each, (n, V). By default
         slot = position and the new tokens attend causally; a token tree passes each node's ``positions`` (n,)
         (its depth below the prefix) and ``visible`` (n, length + n), the slots each node attends to."""
-        n = ids.shape[-1]
-        start, end = self.length, self.length + n
+        start, end = self.length, self.length + ids.shape[-1]
         self._reserve(end)
+        x = self.layers(F.embedding(ids, self.w.embed), start, zip(self.w.blocks, self.kv), positions, visible)
+        self.length = end
+        h = rms_norm(x, self.w.norm, self.eps)
+        if self.features is not None:  # a feature draft reads them (specviz.eagle)
+            self.features[start:end] = h
+        return self.logits(h)
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        """The LM head over normed hidden states h (n, d): (n, V)."""
+        return _linear(h, self.w.head_t, self.w.head_b)
+
+    def layers(self, x: torch.Tensor, start: int, stack, positions: torch.Tensor | None = None,
+               visible: torch.Tensor | None = None) -> torch.Tensor:
+        """Rows x (n, d) at slots start..start+n-1 through ``stack``, pairs (Block, its key/value cache (2 nkv,
+        capacity, hd)), each writing its keys and values at those slots; the rows after the last block. The caches
+        and this object's RoPE tables must hold start + n slots (``_reserve``); ``length`` is left as it is (an
+        early exit writes into the target's first layers' cache this way, ahead of the target's verify pass)."""
+        n = x.shape[0]
+        end = start + n
         at = slice(start, end) if positions is None else positions
         cos, sin = self.cos[at, None], self.sin[at, None]  # (n, 1, hd)
         mask = None  # one new token attends to every cached one; n tokens attend causally among themselves
@@ -203,15 +231,13 @@ class LeanLlama:
             mask = visible.repeat(self.nh // self.nkv, 1)
         elif n > 1:  # rows follow the packed queries in _attend: group member r, token i at row r n + i
             mask = (self.cols[:end] <= self.cols[start:end, None]).repeat(self.nh // self.nkv, 1)  # (g n, end)
-        x = F.embedding(ids, self.w.embed)  # (n, d)
-        for blk, kv in zip(self.w.blocks, self.kv):
-            attn = self._attend(_linear(_rms_norm(x, blk.ln1, self.eps), blk.qkv_t, blk.qkv_b), kv, start, mask,
+        for blk, kv in stack:
+            attn = self._attend(_linear(rms_norm(x, blk.ln1, self.eps), blk.qkv_t, blk.qkv_b), kv, start, mask,
                                 cos, sin)
             x = _linear(attn, blk.o_t, blk.o_b, residual=x)
-            gate_up = _linear(_rms_norm(x, blk.ln2, self.eps), blk.gu_t, blk.gu_b)  # (n, 2 I)
+            gate_up = _linear(rms_norm(x, blk.ln2, self.eps), blk.gu_t, blk.gu_b)  # (n, 2 I)
             x = _linear(F.silu(gate_up[:, : self.inter]) * gate_up[:, self.inter:], blk.down_t, blk.down_b, residual=x)
-        self.length = end
-        return _linear(_rms_norm(x, self.w.norm, self.eps), self.w.head_t, self.w.head_b)
+        return x
 
     def _attend(self, qkv: torch.Tensor, kv: torch.Tensor, start: int, mask, cos, sin) -> torch.Tensor:
         """Attention of n new positions given their q/k/v projections (n, (nh + 2 nkv) hd) over the cache's
@@ -237,6 +263,8 @@ class LeanLlama:
         kv = embed.new_zeros(len(self.w.blocks), 2 * self.nkv, cap, self.hd)
         if self.capacity:
             kv[..., : self.length, :] = self.kv[..., : self.length, :]
+        if self.features is not None:
+            self.features = torch.cat([self.features, self.features.new_zeros(cap - self.capacity, self.features.shape[1])])
         self.kv, self.capacity = kv, cap
         self.cols = torch.arange(cap, device=embed.device)
         with torch.inference_mode():

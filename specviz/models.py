@@ -1,8 +1,8 @@
 """Loading models: the bundled family by name (offline), curated hub pairs (HUB_PRESETS), anything else
 by hub ID or local path; and the check that a draft shares the target's tokenizer.
 
-Hub loading never hangs offline: the hub's reachability is probed once (HUB_TIMEOUT_S, remembered for
-HUB_RECHECK_S) and, when it is unreachable, models load from the local cache only or fail at once
+Hub loading never hangs offline: the hub's reachability is probed once (``hub.py``: bounded,
+remembered) and, when it is unreachable, models load from the local cache only or fail at once
 saying so. Remote code is never run (trust_remote_code=False)."""
 from __future__ import annotations
 
@@ -10,13 +10,11 @@ import functools
 import json
 import math
 import os
-import re
-import threading
-import time
 from importlib.util import find_spec
 from pathlib import Path
 
-from . import early_exit
+from . import eagle, early_exit
+from .hub import hub_reachable, is_hub_id  # noqa: F401 (part of this API)
 from .presets import CROSS_PRESETS, HUB_PRESETS  # noqa: F401 (part of this API)
 from .pairing import check_tokenizers, vocab_of  # noqa: F401 (check_tokenizers: part of this API)
 
@@ -29,11 +27,6 @@ HYBRIDS = {"lite+ngram-target": ("lite", "ngram-target")}  # name -> (bundled mo
 
 ALLOW_ENV = "SPECVIZ_ALLOW_MODELS"  # which names the web UI may load: bundled | presets | any (hub IDs)
 ALLOW_POLICIES = ("bundled", "presets", "any")
-HUB_TIMEOUT_S = 2.0
-HUB_RECHECK_S = 60.0
-HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
-_hub = {"at": -math.inf, "ok": False}
-_hub_lock = threading.Lock()
 
 
 def list_models() -> list[str]:
@@ -65,9 +58,9 @@ def cross_drafts() -> tuple[str, ...]:
 
 def list_drafters() -> list[str]:
     """Everything that can draft for the bundled target: bundled LMs other than it, hybrids, model-free drafters,
-    and the target's own early exits at a quarter and half of its depth."""
+    the target's own early exits at a quarter and half of its depth, and its feature draft where one is saved."""
     return ([m for m in list_models() if m != DEFAULT_TARGET] + list_hybrids() + list_ngrams() + [PROMPT_LOOKUP]
-            + early_exit.exit_names(ASSETS / DEFAULT_TARGET, DEFAULT_TARGET))
+            + early_exit.exit_names(ASSETS / DEFAULT_TARGET, DEFAULT_TARGET) + eagle.names(ASSETS / DEFAULT_TARGET, DEFAULT_TARGET))
 
 
 def preset_targets() -> list[str]:
@@ -87,12 +80,6 @@ def allow_policy() -> str:
     return policy
 
 
-def is_hub_id(name: str) -> bool:
-    """"owner/name" or "name" as the hub spells them: no path syntax, nothing that exists on this disk."""
-    return (isinstance(name, str) and bool(HUB_ID.match(name)) and ".." not in name
-            and not Path(name).expanduser().exists())
-
-
 def load_drafter(name: str, device: str | None = None):
     """A draft by name: prompt lookup, a bundled n-gram, or a causal LM (bundled, hub ID or path)."""
     if name == PROMPT_LOOKUP:
@@ -108,9 +95,8 @@ def load_drafter(name: str, device: str | None = None):
 
         model, tokenizer = load_model(name, device=device)
         return CrossDrafter(model, tokenizer, load_tokenizer(DEFAULT_TARGET), name=name)
-    if exit_of := early_exit.parse(name):  # "target@2": the target's first 2 layers drafting for it
-        folder = ASSETS / exit_of.base if exit_of.base in list_models() else Path(exit_of.base)
-        return early_exit.load_exit(load_model(exit_of.base, device=device)[0], folder, exit_of)
+    if base := self_draft_base(name):  # "target@2", "target+eagle": drafts made of the target itself
+        return self_draft(load_model(base, device=device)[0], base, name)
     if name in list_hybrids():
         from .ngram import HybridDrafter, NGramModel
 
@@ -125,37 +111,6 @@ def resolve(name_or_path: str) -> str:
         raise ValueError(f"model name must be a non-empty string, got {name_or_path!r}")
     bundled = ASSETS / name_or_path
     return str(bundled) if (bundled / "config.json").is_file() else name_or_path
-
-
-# -- the hub -----------------------------------------------------------------------------------------
-def _probe_hub(timeout: float) -> bool:
-    """One HEAD request to the hub endpoint; any HTTP answer means reachable."""
-    import httpx
-    from huggingface_hub import constants
-
-    try:
-        httpx.head(constants.ENDPOINT, timeout=timeout)
-        return True
-    except Exception:
-        return False
-
-
-def hub_reachable() -> bool:
-    """False in offline mode (HF_HUB_OFFLINE); else a probe bounded by HUB_TIMEOUT_S (name lookup
-    included: it runs in a thread), remembered for HUB_RECHECK_S."""
-    from huggingface_hub import constants
-
-    if constants.HF_HUB_OFFLINE or os.environ.get("HF_HUB_OFFLINE", "").upper() in {"1", "ON", "YES", "TRUE"}:
-        return False
-    with _hub_lock:
-        if time.monotonic() - _hub["at"] < HUB_RECHECK_S:
-            return _hub["ok"]
-        result = []
-        probe = threading.Thread(target=lambda: result.append(_probe_hub(HUB_TIMEOUT_S)), daemon=True)
-        probe.start()
-        probe.join(HUB_TIMEOUT_S + 0.5)
-        _hub.update(at=time.monotonic(), ok=bool(result and result[0]))
-        return _hub["ok"]
 
 
 def _source(name_or_path: str) -> tuple[str, dict]:
@@ -265,11 +220,33 @@ def load_model(name_or_path: str, device: str | None = None, dtype=None):
     return model.eval(), tokenizer
 
 
+def model_folder(name: str) -> Path:
+    """Where a bundled model (or a local path) keeps its files: exit adapters and feature drafts live there."""
+    return ASSETS / name if name in list_models() else Path(name)
+
+
+def self_draft_base(name: str) -> str | None:
+    """The model a draft made of a target is made of: "target" for "target@2" (an early exit) and "target+eagle"
+    (a feature draft); None for any other draft."""
+    exit_of = early_exit.parse(name)
+    return exit_of.base if exit_of else eagle.parse(name)
+
+
+def self_draft(target, target_name: str, name: str):
+    """The early exit (a causal LM sharing the target's weights) or feature draft (a drafter) ``name`` of ``target``,
+    a model loaded as ``target_name``, built on that very model."""
+    if exit_of := early_exit.parse(name):
+        return early_exit.load_exit(target, model_folder(target_name), exit_of)
+    return eagle.drafter(target, model_folder(target_name), name)
+
+
 def load_pair(target_name: str, draft_name: str, device: str | None = None, dtype=None):
     """(target, draft, tokenizer) for a pair. A draft LM whose tokenizer differs from the target's (checked on the
     tokenizers, before its weights load) comes as a ``specviz.cross.CrossDrafter`` drafting through the target's
     tokenizer. Model-free drafts (prompt lookup, n-grams) need no check."""
     target, tokenizer = load_model(target_name, device, dtype)
+    if self_draft_base(draft_name) == target_name:  # built on the very target loaded
+        return target, self_draft(target, target_name, draft_name), tokenizer
     if draft_name == PROMPT_LOOKUP or draft_name in list_ngrams():
         return target, load_drafter(draft_name), tokenizer
     if draft_name in cross_drafts():  # bundled with its own tokenizer

@@ -7,7 +7,7 @@ import pytest
 import torch
 from huggingface_hub import constants
 
-from specviz import models
+from specviz import hub, models
 from specviz.app.store import ModelStore, cache_limit_bytes, param_bytes
 from tests.helpers.models import tiny_gpt2, word_tokenizer
 
@@ -17,9 +17,9 @@ def online_mode(monkeypatch):
     """Offline mode off (conftest turns it on) and the reachability cache cleared: the probe decides."""
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.setitem(models._hub, "at", -math.inf)
+    monkeypatch.setitem(hub._hub, "at", -math.inf)
     calls = []
-    monkeypatch.setattr(models, "_probe_hub", lambda timeout: calls.append(timeout) or False)
+    monkeypatch.setattr(hub, "_probe_hub", lambda timeout: calls.append(timeout) or False)
     return calls
 
 
@@ -35,16 +35,16 @@ def test_unreachable_hub_fails_fast_naming_the_bundled_models(online_mode, name)
 
 def test_a_hanging_probe_is_cut_off_and_the_answer_remembered(monkeypatch, online_mode):
     calls = []
-    monkeypatch.setattr(models, "_probe_hub", lambda timeout: calls.append(1) or time.sleep(30) or True)
-    monkeypatch.setattr(models, "HUB_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(hub, "_probe_hub", lambda timeout: calls.append(1) or time.sleep(30) or True)
+    monkeypatch.setattr(hub, "HUB_TIMEOUT_S", 0.3)
     start = time.perf_counter()
     assert models.hub_reachable() is False and models.hub_reachable() is False
     assert time.perf_counter() - start < 2 and len(calls) == 1
 
 
 def test_offline_mode_never_probes(monkeypatch):
-    monkeypatch.setattr(models, "_probe_hub", lambda timeout: pytest.fail("probed in offline mode"))
-    monkeypatch.setitem(models._hub, "at", -math.inf)
+    monkeypatch.setattr(hub, "_probe_hub", lambda timeout: pytest.fail("probed in offline mode"))
+    monkeypatch.setitem(hub._hub, "at", -math.inf)
     assert models.hub_reachable() is False  # conftest sets HF_HUB_OFFLINE=1
 
 

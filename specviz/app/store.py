@@ -10,7 +10,7 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from .. import early_exit, models
+from .. import eagle, early_exit, models
 from ..cross import drafting_through
 
 CACHE_ENV = "SPECVIZ_MODEL_CACHE_GB"
@@ -74,10 +74,9 @@ class ModelStore:
         (``specviz.cross.CrossDrafter``, exact at any temperature); a draft of another tokenizer that is not a
         causal LM is refused with a ValueError."""
         model, tok = self.target(target)
-        spec = early_exit.parse(draft)
-        if spec is not None and spec.base == target and target in models.list_models() and draft in self.list_drafters():
-            # the target exiting early: built on the very model held (shared weights, nothing more loaded)
-            return model, tok, early_exit.load_exit(model, models.ASSETS / target, spec)
+        if models.self_draft_base(draft) == target and target in models.list_models() and draft in self.list_drafters():
+            # an early exit or feature draft: built on the very model held (shared weights, nothing more loaded)
+            return model, tok, models.self_draft(model, target, draft)
         other = None  # the draft's own tokenizer, where it differs from the target's
         if self._load_tokenizer and draft in self.list_drafters() and not model_free(draft):
             if (target, draft) not in self._pairs_ok:
@@ -141,9 +140,9 @@ def model_free(draft: str) -> bool:
     """No tokenizer to check against the target's: model-free drafts, bundled hybrids (their model part is a bundled
     draft: the family shares one tokenizer), early exits of a bundled model (the target's own), and bundled drafts
     with their own tokenizer (they draft through the target's: ``specviz.cross``)."""
-    exit_of = early_exit.parse(draft)
+    base = models.self_draft_base(draft)
     return (draft == models.PROMPT_LOOKUP or draft in models.list_ngrams() or draft in models.list_hybrids()
-            or draft in models.cross_drafts() or (exit_of is not None and exit_of.base in models.list_models()))
+            or draft in models.cross_drafts() or base in models.list_models())
 
 
 def param_bytes(obj) -> int:
@@ -159,6 +158,8 @@ def load_bytes(name: str, device: str | None = None) -> int:
     model-free drafts and where the files do not say."""
     if early_exit.parse(name) is not None:
         return 0  # the target's own weights, shared
+    if (base := eagle.parse(name)) is not None:  # its own layer beside the target's embedding and head
+        return eagle.param_count(models.model_folder(base)) * models.default_dtype(device).itemsize
     if model_free(name) and name not in models.list_hybrids():
         return 0
     if name in models.list_hybrids():

@@ -22,7 +22,9 @@ from ..config import DecodeConfig
 from ..decoder import Decoding
 from ..drafters import Drafter, as_drafter
 from ..lm import CachedLM
+from ..eagle import extra_parameters
 from ..early_exit import own_parameters
+from ..self_drafts import FeatureDrafter
 from ..ngram import HybridDrafter, NGramDrafter
 from ..sampling import logits_to_probs
 from ..trace import Trace
@@ -138,6 +140,8 @@ def _parameters(draft) -> list:
     drafter's LM), an early exit's adapter's, none for rules."""
     if isinstance(draft, HybridDrafter):
         draft = draft.model_draft
+    if isinstance(draft, FeatureDrafter):
+        return extra_parameters(draft.head)
     if isinstance(draft, Drafter):
         draft = getattr(draft, "model", None)
     own = own_parameters(draft)

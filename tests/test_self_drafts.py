@@ -1,0 +1,158 @@
+"""Drafts made of the target itself (specviz.self_drafts): an early exit in the target's own cache, and the feature
+draft (specviz.eagle) over the target's hidden states."""
+import pytest
+import torch
+
+from specviz import DecodeConfig, TreeConfig, speculative_generate
+from specviz.drafters import draft_q
+from specviz.eagle import FeatureHead, target_features, unroll, unroll_mask
+from specviz.early_exit import early_exit, new_adapter
+from specviz.lm import CachedLM
+from specviz.self_drafts import ExitDrafter, FeatureDrafter
+from tests.helpers.models import reference_greedy, tiny_llama
+from tests.helpers.stats import chi2_pvalue, exact_first_two
+
+
+def exits(target):
+    adapter = new_adapter(target, 1)
+    with torch.no_grad():
+        for p in adapter.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    return [early_exit(target, 1), early_exit(target, 2), early_exit(target, 1, adapter)]
+
+
+@pytest.mark.parametrize("which", [0, 1, 2])
+def test_an_exit_sharing_the_targets_cache_drafts_what_its_own_cache_drafts(which):
+    """Same proposals, token for token, round for round, as the exit with a cache of its own; greedy output is the
+    target's own; and the shared exit holds no key/value cache but its adapter's."""
+    target = tiny_llama(seed=3, layers=3, sharpen=30)
+    draft = exits(target)[which]
+    prompt = torch.tensor([list(range(5, 17))])
+    cfg = DecodeConfig(k=3, temperature=0, max_new_tokens=40)
+    shared = speculative_generate(target, ExitDrafter(draft), prompt, cfg)
+    own = speculative_generate(target, ExitDrafter(draft, shared=False), prompt, cfg)
+    assert [r.drafted for r in shared.rounds] == [r.drafted for r in own.rounds]
+    assert shared.new_tokens == own.new_tokens == reference_greedy(target, prompt, 40)
+    sampled = DecodeConfig(k=3, temperature=1.0, max_new_tokens=30, seed=5)
+    a = speculative_generate(target, ExitDrafter(draft), prompt, sampled)
+    b = speculative_generate(target, ExitDrafter(draft, shared=False), prompt, sampled)
+    assert a.new_tokens == b.new_tokens and [r.drafted for r in a.rounds] == [r.drafted for r in b.rounds]
+    for x, y in zip(a.rounds, b.rounds):
+        torch.testing.assert_close(torch.tensor(x.q), torch.tensor(y.q))
+
+
+def test_a_shared_exit_keeps_only_its_adapters_cache():
+    from specviz.decoder import Decoding
+
+    target = tiny_llama(seed=3, layers=3, sharpen=30)
+    plain, _, adapted = exits(target)
+    prompt = torch.tensor([list(range(5, 17))])
+    sizes = {}
+    for name, draft, shared in [("plain", plain, True), ("adapted", adapted, True), ("own", plain, False)]:
+        run = Decoding(target, ExitDrafter(draft, shared=shared), prompt, DecodeConfig(k=3, max_new_tokens=8))
+        run.run()
+        sizes[name] = run.drafter.cache_bytes()
+    lean = CachedLM(target).cache
+    layer = lean.kv[0].numel() * lean.kv.element_size()
+    assert sizes == {"plain": 0, "adapted": layer, "own": layer}  # one layer's worth each (the exit at 1)
+
+
+def test_an_exit_falls_back_to_its_own_cache_off_the_lean_path(monkeypatch):
+    import specviz.lm as lm
+
+    monkeypatch.setattr(lm, "DEFAULT_PATH", "dynamic")
+    target = tiny_llama(seed=3, layers=3, sharpen=30)
+    prompt = torch.tensor([list(range(5, 17))])
+    trace = speculative_generate(target, early_exit(target, 1), prompt, DecodeConfig(k=3, temperature=0, max_new_tokens=20))
+    assert trace.new_tokens == reference_greedy(target, prompt, 20)
+
+
+def head_for(target, seed=0):
+    torch.manual_seed(seed)
+    head = FeatureHead(target.config)
+    with torch.no_grad():  # a random but confident head
+        head.fc.weight.mul_(3.0)
+    return head.eval()
+
+
+def test_the_unroll_mask_is_each_chains_view():
+    m = unroll_mask(3, 5)
+    # step 2 at position 4: a chain after position 2, its step-1 entry at 3 and itself
+    row = m[2 * 5 + 4].view(3, 5)
+    assert row[0].tolist() == [True, True, True, False, False]
+    assert row[1].tolist() == [False, False, False, True, False] and row[2].tolist() == [False] * 4 + [True]
+
+
+def test_a_feature_draft_drafts_what_its_training_unroll_computes():
+    """Round 1's q_1..q_3 are the unroll's steps 1..3 on the same tokens; after a verify that rejects a draft, round
+    2's q_1 is step 1 again from the target's true features (the positions it drafted over, fed again)."""
+    target = tiny_llama(seed=3, layers=2, sharpen=5)
+    head = head_for(target)
+    cfg = DecodeConfig(k=3, temperature=1.0)
+    lm = CachedLM(target)
+    prompt = list(range(5, 17))
+    lm.feed(prompt)  # before attach: start feeds it again, keeping the features
+    drafter = FeatureDrafter(head, target)
+    drafter.attach(lm)
+    drafter.start(prompt, cfg, 64, torch.device("cpu"))
+    g = torch.Generator().manual_seed(0)
+    first = drafter.propose(prompt, 3, g)
+    tokens = torch.tensor([prompt + first.tokens.tolist()])
+    with torch.no_grad():
+        f, _ = target_features(target, tokens)
+        steps = unroll(head, target, tokens, f, 3)
+    n = len(prompt) - 1
+    for s in range(len(first.tokens)):
+        torch.testing.assert_close(first.q[s], draft_q(steps[s][0, n + s], cfg, 64), atol=1e-5, rtol=1e-4)
+    lm.extend(prompt, first.tokens.tolist())  # the verify pass
+    committed = prompt + first.tokens.tolist()[:1] + [7]  # one draft accepted, then another token
+    second = drafter.propose(committed, 3, g)
+    tokens = torch.tensor([committed])
+    with torch.no_grad():
+        f, _ = target_features(target, tokens)
+        step1 = unroll(head, target, tokens, f, 1)[0]
+    torch.testing.assert_close(second.q[0], draft_q(step1[0, -1], cfg, 64), atol=1e-5, rtol=1e-4)
+
+
+def test_feature_draft_greedy_is_the_targets_greedy_and_sampling_keeps_its_law():
+    target = tiny_llama(vocab=8, seed=11, sharpen=5)
+    drafter = FeatureDrafter(head_for(target), target)
+    prompt = torch.tensor([[1, 2, 3, 4]])
+    greedy = speculative_generate(target, drafter, prompt, DecodeConfig(k=3, temperature=0, max_new_tokens=30))
+    assert greedy.new_tokens == reference_greedy(target, prompt, 30)
+    cfg = DecodeConfig(k=2, max_new_tokens=3, temperature=1.0)
+    counts = torch.zeros(8, 8)
+    for seed in range(1500):
+        trace = speculative_generate(target, drafter, prompt, DecodeConfig(**{**cfg.to_dict(), "seed": seed}))
+        counts[trace.new_tokens[0], trace.new_tokens[1]] += 1
+    assert chi2_pvalue(counts, exact_first_two(target, prompt, cfg)) > 1e-3
+
+
+def test_a_feature_draft_needs_its_own_target_on_the_lean_path():
+    target, other = tiny_llama(seed=3), tiny_llama(seed=4)
+    drafter = FeatureDrafter(head_for(target), target)
+    with pytest.raises(ValueError, match="its own target"):
+        speculative_generate(other, drafter, torch.tensor([[1, 2, 3]]), DecodeConfig(max_new_tokens=4))
+    with pytest.raises(ValueError, match="chains only"):
+        speculative_generate(target, drafter, torch.tensor([[1, 2, 3]]),
+                             DecodeConfig(max_new_tokens=4, tree=TreeConfig(shape=(2, 1))))
+
+
+def test_a_saved_feature_draft_loads_and_drafts_for_a_copy_of_its_target(tmp_path):
+    import copy
+
+    from specviz import eagle
+
+    target = tiny_llama(seed=3, sharpen=5)
+    head = head_for(target)
+    eagle.save(head, tmp_path, {"test": True})
+    assert eagle.names(tmp_path, "t") == ["t+eagle"] and eagle.parse("t+eagle") == "t" and eagle.parse("t") is None
+    assert eagle.param_count(tmp_path) == sum(p.numel() for p in eagle.extra_parameters(head))
+    drafter = eagle.drafter(copy.deepcopy(target), tmp_path, "t+eagle")  # bound to a copy: the same weights
+    for (name, got), want in zip(drafter.head.state_dict().items(), head.state_dict().values()):
+        torch.testing.assert_close(got, want.to(got.dtype), atol=0.02 * float(want.abs().max()) + 1e-3, rtol=0, msg=name)
+    prompt = torch.tensor([list(range(5, 17))])
+    trace = speculative_generate(target, drafter, prompt, DecodeConfig(k=4, temperature=0, max_new_tokens=30))
+    assert trace.new_tokens == reference_greedy(target, prompt, 30)
+    with pytest.raises(ValueError, match="no feature draft"):
+        eagle.load(target, tmp_path / "elsewhere")
