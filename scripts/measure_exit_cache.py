@@ -38,6 +38,7 @@ def main():
     ap.add_argument("--exits", nargs="+", default=["target@6", "target@12", "target@4+adapter"])
     ap.add_argument("--lengths", type=int, nargs="+", default=[64, 256])
     ap.add_argument("--k", type=int, default=4)
+    ap.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 0.8])
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
@@ -50,7 +51,7 @@ def main():
     print("|---|---|---|---|---|---|---|---|---|")
     for name in args.exits:
         exit_model = load_exit(target, ASSETS / specviz.DEFAULT_TARGET, parse(name))  # on this very target
-        for temperature in (0.0, 0.8):
+        for temperature in args.temperatures:
             for n in args.lengths:
                 cfg = specviz.DecodeConfig(k=args.k, temperature=temperature, max_new_tokens=n)
                 rows = {"base": [], "shared": [], "own": []}
@@ -59,7 +60,8 @@ def main():
                         rows["base"].append(run(target, None, prompt, cfg))
                         rows["shared"].append(run(target, ExitDrafter(exit_model, name), prompt, cfg))
                         rows["own"].append(run(target, ExitDrafter(exit_model, name, shared=False), prompt, cfg))
-                        assert rows["shared"][-1]["out"] == rows["own"][-1]["out"]  # same seed, same drafts
+                        if temperature == 0:  # the same drafts: the same output (sampled, float rounding in
+                            assert rows["shared"][-1]["out"] == rows["own"][-1]["out"]  # the caches may tip a draw)
                 tps = {k: sum(r["tokens"] for r in v) / sum(r["s"] for r in v) for k, v in rows.items()}
                 pre = {k: 1000 * statistics.median(r["prefill"] for r in v) for k, v in rows.items()}
                 per = {k: 1000 * sum(r["draft_s"] for r in v) / sum(r["rounds"] for r in v) for k, v in rows.items()}

@@ -51,6 +51,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--init", type=Path, help="continue from this folder's eagle.safetensors")
     ap.add_argument("--save-every", type=float, default=10, help="minutes between checkpoints")
+    ap.add_argument("--features", type=Path, help="the target's features of the training windows, computed once and "
+                    "kept in this file (float16): each step then needs only the LM head over them, not the target")
     ap.add_argument("--out", type=Path, required=True)
     return ap.parse_args(argv)
 
@@ -59,6 +61,24 @@ def kl(p_logits: torch.Tensor, q_logits: torch.Tensor, temperature: float) -> to
     log_p = F.log_softmax(p_logits.float() / temperature, -1)
     log_q = F.log_softmax(q_logits.float() / temperature, -1)
     return (log_p.exp() * (log_p - log_q)).sum(-1).mean()
+
+
+@torch.no_grad()
+def cached_features(target, train: torch.Tensor, path: Path, batch: int = 32) -> torch.Tensor:
+    """The target's normed last hidden states over every training window, (N, T, d) float16, from ``path`` where it
+    holds them for these windows, else computed (the target's one pass over the data) and saved there."""
+    if path.is_file():
+        saved = torch.load(path)
+        if torch.equal(saved["ids"], train):
+            return saved["features"]
+    out = []
+    for i in range(0, len(train), batch):
+        out.append(target.model(input_ids=train[i:i + batch]).last_hidden_state.half())
+        if i // batch % 20 == 0:
+            print(f"features {i + batch}/{len(train)}", flush=True)
+    features = torch.cat(out)
+    torch.save({"ids": train, "features": features}, path)
+    return features
 
 
 def report(head, target, held, steps, reference=None) -> dict:
@@ -95,6 +115,7 @@ def main(argv=None) -> dict:
         train = mix(generated_windows(args.generated, args.seq_len), train, args.generated_share, args.seed)
     reference = load_model(_name(args.reference), device="cpu")[0].float().eval() if args.reference else None
     before = report(head.eval(), target, held, args.steps, reference)
+    cache = cached_features(target, train, args.features) if args.features else None
     head.train()
     params = [p for n, p in head.named_parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0, betas=(0.9, 0.95))
@@ -106,9 +127,14 @@ def main(argv=None) -> dict:
         frac = (time.time() - start) / budget
         for group in opt.param_groups:
             group["lr"] = args.lr * min(1.0, (step + 1) / 20) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
-        ids = train[torch.randint(0, len(train), (args.batch,), generator=g)]
+        pick = torch.randint(0, len(train), (args.batch,), generator=g)
+        ids = train[pick]
         with torch.no_grad():
-            features, p_logits = eagle.target_features(target, ids)
+            if cache is None:
+                features, p_logits = eagle.target_features(target, ids)
+            else:  # p from the kept features through the LM head: the target's own p, up to float16 rounding
+                features = cache[pick].float()
+                p_logits = target.lm_head(features)
         q_all = eagle.unroll(head, target, ids, features, args.steps)
         loss = sum(w * kl(p_logits[:, s:], q[:, s:], args.temperature) for s, (w, q) in enumerate(zip(weights, q_all)))
         opt.zero_grad(set_to_none=True)
