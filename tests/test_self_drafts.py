@@ -55,6 +55,9 @@ def test_a_shared_exit_keeps_only_its_adapters_cache():
     lean = CachedLM(target).cache
     layer = lean.kv[0].numel() * lean.kv.element_size()
     assert sizes == {"plain": 0, "adapted": layer, "own": layer}  # one layer's worth each (the exit at 1)
+    run = Decoding(target, plain, prompt, DecodeConfig(k=3, max_new_tokens=8))  # the exit model itself, as the app
+    run.run()  # passes it: it drafts in the target's cache
+    assert isinstance(run.drafter, ExitDrafter) and run.drafter.cache_bytes() == 0
 
 
 def test_an_exit_falls_back_to_its_own_cache_off_the_lean_path(monkeypatch):
@@ -154,5 +157,8 @@ def test_a_saved_feature_draft_loads_and_drafts_for_a_copy_of_its_target(tmp_pat
     prompt = torch.tensor([list(range(5, 17))])
     trace = speculative_generate(target, drafter, prompt, DecodeConfig(k=4, temperature=0, max_new_tokens=30))
     assert trace.new_tokens == reference_greedy(target, prompt, 30)
+    from specviz.views.summary import draft_note
+
+    assert trace.draft_name == "t+eagle" and "Feature draft" in draft_note(trace)
     with pytest.raises(ValueError, match="no feature draft"):
         eagle.load(target, tmp_path / "elsewhere")

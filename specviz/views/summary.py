@@ -9,7 +9,7 @@ import html
 import re
 import statistics
 
-from .. import early_exit, theory
+from .. import eagle, early_exit, theory
 from ..trace import Trace
 MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_{}\[\]()#+\-.!|~])")
 
@@ -59,7 +59,11 @@ def draft_note(trace: Trace) -> str:
     if spec is not None:
         adapter = " and one trained adapter layer" if spec.adapter else ""
         return (f"\n\n*Early exit*: the draft is the target's own first {spec.layers} layers{adapter}, its final norm and "
-                "LM head (LayerSkip's self-speculation): it adds no model of its own.")
+                "LM head (LayerSkip's self-speculation): it adds no model of its own, and drafts in the target's own "
+                "key/value cache.")
+    if eagle.parse(trace.draft_name):
+        return ("\n\n*Feature draft* (EAGLE): one decoder layer that drafts from the target's own last hidden state at "
+                "the position before (from the verify pass) and the next token, through the target's LM head.")
     if any(r.draft_view is not None for r in trace.rounds):
         return ("\n\n*A draft with its own tokenizer*: greedy runs re-tokenize its text, sampled runs draft from its "
                 "q on the tokens both vocabularies hold; the round replay shows its tokens above the target's.")
