@@ -122,6 +122,7 @@ class FeatureDrafter(Drafter):
         self.target_model = target
         self.name = name or "eagle"
         self.window = getattr(target.config, "max_position_embeddings", None)
+        self.target_lm: CachedLM | None = None
 
     def attach(self, target: CachedLM) -> None:
         if target.model is not self.target_model and _same_weights(target.model, self.target_model):
@@ -135,6 +136,8 @@ class FeatureDrafter(Drafter):
     def start(self, prompt, cfg, vocab_size, device):
         if cfg.tree is not None:
             raise ValueError(f"{self.name} drafts chains only (token trees need a draft model or an n-gram)")
+        if self.target_lm is None:
+            raise ValueError(f"{self.name} drafts from its target's own passes, one prompt at a time: not in batches")
         super().start(prompt, cfg, vocab_size, device)
         if self.target_lm.cache.features_from > 0:  # the target was fed before attach: feed it again, keeping them
             ids = list(self.target_lm.ids)

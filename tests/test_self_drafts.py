@@ -136,6 +136,10 @@ def test_a_feature_draft_needs_its_own_target_on_the_lean_path():
     drafter = FeatureDrafter(head_for(target), target)
     with pytest.raises(ValueError, match="its own target"):
         speculative_generate(other, drafter, torch.tensor([[1, 2, 3]]), DecodeConfig(max_new_tokens=4))
+    from specviz import speculative_generate_batch
+
+    with pytest.raises(ValueError, match="not in batches"):
+        speculative_generate_batch(target, drafter, [torch.tensor([[1, 2, 3]])] * 2, DecodeConfig(max_new_tokens=4))
     with pytest.raises(ValueError, match="chains only"):
         speculative_generate(target, drafter, torch.tensor([[1, 2, 3]]),
                              DecodeConfig(max_new_tokens=4, tree=TreeConfig(shape=(2, 1))))
