@@ -84,7 +84,7 @@ class NGramModel:
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         tensors = {f"keys_{i + 1}": _compact(k, self.vocab_size ** (i + 1)) for i, k in enumerate(self.keys)} | {
-            f"counts_{i + 1}": c for i, c in enumerate(self.counts)}
+            f"counts_{i + 1}": _narrow(c) for i, c in enumerate(self.counts)}
         save_file(tensors, folder / "ngram.safetensors")
         info = {"kind": "ngram", "vocab_size": self.vocab_size, "order": self.order, "discount": self.discount}
         (folder / "ngram.json").write_text(json.dumps(info | meta, indent=1))
@@ -96,7 +96,7 @@ class NGramModel:
         t = load_file(folder / "ngram.safetensors")
         order = info["order"]
         keys = [t[f"keys_{n}"].long() for n in range(1, order + 1)]
-        counts = [t[f"counts_{n}"] for n in range(1, order + 1)]
+        counts = [t[f"counts_{n}"].int() for n in range(1, order + 1)]
         return cls(info["vocab_size"], keys, counts, info["discount"])
 
 
@@ -129,6 +129,12 @@ class NGramDrafter(Drafter):
 def _compact(keys: torch.Tensor, span: int) -> torch.Tensor:
     """int32 storage where every key fits (it halves the file), int64 otherwise."""
     return keys.int() if span < 2**31 else keys
+
+
+def _narrow(counts: torch.Tensor) -> torch.Tensor:
+    """16-bit storage where every count fits (most n-grams are seen a few times), int32 otherwise."""
+    top = int(counts.max()) if counts.numel() else 0
+    return counts.short() if top < 2**15 else counts.to(torch.uint16) if top < 2**16 else counts.int()
 
 
 class HybridDrafter(Drafter):

@@ -38,6 +38,19 @@ def test_save_load_round_trip(tmp_path):
         assert torch.equal(back.distribution(ctx), model.distribution(ctx))
 
 
+def test_counts_are_stored_in_16_bits_where_they_fit_and_load_exactly(tmp_path):
+    from safetensors import safe_open
+
+    model = NGramModel.fit(torch.randint(0, 40, (3000,), generator=torch.Generator().manual_seed(1)), 40, order=2)
+    model.counts = [torch.tensor([5, 40000, 7] + [1] * (len(model.counts[0]) - 3), dtype=torch.int32),
+                    model.counts[1], ]  # a unigram count past int16, within uint16
+    model.save(tmp_path / "ng")
+    with safe_open(str(tmp_path / "ng" / "ngram.safetensors"), "pt") as f:
+        assert [f.get_slice(f"counts_{n}").get_dtype() for n in (1, 2)] == ["U16", "I16"]
+    back = NGramModel.load(tmp_path / "ng")
+    assert all(torch.equal(a.long(), b.long()) and b.dtype == torch.int32 for a, b in zip(model.counts, back.counts))
+
+
 def test_drives_the_decoder_exactly(prompt):
     target = tiny_llama(seed=3, sharpen=30)
     corpus = target.generate(prompt, do_sample=True, max_new_tokens=200)[0]  # text the target likes
