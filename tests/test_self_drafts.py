@@ -166,3 +166,14 @@ def test_a_saved_feature_draft_loads_and_drafts_for_a_copy_of_its_target(tmp_pat
     assert trace.draft_name == "t+eagle" and "Feature draft" in draft_note(trace)
     with pytest.raises(ValueError, match="no feature draft"):
         eagle.load(target, tmp_path / "elsewhere")
+
+
+def test_the_bundled_feature_draft_is_listed_and_sized():
+    from specviz import eagle, models
+    from specviz.app.store import load_bytes, model_free
+
+    if "target+eagle" not in models.list_drafters():
+        pytest.skip("no bundled feature draft")
+    own = eagle.param_count(models.ASSETS / "target")
+    assert own > 1_000_000 and load_bytes("target+eagle") == 4 * own and load_bytes("target+eagle", "mps") == 2 * own
+    assert model_free("target+eagle") and models.self_draft_base("target+eagle") == "target"

@@ -158,15 +158,15 @@ def load_bytes(name: str, device: str | None = None) -> int:
     model-free drafts and where the files do not say."""
     if early_exit.parse(name) is not None:
         return 0  # the target's own weights, shared
+    dtype = models.default_dtype(device)
+    size = dtype.itemsize if isinstance(dtype, torch.dtype) else 2
     if (base := eagle.parse(name)) is not None:  # its own layer beside the target's embedding and head
-        return eagle.param_count(models.model_folder(base)) * models.default_dtype(device).itemsize
+        return eagle.param_count(models.model_folder(base)) * size
     if model_free(name) and name not in models.list_hybrids():
         return 0
     if name in models.list_hybrids():
         name = models.HYBRIDS[name][0]
     count = models.param_count(models.resolve(name))
-    dtype = models.default_dtype(device)
-    size = dtype.itemsize if isinstance(dtype, torch.dtype) else 2
     return (count or 0) * size
 
 
