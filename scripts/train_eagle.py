@@ -151,7 +151,7 @@ def main(argv=None) -> dict:
     head.eval()
     after = report(head, target, held, args.steps, reference)
     log = {"command": " ".join(sys.argv), "target": str(args.target), "init": str(args.init) if args.init else None,
-           "parameters": sum(p.numel() for n, p in head.named_parameters() if not n.startswith("rotary")),
+           "parameters": sum(p.numel() for p in eagle.extra_parameters(head)),
            "objective": f"forward KL(p || q) at T = {args.temperature}, {args.steps} unrolled steps weighted 0.8^s",
            "steps": step, "tokens_seen": step * args.batch * args.seq_len,
            "wall_seconds": round(time.time() - start, 1), "generated": [str(x) for x in args.generated],

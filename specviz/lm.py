@@ -122,15 +122,20 @@ class CachedLM:
         tokens (in committed, not yet in the cache). Empty only when the cache holds exactly committed
         and its last logits are kept; otherwise at least committed[-1], whose logits the next step needs.
         """
-        limit = min(len(self.ids), len(committed))
-        keep = min(self._synced, limit)  # committed only grows, so the old agreement stands
-        while keep < limit and self.ids[keep] == committed[keep]:
-            keep += 1
+        keep = common_prefix(self.ids, committed, self._synced)  # committed only grows: the old agreement stands
         if keep == len(committed) and (keep < len(self.ids) or self.last_logits is None):
             keep -= 1  # the logits after committed[-1] are not kept: feed it again
         self.rollback(keep)
         self._synced = keep
         return committed[keep:]
+
+
+def common_prefix(a: list[int], b: list[int], start: int = 0) -> int:
+    """Length of the common prefix of a and b, known to be at least ``start``."""
+    n, limit = min(start, len(a), len(b)), min(len(a), len(b))
+    while n < limit and a[n] == b[n]:
+        n += 1
+    return n
 
 
 PATHS = ("auto", "dynamic", "static", "lean")

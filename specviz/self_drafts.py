@@ -19,15 +19,7 @@ import torch.nn.functional as F
 
 from .drafters import ModelDrafter, Drafter, draft_loop
 from .lean_llama import LeanLlama, Weights, layer_weights, lean_weights, rms_norm
-from .lm import CachedLM
-
-
-def _common(a: list[int], b: list[int], start: int = 0) -> int:
-    """Length of the common prefix of a and b, known to be at least ``start``."""
-    n, limit = min(start, len(a), len(b)), min(len(a), len(b))
-    while n < limit and a[n] == b[n]:
-        n += 1
-    return n
+from .lm import CachedLM, common_prefix
 
 
 def _same_weights(a, b) -> bool:
@@ -74,7 +66,7 @@ class ExitDrafter(ModelDrafter):
         if self.lean is None:
             return super().propose(committed, k, generator)
         verified = len(committed) - len(self.target_lm.sync(committed))
-        own = _common(self.ids, committed) if self.adapter else len(committed)  # what its adapter's cache holds
+        own = common_prefix(self.ids, committed) if self.adapter else len(committed)  # what its adapter's cache holds
         start = min(verified, own, len(committed) - 1)
         self._reserve(len(committed) + k)  # before any write: growing keeps only the target's verified slots
 
@@ -120,6 +112,8 @@ class FeatureDrafter(Drafter):
     def __init__(self, head, target, name: str | None = None):
         self.head = head.to(next(target.parameters()).dtype)  # (in place) the target's dtype
         self.target_model = target
+        self._laid_out: dict = {}  # fingerprint of the head's parameters -> their lean layout; one dict that every
+        # run's copy of this drafter (``fresh``) shares
         self.name = name or "eagle"
         self.window = getattr(target.config, "max_position_embeddings", None)
         self.target_lm: CachedLM | None = None
@@ -144,25 +138,33 @@ class FeatureDrafter(Drafter):
             self.target_lm.rollback(0)
             self.target_lm.cache.features_from = 0
             self.target_lm.feed(ids)
-        self.lm = LeanLlama(self.target_model, self._weights())
-        self.fc_t = self.head.fc.weight.detach().t().contiguous()
+        base, (block, self.fc_t) = lean_weights(self.target_model), self._layout()
+        own = Weights(base.embed, (block,), self.head.norm.weight.detach(), base.head_t, base.head_b)
+        self.lm = LeanLlama(self.target_model, own)
         self.ids: list[int] = []  # tokens whose entries are in the draft's cache
         self.true = 0  # entries [0, true) were made from the target's features
 
-    def _weights(self) -> Weights:
-        base = lean_weights(self.target_model)
-        with torch.no_grad():
-            return Weights(base.embed, (layer_weights(self.head.layer),), self.head.norm.weight.detach(), base.head_t, base.head_b)
+    def _layout(self):
+        """The head's layer and fc re-laid out for the lean forward, redone only when a parameter changed (as
+        ``lean_weights`` does for models): runs of one drafter share them."""
+        fingerprint = tuple((p.data_ptr(), p._version) for p in self.head.parameters())
+        if fingerprint not in self._laid_out:
+            with torch.no_grad():
+                layout = layer_weights(self.head.layer), self.head.fc.weight.detach().t().contiguous()
+            self._laid_out.clear()
+            self._laid_out[fingerprint] = layout
+        return self._laid_out[fingerprint]
 
     def propose(self, committed, k, generator):
         target = self.target_lm
-        known = min(_common(target.ids, committed), target.cache.length)  # positions with the target's features
-        start = min(self.true, _common(self.ids, committed), known, len(committed) - 1)
+        known = min(common_prefix(target.ids, committed), target.cache.length)  # positions with the target's features
+        start = min(self.true, common_prefix(self.ids, committed), known, len(committed) - 1)
         last = len(committed) - 1
         upto = min(known, last)  # entries start..upto from true features; beyond, the draft's own h
         features = target.cache.features
-        h = self._run(committed[start: upto + 1], start, features[max(start - 1, 0): upto] if start else
-                      torch.cat([features.new_zeros(1, features.shape[1]), features[:upto]]))
+        before = features[start - 1: upto] if start else torch.cat([features.new_zeros(1, features.shape[1]),
+                                                                     features[:upto]])  # f_{t-1}; none before 0
+        h = self._run(committed[start: upto + 1], start, before)
         for i in range(upto + 1, last + 1):  # never in the decoder's rounds; kept for any other caller
             h = self._run([committed[i]], i, h[-1:])
         self.true = upto + 1
