@@ -138,8 +138,8 @@ class ModelStore:
 
 def model_free(draft: str) -> bool:
     """No tokenizer to check against the target's: model-free drafts, bundled hybrids (their model part is a bundled
-    draft: the family shares one tokenizer), early exits of a bundled model (the target's own), and bundled drafts
-    with their own tokenizer (they draft through the target's: ``specviz.cross``)."""
+    draft: the family shares one tokenizer), early exits and feature drafts of a bundled model (made of the target
+    itself), and bundled drafts with their own tokenizer (they draft through the target's: ``specviz.cross``)."""
     base = models.self_draft_base(draft)
     return (draft == models.PROMPT_LOOKUP or draft in models.list_ngrams() or draft in models.list_hybrids()
             or draft in models.cross_drafts() or base in models.list_models())
