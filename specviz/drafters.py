@@ -100,6 +100,12 @@ class Drafter:
     def propose(self, committed: list[int], k: int, generator: torch.Generator | None) -> Proposal:
         raise NotImplementedError
 
+    def stepper(self, committed: list[int]) -> Callable[[list[int]], torch.Tensor]:
+        """For drafts with logits: ``next_logits(drafted)``, the draft's logits (V',) after committed + drafted, for
+        ``draft_loop`` and for a hybrid, whose other draft may have drafted some of ``drafted`` (those it has not
+        seen are fed on the next call). Made once a round, when the draft is first needed."""
+        raise ValueError(f"{self.name} has no logits for a hybrid to fall back on")
+
     # -- token trees (specviz.tree): drafters with a q for any context implement these three --
     def tree_start(self, committed: list[int]) -> torch.Tensor:
         """q at the tree's root (after committed), (V,); the drafter forgets any earlier tree."""
@@ -148,12 +154,18 @@ class ModelDrafter(Drafter):
         self.lm.keep_path([self.fed[n] for n in path if n in self.fed], None)
 
     def propose(self, committed, k, generator):
-        def next_logits(drafted: list[int]) -> torch.Tensor:  # (V',) after committed + drafted
-            if not drafted:
-                return self.lm.extend(self.visible(committed), [])[-1]
-            return self.lm.feed(drafted[-1:])[-1]  # q(x) > 0: x is one of the draft's own rows
+        return draft_loop(self.stepper(committed), k, self.cfg, self.vocab_size, generator, self.device)
 
-        return draft_loop(next_logits, k, self.cfg, self.vocab_size, generator, self.device)
+    def stepper(self, committed):
+        logits, fed = self.lm.extend(self.visible(committed), []), 0  # (1, V') after committed
+
+        def next_logits(drafted: list[int]) -> torch.Tensor:  # (V',) after committed + drafted
+            nonlocal logits, fed
+            if len(drafted) > fed:  # one token it drafted, or several from a hybrid's other draft: one pass
+                logits, fed = self.lm.feed(self.visible(drafted[fed:])), len(drafted)
+            return logits[-1]
+
+        return next_logits
 
 
 class PromptLookupDrafter(Drafter):

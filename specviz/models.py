@@ -23,7 +23,10 @@ DEFAULT_TARGET = "target"
 DEFAULT_DRAFT = "lite"  # one layer distilled on the target's own text: the fastest at the explorer's defaults (model card)
 PROMPT_LOOKUP = "prompt-lookup"
 NOT_MODELS = {"tokenizer"}  # asset folders that are not causal LMs
-HYBRIDS = {"lite+ngram-target": ("lite", "ngram-target")}  # name -> (bundled model draft, bundled n-gram)
+HYBRIDS = {  # name -> (bundled model draft or feature draft, bundled n-gram)
+    "lite+ngram-target": ("lite", "ngram-target"),
+    "target+eagle+ngram-target": ("target+eagle", "ngram-target"),
+}
 
 ALLOW_ENV = "SPECVIZ_ALLOW_MODELS"  # which names the web UI may load: bundled | presets | any (hub IDs)
 ALLOW_POLICIES = ("bundled", "presets", "any")
@@ -44,7 +47,9 @@ def list_ngrams() -> list[str]:
 def list_hybrids() -> list[str]:
     """Bundled hybrid drafts ("model+ngram": the n-gram where it is confident in greedy runs, the model elsewhere)
     whose two parts are both bundled."""
-    return [name for name, (m, n) in HYBRIDS.items() if m in list_models() and n in list_ngrams()]
+    feature_drafts = eagle.names(ASSETS / DEFAULT_TARGET, DEFAULT_TARGET)
+    return [name for name, (m, n) in HYBRIDS.items()
+            if (m in list_models() or m in feature_drafts) and n in list_ngrams()]
 
 
 @functools.lru_cache(maxsize=1)
@@ -101,7 +106,7 @@ def load_drafter(name: str, device: str | None = None):
         from .ngram import HybridDrafter, NGramModel
 
         model, table = HYBRIDS[name]
-        return HybridDrafter(NGramModel.load(ASSETS / table), load_model(model, device=device)[0], name=name)
+        return HybridDrafter(NGramModel.load(ASSETS / table), load_drafter(model, device), name=name)
     return load_model(name, device=device)[0]
 
 
@@ -228,6 +233,8 @@ def model_folder(name: str) -> Path:
 def self_draft_base(name: str) -> str | None:
     """The model a draft made of a target is made of: "target" for "target@2" (an early exit) and "target+eagle"
     (a feature draft); None for any other draft."""
+    if name in HYBRIDS:  # a hybrid of a feature draft
+        return self_draft_base(HYBRIDS[name][0])
     exit_of = early_exit.parse(name)
     return exit_of.base if exit_of else eagle.parse(name)
 
@@ -235,6 +242,11 @@ def self_draft_base(name: str) -> str | None:
 def self_draft(target, target_name: str, name: str):
     """The early exit (a causal LM sharing the target's weights) or feature draft (a drafter) ``name`` of ``target``,
     a model loaded as ``target_name``, built on that very model."""
+    if name in HYBRIDS:
+        from .ngram import HybridDrafter, NGramModel
+
+        model, table = HYBRIDS[name]
+        return HybridDrafter(NGramModel.load(ASSETS / table), self_draft(target, target_name, model), name=name)
     if exit_of := early_exit.parse(name):
         return early_exit.load_exit(target, model_folder(target_name), exit_of)
     return eagle.drafter(target, model_folder(target_name), name)

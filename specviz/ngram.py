@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from .drafters import Drafter, ModelDrafter, draft_loop, draft_q, draft_view
+from .drafters import Drafter, ModelDrafter, draft_loop, draft_q
 
 
 MEMO_SIZE = 65_536  # contexts whose log q an NGramModel keeps (cleared when full)
@@ -146,7 +146,9 @@ class HybridDrafter(Drafter):
 
     def __init__(self, table: NGramModel, model, confidence: float = 0.8, name: str | None = None,
                  greedy_only: bool = True):
-        self.table, self.model_draft, self.confidence = table, ModelDrafter(model), confidence
+        # a causal LM drafts with its own cache; a drafter with logits (a feature draft) is used as it is
+        model_draft = model if isinstance(model, Drafter) else ModelDrafter(model)
+        self.table, self.model_draft, self.confidence = table, model_draft, confidence
         self.greedy_only = greedy_only
         self.name = name or f"{self.model_draft.name}+ngram"
         self.window = self.model_draft.window
@@ -156,8 +158,13 @@ class HybridDrafter(Drafter):
         run.model_draft = self.model_draft.fresh()  # its cache is per run too
         return run
 
+    def attach(self, target):
+        self.model_draft.attach(target)
+
     def start(self, prompt, cfg, vocab_size, device):
         super().start(prompt, cfg, vocab_size, device)
+        if cfg.tree is not None and not isinstance(self.model_draft, ModelDrafter):
+            raise ValueError(f"{self.name} drafts chains only: token trees need a hybrid of a draft model")
         self.model_draft.start(prompt, cfg, vocab_size, device)
 
     def prefill(self, prompt):
@@ -168,13 +175,16 @@ class HybridDrafter(Drafter):
         log_conf = math.log(self.confidence) if self.confidence > 0 else -math.inf
 
         use_table = self.cfg.greedy or not self.greedy_only
+        model_logits = None  # the model draft's stepper, made when it is first needed this round
 
         def next_logits(drafted: list[int]) -> torch.Tensor:
+            nonlocal model_logits
             if use_table:
                 logq = self.table.log_distribution(history + drafted)
                 if float(logq.max()) >= log_conf:
                     return logq.to(self.device)
-            return md.lm.extend(draft_view(committed + drafted, md.n_embed, self.vocab_size), [])[-1]
+            model_logits = model_logits or md.stepper(committed)
+            return model_logits(drafted)  # it feeds what the table drafted before it
 
         return draft_loop(next_logits, k, self.cfg, self.vocab_size, generator, self.device)
 

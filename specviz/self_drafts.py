@@ -77,6 +77,12 @@ class ExitDrafter(ModelDrafter):
 
         return draft_loop(next_logits, k, self.cfg, self.vocab_size, generator, self.device)
 
+    def stepper(self, committed):
+        if self.lean is not None:  # its slots are reserved for a round's k drafts before any write (propose)
+            raise ValueError(f"{self.name} drafts in the target's cache: not inside a hybrid (give the hybrid the "
+                             "exit model: it drafts with its own cache there)")
+        return super().stepper(committed)
+
     @torch.inference_mode()
     def _run(self, tokens: list[int], start: int) -> torch.Tensor:
         """tokens at slots start.. through the target's first layers (their cache) and the adapter; the logits."""
@@ -156,6 +162,12 @@ class FeatureDrafter(Drafter):
         return self._laid_out[fingerprint]
 
     def propose(self, committed, k, generator):
+        return draft_loop(self.stepper(committed), k, self.cfg, self.vocab_size, generator, self.device)
+
+    def stepper(self, committed):
+        """Feeds again the positions with the target's features it lacks, then ``next_logits(drafted)``: one pass per
+        drafted token (each input is the draft's own h at the position before, so tokens a hybrid's other draft
+        proposed are fed one by one)."""
         target = self.target_lm
         known = min(common_prefix(target.ids, committed), target.cache.length)  # positions with the target's features
         start = min(self.true, common_prefix(self.ids, committed), known, len(committed) - 1)
@@ -168,14 +180,16 @@ class FeatureDrafter(Drafter):
         for i in range(upto + 1, last + 1):  # never in the decoder's rounds; kept for any other caller
             h = self._run([committed[i]], i, h[-1:])
         self.true = upto + 1
-        state = {"h": h[-1:]}
+        fed = 0
 
         def next_logits(drafted: list[int]) -> torch.Tensor:
-            if drafted:
-                state["h"] = self._run(drafted[-1:], last + len(drafted), state["h"])
-            return self.lm.logits(state["h"])[-1]
+            nonlocal h, fed
+            for i in range(fed, len(drafted)):
+                h = self._run(drafted[i: i + 1], last + 1 + i, h[-1:])
+            fed = len(drafted)
+            return self.lm.logits(h[-1:])[-1]
 
-        return draft_loop(next_logits, k, self.cfg, self.vocab_size, generator, self.device)
+        return next_logits
 
     @torch.inference_mode()
     def _run(self, tokens: list[int], start: int, features: torch.Tensor) -> torch.Tensor:

@@ -103,6 +103,25 @@ def test_hybrid_greedy_equals_the_targets_greedy(confidence):
     assert any(r.n_accepted for r in trace.rounds)
 
 
+def test_a_model_drafts_stepper_feeds_tokens_another_draft_proposed_in_one_pass():
+    from specviz.drafters import ModelDrafter
+
+    target, draft, ids, _ = _hybrid_setup()
+    steps = []
+    for _ in range(2):
+        md = ModelDrafter(draft)
+        md.start(ids[0].tolist(), DecodeConfig(k=4), 16, torch.device("cpu"))
+        md.prefill(ids[0].tolist())
+        steps.append(md.stepper(ids[0].tolist()))
+    at_once, one_by_one = steps
+    for n in range(3):
+        one_by_one([4, 7, 2][:n])
+    torch.testing.assert_close(at_once([4, 7, 2]), one_by_one([4, 7, 2]), atol=1e-5, rtol=1e-5)
+    with torch.no_grad():
+        full = draft(torch.tensor([ids[0].tolist() + [4, 7, 2]])).logits[0, -1]
+    torch.testing.assert_close(at_once([4, 7, 2]), full, atol=1e-4, rtol=1e-4)
+
+
 def test_hybrid_sampling_is_exact_with_the_table_in_use():
     """greedy_only=False: sampled drafts come from the n-gram where it is confident, the model elsewhere; the law
     of the first two tokens is still the target's (chi-square over 600 seeds), and the table did draft."""

@@ -131,6 +131,42 @@ def test_feature_draft_greedy_is_the_targets_greedy_and_sampling_keeps_its_law()
     assert chi2_pvalue(counts, exact_first_two(target, prompt, cfg)) > 1e-3
 
 
+def test_a_feature_drafts_stepper_catches_up_on_tokens_another_draft_proposed():
+    """Tokens a hybrid's n-gram drafted reach the feature draft in one call; its logits then equal those of the
+    same tokens drafted one call at a time (each input is the draft's own h at the position before)."""
+    target = tiny_llama(seed=3, layers=2, sharpen=5)
+    head, prompt, cfg = head_for(target), list(range(5, 17)), DecodeConfig(k=4, temperature=1.0)
+    steps = []
+    for _ in range(2):
+        lm = CachedLM(target)
+        drafter = FeatureDrafter(head, target)
+        drafter.attach(lm)
+        drafter.start(prompt, cfg, 64, torch.device("cpu"))
+        lm.feed(prompt)
+        steps.append(drafter.stepper(prompt))
+    at_once, one_by_one = steps
+    for n in range(4):
+        one_by_one([3, 9, 21, 40][:n])
+    torch.testing.assert_close(at_once([3, 9, 21, 40]), one_by_one([3, 9, 21, 40]), atol=1e-6, rtol=1e-5)
+
+
+def test_a_hybrid_of_the_feature_draft_is_the_targets_greedy():
+    """The n-gram of the target's greedy text drafts where it is sure, the feature draft elsewhere (after the
+    n-gram's tokens, within one round): the output is the target's own greedy decode."""
+    from specviz.ngram import HybridDrafter, NGramModel
+
+    target = tiny_llama(vocab=16, seed=11, sharpen=8)
+    ids = torch.tensor([[1, 2, 3, 1, 2, 3]])
+    text = target.generate(ids, do_sample=False, max_new_tokens=120, min_new_tokens=120)[0]
+    table = NGramModel.fit(text[:60], 16, order=3, min_count=1)  # knows part of the greedy text only
+    hybrid = HybridDrafter(table, FeatureDrafter(head_for(target), target), confidence=0.6)
+    trace = speculative_generate(target, hybrid, ids, DecodeConfig(k=4, temperature=0, max_new_tokens=60))
+    assert trace.new_tokens == reference_greedy(target, ids, 60)
+    assert any(r.n_accepted for r in trace.rounds)
+    with pytest.raises(ValueError, match="chains only"):
+        speculative_generate(target, hybrid, ids, DecodeConfig(max_new_tokens=4, tree=TreeConfig(shape=(2, 1))))
+
+
 def test_a_feature_draft_needs_its_own_target_on_the_lean_path():
     target, other = tiny_llama(seed=3), tiny_llama(seed=4)
     drafter = FeatureDrafter(head_for(target), target)
@@ -177,3 +213,8 @@ def test_the_bundled_feature_draft_is_listed_and_sized():
     own = eagle.param_count(models.ASSETS / "target")
     assert own > 1_000_000 and load_bytes("target+eagle") == 4 * own and load_bytes("target+eagle", "mps") == 2 * own
     assert model_free("target+eagle") and models.self_draft_base("target+eagle") == "target"
+    hybrid = "target+eagle+ngram-target"
+    if hybrid in models.list_drafters():  # the feature draft, and the n-gram of the target's greedy text where sure
+        assert model_free(hybrid) and models.self_draft_base(hybrid) == "target" and load_bytes(hybrid) == 4 * own
+        target, drafter, _ = models.load_pair("target", hybrid)
+        assert drafter.model_draft.target_model is target  # built on the very target loaded

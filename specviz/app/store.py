@@ -156,16 +156,16 @@ def param_bytes(obj) -> int:
 def load_bytes(name: str, device: str | None = None) -> int:
     """Bytes a named model takes once loaded (parameters at the load dtype), from its safetensors metadata: 0 for
     model-free drafts and where the files do not say."""
+    if name in models.list_hybrids():  # its model part's (an n-gram's tables are not parameters)
+        name = models.HYBRIDS[name][0]
     if early_exit.parse(name) is not None:
         return 0  # the target's own weights, shared
     dtype = models.default_dtype(device)
     size = dtype.itemsize if isinstance(dtype, torch.dtype) else 2
     if (base := eagle.parse(name)) is not None:  # its own layer beside the target's embedding and head
         return eagle.param_count(models.model_folder(base)) * size
-    if model_free(name) and name not in models.list_hybrids():
+    if model_free(name):
         return 0
-    if name in models.list_hybrids():
-        name = models.HYBRIDS[name][0]
     count = models.param_count(models.resolve(name))
     return (count or 0) * size
 

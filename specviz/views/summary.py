@@ -10,6 +10,7 @@ import re
 import statistics
 
 from .. import eagle, early_exit, theory
+from ..models import HYBRIDS
 from ..trace import Trace
 MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_{}\[\]()#+\-.!|~])")
 
@@ -61,6 +62,11 @@ def draft_note(trace: Trace) -> str:
         return (f"\n\n*Early exit*: the draft is the target's own first {spec.layers} layers{adapter}, its final norm and "
                 "LM head (LayerSkip's self-speculation): it adds no model of its own, and drafts in the target's own "
                 "key/value cache.")
+    if trace.draft_name in HYBRIDS:
+        model, table = HYBRIDS[trace.draft_name]
+        return (f"\n\n*Hybrid*: in greedy runs `{table}` (an n-gram of the target's own greedy text) drafts wherever its "
+                f"top token has q >= 0.8, a near-free step, and `{model}` drafts elsewhere; sampled runs use `{model}` "
+                "only. Each token's q is that of the draft that proposed it.")
     if eagle.parse(trace.draft_name):
         return ("\n\n*Feature draft* (EAGLE): one decoder layer that drafts from the target's own last hidden state at "
                 "the position before (from the verify pass) and the next token, through the target's LM head.")
