@@ -20,7 +20,10 @@ from .pairing import check_tokenizers, vocab_of  # noqa: F401 (check_tokenizers:
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets" / "models"
 DEFAULT_TARGET = "target"
-DEFAULT_DRAFT = "lite"  # one layer distilled on the target's own text: the fastest at the explorer's defaults (model card)
+DEFAULT_DRAFT = "target+eagle+ngram-target"  # the fastest at the explorer's defaults (model card): the feature draft,
+# and in greedy runs the n-gram of the target's own greedy text wherever it is sure
+DEFAULT_MODEL_DRAFT = "lite"  # for what needs a draft model of its own (token trees, batches, alpha at fixed contexts):
+# one layer distilled on the target's own text
 PROMPT_LOOKUP = "prompt-lookup"
 NOT_MODELS = {"tokenizer"}  # asset folders that are not causal LMs
 HYBRIDS = {  # name -> (bundled model draft or feature draft, bundled n-gram)
@@ -250,6 +253,20 @@ def self_draft(target, target_name: str, name: str):
     if exit_of := early_exit.parse(name):
         return early_exit.load_exit(target, model_folder(target_name), exit_of)
     return eagle.drafter(target, model_folder(target_name), name)
+
+
+def chain_only(name: str) -> bool:
+    """Whether a named draft drafts chains only, one prompt at a time (a feature draft and its hybrids): token trees
+    and batches need a draft model."""
+    return eagle.parse(name) is not None or (name in HYBRIDS and chain_only(HYBRIDS[name][0]))
+
+
+def drafter_for(target, target_name: str, draft_name: str, device: str | None = None):
+    """``load_drafter(draft_name)``, except that a draft made of the target (an early exit, a feature draft, its
+    hybrid) is built on ``target``, the model loaded as ``target_name``, instead of on a second copy."""
+    if self_draft_base(draft_name) == target_name:
+        return self_draft(target, target_name, draft_name)
+    return load_drafter(draft_name, device)
 
 
 def load_pair(target_name: str, draft_name: str, device: str | None = None, dtype=None):

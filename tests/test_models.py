@@ -76,11 +76,14 @@ def test_the_bundled_draft_with_its_own_tokenizer_decodes_exactly_through_the_ta
     assert all(r.draft_view is not None for r in trace.rounds if r.drafted)
 
 
-def float64_draft(name):
-    """A bundled draft in float64 (no near-ties that flip between batched and unbatched products)."""
+def float64_draft(name, target):
+    """A bundled draft in float64 (no near-ties that flip between batched and unbatched products); one made of the
+    target (a feature draft, its hybrid) is built on ``target``, the float64 target."""
     from specviz import models
     from specviz.ngram import HybridDrafter
 
+    if models.self_draft_base(name) == specviz.DEFAULT_TARGET:
+        return models.self_draft(target, specviz.DEFAULT_TARGET, name)
     if name in models.list_hybrids():
         model, table = models.HYBRIDS[name]
         return HybridDrafter(NGramModel.load(ASSETS / table), specviz.load_model(model, dtype=torch.float64)[0])
@@ -91,7 +94,7 @@ def float64_draft(name):
 @pytest.mark.parametrize("name", sorted({specviz.DEFAULT_DRAFT, "lite"} & set(specviz.list_drafters())))
 def test_default_pair_greedy_equals_the_targets_own_greedy(name):
     target, tok = specviz.load_model(specviz.DEFAULT_TARGET, dtype=torch.float64)
-    draft = float64_draft(name)
+    draft = float64_draft(name, target)
     for text in specviz.EXAMPLE_PROMPTS[:2]:
         ids = tok(text, return_tensors="pt").input_ids
         trace = specviz.speculative_generate(target, draft, ids, specviz.DecodeConfig(k=4, temperature=0,

@@ -65,7 +65,7 @@ def build(store: ModelStore) -> None:
     gr.Markdown("Several prompts decoded together (one batched target forward per round); each row accepts its "
                 f"own number of drafts. Row b uses seed + b. At most {MAX_BATCH} prompts.")
     with gr.Row():
-        target, draft = target_picker(store), draft_picker(store)
+        target, draft = target_picker(store), draft_picker(store, model=True)
     prompts = gr.Textbox("\n\n".join(EXAMPLE_PROMPTS[:3]), lines=6, label="Prompts (separate with an empty line)")
     form = run_settings(32)
     with gr.Row():

@@ -3,9 +3,11 @@ the round replay; the run's charts; export and import. Handlers are module-level
 binds them); ``build`` lays the tab out and wires them."""
 from __future__ import annotations
 
+import functools
+
 import gradio as gr
 
-from .. import theory
+from .. import models, theory
 from ..config import DEFAULTS, EXAMPLE_PROMPTS, K_POLICIES
 from ..labs import gallery
 from ..trace import Trace
@@ -160,12 +162,23 @@ def api_generate(store: ModelStore):
     return generate
 
 
+def draft_for_shape(store: ModelStore, shape: str, draft: str):
+    """A token tree needs a draft that can draft one: a chain-only draft (a feature draft, its hybrid) gives way to
+    the default draft model, with a note saying so."""
+    if shape == "chain" or not isinstance(draft, str) or not models.chain_only(draft):
+        return gr.update()
+    model = store.default_draft(model=True)
+    gr.Info(f"{draft} drafts chains only: the tree is drafted by {model}.")
+    return gr.update(value=model)
+
+
 def handlers(store: ModelStore):
     """The tab's handlers, bound to ``store`` and ready to wire (tests call them the same way)."""
     h = bind(store, models=dict(run=run, draft_pickers=draft_pickers),
              plain=dict(step=step, load=load, open_gallery=open_gallery, open_named=open_named, replay=replay_views, export=runs.export_trace, what_if=what_if,
                         from_run=from_run))
     h.generate = gpu_task(friendly(api_generate(store)))
+    h.draft_for_shape = friendly(functools.partial(draft_for_shape, store))
     return h
 
 
@@ -288,6 +301,7 @@ def build(store: ModelStore, user_drafts: gr.State) -> tuple[gr.Dropdown, object
     next_btn.click(lambda t, i: h.step(t, i, +1), [trace_state, round_slider], [round_slider],
                    api_visibility="undocumented")
     export_btn.click(h.export, [trace_state, base_state], [files], api_visibility="undocumented")
+    tree_inputs[0].input(h.draft_for_shape, [tree_inputs[0], inputs[2]], [inputs[2]], api_visibility="private")
     link_fields = [*inputs[:10], tree_inputs[0]]  # links.FIELDS: prompt .. seed, then the draft shape
     with gr.Row():
         link_btn = gr.Button("Link to these settings", elem_id="link-btn", scale=0)

@@ -71,7 +71,7 @@ def build(store: ModelStore) -> None:
                 "The two WRONG variants are the classic bugs: a residual built from the scalar q(x), and q taken "
                 "from unprocessed logits while the draft samples from processed ones.")
     with gr.Row():
-        target, draft = target_picker(store), draft_picker(store)
+        target, draft = target_picker(store), draft_picker(store, model=True)
     prompt = gr.Textbox(EXAMPLE_PROMPTS[0], lines=2, label="Context")
     with gr.Row():
         extra = gr.Number(0, precision=0, label="then generate this many tokens with the target")

@@ -27,6 +27,7 @@ class ModelStore:
     def __init__(self, load_model: Callable | None = None, load_drafter: Callable | None = None,
                  list_targets: Callable | None = None, list_drafters: Callable | None = None,
                  default_target: str = models.DEFAULT_TARGET, default_draft: str = models.DEFAULT_DRAFT,
+                 default_model_draft: str = models.DEFAULT_MODEL_DRAFT,
                  allow: str | None = None, limit_bytes: float | None = None,
                  load_tokenizer: Callable | None = None, device: str | None = None,
                  estimate_bytes: Callable | None = None):
@@ -46,6 +47,7 @@ class ModelStore:
         self.list_targets, self.list_drafters = list_targets or targets, list_drafters or drafts
         self._load_model, self._load_drafter, self._load_tokenizer = load_model, load_drafter, load_tokenizer
         self._default_target, self._default_draft = default_target, default_draft
+        self._default_model_draft = default_model_draft
         self._estimate = estimate_bytes or functools.partial(load_bytes, device=self.device)
         self.limit_bytes = cache_limit_bytes() if limit_bytes is None else limit_bytes
         self._cache: OrderedDict[tuple[str, str], tuple[object, int]] = OrderedDict()  # oldest use first
@@ -56,9 +58,11 @@ class ModelStore:
         names = self.list_targets()
         return self._default_target if self._default_target in names else (names[0] if names else None)
 
-    def default_draft(self) -> str | None:
-        names = self.list_drafters()
-        return self._default_draft if self._default_draft in names else (names[0] if names else None)
+    def default_draft(self, model: bool = False) -> str | None:
+        """The explorer's default draft; ``model``: the default for what needs a draft model of its own (token
+        trees, batches, alpha at fixed contexts), which the default draft (a feature draft) is not. Else the first."""
+        names, want = self.list_drafters(), self._default_model_draft if model else self._default_draft
+        return want if want in names else (names[0] if names else None)
 
     def target(self, name: str):
         """(model, tokenizer) for a listed target name."""

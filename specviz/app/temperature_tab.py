@@ -55,7 +55,7 @@ def build(store: ModelStore) -> None:
     h = handlers(store)
     gr.Markdown("Acceptance against temperature for one pair on the same prompts (at most 5), k and seed. "
                 "α at fixed contexts needs a draft model with logits (not an n-gram, a hybrid or prompt lookup).")
-    target, draft, prompts = lab_inputs(store, EXAMPLE_PROMPTS[:3])
+    target, draft, prompts = lab_inputs(store, EXAMPLE_PROMPTS[:3], model=True)
     if "lite" in store.list_drafters():
         draft.value = "lite"  # a draft model: both α columns
     with gr.Row():

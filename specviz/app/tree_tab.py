@@ -68,7 +68,7 @@ def build(store: ModelStore) -> None:
     h = handlers(store)
     gr.Markdown("Chains of k drafts against token trees of the same draft, verified in one target pass each. "
                 "Trees: a static shape (children per depth, e.g. 3,2,2,1) or dynamic:BUDGET,DEPTH,WIDTH (EAGLE-2).")
-    target, draft, prompts = lab_inputs(store, EXAMPLE_PROMPTS[:3])
+    target, draft, prompts = lab_inputs(store, EXAMPLE_PROMPTS[:3], model=True)
     with gr.Row():
         chains = gr.Textbox("4,6,8", label="Chains: k values")
         trees = gr.Textbox(TREES, lines=3, label="Trees: one per line")

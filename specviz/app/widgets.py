@@ -74,18 +74,21 @@ def target_picker(store: ModelStore) -> gr.Dropdown:
     return gr.Dropdown(store.list_targets(), value=store.default_target(), label="Target")
 
 
-def draft_picker(store: ModelStore, label: str = "Draft") -> gr.Dropdown:
-    return gr.Dropdown(store.list_drafters(), value=store.default_draft(), label=label)
+def draft_picker(store: ModelStore, label: str = "Draft", model: bool = False) -> gr.Dropdown:
+    """The drafts offered, the default selected (``model``: the default draft model, for trees and batches)."""
+    return gr.Dropdown(store.list_drafters(), value=store.default_draft(model), label=label)
 
 
-def lab_inputs(store: ModelStore, prompts: list[str], multi: bool = False, lines: int = 4) -> tuple:
-    """A lab's (target, draft or drafts, prompts) pickers: the models in one row, the prompts below."""
+def lab_inputs(store: ModelStore, prompts: list[str], multi: bool = False, lines: int = 4, model: bool = False) -> tuple:
+    """A lab's (target, draft or drafts, prompts) pickers: the models in one row, the prompts below (``model``: the
+    default draft model selected, for labs that need one)."""
     with gr.Row():
         target = target_picker(store)
         if multi:
-            draft = gr.Dropdown(store.list_drafters(), value=[store.default_draft()], multiselect=True, label="Drafts")
+            draft = gr.Dropdown(store.list_drafters(), value=[store.default_draft(model)], multiselect=True,
+                                label="Drafts")
         else:
-            draft = gr.Dropdown(store.list_drafters(), value=store.default_draft(), label="Draft")
+            draft = draft_picker(store, model=model)
     text = gr.Textbox("\n\n".join(prompts), lines=lines, label="Prompts (separate with an empty line)")
     return target, draft, text
 

@@ -5,7 +5,7 @@
 Greedy, the same k for every batch size; prompts are specviz.EXAMPLE_PROMPTS cycled to fill a batch.
 The two methods are interleaved (their order alternates each repeat and batch size) so that machine noise
 hits both alike. Tokens/s = total generated tokens over total wall time, per method and batch size.
-The draft is the bundled default draft LM (DEFAULT_DRAFT) if it exists, else the first bundled draft LM, else a stand-in: a
+The draft is the bundled default draft LM (DEFAULT_MODEL_DRAFT) if it exists, else the first bundled draft LM, else a stand-in: a
 perturbed copy of the target (--standin perturbed) or its first N layers (--standin layers:N).
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ import torch
 from ..batch import autoregressive_generate_batch, speculative_generate_batch
 from ..config import DecodeConfig
 from ..trace import Counts
-from ..models import DEFAULT_DRAFT, list_drafters, list_models, load_model
+from ..models import DEFAULT_MODEL_DRAFT, list_drafters, list_models, load_model
 from .bench import common_args, target_and_prompts
 
 BATCH_COLUMNS = ["batch_size", "method", "tokens", "seconds", "tokens_per_s", "acceptance_rate"]
@@ -30,7 +30,7 @@ def pick_draft(target, standin: str = "perturbed"):
     """(draft model, description): a bundled draft LM if any, else a stand-in built from the target."""
     bundled = [m for m in list_drafters() if m in list_models()]
     if bundled:
-        name = DEFAULT_DRAFT if DEFAULT_DRAFT in bundled else bundled[0]
+        name = DEFAULT_MODEL_DRAFT if DEFAULT_MODEL_DRAFT in bundled else bundled[0]
         return load_model(name, device=str(target.device))[0], f"bundled {name!r}"
     draft = copy.deepcopy(target)
     if standin.startswith("layers:"):  # the target's first N layers, sharing its embeddings and head

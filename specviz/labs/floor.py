@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from ..config import DEFAULTS, DecodeConfig
-from ..models import DEFAULT_DRAFT, load_drafter
+from ..models import DEFAULT_DRAFT, drafter_for
 from .bench import Measured, common_args, measure, run_bench, target_and_prompts
 
 
@@ -72,7 +72,7 @@ def main(argv=None) -> bool:
     held = True
     print(f"target={args.target} prompts={len(prompts)} repeats={args.repeats} threads={torch.get_num_threads()}")
     for s in settings(args.draft, args.k, args.best_draft, args.best_k):
-        draft = load_drafter(s.draft, device=args.device)
+        draft = drafter_for(target, args.target, s.draft, device=args.device)
         for n in (args.lengths if s.floor is not None else args.lengths[:1]):
             cfg = DecodeConfig(k=s.k, temperature=s.temperature, max_new_tokens=n)
             m = measure(run_bench(target, draft, prompts, cfg, args.repeats))

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from ..config import DecodeConfig, TreeConfig
 from ..decoder import autoregressive_generate, speculative_generate
-from ..models import ASSETS, DEFAULT_DRAFT, DEFAULT_TARGET, load_drafter, load_model
+from ..models import ASSETS, DEFAULT_MODEL_DRAFT, DEFAULT_TARGET, load_drafter, load_model
 
 FOLDER = ASSETS.parent / "gallery"
 
@@ -23,9 +23,9 @@ class Entry:
 
 
 GALLERY = [
-    Entry("romeo-greedy", "ROMEO, greedy, the default draft (k = 4)", "ROMEO:", DEFAULT_DRAFT,
+    Entry("romeo-greedy", "ROMEO, greedy, lite (k = 4)", "ROMEO:", "lite",
           DecodeConfig(k=4, temperature=0, max_new_tokens=64)),
-    Entry("romeo-sampled", "ROMEO, sampled at T = 0.8, the default draft", "ROMEO:", DEFAULT_DRAFT,
+    Entry("romeo-sampled", "ROMEO, sampled at T = 0.8, lite", "ROMEO:", "lite",
           DecodeConfig(k=4, temperature=0.8, max_new_tokens=64)),
     Entry("hamlet-lite-k8", "Hamlet, T = 0.8, lite with k = 8 (rejections late in the round)",
           "To be, or not to be, that is the question:", "lite", DecodeConfig(k=8, temperature=0.8, max_new_tokens=64)),
@@ -34,7 +34,7 @@ GALLERY = [
     Entry("sonnet-ngram", "Sonnet, greedy, the target's own n-gram at k = 6", "Shall I compare thee to a summer's day?",
           "ngram-target", DecodeConfig(k=6, temperature=0, max_new_tokens=64)),
     Entry("henry-tree", "Henry V, greedy, a token tree 3,2,2,1", "KING HENRY:\nOnce more unto the breach, dear friends,",
-          DEFAULT_DRAFT, DecodeConfig(temperature=0, max_new_tokens=64, tree=TreeConfig(shape=(3, 2, 2, 1)))),
+          DEFAULT_MODEL_DRAFT, DecodeConfig(temperature=0, max_new_tokens=64, tree=TreeConfig(shape=(3, 2, 2, 1)))),
     Entry("juliet-own-tokenizer", "Juliet, greedy, a draft with its own tokenizer (replay: both tokenizations)",
           "JULIET:\nO Romeo, Romeo! wherefore art thou Romeo?", "lite-bpe2k",
           DecodeConfig(k=4, temperature=0, max_new_tokens=64)),

@@ -21,7 +21,7 @@ import torch
 from .. import theory
 from ..config import DecodeConfig, TreeConfig
 from ..decoder import autoregressive_generate, speculative_generate
-from ..models import DEFAULT_DRAFT, load_drafter
+from ..models import DEFAULT_MODEL_DRAFT, drafter_for
 from ..trace import Counts
 from .bench import common_args, target_and_prompts
 
@@ -99,7 +99,7 @@ def keep_costs(target, context: int = 128, path: int = 4, nodes: int = 16, reps:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     common_args(ap, max_new_tokens=64, repeats=2, threads=1)
-    ap.add_argument("--draft", default=DEFAULT_DRAFT)
+    ap.add_argument("--draft", default=DEFAULT_MODEL_DRAFT)
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--chains", default="4,6,8", help="chain k values, comma-separated")
     ap.add_argument("--trees", nargs="+", default=["3,2,2,1", "2,1,1,1,1,1", "dynamic:10,8,3"],
@@ -111,7 +111,7 @@ def main(argv=None) -> None:
     trees = [TreeConfig.parse(t) for t in args.trees]
     print(f"target={args.target} draft={args.draft} temperature={args.temperature} max_new_tokens="
           f"{args.max_new_tokens} repeats={args.repeats} prompts={len(prompts)} threads={torch.get_num_threads()}")
-    df = tree_lab(target, load_drafter(args.draft, device=args.device), prompts, chains, trees, cfg, args.repeats)
+    df = tree_lab(target, drafter_for(target, args.target, args.draft, args.device), prompts, chains, trees, cfg, args.repeats)
     print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     costs = keep_costs(target)
     print("keeping a 4-node path of a 16-node tree in the target's cache (median ms): "
