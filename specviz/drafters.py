@@ -57,10 +57,14 @@ def draft_q(logits: torch.Tensor, cfg: DecodeConfig, vocab_size: int) -> torch.T
 def draft_loop(next_logits: Callable[[list[int]], torch.Tensor], k: int, cfg: DecodeConfig, vocab_size: int,
                generator: torch.Generator | None, device) -> Proposal:
     """Up to k tokens x_1, x_2, ... drafted one ``draft_step`` at a time; ``next_logits(drafted)`` is the
-    draft's logits for the position after the context and the tokens drafted so far."""
+    draft's logits for the position after the context and the tokens drafted so far (None: it proposes no more
+    this round)."""
     tokens, qs = [], []
     for _ in range(k):
-        x, q, go_on = draft_step(next_logits(tokens), cfg, vocab_size, generator)
+        logits = next_logits(tokens)
+        if logits is None:
+            break
+        x, q, go_on = draft_step(logits, cfg, vocab_size, generator)
         tokens.append(x)
         qs.append(q)
         if not go_on:  # the draft doubts its token: verify what it has

@@ -142,14 +142,16 @@ class HybridDrafter(Drafter):
     a near-free step) and the model draft elsewhere. The choice reads only the context and the settings, and each
     token is drawn from the q of the draft that proposed it, which is the q verify uses: exact, as for any draft.
     ``greedy_only``: use the n-gram in greedy runs only (a table of the target's greedy text knows its greedy
-    continuations, not its sampled distribution: sampled, its q is accepted far less often than the model's)."""
+    continuations, not its sampled distribution: sampled, its q is accepted far less often than the model's).
+    ``model_steps``: at most this many of a round's drafts come from the model (then the round ends at the n-gram's
+    next unsure step), so k can be large where the n-gram is sure (the target's loops) without costing model steps."""
 
     def __init__(self, table: NGramModel, model, confidence: float = 0.8, name: str | None = None,
-                 greedy_only: bool = True):
+                 greedy_only: bool = True, model_steps: int | None = None):
         # a causal LM drafts with its own cache; a drafter with logits (a feature draft) is used as it is
         model_draft = model if isinstance(model, Drafter) else ModelDrafter(model)
         self.table, self.model_draft, self.confidence = table, model_draft, confidence
-        self.greedy_only = greedy_only
+        self.greedy_only, self.model_steps = greedy_only, model_steps  # at most model_steps model drafts a round
         self.name = name or f"{self.model_draft.name}+ngram"
         self.window = self.model_draft.window
 
@@ -175,14 +177,17 @@ class HybridDrafter(Drafter):
         log_conf = math.log(self.confidence) if self.confidence > 0 else -math.inf
 
         use_table = self.cfg.greedy or not self.greedy_only
-        model_logits = None  # the model draft's stepper, made when it is first needed this round
+        model_logits, used = None, 0  # the model draft's stepper, made when it is first needed this round
 
-        def next_logits(drafted: list[int]) -> torch.Tensor:
-            nonlocal model_logits
+        def next_logits(drafted: list[int]) -> torch.Tensor | None:
+            nonlocal model_logits, used
             if use_table:
                 logq = self.table.log_distribution(history + drafted)
                 if float(logq.max()) >= log_conf:
                     return logq.to(self.device)
+            if used == self.model_steps:  # the round's model drafts are spent: k caps the near-free ones only
+                return None
+            used += 1
             model_logits = model_logits or md.stepper(committed)
             return model_logits(drafted)  # it feeds what the table drafted before it
 

@@ -140,3 +140,17 @@ def test_hybrid_sampling_is_exact_with_the_table_in_use():
         from_table += abs(trace.rounds[0].q[0] - float(q1[trace.rounds[0].drafted[0]])) < 1e-6
     assert from_table > 50  # the first draft came from the table in many runs (its q is the table's)
     assert chi2_pvalue(counts, exact) > 1e-3
+
+
+def test_a_hybrid_spends_at_most_model_steps_model_drafts_a_round():
+    """model_steps caps the model's drafts per round, not the n-gram's: never the table -> at most 2 drafts a round;
+    always the table -> k drafts a round; greedy output is the target's either way."""
+    from specviz.ngram import HybridDrafter
+    from tests.helpers.models import reference_greedy
+
+    target, draft, ids, table = _hybrid_setup()
+    for confidence, most in ((1.01, 2), (0.0, 5)):
+        hybrid = HybridDrafter(table, draft, confidence, model_steps=2)
+        trace = speculative_generate(target, hybrid, ids, DecodeConfig(k=5, temperature=0, max_new_tokens=30))
+        assert trace.new_tokens == reference_greedy(target, ids, 30)
+        assert max(len(r.drafted) for r in trace.rounds) == most
