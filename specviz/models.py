@@ -14,6 +14,7 @@ from importlib.util import find_spec
 from pathlib import Path
 
 from . import eagle, early_exit
+from .devices import default_device, default_dtype, needs_device_map  # noqa: F401 (part of this API)
 from .hub import hub_reachable, is_hub_id  # noqa: F401 (part of this API)
 from .presets import CROSS_PRESETS, HUB_PRESETS  # noqa: F401 (part of this API)
 from .pairing import check_tokenizers, vocab_of  # noqa: F401 (check_tokenizers: part of this API)
@@ -153,31 +154,6 @@ def load_tokenizer(name_or_path: str):
         raise _load_error(name_or_path, e, options["local_files_only"] and not Path(path).exists()) from e
 
 
-def default_device() -> str:
-    """SPECVIZ_DEVICE if set, else "cuda" where available, else "cpu"."""
-    import torch
-
-    return os.environ.get("SPECVIZ_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
-
-
-def default_dtype(device: str | None):
-    """float32 on CPUs (half precision is slow there), bfloat16 on CUDA (float16 where bf16 is missing)."""
-    import torch
-
-    device = device or "cpu"
-    if device.startswith("cuda"):
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    return torch.float32 if device == "cpu" else "auto"
-
-
-def needs_device_map(n_params: int | None, dtype, free_bytes: int, headroom: float = 0.85) -> bool:
-    """Whether the weights (n_params in dtype) overflow ``headroom`` of a GPU's free memory."""
-    import torch
-
-    size = torch.empty((), dtype=dtype).element_size() if isinstance(dtype, torch.dtype) else 2
-    return n_params is not None and n_params * size > headroom * free_bytes
-
-
 def param_count(path: str) -> int | None:
     """Parameters stored in a folder's or hub repo's safetensors files, without loading them (None if unknown)."""
     try:
@@ -255,10 +231,12 @@ def self_draft(target, target_name: str, name: str):
     return eagle.drafter(target, model_folder(target_name), name)
 
 
-def chain_only(name: str) -> bool:
-    """Whether a named draft drafts chains only, one prompt at a time (a feature draft and its hybrids): token trees
-    and batches need a draft model."""
-    return eagle.parse(name) is not None or (name in HYBRIDS and chain_only(HYBRIDS[name][0]))
+def for_trees(name: str) -> str:
+    """The draft that drafts token trees in ``name``'s place: itself, except a hybrid of a feature draft (it drafts
+    chains only), whose feature draft does."""
+    if name in HYBRIDS and eagle.parse(HYBRIDS[name][0]) is not None:
+        return HYBRIDS[name][0]
+    return name
 
 
 def drafter_for(target, target_name: str, draft_name: str, device: str | None = None):

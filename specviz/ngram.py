@@ -166,7 +166,7 @@ class HybridDrafter(Drafter):
     def start(self, prompt, cfg, vocab_size, device):
         super().start(prompt, cfg, vocab_size, device)
         if cfg.tree is not None and not isinstance(self.model_draft, ModelDrafter):
-            raise ValueError(f"{self.name} drafts chains only: token trees need a hybrid of a draft model")
+            raise ValueError(f"{self.name} drafts chains only: its {self.model_draft.name} alone drafts token trees")
         self.model_draft.start(prompt, cfg, vocab_size, device)
 
     def prefill(self, prompt):

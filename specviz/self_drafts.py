@@ -17,9 +17,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .drafters import ModelDrafter, Drafter, draft_loop
+from .drafters import ModelDrafter, Drafter, draft_loop, draft_q
 from .lean_llama import LeanLlama, Weights, layer_weights, lean_weights, rms_norm
 from .lm import CachedLM, common_prefix
+from .tree import ROOT, tree_attention
 
 
 def _same_weights(a, b) -> bool:
@@ -134,8 +135,6 @@ class FeatureDrafter(Drafter):
         target.cache.keep_features()
 
     def start(self, prompt, cfg, vocab_size, device):
-        if cfg.tree is not None:
-            raise ValueError(f"{self.name} drafts chains only (token trees need a draft model or an n-gram)")
         if self.target_lm is None:
             raise ValueError(f"{self.name} drafts from its target's own passes, one prompt at a time: not in batches")
         super().start(prompt, cfg, vocab_size, device)
@@ -168,6 +167,20 @@ class FeatureDrafter(Drafter):
         """Feeds again the positions with the target's features it lacks, then ``next_logits(drafted)``: one pass per
         drafted token (each input is the draft's own h at the position before, so tokens a hybrid's other draft
         proposed are fed one by one)."""
+        h, last, fed = self._catch_up(committed), len(committed) - 1, 0
+
+        def next_logits(drafted: list[int]) -> torch.Tensor:
+            nonlocal h, fed
+            for i in range(fed, len(drafted)):
+                h = self._run(drafted[i: i + 1], last + 1 + i, h[-1:])
+            fed = len(drafted)
+            return self.lm.logits(h[-1:])[-1]
+
+        return next_logits
+
+    def _catch_up(self, committed: list[int]) -> torch.Tensor:
+        """The draft's entries for committed, those the target has verified made from the target's features (the
+        positions it had drafted over, fed again); h at committed's last position, (1, d)."""
         target = self.target_lm
         known = min(common_prefix(target.ids, committed), target.cache.length)  # positions with the target's features
         start = min(self.true, common_prefix(self.ids, committed), known, len(committed) - 1)
@@ -180,16 +193,32 @@ class FeatureDrafter(Drafter):
         for i in range(upto + 1, last + 1):  # never in the decoder's rounds; kept for any other caller
             h = self._run([committed[i]], i, h[-1:])
         self.true = upto + 1
-        fed = 0
+        return h[-1:]
 
-        def next_logits(drafted: list[int]) -> torch.Tensor:
-            nonlocal h, fed
-            for i in range(fed, len(drafted)):
-                h = self._run(drafted[i: i + 1], last + 1 + i, h[-1:])
-            fed = len(drafted)
-            return self.lm.logits(h[-1:])[-1]
+    # -- token trees (EAGLE-2's drafting): a level's nodes in one pass of the draft's layer, each from its parent's h
+    def tree_start(self, committed):
+        self.tree_h = {ROOT: self._catch_up(committed)[0]}  # node -> the draft's h there
+        self.tree_at, self.fed, self.fed_parents = len(committed), {}, []  # nodes' slots: tree_at + fed index
+        return draft_q(self.lm.logits(self.tree_h[ROOT][None])[-1], self.cfg, self.vocab_size)
 
-        return next_logits
+    @torch.inference_mode()
+    def tree_expand(self, nodes, tokens, parents):
+        first, lm = len(self.fed_parents), self.lm
+        for n, parent in zip(nodes, parents):
+            self.fed[n] = len(self.fed)
+            self.fed_parents.append(self.fed[parent] if parent != ROOT else ROOT)
+        start = self.tree_at + first
+        positions, visible = tree_attention(start, 0, self.fed_parents, first, self.device)
+        lm._reserve(start + len(nodes))
+        features = torch.stack([self.tree_h[parent] for parent in parents])
+        e = F.embedding(torch.tensor(tokens, device=self.device), lm.w.embed)
+        x = torch.cat([features.to(e.dtype), e], dim=-1) @ self.fc_t
+        h = rms_norm(lm.layers(x, start, zip(lm.w.blocks, lm.kv), positions, visible), lm.w.norm, lm.eps)
+        lm.length = start + len(nodes)  # a later _reserve keeps the tree's entries
+        self.tree_h.update(zip(nodes, h))
+        return draft_q(lm.logits(h), self.cfg, self.vocab_size)
+
+    # tree_end: nothing to keep. The next round feeds the accepted path again from the target's features.
 
     @torch.inference_mode()
     def _run(self, tokens: list[int], start: int, features: torch.Tensor) -> torch.Tensor:

@@ -176,9 +176,70 @@ def test_a_feature_draft_needs_its_own_target_on_the_lean_path():
 
     with pytest.raises(ValueError, match="not in batches"):
         speculative_generate_batch(target, drafter, [torch.tensor([[1, 2, 3]])] * 2, DecodeConfig(max_new_tokens=4))
-    with pytest.raises(ValueError, match="chains only"):
-        speculative_generate(target, drafter, torch.tensor([[1, 2, 3]]),
-                             DecodeConfig(max_new_tokens=4, tree=TreeConfig(shape=(2, 1))))
+
+
+def test_a_feature_drafts_tree_nodes_get_the_q_their_path_drafted_as_a_chain_gets():
+    """One level per pass, each node from its parent's h: a node's q is the chain's q after the same tokens."""
+    target = tiny_llama(seed=3, layers=2, sharpen=5)
+    head, prompt, cfg = head_for(target), list(range(5, 17)), DecodeConfig(k=4, temperature=1.0)
+    drafters = []
+    for _ in range(2):
+        lm = CachedLM(target)
+        d = FeatureDrafter(head, target)
+        d.attach(lm)
+        d.start(prompt, cfg, 64, torch.device("cpu"))
+        lm.feed(prompt)
+        drafters.append(d)
+    tree, chain = drafters
+    root = tree.tree_start(prompt)
+    level1 = tree.tree_expand([0, 1, 2], [3, 9, 30], [-1, -1, -1])
+    level2 = tree.tree_expand([3, 4], [21, 7], [1, 2])  # under 9 and under 30
+    step = chain.stepper(prompt)
+    q = lambda drafted: draft_q(step(drafted), cfg, 64)
+    for got, drafted in [(root, []), (level1[1], [9]), (level2[0], [9, 21])]:
+        torch.testing.assert_close(got, q(drafted), atol=1e-6, rtol=1e-5)
+    step = drafters[1].stepper(prompt)  # the same drafter again: its chain entries overwrote nothing it needs
+    torch.testing.assert_close(level2[1], q([30, 7]), atol=1e-6, rtol=1e-5)
+
+
+def trained_head(target, steps=150):
+    """A feature head fitted for a few seconds to the target's own sampled text (two unrolled steps, forward KL):
+    it drafts well enough that trees accept."""
+    torch.manual_seed(0)
+    head = FeatureHead(target.config).to(target.dtype)
+    opt = torch.optim.Adam(head.parameters(), lr=3e-3)
+    with torch.no_grad():
+        text = target.generate(torch.tensor([[1, 2, 3, 4]] * 8), do_sample=True, max_new_tokens=60, min_new_tokens=60)
+        f, p = target_features(target, text)
+    for _ in range(steps):
+        loss = sum(torch.nn.functional.kl_div(q[:, s:].log_softmax(-1), p[:, s:].log_softmax(-1), log_target=True,
+                                              reduction="batchmean") for s, q in enumerate(unroll(head, target, text, f, 2)))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return head.eval()
+
+
+@pytest.mark.parametrize("tree", [TreeConfig(shape=(3, 2, 2, 1)), TreeConfig(shape=(1,), budget=8, depth=4, width=2)])
+def test_feature_draft_trees_decode_the_targets_greedy(tree):
+    target = tiny_llama(vocab=16, seed=11, sharpen=5)
+    drafter = FeatureDrafter(trained_head(target), target)
+    prompt = torch.tensor([[1, 2, 3, 4]])
+    trace = speculative_generate(target, drafter, prompt, DecodeConfig(temperature=0, max_new_tokens=40, tree=tree))
+    assert trace.new_tokens == reference_greedy(target, prompt, 40)
+    assert all(r.tree is not None for r in trace.rounds) and any(r.n_accepted for r in trace.rounds)
+
+
+def test_feature_draft_trees_keep_the_targets_law():
+    target = tiny_llama(vocab=8, seed=11, sharpen=5)
+    drafter = FeatureDrafter(head_for(target), target)
+    prompt = torch.tensor([[1, 2, 3, 4]])
+    cfg = DecodeConfig(max_new_tokens=3, temperature=1.0, tree=TreeConfig(shape=(2, 2)))
+    counts = torch.zeros(8, 8)
+    for seed in range(1500):
+        trace = speculative_generate(target, drafter, prompt, DecodeConfig(**{**cfg.to_dict(), "seed": seed}))
+        counts[trace.new_tokens[0], trace.new_tokens[1]] += 1
+    assert chi2_pvalue(counts, exact_first_two(target, prompt, DecodeConfig(max_new_tokens=3, temperature=1.0))) > 1e-3
 
 
 def test_a_saved_feature_draft_loads_and_drafts_for_a_copy_of_its_target(tmp_path):

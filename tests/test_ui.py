@@ -181,14 +181,12 @@ def test_theory_explorer_draws_leviathan_and_takes_the_runs_numbers(store):
         h.from_run(None, None)
 
 
-def test_a_tree_shape_hands_a_chain_only_draft_over_to_the_default_draft_model(store):
-    """A feature draft (and its hybrid) drafts chains only: picking a tree shape selects the draft model instead;
-    a chain, or a draft model, leaves the draft as it is."""
-    from specviz.app.explorer import draft_for_shape
+def test_a_tree_shape_hands_a_chain_only_draft_over_to_the_draft_that_drafts_trees():
+    """The hybrid of a feature draft drafts chains only: picking a tree shape selects its feature draft; a chain, or a
+    draft that drafts trees, leaves the draft as it is."""
+    from specviz.app.forms import draft_for_shape
 
-    model = store.default_draft(model=True)
-    assert model in store.list_drafters()
-    for chain_only in ("target+eagle", "target+eagle+ngram-target"):
-        assert draft_for_shape(store, "3,2,2,1", chain_only) == {"__type__": "update", "value": model}
-        assert draft_for_shape(store, "chain", chain_only) == {"__type__": "update"}
-    assert draft_for_shape(store, "dynamic:10,8,3", "tiny") == {"__type__": "update"}
+    assert draft_for_shape("3,2,2,1", "target+eagle+ngram-target") == {"__type__": "update", "value": "target+eagle"}
+    assert draft_for_shape("chain", "target+eagle+ngram-target") == {"__type__": "update"}
+    for draft in ("target+eagle", "tiny", "lite+ngram-target"):  # they draft trees themselves
+        assert draft_for_shape("dynamic:10,8,3", draft) == {"__type__": "update"}

@@ -3,11 +3,9 @@ the round replay; the run's charts; export and import. Handlers are module-level
 binds them); ``build`` lays the tab out and wires them."""
 from __future__ import annotations
 
-import functools
-
 import gradio as gr
 
-from .. import models, theory
+from .. import theory
 from ..config import DEFAULTS, EXAMPLE_PROMPTS, K_POLICIES
 from ..labs import gallery
 from ..trace import Trace
@@ -17,7 +15,7 @@ from ..views.summary import summary_markdown
 from ..views.timeline import replay_html, timeline_html
 from ..views.tree_view import tree_figure
 from . import links, runs
-from .forms import as_int, make_config, number_in
+from .forms import as_int, draft_for_shape, make_config, number_in
 from .gpu import gpu_task
 from .store import ModelStore, draft_choices
 from .widgets import MODEL_QUEUE, SKIP, bind, chart, draft_picker, friendly, target_picker
@@ -145,40 +143,13 @@ def draft_pickers(store: ModelStore, user_drafts):
     return gr.update(choices=choices), gr.update(choices=choices)
 
 
-def api_generate(store: ModelStore):
-    """The /generate endpoint, its signature and defaults as gradio_client sees them."""
-    def generate(prompt: str, target: str = store.default_target(), draft: str = store.default_draft(),
-                 k: int = DEFAULTS.k, temperature: float = DEFAULTS.temperature, top_k: int = DEFAULTS.top_k,
-                 top_p: float = DEFAULTS.top_p, max_new_tokens: int = DEFAULTS.max_new_tokens,
-                 seed: int = DEFAULTS.seed, draft_stop: float = 0.0, tree: str = "chain",
-                 tree_children: str = "auto") -> str:
-        """Speculative decoding of `prompt`; returns the full trace as JSON (schema specviz.trace/1).
-        `draft_stop` > 0 ends a round's drafting below that draft confidence (transformers' 0.4 rule).
-        `tree`: "chain" (k drafts a round), a static tree "3,2,2,1" (children per depth) or "dynamic:10,8,3"
-        (node budget, depth, width); `tree_children`: auto, top, iid or distinct."""
-        cfg = make_config(k, "fixed", temperature, top_k, top_p, max_new_tokens, seed, draft_stop, tree,
-                          tree_children)
-        return runs.generate(store, prompt, target, draft, cfg).to_json()
-    return generate
-
-
-def draft_for_shape(store: ModelStore, shape: str, draft: str):
-    """A token tree needs a draft that can draft one: a chain-only draft (a feature draft, its hybrid) gives way to
-    the default draft model, with a note saying so."""
-    if shape == "chain" or not isinstance(draft, str) or not models.chain_only(draft):
-        return gr.update()
-    model = store.default_draft(model=True)
-    gr.Info(f"{draft} drafts chains only: the tree is drafted by {model}.")
-    return gr.update(value=model)
-
-
 def handlers(store: ModelStore):
     """The tab's handlers, bound to ``store`` and ready to wire (tests call them the same way)."""
     h = bind(store, models=dict(run=run, draft_pickers=draft_pickers),
              plain=dict(step=step, load=load, open_gallery=open_gallery, open_named=open_named, replay=replay_views, export=runs.export_trace, what_if=what_if,
                         from_run=from_run))
-    h.generate = gpu_task(friendly(api_generate(store)))
-    h.draft_for_shape = friendly(functools.partial(draft_for_shape, store))
+    h.generate = gpu_task(friendly(runs.api_generate(store)))
+    h.draft_for_shape = friendly(draft_for_shape)
     return h
 
 

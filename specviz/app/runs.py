@@ -9,10 +9,10 @@ from typing import Iterator
 
 import torch
 
-from ..config import DecodeConfig
+from ..config import DEFAULTS, DecodeConfig
 from ..decoder import Decoding
 from ..trace import Trace
-from .forms import encode
+from .forms import encode, make_config
 from .store import ModelStore, user_pair
 from .tempfiles import fresh_folder
 
@@ -102,3 +102,22 @@ def import_trace(path) -> tuple[Trace, Trace | None]:
             raise ValueError(f"malformed trace JSON: round {r.index}'s drafted, p, q, u, beta lengths differ "
                              "(traces recorded with record=False cannot be replayed)")
     return trace, base
+
+
+def api_generate(store: ModelStore):
+    """The /generate endpoint, its signature and defaults as gradio_client sees them."""
+    def endpoint(prompt: str, target: str = store.default_target(), draft: str = store.default_draft(),
+                 k: int = DEFAULTS.k, temperature: float = DEFAULTS.temperature, top_k: int = DEFAULTS.top_k,
+                 top_p: float = DEFAULTS.top_p, max_new_tokens: int = DEFAULTS.max_new_tokens,
+                 seed: int = DEFAULTS.seed, draft_stop: float = 0.0, tree: str = "chain",
+                 tree_children: str = "auto") -> str:
+        """Speculative decoding of `prompt`; returns the full trace as JSON (schema specviz.trace/1).
+        `draft_stop` > 0 ends a round's drafting below that draft confidence (transformers' 0.4 rule).
+        `tree`: "chain" (k drafts a round), a static tree "3,2,2,1" (children per depth) or "dynamic:10,8,3"
+        (node budget, depth, width); `tree_children`: auto, top, iid or distinct."""
+        cfg = make_config(k, "fixed", temperature, top_k, top_p, max_new_tokens, seed, draft_stop, tree,
+                          tree_children)
+        return generate(store, prompt, target, draft, cfg).to_json()
+
+    endpoint.__name__ = "generate"  # what gradio and its client call it
+    return endpoint
