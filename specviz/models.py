@@ -27,9 +27,10 @@ DEFAULT_MODEL_DRAFT = "lite"  # for what needs a draft model of its own (token t
 # one layer distilled on the target's own text
 PROMPT_LOOKUP = "prompt-lookup"
 NOT_MODELS = {"tokenizer"}  # asset folders that are not causal LMs
-HYBRIDS = {  # name -> (bundled model draft or feature draft, bundled n-gram)
-    "lite+ngram-target": ("lite", "ngram-target"),
-    "target+eagle+ngram-target": ("target+eagle", "ngram-target"),
+HYBRIDS = {  # name -> (bundled model draft or feature draft, bundled n-gram, HybridDrafter's options)
+    "lite+ngram-target": ("lite", "ngram-target", {}),
+    # at most 6 feature drafts a round (its best k, sampled: model card); the n-gram's sure steps may run on to k
+    "target+eagle+ngram-target": ("target+eagle", "ngram-target", {"model_steps": 6}),
 }
 
 ALLOW_ENV = "SPECVIZ_ALLOW_MODELS"  # which names the web UI may load: bundled | presets | any (hub IDs)
@@ -52,7 +53,7 @@ def list_hybrids() -> list[str]:
     """Bundled hybrid drafts ("model+ngram": the n-gram where it is confident in greedy runs, the model elsewhere)
     whose two parts are both bundled."""
     feature_drafts = eagle.names(ASSETS / DEFAULT_TARGET, DEFAULT_TARGET)
-    return [name for name, (m, n) in HYBRIDS.items()
+    return [name for name, (m, n, _) in HYBRIDS.items()
             if (m in list_models() or m in feature_drafts) and n in list_ngrams()]
 
 
@@ -109,8 +110,8 @@ def load_drafter(name: str, device: str | None = None):
     if name in list_hybrids():
         from .ngram import HybridDrafter, NGramModel
 
-        model, table = HYBRIDS[name]
-        return HybridDrafter(NGramModel.load(ASSETS / table), load_drafter(model, device), name=name)
+        model, table, options = HYBRIDS[name]
+        return HybridDrafter(NGramModel.load(ASSETS / table), load_drafter(model, device), name=name, **options)
     return load_model(name, device=device)[0]
 
 
@@ -224,8 +225,9 @@ def self_draft(target, target_name: str, name: str):
     if name in HYBRIDS:
         from .ngram import HybridDrafter, NGramModel
 
-        model, table = HYBRIDS[name]
-        return HybridDrafter(NGramModel.load(ASSETS / table), self_draft(target, target_name, model), name=name)
+        model, table, options = HYBRIDS[name]
+        return HybridDrafter(NGramModel.load(ASSETS / table), self_draft(target, target_name, model), name=name,
+                             **options)
     if exit_of := early_exit.parse(name):
         return early_exit.load_exit(target, model_folder(target_name), exit_of)
     return eagle.drafter(target, model_folder(target_name), name)

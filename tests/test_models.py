@@ -85,7 +85,7 @@ def float64_draft(name, target):
     if models.self_draft_base(name) == specviz.DEFAULT_TARGET:
         return models.self_draft(target, specviz.DEFAULT_TARGET, name)
     if name in models.list_hybrids():
-        model, table = models.HYBRIDS[name]
+        model, table, _ = models.HYBRIDS[name]
         return HybridDrafter(NGramModel.load(ASSETS / table), specviz.load_model(model, dtype=torch.float64)[0])
     return specviz.load_model(name, dtype=torch.float64)[0]
 

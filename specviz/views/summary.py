@@ -63,10 +63,12 @@ def draft_note(trace: Trace) -> str:
                 "LM head (LayerSkip's self-speculation): it adds no model of its own, and drafts in the target's own "
                 "key/value cache.")
     if trace.draft_name in HYBRIDS:
-        model, table = HYBRIDS[trace.draft_name]
+        model, table, options = HYBRIDS[trace.draft_name]
+        cap = (f" At most {options['model_steps']} drafts a round come from `{model}`; the n-gram's sure steps may run "
+               "on to k." if options.get("model_steps") else "")
         return (f"\n\n*Hybrid*: in greedy runs `{table}` (an n-gram of the target's own greedy text) drafts wherever its "
                 f"top token has q >= 0.8, a near-free step, and `{model}` drafts elsewhere; sampled runs use `{model}` "
-                "only. Each token's q is that of the draft that proposed it.")
+                f"only. Each token's q is that of the draft that proposed it.{cap}")
     if eagle.parse(trace.draft_name):
         return ("\n\n*Feature draft* (EAGLE): one decoder layer that drafts from the target's own last hidden state at "
                 "the position before (from the verify pass) and the next token, through the target's LM head.")
