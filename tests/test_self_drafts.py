@@ -131,20 +131,26 @@ def test_feature_draft_greedy_is_the_targets_greedy_and_sampling_keeps_its_law()
     assert chi2_pvalue(counts, exact_first_two(target, prompt, cfg)) > 1e-3
 
 
-def test_a_feature_drafts_stepper_catches_up_on_tokens_another_draft_proposed():
-    """Tokens a hybrid's n-gram drafted reach the feature draft in one call; its logits then equal those of the
-    same tokens drafted one call at a time (each input is the draft's own h at the position before)."""
+def two_started_drafters():
+    """(prompt, two feature drafters of one head, each started on the prompt beside its own target cache)."""
     target = tiny_llama(seed=3, layers=2, sharpen=5)
     head, prompt, cfg = head_for(target), list(range(5, 17)), DecodeConfig(k=4, temperature=1.0)
-    steps = []
+    drafters = []
     for _ in range(2):
         lm = CachedLM(target)
         drafter = FeatureDrafter(head, target)
         drafter.attach(lm)
         drafter.start(prompt, cfg, 64, torch.device("cpu"))
         lm.feed(prompt)
-        steps.append(drafter.stepper(prompt))
-    at_once, one_by_one = steps
+        drafters.append(drafter)
+    return prompt, *drafters
+
+
+def test_a_feature_drafts_stepper_catches_up_on_tokens_another_draft_proposed():
+    """Tokens a hybrid's n-gram drafted reach the feature draft in one call; its logits then equal those of the
+    same tokens drafted one call at a time (each input is the draft's own h at the position before)."""
+    prompt, a, b = two_started_drafters()
+    at_once, one_by_one = a.stepper(prompt), b.stepper(prompt)
     for n in range(4):
         one_by_one([3, 9, 21, 40][:n])
     torch.testing.assert_close(at_once([3, 9, 21, 40]), one_by_one([3, 9, 21, 40]), atol=1e-6, rtol=1e-5)
@@ -180,17 +186,8 @@ def test_a_feature_draft_needs_its_own_target_on_the_lean_path():
 
 def test_a_feature_drafts_tree_nodes_get_the_q_their_path_drafted_as_a_chain_gets():
     """One level per pass, each node from its parent's h: a node's q is the chain's q after the same tokens."""
-    target = tiny_llama(seed=3, layers=2, sharpen=5)
-    head, prompt, cfg = head_for(target), list(range(5, 17)), DecodeConfig(k=4, temperature=1.0)
-    drafters = []
-    for _ in range(2):
-        lm = CachedLM(target)
-        d = FeatureDrafter(head, target)
-        d.attach(lm)
-        d.start(prompt, cfg, 64, torch.device("cpu"))
-        lm.feed(prompt)
-        drafters.append(d)
-    tree, chain = drafters
+    prompt, tree, chain = two_started_drafters()
+    cfg = chain.cfg
     root = tree.tree_start(prompt)
     level1 = tree.tree_expand([0, 1, 2], [3, 9, 30], [-1, -1, -1])
     level2 = tree.tree_expand([3, 4], [21, 7], [1, 2])  # under 9 and under 30
@@ -198,7 +195,7 @@ def test_a_feature_drafts_tree_nodes_get_the_q_their_path_drafted_as_a_chain_get
     q = lambda drafted: draft_q(step(drafted), cfg, 64)
     for got, drafted in [(root, []), (level1[1], [9]), (level2[0], [9, 21])]:
         torch.testing.assert_close(got, q(drafted), atol=1e-6, rtol=1e-5)
-    step = drafters[1].stepper(prompt)  # the same drafter again: its chain entries overwrote nothing it needs
+    step = chain.stepper(prompt)  # a new round on the same prompt: the path under 30 as a chain
     torch.testing.assert_close(level2[1], q([30, 7]), atol=1e-6, rtol=1e-5)
 
 
