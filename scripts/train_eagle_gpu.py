@@ -4,8 +4,8 @@ give what hours of this project's 2-core CPU give (``scripts/train_eagle.py``).
     python scripts/train_eagle_gpu.py --init assets/models/target --generate-minutes 2 --minutes 5 --out OUT
 
 1. The target (bundled: the very weights the app serves) continues random corpus prefixes of 32 tokens to windows of
-   ``--seq-len`` tokens, batched: half at T = 0.8, a quarter at T = 1 and a quarter greedy (its own distribution
-   where the draft is used; DistillSpec's on-policy data), for ``--generate-minutes``.
+   ``--seq-len`` tokens, batched: by default half at T = 0.8, a quarter at T = 1 and a quarter greedy (``--modes``;
+   its own distribution where the draft is used: DistillSpec's on-policy data), for ``--generate-minutes``.
 2. The draft trains as ``train_eagle.py`` does (unrolled ``--steps`` steps over its own hidden states, forward KL at
    T = 1 on every step, weights 0.8^s) on those windows and a ``--corpus-share`` of corpus windows, for ``--minutes``.
 3. Held-out alpha per step (corpus validation windows) before and after; saved as ``eagle.safetensors`` and
@@ -30,7 +30,7 @@ from specviz import eagle  # noqa: E402
 from specviz.distill import make_windows  # noqa: E402
 from specviz.models import load_model  # noqa: E402
 
-MODES = [(0.8, True), (1.0, True), (0.8, True), (0.0, False)]  # (temperature, sampled) per generated batch, cycled
+MODES = "0.8,1,0.8,greedy"  # the temperature of each generated batch, cycled ("greedy": argmax)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -42,6 +42,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--generate-minutes", type=float, default=2.0)
     ap.add_argument("--gen-batch", type=int, default=512)
     ap.add_argument("--prefix", type=int, default=32)
+    ap.add_argument("--modes", default=MODES, help="temperatures of the generated batches, cycled (greedy: argmax)")
     ap.add_argument("--minutes", type=float, default=5.0)
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--seq-len", type=int, default=192)
@@ -59,8 +60,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 def generate(target, corpus: torch.Tensor, args, g: torch.Generator) -> tuple[torch.Tensor, dict]:
     """Windows of the target's own text, (N, seq_len), continuing corpus prefixes; and how many of each mode."""
     out, counts, start, i = [], {}, time.time(), 0
+    modes = [(0.0, False) if m == "greedy" else (float(m), True) for m in args.modes.split(",")]
     while time.time() - start < args.generate_minutes * 60 or not out:
-        t, sampled = MODES[i % len(MODES)]
+        t, sampled = modes[i % len(modes)]
         pick = torch.randint(0, len(corpus), (args.gen_batch,), generator=g)
         prefix = corpus[pick, : args.prefix].to(args.device)
         new = args.seq_len - args.prefix
