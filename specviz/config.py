@@ -29,7 +29,10 @@ class TreeConfig:
     Static tree: ``shape[d]`` children for every node at depth d (``(3, 2, 2, 1)``: three children of the
     root, two of each of those, ...). Dynamic tree (``budget`` > 0, as EAGLE-2): each of ``depth`` levels
     expands the ``width`` nodes of the level above with the highest cumulative draft probability (the product
-    of q along the path), ``width`` children each, and the ``budget`` most probable nodes are verified.
+    of q along the path), ``width`` children each, and the ``budget`` most probable nodes are verified. A
+    dynamic tree's "probability" of a node is learnt from the run's own verdicts (``specviz.tree_value``), and
+    ``threshold`` > 0 drafts and verifies only nodes at least that likely to be reached and accepted: the tree
+    grows deep where the draft is reliable, wide where it is not, and stops where another row would not pay.
     ``children``, how a node's children are chosen (and so which acceptance rule is exact):
     "top" the draft's most probable tokens (deterministic: each tried as a point mass), "iid" drawn from q with
     replacement (SpecInfer's multi-candidate rule), "distinct" drawn from q without replacement (recursive
@@ -41,6 +44,7 @@ class TreeConfig:
     depth: int = 5
     width: int = 4
     children: str = "auto"
+    threshold: float = 0.0
 
     def __post_init__(self):
         if isinstance(self.shape, list):
@@ -56,6 +60,11 @@ class TreeConfig:
             raise ValueError(f"tree children must be one of {TREE_CHILDREN}, got {self.children!r}")
         if self.dynamic and self.children in ("iid", "distinct"):
             raise ValueError("a dynamic tree takes the draft's top children: use children='top' or 'auto'")
+        if not isinstance(self.threshold, (int, float)) or isinstance(self.threshold, bool) \
+                or not 0 <= self.threshold < 1:
+            raise ValueError(f"tree threshold must be a number in [0, 1), got {self.threshold!r}")
+        if self.threshold and not self.dynamic:
+            raise ValueError("a tree threshold needs a dynamic tree (a node budget > 0)")
         if self.depth > 16 or self.width > 16:
             raise ValueError(f"tree depth and width must be <= 16, got {self.depth} and {self.width}")
         if self.nodes > MAX_TREE_NODES:
@@ -63,26 +72,31 @@ class TreeConfig:
 
     @classmethod
     def parse(cls, text: str) -> "TreeConfig":
-        """From a short spec: "3,2,2,1" (a static shape), "dynamic:10,8,3" (budget, depth, width), either
-        followed by "/iid", "/distinct" or "/top" for the children rule. ValueError with the forms if unreadable."""
+        """From a short spec: "3,2,2,1" (a static shape), "dynamic:10,8,3" (budget, depth, width) or
+        "dynamic:10,8,3,0.25" (and a threshold), either followed by "/iid", "/distinct" or "/top" for the children
+        rule. ValueError with the forms if unreadable."""
         spec, _, children = str(text).strip().partition("/")
         kind, _, numbers = spec.rpartition(":")
+        parts = [v for v in numbers.replace(" ", "").split(",") if v]
+        threshold = parts.pop() if kind == "dynamic" and len(parts) == 4 else "0"
         try:
-            values = tuple(int(v) for v in numbers.replace(" ", "").split(",") if v)
+            values, threshold = tuple(int(v) for v in parts), float(threshold)
         except ValueError:
             values = ()
-        forms = 'a static shape like "3,2,2,1" or "dynamic:BUDGET,DEPTH,WIDTH" like "dynamic:10,8,3"'
+        forms = ('a static shape like "3,2,2,1" or "dynamic:BUDGET,DEPTH,WIDTH[,THRESHOLD]" like "dynamic:10,8,3" '
+                 'or "dynamic:12,10,2,0.25"')
         if kind not in ("", "static", "dynamic") or not values or (kind == "dynamic" and len(values) != 3):
             raise ValueError(f"unreadable tree {text!r}: give {forms} (optionally /top, /iid or /distinct)")
         extra = {"children": children} if children else {}
         if kind == "dynamic":
-            return cls(budget=values[0], depth=values[1], width=values[2], **extra)
+            return cls(budget=values[0], depth=values[1], width=values[2], threshold=threshold, **extra)
         return cls(shape=values, **extra)
 
     @property
     def label(self) -> str:
         """The short spec ``parse`` reads."""
         body = f"dynamic:{self.budget},{self.depth},{self.width}" if self.dynamic else ",".join(map(str, self.shape))
+        body += f",{self.threshold:g}" if self.threshold else ""
         return body + ("" if self.children == "auto" else f"/{self.children}")
 
     @property

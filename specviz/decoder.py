@@ -22,6 +22,7 @@ from .sampling import Verdict, beta, logits_to_probs, verify, verify_greedy
 from .trace import Round, Trace
 from .tree import grow, walk
 from .tree_round import keep_path, record_tree_round, verify_tree
+from .tree_value import AcceptanceEstimate
 
 RESIDUAL_TOP = 8  # how many residual tokens a round records for the replay
 
@@ -45,6 +46,7 @@ class Decoding:
         names = run_names(target, self.drafter, target_name, draft_name)
         self.trace = Trace.start(prompt, cfg, *names, eos_ids(target))
         self._clock = Stopwatch(self.target.device)
+        self.tree_value = AcceptanceEstimate() if cfg.tree is not None and cfg.tree.dynamic else None
 
     def __iter__(self) -> Iterator[Round]:
         """Rounds as they happen. ``trace.total_s`` counts this run's own work only (prefill, rounds and their
@@ -101,13 +103,15 @@ class Decoding:
         """draft a tree (one draft pass per level) -> verify every node in one target pass -> walk -> commit."""
         t0, cfg = time.perf_counter(), self.cfg
         with self._clock.running():
-            tree = grow(self.drafter, self.committed, cfg.tree, cfg, levels, self.generator)
+            tree = grow(self.drafter, self.committed, cfg.tree, cfg, levels, self.generator, self.tree_value)
         draft_s = self._clock.take()
         with self._clock.running():
             logits = verify_tree(self.target, self.committed, tree)
             p = logits_to_probs(logits, cfg.temperature, cfg.top_k, cfg.top_p)
         target_s = self._clock.take()
         verdict = walk(tree, p, logits, cfg, self.generator)
+        if self.tree_value is not None:
+            self.tree_value.observe_round(tree, verdict.tries)
         keep_path(self.target, self.drafter, tree, verdict.path, logits)
         emitted = commit(self.committed, tree.path_tokens(verdict.path) + [verdict.next_token], self.trace)
         return record_tree_round(cfg, index, tree, p, verdict, emitted, draft_s, target_s, time.perf_counter() - t0,

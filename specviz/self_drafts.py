@@ -208,7 +208,9 @@ class FeatureDrafter(Drafter):
             self.fed[n] = len(self.fed)
             self.fed_parents.append(self.fed[parent] if parent != ROOT else ROOT)
         start = self.tree_at + first
-        positions, visible = tree_attention(start, 0, self.fed_parents, first, self.device)
+        positions, visible = None, None  # a lone node under the last one fed, the whole tree a path: a chain step
+        if len(nodes) > 1 or any(parent != j - 1 for j, parent in enumerate(self.fed_parents)):
+            positions, visible = tree_attention(start, 0, self.fed_parents, first, self.device)
         lm._reserve(start + len(nodes))
         features = torch.stack([self.tree_h[parent] for parent in parents])
         e = F.embedding(torch.tensor(tokens, device=self.device), lm.w.embed)

@@ -11,7 +11,6 @@ bonus token. Which children a node gets depends on the draft alone, so the emitt
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import torch
@@ -35,8 +34,10 @@ class DraftTree:
     candidates: dict[int, list[tuple[int, torch.Tensor | None]]] = field(default_factory=dict)
     q_rows: dict[int, torch.Tensor] = field(default_factory=dict)
     draft_ids: list[int] = field(default_factory=list)
+    ranks: list[int] = field(default_factory=list)  # each node's rank among the children its parent drafted
 
-    def add(self, token: int, parent: int, q: float, draft_id: int | None = None) -> int:
+    def add(self, token: int, parent: int, q: float, draft_id: int | None = None, rank: int = 0) -> int:
+        self.ranks.append(rank)
         self.tokens.append(token)
         self.parents.append(parent)
         self.depths.append(0 if parent == ROOT else self.depths[parent] + 1)
@@ -74,10 +75,11 @@ def choose_children(q: torch.Tensor, m: int, rule: str, generator: torch.Generat
 
 
 def grow(drafter, committed: list[int], tree_cfg: TreeConfig, cfg: DecodeConfig, levels: int,
-         generator: torch.Generator | None) -> DraftTree:
-    """The round's tree, at most ``levels`` deep (never more tokens than the run has left)."""
+         generator: torch.Generator | None, value=None) -> DraftTree:
+    """The round's tree, at most ``levels`` deep (never more tokens than the run has left). ``value(rank, q)``:
+    a dynamic tree's estimate of a child's acceptance (``specviz.tree_value``; None: q itself, as EAGLE-2)."""
     if tree_cfg.dynamic:
-        return _grow_dynamic(drafter, committed, tree_cfg, min(levels, tree_cfg.depth))
+        return _grow_dynamic(drafter, committed, tree_cfg, min(levels, tree_cfg.depth), value)
     return _grow_static(drafter, committed, tree_cfg.shape[:levels], tree_cfg.children_for(cfg.greedy), generator)
 
 
@@ -90,7 +92,7 @@ def _grow_static(drafter, committed, shape, rule, generator) -> DraftTree:
             made, tree.candidates[node] = {}, []
             for token, q_i, q_x in children:
                 if token not in made:
-                    made[token] = tree.add(token, node, q_x)
+                    made[token] = tree.add(token, node, q_x, rank=len(made))
                     new.append(made[token])
                 tree.candidates[node].append((made[token], q_i))
         if new and d + 1 < len(shape):  # the last level's children are never drafted: no q needed there
@@ -113,29 +115,31 @@ def _children(tree: DraftTree, level: list[int], m: int, rule: str, generator) -
     return [[(t, None, v) for v, t in zip(vs, ts) if v > 0] for vs, ts in zip(top.values.tolist(), top.indices.tolist())]
 
 
-def _grow_dynamic(drafter, committed, tree_cfg: TreeConfig, depth: int) -> DraftTree:
-    """EAGLE-2's tree: expand the ``width`` most probable nodes (cumulative q) of each level, then keep the
-    ``budget`` most probable nodes of all drafted (a child is never more probable than its parent, so the kept
-    nodes form a tree)."""
+def _grow_dynamic(drafter, committed, tree_cfg: TreeConfig, depth: int, value=None) -> DraftTree:
+    """EAGLE-2's tree: expand the ``width`` most valuable nodes of each level, ``width`` children each, then keep
+    the ``budget`` most valuable nodes of all drafted. A node's value is the product along its path of
+    ``value(rank, q)`` (q itself without one): the chance the walk reaches and accepts it. A child is never worth
+    more than its parent, so the kept nodes form a tree; nodes worth less than ``threshold`` are not drafted on."""
     width, pool = tree_cfg.width, DraftTree()  # every drafted node; the verified tree is a subset
     pool.q_rows[ROOT] = drafter.tree_start(committed)
-    logcum: list[float] = []
-    level, rows, base = [ROOT], pool.q_rows[ROOT][None], [0.0]
+    worth: list[float] = []
+    level, rows, base = [ROOT], pool.q_rows[ROOT][None], [1.0]
     for d in range(depth):
         top = torch.topk(rows, min(width, rows.shape[-1]), dim=-1)  # every expanded node's top children at once
         new = []
         for node, b, qs, ids in zip(level, base, top.values.tolist(), top.indices.tolist()):
-            for q, token in zip(qs, ids):
-                if q > 0:
-                    new.append(pool.add(token, node, q))
-                    logcum.append(b + math.log(q))
+            for rank, (q, token) in enumerate(zip(qs, ids)):
+                w = b * (value(rank, q) if value is not None else q)
+                if q > 0 and w > 0 and w >= tree_cfg.threshold:
+                    new.append(pool.add(token, node, q, rank=rank))
+                    worth.append(w)
         if not new or d + 1 == depth:
             break
-        level = sorted(new, key=lambda n: -logcum[n])[:width]
+        level = sorted(new, key=lambda n: -worth[n])[:width]
         rows = drafter.tree_expand(level, [pool.tokens[n] for n in level], [pool.parents[n] for n in level])
         pool.q_rows.update(zip(level, rows))
-        base = [logcum[n] for n in level]
-    keep = sorted(range(len(pool)), key=lambda n: (-logcum[n], pool.depths[n]))[: tree_cfg.budget]
+        base = [worth[n] for n in level]
+    keep = sorted(range(len(pool)), key=lambda n: (-worth[n], pool.depths[n]))[: tree_cfg.budget]
     return _subtree(pool, sorted(keep, key=lambda n: (pool.depths[n], n)))
 
 
@@ -144,7 +148,7 @@ def _subtree(pool: DraftTree, keep: list[int]) -> DraftTree:
     tree, new_id = DraftTree(), {ROOT: ROOT}
     tree.q_rows[ROOT] = pool.q_rows[ROOT]
     for n in keep:
-        new_id[n] = tree.add(pool.tokens[n], new_id[pool.parents[n]], pool.q[n], draft_id=n)
+        new_id[n] = tree.add(pool.tokens[n], new_id[pool.parents[n]], pool.q[n], draft_id=n, rank=pool.ranks[n])
         if n in pool.q_rows:
             tree.q_rows[new_id[n]] = pool.q_rows[n]
     for n in range(len(tree)):

@@ -15,7 +15,8 @@ from tests.helpers.stats import chi2_pvalue, exact_first_two
 
 SHARP = {"llama": tiny_llama(seed=3, sharpen=30), "gpt2": tiny_gpt2(seed=4, sharpen=30)}
 SHAPES = [TreeConfig(shape=(3, 2, 2, 1)), TreeConfig(shape=(2, 2, 2)), TreeConfig(shape=(4,)),
-          TreeConfig(budget=10, depth=4, width=3), TreeConfig(budget=6, depth=6, width=2)]
+          TreeConfig(budget=10, depth=4, width=3), TreeConfig(budget=6, depth=6, width=2),
+          TreeConfig(budget=12, depth=8, width=2, threshold=0.2)]
 
 
 # -- tree attention ------------------------------------------------------------------------------------------
@@ -141,10 +142,13 @@ def test_sampled_trees_are_lossless(rule, extra):
     assert chi2_pvalue(counts, exact_first_two(LOSSLESS_TARGET, prompt, cfg)) > 1e-3
 
 
-@pytest.mark.parametrize("draft", ["model", "hybrid"])
-def test_dynamic_sampled_tree_is_lossless(draft):
+@pytest.mark.parametrize("draft,threshold", [("model", 0.0), ("hybrid", 0.0), ("model", 0.05)])
+def test_dynamic_sampled_tree_is_lossless(draft, threshold):
+    """With a threshold the tree a round drafts depends on the run's earlier verdicts (``tree_value``): the law
+    must not."""
     prompt = torch.tensor([[4, 1, 6]])
-    cfg = DecodeConfig(max_new_tokens=3, temperature=1.0, tree=TreeConfig(budget=5, depth=2, width=3))
+    cfg = DecodeConfig(max_new_tokens=3, temperature=1.0,
+                       tree=TreeConfig(budget=5, depth=2, width=3, threshold=threshold))
     table = NGramModel.fit(torch.tensor([4, 1, 6, 2, 4, 1, 6, 3, 4, 1, 6, 2, 5, 2, 7]), V, order=2)
     drafter = LOSSLESS_DRAFT if draft == "model" else HybridDrafter(table, LOSSLESS_DRAFT, 0.3, greedy_only=False)
     counts, _ = _first_two_counts(cfg, prompt, drafter)

@@ -36,7 +36,7 @@ GLOSSARY = """
 | **speedup** | E[τ] / (k c + v): tokens per round over the round's cost in target forwards |
 | **residual** | norm(max(0, p − q)): what a token is drawn from after a rejection, so the output keeps the target's law |
 """
-SHAPES = ["chain", "3,2,2,1", "2,1,1,1,1,1", "4,2,1,1", "dynamic:10,8,3", "dynamic:16,6,4"]
+SHAPES = ["chain", "3,2,2,1", "2,1,1,1,1,1", "4,2,1,1", "dynamic:10,8,3", "dynamic:16,6,4", "dynamic:12,10,2,0.3"]
 
 
 # -- views: a Trace in, component values out ----------------------------------------------------------
@@ -179,7 +179,8 @@ def _tree_controls() -> list:
     """[shape, children]: a chain of k, or a token tree verified in one target pass."""
     shape = gr.Dropdown(SHAPES, value="chain", allow_custom_value=True, label="Draft shape", elem_id="shape",
                         info="chain: k drafts in a row · a tree: children per depth (3,2,2,1) or "
-                             "dynamic:BUDGET,DEPTH,WIDTH (EAGLE-2: the most probable branches)")
+                             "dynamic:BUDGET,DEPTH,WIDTH[,THRESHOLD] (EAGLE-2: the branches most likely "
+                             "accepted, as this run's verdicts so far say; a threshold drops nodes below it)")
     children = gr.Radio(["auto", "top", "iid", "distinct"], value="auto", label="Tree children",
                         info="top: the draft's best tokens · iid / distinct: drawn from q with / without "
                              "replacement (auto: top when greedy, distinct when sampling)")

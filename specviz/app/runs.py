@@ -114,7 +114,7 @@ def api_generate(store: ModelStore):
         """Speculative decoding of `prompt`; returns the full trace as JSON (schema specviz.trace/1).
         `draft_stop` > 0 ends a round's drafting below that draft confidence (transformers' 0.4 rule).
         `tree`: "chain" (k drafts a round), a static tree "3,2,2,1" (children per depth) or "dynamic:10,8,3"
-        (node budget, depth, width); `tree_children`: auto, top, iid or distinct."""
+        (node budget, depth, width; "dynamic:12,10,2,0.3" adds a threshold); `tree_children`: auto, top, iid or distinct."""
         cfg = make_config(k, "fixed", temperature, top_k, top_p, max_new_tokens, seed, draft_stop, tree,
                           tree_children)
         return generate(store, prompt, target, draft, cfg).to_json()

@@ -1,0 +1,69 @@
+"""The acceptance a dynamic tree ranks its nodes by, learnt from the run's verdicts: hand-computed estimates, and
+trees that follow what the verifier did rather than what the draft's q says."""
+import copy
+
+import pytest
+import torch
+
+from specviz import DecodeConfig, Decoding
+from specviz.config import TreeConfig
+from specviz.tree_value import AcceptanceEstimate
+from tests.helpers.models import reference_greedy, tiny_llama
+
+TARGET = tiny_llama(seed=3, sharpen=30)
+
+
+def test_estimate_starts_from_the_prior_and_counts_tries():
+    est = AcceptanceEstimate()
+    assert est(0, 0.03) == 1.0 and est(1, 0.03) == pytest.approx(0.03)  # top child: sure; others: their q
+    est.observe(0, 0.03, 1.0)
+    est.observe(0, 0.04, 0.0)  # the same q bin, [0.02, 0.05)
+    est.observe(0, 0.06, 0.0)  # the next bin
+    assert est(0, 0.021) == pytest.approx((1 + 2 * 1.0) / (2 + 2))
+    assert est(0, 0.09) == pytest.approx((0 + 2 * 1.0) / (1 + 2))
+    est.observe(2, 0.5, 0.25)  # ranks 2 and up share a bin; sampled tries count their acceptance probability
+    assert est(5, 0.6) == pytest.approx((0.25 + 2 * 0.6) / (1 + 2))
+    assert est(1, 0.6) == pytest.approx(0.6)
+
+
+def test_threshold_spec_round_trips_and_bad_ones_are_refused():
+    tree = TreeConfig.parse("dynamic:12,10,2,0.25")
+    assert (tree.budget, tree.depth, tree.width, tree.threshold) == (12, 10, 2, 0.25)
+    assert TreeConfig.parse(tree.label) == tree and tree.label == "dynamic:12,10,2,0.25"
+    assert TreeConfig.parse("dynamic:12,10,2").threshold == 0.0
+    for bad in ("dynamic:12,10,2,1.5", "dynamic:12,10,2,x", "3,2,1,0.5", "dynamic:12,10,2,nan"):
+        with pytest.raises(ValueError):
+            TreeConfig.parse(bad)
+    with pytest.raises(ValueError, match="dynamic"):
+        TreeConfig(shape=(2, 1), threshold=0.2)
+
+
+def _flattened(model, by):
+    """The target with every logit divided by ``by``: the same argmax, a q near uniform."""
+    flat = copy.deepcopy(model)
+    with torch.no_grad():
+        flat.get_output_embeddings().weight.div_(by)
+    return flat
+
+
+def test_a_draft_with_tiny_q_but_the_right_argmax_gets_deep_trees(prompt):
+    """q ~ 1/64 at every node, and every top child accepted at greedy: ranked by q, a threshold of 0.3 would keep
+    no node at all; learnt from the verdicts, each round drafts the full depth and the walk accepts all of it."""
+    draft = _flattened(TARGET, 40)
+    tree = TreeConfig(budget=8, depth=6, width=2, threshold=0.3)
+    run = Decoding(TARGET, draft, prompt, DecodeConfig(temperature=0, max_new_tokens=42, tree=tree))
+    rounds = list(run)
+    assert run.trace.new_tokens == reference_greedy(TARGET, prompt, 42)
+    assert max(n.q for r in rounds for n in r.tree.nodes) < 0.3
+    assert all(r.n_accepted == 6 and len(r.tree.nodes) == 6 for r in rounds)  # second children pruned
+    assert run.tree_value(0, 0.02) > 0.9 and run.tree_value(1, 0.02) < 0.05
+
+
+def test_a_draft_the_target_rejects_gets_smaller_trees(prompt):
+    """An unrelated draft: its first tree goes the full depth on the prior, then the learnt estimate shrinks them."""
+    draft = tiny_llama(seed=9, sharpen=30)
+    tree = TreeConfig(budget=8, depth=6, width=2, threshold=0.3)
+    rounds = list(Decoding(TARGET, draft, prompt, DecodeConfig(temperature=0, max_new_tokens=60, tree=tree)))
+    assert len(rounds[0].tree.nodes) == 6
+    late = rounds[len(rounds) // 2:]
+    assert sum(len(r.tree.nodes) for r in late) / len(late) < 2.5
