@@ -20,7 +20,8 @@ ROUND_FIELDS = dict(index="count", k="count", drafted="ids", q="numbers", p="num
 VIEW_FIELDS = dict(ids="ids", texts="strings")
 TREE_FIELDS = dict(nodes="objects", path="ids", children="children")
 NODE_FIELDS = dict(parent="parent", depth="count", token="count", q="number", p="number", p_adj="number?",
-                   accept_prob="number?", u="number?", status="node_status")
+                   accept_prob="number?", u="number?", status="node_status", value="number?")
+NODE_REQUIRED = tuple(name for name in NODE_FIELDS if name != "value")  # traces from before it was recorded
 
 
 def _is_count(v) -> bool:  # an index, a count or a token id
@@ -119,7 +120,7 @@ def tree_fields(d: dict, where: str):
     check_fields(d, TREE_FIELDS, where, required=TREE_FIELDS)
     nodes = []
     for i, node in enumerate(d["nodes"]):
-        check_fields(node, NODE_FIELDS, f"{where}nodes[{i}].", required=NODE_FIELDS)
+        check_fields(node, NODE_FIELDS, f"{where}nodes[{i}].", required=NODE_REQUIRED)
         parent = node["parent"]
         if parent >= i or node["depth"] != (0 if parent < 0 else nodes[parent].depth + 1):
             raise ValueError(f"malformed trace JSON: {where}nodes[{i}] has a parent or depth that is not a tree's")

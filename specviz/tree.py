@@ -35,6 +35,7 @@ class DraftTree:
     q_rows: dict[int, torch.Tensor] = field(default_factory=dict)
     draft_ids: list[int] = field(default_factory=list)
     ranks: list[int] = field(default_factory=list)  # each node's rank among the children its parent drafted
+    values: dict[int, float] = field(default_factory=dict)  # a dynamic tree's value of each node (its worth)
 
     def add(self, token: int, parent: int, q: float, draft_id: int | None = None, rank: int = 0) -> int:
         self.ranks.append(rank)
@@ -140,6 +141,7 @@ def _grow_dynamic(drafter, committed, tree_cfg: TreeConfig, depth: int, value=No
         pool.q_rows.update(zip(level, rows))
         base = [worth[n] for n in level]
     keep = sorted(range(len(pool)), key=lambda n: (-worth[n], pool.depths[n]))[: tree_cfg.budget]
+    pool.values = dict(enumerate(worth))
     return _subtree(pool, sorted(keep, key=lambda n: (pool.depths[n], n)))
 
 
@@ -149,6 +151,8 @@ def _subtree(pool: DraftTree, keep: list[int]) -> DraftTree:
     tree.q_rows[ROOT] = pool.q_rows[ROOT]
     for n in keep:
         new_id[n] = tree.add(pool.tokens[n], new_id[pool.parents[n]], pool.q[n], draft_id=n, rank=pool.ranks[n])
+        if n in pool.values:
+            tree.values[new_id[n]] = pool.values[n]
         if n in pool.q_rows:
             tree.q_rows[new_id[n]] = pool.q_rows[n]
     for n in range(len(tree)):

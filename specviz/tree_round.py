@@ -64,7 +64,7 @@ def _node(tree: DraftTree, i: int, p: float, tried, path: list[int]) -> TreeNode
     status = "accepted" if i in path else ("rejected" if tried is not None else "unvisited")
     return TreeNode(parent=tree.parents[i], depth=tree.depths[i], token=tree.tokens[i], q=tree.q[i], p=p,
                     p_adj=None if tried is None else tried.p_adj, accept_prob=None if tried is None else tried.accept_prob,
-                    u=None if tried is None else tried.u, status=status)
+                    u=None if tried is None else tried.u, status=status, value=tree.values.get(i))
 
 
 def _residual_top(verdict: TreeVerdict, p: torch.Tensor, q: torch.Tensor | None) -> tuple:

@@ -67,3 +67,31 @@ def test_a_draft_the_target_rejects_gets_smaller_trees(prompt):
     assert len(rounds[0].tree.nodes) == 6
     late = rounds[len(rounds) // 2:]
     assert sum(len(r.tree.nodes) for r in late) / len(late) < 2.5
+
+
+def test_each_node_records_its_value_and_traces_round_trip(prompt):
+    """The first round's values follow from the prior alone: a top child is sure (value 1 along a path of top
+    children), a second child is worth its q times its parent's value. They survive JSON, show in the hover, and
+    traces written before nodes had values still read."""
+    import json
+
+    from specviz import Trace
+    from specviz.views.tree_view import tree_figure
+
+    tree = TreeConfig(budget=6, depth=3, width=2)
+    trace = Decoding(TARGET, tiny_llama(seed=9, sharpen=30), prompt,
+                     DecodeConfig(temperature=0, max_new_tokens=12, tree=tree)).run()
+    nodes = trace.rounds[0].tree.nodes
+    for n in nodes:
+        parent = 1.0 if n.parent < 0 else nodes[n.parent].value
+        siblings = sorted((m.q for m in nodes if m.parent == n.parent), reverse=True)
+        assert n.value == pytest.approx(parent * (1.0 if n.q == siblings[0] else n.q))
+    back = Trace.from_json(trace.to_json())
+    assert back.rounds == trace.rounds
+    data = json.loads(trace.to_json())
+    for r in data["rounds"]:
+        for node in r["tree"]["nodes"]:
+            del node["value"]
+    assert Trace.from_json(json.dumps(data)).rounds[0].tree.nodes[0].value is None
+    hovers = [h for d in tree_figure(trace, trace.rounds[0]).data for h in (d.hovertext or ())]
+    assert any("likely to be reached and accepted" in h for h in hovers)
