@@ -144,14 +144,19 @@ class HybridDrafter(Drafter):
     ``greedy_only``: use the n-gram in greedy runs only (a table of the target's greedy text knows its greedy
     continuations, not its sampled distribution: sampled, its q is accepted far less often than the model's).
     ``model_steps``: at most this many of a round's drafts come from the model (then the round ends at the n-gram's
-    next unsure step), so k can be large where the n-gram is sure (the target's loops) without costing model steps."""
+    next unsure step), so k can be large where the n-gram is sure (the target's loops) without costing model steps.
+    ``lookup`` >= 1 (greedy runs, chains): before the n-gram, propose what followed the latest earlier occurrence in
+    the run's own text of its last ``lookup`` tokens (prompt lookup, a point mass): the loops of this very run."""
 
     def __init__(self, table: NGramModel, model, confidence: float = 0.8, name: str | None = None,
-                 greedy_only: bool = True, model_steps: int | None = None):
+                 greedy_only: bool = True, model_steps: int | None = None, lookup: int = 0):
+        if not isinstance(lookup, int) or isinstance(lookup, bool) or lookup < 0:
+            raise ValueError(f"lookup must be a whole number of tokens >= 0 (0 = off), got {lookup!r}")
         # a causal LM drafts with its own cache; a drafter with logits (a feature draft) is used as it is
         model_draft = model if isinstance(model, Drafter) else ModelDrafter(model)
         self.table, self.model_draft, self.confidence = table, model_draft, confidence
         self.greedy_only, self.model_steps = greedy_only, model_steps  # at most model_steps model drafts a round
+        self.lookup, self._seen, self._done, self._last = lookup, {}, 0, None  # the run's grams -> their next token's index
         self.name = name or f"{self.model_draft.name}+ngram"
         self.window = self.model_draft.window
 
@@ -168,6 +173,7 @@ class HybridDrafter(Drafter):
         if cfg.tree is not None and not isinstance(self.model_draft, ModelDrafter):
             raise ValueError(f"{self.name} drafts chains only: its {self.model_draft.name} alone drafts token trees")
         self.model_draft.start(prompt, cfg, vocab_size, device)
+        self._seen, self._done = {}, 0
 
     def prefill(self, prompt):
         self.model_draft.prefill(prompt)
@@ -182,6 +188,9 @@ class HybridDrafter(Drafter):
         def next_logits(drafted: list[int]) -> torch.Tensor | None:
             nonlocal model_logits, used
             if use_table:
+                if self.lookup and (token := self._lookup(committed, drafted)) is not None:
+                    return torch.full((self.vocab_size,), -math.inf, device=self.device).index_fill_(0, torch.tensor(
+                        [token], device=self.device), 0.0)  # log of a point mass
                 logq = self.table.log_distribution(history + drafted)
                 if float(logq.max()) >= log_conf:
                     return logq.to(self.device)
@@ -192,6 +201,18 @@ class HybridDrafter(Drafter):
             return model_logits(drafted)  # it feeds what the table drafted before it
 
         return draft_loop(next_logits, k, self.cfg, self.vocab_size, generator, self.device)
+
+    def _lookup(self, committed: list[int], drafted: list[int]) -> int | None:
+        """The token after the latest occurrence in committed of the last ``lookup`` tokens of committed + drafted.
+        committed's grams are indexed once (a run's text only grows; another text is indexed anew)."""
+        n, done = self.lookup, self._done
+        if done > len(committed) or (done and committed[done - 1] != self._last):
+            self._seen, done = {}, 0
+        for end in range(max(done, n), len(committed)):  # the gram committed[end - n: end], its next token at end
+            self._seen[tuple(committed[end - n: end])] = end
+        self._done, self._last = len(committed), committed[-1]
+        at = self._seen.get(tuple((committed[-n:] + drafted)[-n:]))
+        return None if at is None else committed[at]
 
     # -- token trees: the same choice per node; the model draft sees a node (and the ancestors it has not seen)
     # only when the n-gram is unsure there, all of a level's such nodes in one pass

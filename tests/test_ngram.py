@@ -154,3 +154,37 @@ def test_a_hybrid_spends_at_most_model_steps_model_drafts_a_round():
         trace = speculative_generate(target, hybrid, ids, DecodeConfig(k=5, temperature=0, max_new_tokens=30))
         assert trace.new_tokens == reference_greedy(target, ids, 30)
         assert max(len(r.drafted) for r in trace.rounds) == most
+
+
+def test_lookup_proposes_what_followed_the_latest_earlier_match():
+    """By hand: the last 2 tokens of committed + drafted, their latest earlier occurrence in committed, the token
+    after it; none without a match; a different text is indexed anew."""
+    from specviz.ngram import HybridDrafter
+
+    _, draft, _, table = _hybrid_setup()
+    hybrid = HybridDrafter(table, draft, lookup=2)
+    text = [5, 6, 7, 9, 5, 6, 8, 1, 5]
+    assert hybrid._lookup(text, [6]) == 8  # (5, 6) last seen at 4-5, then 8 (not the 7 after its first time)
+    assert hybrid._lookup(text, [6, 8]) == 1
+    assert hybrid._lookup(text, []) is None  # (1, 5): never before
+    assert hybrid._lookup(text + [3, 1], [5]) == 3  # the same run's text, grown: (1, 5) at 7-8, then 3
+    assert hybrid._lookup([2, 4, 2], [4]) == 2  # another text: the old index is dropped
+    assert hybrid._lookup([2, 4, 9], []) is None
+    with pytest.raises(ValueError, match="lookup"):
+        HybridDrafter(table, draft, lookup=-1)
+
+
+@pytest.mark.parametrize("lookup", [1, 3])
+def test_hybrid_with_lookup_is_the_targets_greedy_and_drafts_its_loops(lookup):
+    """The target's greedy text loops; with a lookup the hybrid proposes the loop as point masses (q = 1) even
+    where neither the table nor the model is asked, and the output is still the target's greedy decode."""
+    from specviz.ngram import HybridDrafter
+    from tests.helpers.models import reference_greedy
+
+    target, draft, ids, table = _hybrid_setup()
+    hybrid = HybridDrafter(table, draft, confidence=1.01, model_steps=1, lookup=lookup)  # never the table
+    trace = speculative_generate(target, hybrid, ids, DecodeConfig(k=6, temperature=0, max_new_tokens=60))
+    assert trace.new_tokens == reference_greedy(target, ids, 60)
+    late = trace.rounds[len(trace.rounds) // 2:]
+    assert max(len(r.drafted) for r in late) == 6  # more than the one model draft a round: the lookup's
+    assert sum(q == 1.0 for r in late for q in r.q) >= 10

@@ -66,9 +66,11 @@ def draft_note(trace: Trace) -> str:
         model, table, options = HYBRIDS[trace.draft_name]
         cap = (f" At most {options['model_steps']} drafts a round come from `{model}`; the n-gram's sure steps may run "
                "on to k." if options.get("model_steps") else "")
+        look = (f" Before the n-gram, greedy runs propose what followed the latest earlier occurrence of the run's own "
+                f"last {options['lookup']} tokens (prompt lookup: the run's own loops, q = 1)." if options.get("lookup") else "")
         return (f"\n\n*Hybrid*: in greedy runs `{table}` (an n-gram of the target's own greedy text) drafts wherever its "
                 f"top token has q >= 0.8, a near-free step, and `{model}` drafts elsewhere; sampled runs use `{model}` "
-                f"only. Each token's q is that of the draft that proposed it.{cap}")
+                f"only. Each token's q is that of the draft that proposed it.{look}{cap}")
     if eagle.parse(trace.draft_name):
         return ("\n\n*Feature draft* (EAGLE): one decoder layer that drafts from the target's own last hidden state at "
                 "the position before (from the verify pass) and the next token, through the target's LM head.")
