@@ -29,9 +29,9 @@ PROMPT_LOOKUP = "prompt-lookup"
 NOT_MODELS = {"tokenizer"}  # asset folders that are not causal LMs
 HYBRIDS = {  # name -> (bundled model draft or feature draft, bundled n-gram, HybridDrafter's options)
     "lite+ngram-target": ("lite", "ngram-target", {}),
-    # at most 6 feature drafts a round (its best k, sampled: model card); the n-gram's sure steps may run on to k;
-    # greedy runs first look up the run's own last 4 tokens (its loops)
-    "target+eagle+ngram-target": ("target+eagle", "ngram-target", {"model_steps": 6, "lookup": 4}),
+    # at most 5 feature drafts a round (its best k, sampled: model card); in greedy runs the run's own last 4 tokens
+    # are looked up first (its loops), then the n-gram, and their sure steps may run on to k
+    "target+eagle+ngram-target": ("target+eagle", "ngram-target", {"model_steps": 5, "lookup": 4}),
 }
 
 ALLOW_ENV = "SPECVIZ_ALLOW_MODELS"  # which names the web UI may load: bundled | presets | any (hub IDs)

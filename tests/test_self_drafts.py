@@ -275,4 +275,4 @@ def test_the_bundled_feature_draft_is_listed_and_sized():
     if hybrid in models.list_drafters():  # the feature draft, and the n-gram of the target's greedy text where sure
         assert model_free(hybrid) and models.self_draft_base(hybrid) == "target" and load_bytes(hybrid) == 4 * own
         target, drafter, _ = models.load_pair("target", hybrid)
-        assert drafter.model_draft.target_model is target and (drafter.model_steps, drafter.lookup) == (6, 4)  # on the very target loaded
+        assert drafter.model_draft.target_model is target and (drafter.model_steps, drafter.lookup) == (5, 4)  # on the very target loaded
