@@ -145,8 +145,9 @@ class HybridDrafter(Drafter):
     continuations, not its sampled distribution: sampled, its q is accepted far less often than the model's).
     ``model_steps``: at most this many of a round's drafts come from the model (then the round ends at the n-gram's
     next unsure step), so k can be large where the n-gram is sure (the target's loops) without costing model steps.
-    ``lookup`` >= 1 (greedy runs, chains): before the n-gram, propose what followed the latest earlier occurrence in
-    the run's own text of its last ``lookup`` tokens (prompt lookup, a point mass): the loops of this very run."""
+    ``lookup`` >= 1 (chains, in the runs that use the n-gram): before the n-gram, propose what followed the latest
+    earlier occurrence in the run's own text of its last ``lookup`` tokens (prompt lookup, a point mass): the loops
+    of this very run."""
 
     def __init__(self, table: NGramModel, model, confidence: float = 0.8, name: str | None = None,
                  greedy_only: bool = True, model_steps: int | None = None, lookup: int = 0):
