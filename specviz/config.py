@@ -36,8 +36,10 @@ class TreeConfig:
     ``children``, how a node's children are chosen (and so which acceptance rule is exact):
     "top" the draft's most probable tokens (deterministic: each tried as a point mass), "iid" drawn from q with
     replacement (SpecInfer's multi-candidate rule), "distinct" drawn from q without replacement (recursive
-    rejection sampling), "auto" top when greedy and distinct when sampling. Dynamic trees take top children
-    (choosing which sampled children to keep by their probability would bias the law)."""
+    rejection sampling), "auto" top when greedy and distinct when sampling. A sampled dynamic tree takes top
+    children or distinct ones; with distinct ones, how many children a node gets is fixed from its own value before
+    they are drawn, and every drawn child is verified (keeping drawn children by their probability would bias the
+    law), so its budget and threshold bound the tree rather than choosing among what was drawn."""
 
     shape: tuple[int, ...] = (3, 2, 2, 1)
     budget: int = 0
@@ -58,8 +60,9 @@ class TreeConfig:
         _check_int("tree width", self.width, low=1)
         if self.children not in TREE_CHILDREN:
             raise ValueError(f"tree children must be one of {TREE_CHILDREN}, got {self.children!r}")
-        if self.dynamic and self.children in ("iid", "distinct"):
-            raise ValueError("a dynamic tree takes the draft's top children: use children='top' or 'auto'")
+        if self.dynamic and self.children == "iid":
+            raise ValueError("a dynamic tree takes top children or children drawn without replacement: use "
+                             "children='top', 'distinct' or 'auto'")
         if not isinstance(self.threshold, (int, float)) or isinstance(self.threshold, bool) \
                 or not 0 <= self.threshold < 1:
             raise ValueError(f"tree threshold must be a number in [0, 1), got {self.threshold!r}")
@@ -120,7 +123,7 @@ class TreeConfig:
 
     def children_for(self, greedy: bool) -> str:
         """The children rule in force: greedy runs always take top children (q's argmax is all greedy drafts)."""
-        if greedy or self.dynamic:
+        if greedy:
             return "top"
         return "distinct" if self.children == "auto" else self.children
 

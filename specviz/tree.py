@@ -79,6 +79,8 @@ def grow(drafter, committed: list[int], tree_cfg: TreeConfig, cfg: DecodeConfig,
          generator: torch.Generator | None, value=None) -> DraftTree:
     """The round's tree, at most ``levels`` deep (never more tokens than the run has left). ``value(rank, q)``:
     a dynamic tree's estimate of a child's acceptance (``specviz.tree_value``; None: q itself, as EAGLE-2)."""
+    if tree_cfg.dynamic and tree_cfg.children_for(cfg.greedy) == "distinct":
+        return _grow_dynamic_drawn(drafter, committed, tree_cfg, min(levels, tree_cfg.depth), value, generator)
     if tree_cfg.dynamic:
         return _grow_dynamic(drafter, committed, tree_cfg, min(levels, tree_cfg.depth), value)
     return _grow_static(drafter, committed, tree_cfg.shape[:levels], tree_cfg.children_for(cfg.greedy), generator)
@@ -143,6 +145,35 @@ def _grow_dynamic(drafter, committed, tree_cfg: TreeConfig, depth: int, value=No
     keep = sorted(range(len(pool)), key=lambda n: (-worth[n], pool.depths[n]))[: tree_cfg.budget]
     pool.values = dict(enumerate(worth))
     return _subtree(pool, sorted(keep, key=lambda n: (pool.depths[n], n)))
+
+
+def _grow_dynamic_drawn(drafter, committed, tree_cfg: TreeConfig, depth: int, value, generator) -> DraftTree:
+    """A sampled dynamic tree with children drawn from q without replacement (recursive rejection sampling verifies
+    them exactly, in draw order). Which nodes get children, and how many, is fixed from the nodes' own values before
+    their children are drawn: each level, the ``width`` most valuable nodes worth at least ``threshold`` draw
+    ``width`` children each while the budget lasts, and every drawn child is verified."""
+    tree = DraftTree()
+    tree.q_rows[ROOT] = drafter.tree_start(committed)
+    worth, level = {ROOT: 1.0}, [ROOT]
+    for d in range(depth):
+        new = []
+        for node in level:
+            m = min(tree_cfg.width, tree_cfg.budget - len(tree))
+            if m <= 0:
+                break
+            q, tree.candidates[node] = tree.q_rows[node], []
+            for rank, (token, q_i) in enumerate(choose_children(q, m, "distinct", generator)):
+                q_x = float(q[token])
+                child = tree.add(token, node, q_x, rank=rank)
+                worth[child] = tree.values[child] = worth[node] * (value(rank, q_x) if value is not None else q_x)
+                tree.candidates[node].append((child, q_i))
+                new.append(child)
+        level = [n for n in sorted(new, key=lambda n: -worth[n]) if worth[n] >= tree_cfg.threshold][: tree_cfg.width]
+        if not level or d + 1 == depth or len(tree) >= tree_cfg.budget:
+            break
+        rows = drafter.tree_expand(level, [tree.tokens[n] for n in level], [tree.parents[n] for n in level])
+        tree.q_rows.update(zip(level, rows))
+    return tree
 
 
 def _subtree(pool: DraftTree, keep: list[int]) -> DraftTree:

@@ -142,16 +142,18 @@ def test_sampled_trees_are_lossless(rule, extra):
     assert chi2_pvalue(counts, exact_first_two(LOSSLESS_TARGET, prompt, cfg)) > 1e-3
 
 
-@pytest.mark.parametrize("draft,threshold", [("model", 0.0), ("hybrid", 0.0), ("model", 0.05)])
-def test_dynamic_sampled_tree_is_lossless(draft, threshold):
-    """With a threshold the tree a round drafts depends on the run's earlier verdicts (``tree_value``): the law
-    must not."""
+@pytest.mark.parametrize("draft,threshold,children", [("model", 0.0, "auto"), ("hybrid", 0.0, "auto"),
+                                                      ("model", 0.05, "auto"), ("model", 0.0, "top")])
+def test_dynamic_sampled_tree_is_lossless(draft, threshold, children):
+    """Sampled dynamic trees draw children without replacement ("auto") or take the top ones; with a threshold
+    the tree a round drafts depends on the run's earlier verdicts (``tree_value``): the law must not."""
     prompt = torch.tensor([[4, 1, 6]])
     cfg = DecodeConfig(max_new_tokens=3, temperature=1.0,
-                       tree=TreeConfig(budget=5, depth=2, width=3, threshold=threshold))
+                       tree=TreeConfig(budget=5, depth=2, width=3, threshold=threshold, children=children))
     table = NGramModel.fit(torch.tensor([4, 1, 6, 2, 4, 1, 6, 3, 4, 1, 6, 2, 5, 2, 7]), V, order=2)
     drafter = LOSSLESS_DRAFT if draft == "model" else HybridDrafter(table, LOSSLESS_DRAFT, 0.3, greedy_only=False)
-    counts, _ = _first_two_counts(cfg, prompt, drafter)
+    counts, second_tries = _first_two_counts(cfg, prompt, drafter)
+    assert second_tries > 50  # later children were tried against the adjusted p' in many runs
     assert chi2_pvalue(counts, exact_first_two(LOSSLESS_TARGET, prompt, cfg)) > 1e-3
 
 
