@@ -28,9 +28,9 @@ class TreeConfig:
 
     Static tree: ``shape[d]`` children for every node at depth d (``(3, 2, 2, 1)``: three children of the
     root, two of each of those, ...). Dynamic tree (``budget`` > 0, as EAGLE-2): each of ``depth`` levels
-    expands the ``width`` nodes of the level above with the highest cumulative draft probability (the product
-    of q along the path), ``width`` children each, and the ``budget`` most probable nodes are verified. A
-    dynamic tree's "probability" of a node is learnt from the run's own verdicts (``specviz.tree_value``), and
+    expands the ``width`` most valuable nodes of the level above, ``width`` children each, and the ``budget`` most
+    valuable nodes are verified. A node's value is its chance of being reached and accepted, learnt from the run's
+    own verdicts (``specviz.tree_value``) where EAGLE-2 takes the product of q along the path, and
     ``threshold`` > 0 drafts and verifies only nodes at least that likely to be reached and accepted: the tree
     grows deep where the draft is reliable, wide where it is not, and stops where another row would not pay.
     ``children``, how a node's children are chosen (and so which acceptance rule is exact):

@@ -16,6 +16,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from .drafters import Drafter, ModelDrafter, draft_loop, draft_q
+from .sampling import point_mass
 
 
 MEMO_SIZE = 65_536  # contexts whose log q an NGramModel keeps (cleared when full)
@@ -190,8 +191,7 @@ class HybridDrafter(Drafter):
             nonlocal model_logits, used
             if use_table:
                 if self.lookup and (token := self._lookup(committed, drafted)) is not None:
-                    return torch.full((self.vocab_size,), -math.inf, device=self.device).index_fill_(0, torch.tensor(
-                        [token], device=self.device), 0.0)  # log of a point mass
+                    return point_mass(torch.tensor([token], device=self.device), self.vocab_size)[0].log()
                 logq = self.table.log_distribution(history + drafted)
                 if float(logq.max()) >= log_conf:
                     return logq.to(self.device)

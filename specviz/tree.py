@@ -132,7 +132,7 @@ def _grow_dynamic(drafter, committed, tree_cfg: TreeConfig, depth: int, value=No
         new = []
         for node, b, qs, ids in zip(level, base, top.values.tolist(), top.indices.tolist()):
             for rank, (q, token) in enumerate(zip(qs, ids)):
-                w = b * (value(rank, q) if value is not None else q)
+                w = _worth(b, rank, q, value)
                 if q > 0 and w > 0 and w >= tree_cfg.threshold:
                     new.append(pool.add(token, node, q, rank=rank))
                     worth.append(w)
@@ -145,6 +145,11 @@ def _grow_dynamic(drafter, committed, tree_cfg: TreeConfig, depth: int, value=No
     keep = sorted(range(len(pool)), key=lambda n: (-worth[n], pool.depths[n]))[: tree_cfg.budget]
     pool.values = dict(enumerate(worth))
     return _subtree(pool, sorted(keep, key=lambda n: (pool.depths[n], n)))
+
+
+def _worth(parent: float, rank: int, q: float, value) -> float:
+    """A child's value: its parent's times its own acceptance estimate ``value(rank, q)`` (q without one)."""
+    return parent * (value(rank, q) if value is not None else q)
 
 
 def _grow_dynamic_drawn(drafter, committed, tree_cfg: TreeConfig, depth: int, value, generator) -> DraftTree:
@@ -165,7 +170,7 @@ def _grow_dynamic_drawn(drafter, committed, tree_cfg: TreeConfig, depth: int, va
             for rank, (token, q_i) in enumerate(choose_children(q, m, "distinct", generator)):
                 q_x = float(q[token])
                 child = tree.add(token, node, q_x, rank=rank)
-                worth[child] = tree.values[child] = worth[node] * (value(rank, q_x) if value is not None else q_x)
+                worth[child] = tree.values[child] = _worth(worth[node], rank, q_x, value)
                 tree.candidates[node].append((child, q_i))
                 new.append(child)
         level = [n for n in sorted(new, key=lambda n: -worth[n]) if worth[n] >= tree_cfg.threshold][: tree_cfg.width]
