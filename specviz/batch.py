@@ -28,113 +28,15 @@ import time
 from typing import Iterator
 
 import torch
-from transformers import DynamicCache
 
+from .batch_lm import BatchLM
 from .config import DecodeConfig
 from .decoder import accept, check_window, commit, eos_ids, prompt_list, record_round, run_names
 from .drafters import Drafter, ModelDrafter, Proposal, as_drafter, draft_step, draft_view
-from .lm import Stopwatch, cache_kwarg, model_device
+from .forwards import check_columns
+from .lm import Stopwatch
 from .sampling import logits_to_probs
 from .trace import Round, Trace
-
-PAD = 0  # the id fed at padded columns (always masked out, so any id the model can embed)
-
-
-class BatchLM:
-    """A causal LM over B rows on one padded time axis. ``ids[b]`` are row b's cached tokens, kept at
-    columns ``cols[b]``; ``mask`` (B, T) is 1 exactly at those columns; ``last[b]`` the logits after
-    ids[b][-1] (None once a rollback masked columns of row b)."""
-
-    def __init__(self, model, rows: int):
-        self.model, self.device = model, model_device(model)
-        self.cache = DynamicCache(config=model.config)
-        self.mask = torch.zeros(rows, 0, dtype=torch.long, device=self.device)
-        self.ids: list[list[int]] = [[] for _ in range(rows)]
-        self.cols: list[list[int]] = [[] for _ in range(rows)]
-        self.last: list[torch.Tensor | None] = [None] * rows
-        self._synced = [0] * rows  # ids[b][:_synced[b]] are known to match row b's committed sequence
-        self._cache_kw = cache_kwarg(model)
-
-    def feed(self, chunks: list[list[int]]) -> torch.Tensor | None:
-        """Append chunks[b] to row b, right-aligned; logits (B, W, V), W = the longest chunk (None if 0)."""
-        width, start = max(map(len, chunks)), self.mask.shape[1]
-        if width == 0:
-            return None
-        B = len(chunks)
-        x = torch.full((B, width), PAD, dtype=torch.long)
-        new = torch.zeros(B, width, dtype=torch.long)
-        pos = torch.zeros(B, width, dtype=torch.long)  # pads get position 0: masked, never read
-        for b, chunk in enumerate(chunks):
-            if chunk:
-                n, lo = len(chunk), width - len(chunk)
-                x[b, lo:], new[b, lo:] = torch.tensor(chunk), 1
-                pos[b, lo:] = torch.arange(len(self.ids[b]), len(self.ids[b]) + n)  # real tokens before it
-                self.ids[b].extend(chunk)
-                self.cols[b].extend(range(start + lo, start + width))
-        self.mask = torch.cat([self.mask, new.to(self.device)], dim=1)  # (B, T + W)
-        with torch.inference_mode():  # (the mask is built outside it: sync edits it in place)
-            out = self.model(input_ids=x.to(self.device), attention_mask=self.mask, position_ids=pos.to(self.device),
-                             use_cache=True, **{self._cache_kw: self.cache})
-        self.cache = getattr(out, "cache", None) or out.past_key_values
-        for b, chunk in enumerate(chunks):
-            if chunk:
-                self.last[b] = out.logits[b, -1]
-        return out.logits
-
-    def extend(self, rows: list[tuple[list[int], list[int]] | None]) -> list[torch.Tensor | None]:
-        """Per row, (committed, new) or None to leave the row out: the logits after committed[-1] and after
-        each of new, (1 + len(new), V). Every row's missing tokens go through ONE batched forward."""
-        pending = [None if r is None else self.sync(b, r[0]) for b, r in enumerate(rows)]
-        kept = list(self.last)  # the logits after each row's cached tokens, before this forward
-        chunks = [[] if r is None else p + r[1] for p, r in zip(pending, rows)]
-        logits = self.feed(chunks)
-        out = []
-        for b, (p, chunk) in enumerate(zip(pending, chunks)):
-            fed = logits[b, logits.shape[1] - len(chunk):] if chunk else None
-            if p is None:
-                out.append(None)
-            elif p:
-                out.append(fed[len(p) - 1:])
-            else:
-                out.append(kept[b][None] if fed is None else torch.cat([kept[b][None], fed]))
-        return out
-
-    def sync(self, b: int, committed: list[int]) -> list[int]:
-        """Mask out row b's cached tokens past its longest prefix shared with ``committed``; return the
-        pending tokens: empty only when row b holds exactly committed and its last logits are kept,
-        otherwise at least committed[-1], whose logits the next step needs (as ``CachedLM.sync``)."""
-        ids = self.ids[b]
-        limit = min(len(ids), len(committed))
-        keep = min(self._synced[b], limit)  # committed only grows, so the old agreement stands
-        while keep < limit and ids[keep] == committed[keep]:
-            keep += 1
-        if keep == len(committed) and (keep < len(ids) or self.last[b] is None):
-            keep -= 1  # the logits after committed[-1] are not kept: feed it again
-        if keep < len(ids):
-            self.mask[b, self.cols[b][keep:]] = 0  # the holes: kept in the cache, masked out forever
-            del ids[keep:], self.cols[b][keep:]
-            self.last[b] = None
-        self._synced[b] = keep
-        return committed[keep:]
-
-    def keep_rows(self, rows: list[int]) -> None:
-        """Keep only these rows (indices of the current rows, in this order); the others leave the batch."""
-        if rows == list(range(len(self.ids))):
-            return
-        index = torch.tensor(rows, dtype=torch.long, device=self.device)
-        self.cache.batch_select_indices(index)
-        self.mask = self.mask[index]
-        self.ids, self.cols = [self.ids[r] for r in rows], [self.cols[r] for r in rows]
-        self.last, self._synced = [self.last[r] for r in rows], [self._synced[r] for r in rows]
-
-    def compact(self) -> None:
-        """Crop the columns past the furthest column any row still uses (the cache's own crop)."""
-        used = max((c[-1] + 1 for c in self.cols if c), default=0)
-        drop = self.mask.shape[1] - used
-        if drop > 0 and used > 0:
-            self.cache.crop(-drop)  # transformers 5: a negative count removes that many positions
-            self.mask = self.mask[:, :used]
-
 
 class BatchDecoding:
     """One batched run. Iterate it to get, per batch round, each row's Round (None for finished rows)."""
@@ -146,12 +48,16 @@ class BatchDecoding:
             raise ValueError(f"cfg must be a specviz.DecodeConfig, got {type(cfg).__name__}")
         if cfg.k_policy != "fixed":
             raise ValueError(f"batched decoding drafts one k for every row: use k_policy='fixed', not {cfg.k_policy!r}")
+        if cfg.tree is not None and draft is not None:
+            raise ValueError("batched decoding drafts chains: decode token trees one prompt at a time (tree=None here)")
         if not isinstance(prompts, (list, tuple)) or not prompts:
             raise ValueError("list_of_input_ids must be a non-empty list of [1, n] LongTensors, one per prompt")
         self.cfg, self.prompts = cfg, [prompt_list(ids) for ids in prompts]
         self.drafter: Drafter | None = None if draft is None else as_drafter(draft).fresh()  # this run's own copy
         for prompt in self.prompts:
             check_window(prompt, cfg, target, self.drafter)
+        check_columns([target, self.drafter.model if isinstance(self.drafter, ModelDrafter) else None],
+                      max(map(len, self.prompts)) + cfg.max_new_tokens * (cfg.k + 2 if draft is not None else 1))
         B = len(self.prompts)
         self.target = BatchLM(target, B)
         self.vocab_size = target.get_output_embeddings().weight.shape[0]

@@ -21,7 +21,7 @@ from .lm import CachedLM, Stopwatch, context_window
 from .sampling import Verdict, beta, logits_to_probs, verify, verify_greedy
 from .trace import Round, Trace
 from .tree import grow, walk
-from .tree_round import keep_path, record_tree_round, verify_tree
+from .tree_round import check_tree_model, keep_path, record_tree_round, verify_tree
 from .tree_value import AcceptanceEstimate
 
 RESIDUAL_TOP = 8  # how many residual tokens a round records for the replay
@@ -40,6 +40,8 @@ class Decoding:
         prompt = prompt_list(input_ids)
         self.drafter: Drafter | None = None if draft is None else as_drafter(draft).fresh()  # this run's own copy
         check_window(prompt, cfg, target, self.drafter)
+        if cfg.tree is not None and self.drafter is not None:
+            check_tree_model(target, "target")
         self.target = CachedLM(target)
         self.generator = torch.Generator(device=self.target.device).manual_seed(cfg.seed)
         self.committed = list(prompt)

@@ -20,6 +20,7 @@ from .alignment import DraftTokens
 from .config import DecodeConfig
 from .lm import CachedLM, context_window
 from .sampling import align_vocab, logits_to_probs, point_mass, sample
+from .tree_round import check_tree_model
 
 
 @dataclass(frozen=True)
@@ -134,6 +135,8 @@ class ModelDrafter(Drafter):
 
     def start(self, prompt, cfg, vocab_size, device):
         super().start(prompt, cfg, vocab_size, device)
+        if cfg.tree is not None:
+            check_tree_model(self.model, f"draft {self.name}")
         self.lm = CachedLM(self.model)
         self.n_embed = self.model.get_input_embeddings().weight.shape[0]
 

@@ -12,6 +12,33 @@ from .tree_record import TreeNode, TreeRecord
 from .tree import ROOT, DraftTree, TreeVerdict
 
 RESIDUAL_TOP = 8
+ALIBI = ("bloom", "mpt")  # model types whose attention biases are built from a 2-D padding mask
+
+
+def tree_refusal(model) -> str | None:
+    """Why a transformers model cannot score a token tree in one pass and keep its path, or None where it can:
+    ALiBi models build their position biases from a 2-D padding mask (so no tree positions, no 4-D mask), and a
+    sliding-window cache cannot gather a tree's accepted path."""
+    from transformers import DynamicCache
+
+    cfg = getattr(model, "config", None)
+    kind = getattr(cfg, "model_type", None) or type(model).__name__
+    if kind in ALIBI or getattr(cfg, "alibi", False):
+        return f"{kind} builds ALiBi biases from a 2-D padding mask, so it takes no tree positions or 4-D tree mask"
+    try:
+        layers = {type(layer).__name__ for layer in DynamicCache(config=cfg).layers}
+    except Exception:  # a config DynamicCache cannot read: the run itself will say what is wrong
+        return None
+    if other := sorted(layers - {"DynamicLayer"}):
+        return f"{kind}'s key/value cache has {', '.join(other)} layers, not plain ones a tree's path can be kept in"
+    return None
+
+
+def check_tree_model(model, role: str) -> None:
+    """A ValueError, before any pass, where ``model`` (the target or a draft model) cannot decode token trees."""
+    if (why := tree_refusal(model)) is not None:
+        raise ValueError(f"token trees need a model that scores a whole tree in one pass; the {role} cannot: {why}. "
+                         "Draft a chain instead (tree=None).")
 
 
 def verify_tree(target: CachedLM, committed: list[int], tree: DraftTree) -> torch.Tensor:

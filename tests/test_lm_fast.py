@@ -7,7 +7,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from specviz import DecodeConfig, Decoding, autoregressive_generate, lean_llama, speculative_generate
-from specviz import lm as lm_module
+from specviz import forwards, lm as lm_module
 from specviz.lm import CachedLM
 from tests.helpers.models import DEVICE, finish, perturbed, reference_greedy, tiny_gpt2, tiny_llama
 
@@ -32,7 +32,7 @@ TOL = {torch.float64: dict(rtol=1e-7, atol=1e-7), torch.float32: dict(rtol=1e-5,
 @pytest.fixture
 def small_capacity(monkeypatch):
     """Start the static caches at 8 positions, so the random walks below also reallocate them."""
-    monkeypatch.setattr(lm_module, "FIRST_CAPACITY", 8)
+    monkeypatch.setattr(forwards, "FIRST_CAPACITY", 8)
     monkeypatch.setattr(lean_llama, "FIRST_CAPACITY", 8)
 
 

@@ -1,0 +1,111 @@
+"""Several rows of one causal LM on one padded time axis: what batched decoding (``specviz.batch``) runs its
+target and draft model on. The cache is transformers' DynamicCache, append-only: rejected drafts become masked
+columns (holes), padding is masked, each row's position ids count its real tokens only."""
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+
+from .lm import cache_kwarg, model_device
+
+PAD = 0  # the id fed at padded columns (always masked out, so any id the model can embed)
+
+
+class BatchLM:
+    """A causal LM over B rows on one padded time axis. ``ids[b]`` are row b's cached tokens, kept at
+    columns ``cols[b]``; ``mask`` (B, T) is 1 exactly at those columns; ``last[b]`` the logits after
+    ids[b][-1] (None once a rollback masked columns of row b)."""
+
+    def __init__(self, model, rows: int):
+        self.model, self.device = model, model_device(model)
+        self.cache = DynamicCache(config=model.config)
+        self.mask = torch.zeros(rows, 0, dtype=torch.long, device=self.device)
+        self.ids: list[list[int]] = [[] for _ in range(rows)]
+        self.cols: list[list[int]] = [[] for _ in range(rows)]
+        self.last: list[torch.Tensor | None] = [None] * rows
+        self._synced = [0] * rows  # ids[b][:_synced[b]] are known to match row b's committed sequence
+        self._cache_kw = cache_kwarg(model)
+
+    def feed(self, chunks: list[list[int]]) -> torch.Tensor | None:
+        """Append chunks[b] to row b, right-aligned; logits (B, W, V), W = the longest chunk (None if 0)."""
+        width, start = max(map(len, chunks)), self.mask.shape[1]
+        if width == 0:
+            return None
+        B = len(chunks)
+        x = torch.full((B, width), PAD, dtype=torch.long)
+        new = torch.zeros(B, width, dtype=torch.long)
+        pos = torch.zeros(B, width, dtype=torch.long)  # pads get position 0: masked, never read
+        for b, chunk in enumerate(chunks):
+            if chunk:
+                n, lo = len(chunk), width - len(chunk)
+                x[b, lo:], new[b, lo:] = torch.tensor(chunk), 1
+                pos[b, lo:] = torch.arange(len(self.ids[b]), len(self.ids[b]) + n)  # real tokens before it
+                self.ids[b].extend(chunk)
+                self.cols[b].extend(range(start + lo, start + width))
+        self.mask = torch.cat([self.mask, new.to(self.device)], dim=1)  # (B, T + W)
+        with torch.inference_mode():  # (the mask is built outside it: sync edits it in place)
+            out = self.model(input_ids=x.to(self.device), attention_mask=self.mask, position_ids=pos.to(self.device),
+                             use_cache=True, **{self._cache_kw: self.cache})
+        self.cache = getattr(out, "cache", None) or out.past_key_values
+        if not torch.isfinite(out.logits[new.bool().to(self.device)]).all():
+            raise ValueError(f"{type(self.model).__name__} returned non-finite logits for a padded batch (an eager "
+                             "attention that fully masked padding rows, as Gemma 2's and BLOOM's do): decode its "
+                             "prompts one at a time")
+        for b, chunk in enumerate(chunks):
+            if chunk:
+                self.last[b] = out.logits[b, -1]
+        return out.logits
+
+    def extend(self, rows: list[tuple[list[int], list[int]] | None]) -> list[torch.Tensor | None]:
+        """Per row, (committed, new) or None to leave the row out: the logits after committed[-1] and after
+        each of new, (1 + len(new), V). Every row's missing tokens go through ONE batched forward."""
+        pending = [None if r is None else self.sync(b, r[0]) for b, r in enumerate(rows)]
+        kept = list(self.last)  # the logits after each row's cached tokens, before this forward
+        chunks = [[] if r is None else p + r[1] for p, r in zip(pending, rows)]
+        logits = self.feed(chunks)
+        out = []
+        for b, (p, chunk) in enumerate(zip(pending, chunks)):
+            fed = logits[b, logits.shape[1] - len(chunk):] if chunk else None
+            if p is None:
+                out.append(None)
+            elif p:
+                out.append(fed[len(p) - 1:])
+            else:
+                out.append(kept[b][None] if fed is None else torch.cat([kept[b][None], fed]))
+        return out
+
+    def sync(self, b: int, committed: list[int]) -> list[int]:
+        """Mask out row b's cached tokens past its longest prefix shared with ``committed``; return the
+        pending tokens: empty only when row b holds exactly committed and its last logits are kept,
+        otherwise at least committed[-1], whose logits the next step needs (as ``CachedLM.sync``)."""
+        ids = self.ids[b]
+        limit = min(len(ids), len(committed))
+        keep = min(self._synced[b], limit)  # committed only grows, so the old agreement stands
+        while keep < limit and ids[keep] == committed[keep]:
+            keep += 1
+        if keep == len(committed) and (keep < len(ids) or self.last[b] is None):
+            keep -= 1  # the logits after committed[-1] are not kept: feed it again
+        if keep < len(ids):
+            self.mask[b, self.cols[b][keep:]] = 0  # the holes: kept in the cache, masked out forever
+            del ids[keep:], self.cols[b][keep:]
+            self.last[b] = None
+        self._synced[b] = keep
+        return committed[keep:]
+
+    def keep_rows(self, rows: list[int]) -> None:
+        """Keep only these rows (indices of the current rows, in this order); the others leave the batch."""
+        if rows == list(range(len(self.ids))):
+            return
+        index = torch.tensor(rows, dtype=torch.long, device=self.device)
+        self.cache.batch_select_indices(index)
+        self.mask = self.mask[index]
+        self.ids, self.cols = [self.ids[r] for r in rows], [self.cols[r] for r in rows]
+        self.last, self._synced = [self.last[r] for r in rows], [self._synced[r] for r in rows]
+
+    def compact(self) -> None:
+        """Crop the columns past the furthest column any row still uses (the cache's own crop)."""
+        used = max((c[-1] + 1 for c in self.cols if c), default=0)
+        drop = self.mask.shape[1] - used
+        if drop > 0 and used > 0:
+            self.cache.crop(-drop)  # transformers 5: a negative count removes that many positions
+            self.mask = self.mask[:, :used]
