@@ -56,15 +56,18 @@ def exit_names(folder: Path, name: str) -> list[str]:
 def early_exit(model, layers: int, adapter: torch.nn.Module | None = None):
     """The model's first ``layers`` decoder layers (then ``adapter``, a decoder layer of its own, if given), final
     norm and LM head as a causal LM sharing the model's weights."""
-    inner_name, stack_name = _stack(model)
-    inner = getattr(model, inner_name)
-    stack = getattr(inner, stack_name)
+    path, stack_name = _stack(model)
+    chain = [model]  # the model, then each module on the way to the stack's owner
+    for name in path:
+        chain.append(getattr(chain[-1], name))
+    stack = getattr(chain[-1], stack_name)
     if not 1 <= layers <= len(stack):
         raise ValueError(f"an early exit needs 1 to {len(stack)} layers of this model, got {layers}")
-    draft = _shallow(model)
-    draft_inner = _shallow(inner)
-    setattr(draft_inner, stack_name, torch.nn.ModuleList(list(stack)[:layers] + ([adapter] if adapter else [])))
-    setattr(draft, inner_name, draft_inner)
+    twins = [_shallow(m) for m in chain]  # the same modules with their own submodule tables, linked up again
+    setattr(twins[-1], stack_name, torch.nn.ModuleList(list(stack)[:layers] + ([adapter] if adapter else [])))
+    for parent, name, child in zip(twins, path, twins[1:]):
+        setattr(parent, name, child)
+    draft = twins[0]
     depth = layers + (adapter is not None)
     cfg = copy.deepcopy(model.config)
     for key in ("num_hidden_layers", "n_layer"):
@@ -72,7 +75,9 @@ def early_exit(model, layers: int, adapter: torch.nn.Module | None = None):
             setattr(cfg, key, depth)
     if getattr(cfg, "layer_types", None):
         cfg.layer_types = (cfg.layer_types + cfg.layer_types[-1:])[:depth]
-    draft.config = draft_inner.config = cfg
+    for twin in twins:
+        if hasattr(twin, "config"):
+            twin.config = cfg
     suffix = ADAPTER if adapter is not None else ""
     cfg._name_or_path = f"{getattr(model.config, '_name_or_path', '') or type(model).__name__}@{layers}{suffix}"
     # what it shares its weights with, kept out of its submodules (``extra_parameters`` counts only the adapter)
@@ -85,7 +90,8 @@ def early_exit(model, layers: int, adapter: torch.nn.Module | None = None):
 def new_adapter(model, layers: int) -> torch.nn.Module:
     """A fresh exit adapter for the exit at ``layers``: a copy of decoder layer ``layers`` (the next one), so the
     untrained adapter's exit computes the exit at layers + 1."""
-    stack = getattr(getattr(model, _stack(model)[0]), _stack(model)[1])
+    path, stack_name = _stack(model)
+    stack = getattr(model.get_submodule(".".join(path)), stack_name)
     if not 1 <= layers < len(stack):
         raise ValueError(f"an exit adapter needs an exit of 1 to {len(stack) - 1} layers, got {layers}")
     adapter = copy.deepcopy(stack[layers])
@@ -127,12 +133,20 @@ def extra_parameters(draft) -> int | None:
     return None if own is None else sum(p.numel() for p in own)
 
 
-def _stack(model) -> tuple[str, str]:
-    """Where the decoder layers live: model.model.layers (Llama, Qwen2, Mistral, ...) or model.transformer.h (GPT-2)."""
-    if hasattr(model, "model") and hasattr(model.model, "layers"):
-        return "model", "layers"
-    if hasattr(model, "transformer") and hasattr(model.transformer, "h"):
-        return "transformer", "h"
+STACKS = ((("model",), "layers"),  # Llama, Qwen2, Mistral, Gemma, Phi-3, ...
+          (("transformer",), "h"),  # GPT-2, Falcon, BLOOM
+          (("gpt_neox",), "layers"),  # GPT-NeoX, Pythia
+          (("model", "decoder"), "layers"))  # OPT
+
+
+def _stack(model) -> tuple[tuple[str, ...], str]:
+    """Where the decoder layers live: the attribute path to the module holding them, and the stack's name."""
+    for path, name in STACKS:
+        owner = model
+        for part in path:
+            owner = getattr(owner, part, None)
+        if isinstance(getattr(owner, name, None), torch.nn.ModuleList):
+            return path, name
     raise ValueError(f"{type(model).__name__} has no decoder-layer stack an early exit can cut")
 
 

@@ -3,11 +3,13 @@
 refused with a ValueError that says why, before any work is lost."""
 import pytest
 import torch
-from transformers import (BloomConfig, BloomForCausalLM, Gemma2Config, Gemma2ForCausalLM, MistralConfig,
-                          MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM)
+from transformers import (BloomConfig, BloomForCausalLM, Gemma2Config, Gemma2ForCausalLM, GPTNeoXConfig,
+                          GPTNeoXForCausalLM, MistralConfig, MistralForCausalLM, OPTConfig, OPTForCausalLM, Qwen2Config,
+                          Qwen2ForCausalLM)
 
 from specviz import (DecodeConfig, TreeConfig, autoregressive_generate_batch, speculative_generate,
                      speculative_generate_batch)
+from specviz.early_exit import early_exit, new_adapter
 from specviz.forwards import sliding_window
 from specviz.tree_round import tree_refusal
 from tests.helpers.models import finish, reference_greedy
@@ -104,3 +106,26 @@ def test_padded_batch_with_non_finite_logits_is_refused():
     for p in prompts:
         trace = speculative_generate(target, draft, p, DecodeConfig(k=4, temperature=0.0, max_new_tokens=12))
         assert trace.new_tokens == reference_greedy(target, p, 12)
+
+
+NEOX = (GPTNeoXConfig(**COMMON, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4), GPTNeoXForCausalLM)
+OPT = (OPTConfig(**COMMON, ffn_dim=64, num_hidden_layers=3, num_attention_heads=4, word_embed_proj_dim=32), OPTForCausalLM)
+
+
+@pytest.mark.parametrize("config, cls", [NEOX, OPT], ids=["gpt-neox", "opt"])
+def test_early_exits_of_pythia_and_opt_cut_their_own_stacks(config, cls):
+    """GPT-NeoX keeps its layers at gpt_neox.layers, OPT at model.decoder.layers: the exit at L is the model's first L
+    layers (equal to a model built with L layers from the same weights), shares its weights, and decodes exactly."""
+    target, _ = pair(config, cls)
+    ids = torch.tensor([[3, 5, 7, 11, 13, 17]])
+    with torch.no_grad():
+        full = target(ids).logits
+        torch.testing.assert_close(early_exit(target, 3)(ids).logits, full)
+        short = cls(type(config)(**{**config.to_dict(), "num_hidden_layers": 1})).double().eval()
+        short.load_state_dict(target.state_dict(), strict=False)  # its one layer: the target's first
+        torch.testing.assert_close(early_exit(target, 1)(ids).logits, short(ids).logits)
+        assert not torch.allclose(early_exit(target, 1)(ids).logits, full)
+    assert all(any(p is q for q in target.parameters()) for p in early_exit(target, 2).parameters())
+    assert new_adapter(target, 1) is not None
+    trace = speculative_generate(target, early_exit(target, 1), PROMPT, DecodeConfig(k=4, temperature=0.0, max_new_tokens=24))
+    assert trace.new_tokens == reference_greedy(target, PROMPT, 24)
