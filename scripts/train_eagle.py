@@ -45,7 +45,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--seq-len", type=int, default=192)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--temperature", type=float, default=1.0, help="KL at this temperature")
+    ap.add_argument("--temperature", type=float, default=1.0, help="the objective at this temperature")
+    ap.add_argument("--objective", choices=("kl", "tv"), default="kl",
+                    help="kl: forward KL(p || q); tv: the total variation 1 - alpha, what sampled acceptance loses "
+                         "(DistillSpec), plus --kl-weight x KL at T = 1")
+    ap.add_argument("--kl-weight", type=float, default=0.1, help="with --objective tv: the KL term's weight")
     ap.add_argument("--val-windows", type=int, default=24)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
@@ -61,6 +65,26 @@ def kl(p_logits: torch.Tensor, q_logits: torch.Tensor, temperature: float) -> to
     log_p = F.log_softmax(p_logits.float() / temperature, -1)
     log_q = F.log_softmax(q_logits.float() / temperature, -1)
     return (log_p.exp() * (log_p - log_q)).sum(-1).mean()
+
+
+def tv(p_logits: torch.Tensor, q_logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Mean total variation between p and q at ``temperature``: 1 - alpha, the sampled rejection rate."""
+    p = F.softmax(p_logits.float() / temperature, -1)
+    q = F.softmax(q_logits.float() / temperature, -1)
+    return 0.5 * (p - q).abs().sum(-1).mean()
+
+
+def objective(args):
+    """The loss of one unrolled step's logits: forward KL at --temperature, or TV there plus a little KL at T = 1."""
+    if args.objective == "kl":
+        return lambda p, q: kl(p, q, args.temperature)
+    return lambda p, q: tv(p, q, args.temperature) + args.kl_weight * kl(p, q, 1.0)
+
+
+def describe(args) -> str:
+    what = (f"forward KL(p || q) at T = {args.temperature}" if args.objective == "kl" else
+            f"TV(p, q) at T = {args.temperature} + {args.kl_weight} x forward KL at T = 1")
+    return f"{what}, {args.steps} unrolled steps weighted 0.8^s"
 
 
 @torch.no_grad()
@@ -119,7 +143,7 @@ def main(argv=None) -> dict:
     head.train()
     params = [p for n, p in head.named_parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0, betas=(0.9, 0.95))
-    weights = [0.8 ** s for s in range(args.steps)]
+    weights, loss_of = [0.8 ** s for s in range(args.steps)], objective(args)
     g = torch.Generator().manual_seed(args.seed)
     start = last_save = time.time()
     budget, losses, step = args.minutes * 60, [], 0
@@ -136,7 +160,7 @@ def main(argv=None) -> dict:
                 features = cache[pick].float()
                 p_logits = target.lm_head(features)
         q_all = eagle.unroll(head, target, ids, features, args.steps)
-        loss = sum(w * kl(p_logits[:, s:], q[:, s:], args.temperature) for s, (w, q) in enumerate(zip(weights, q_all)))
+        loss = sum(w * loss_of(p_logits[:, s:], q[:, s:]) for s, (w, q) in enumerate(zip(weights, q_all)))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -152,7 +176,7 @@ def main(argv=None) -> dict:
     after = report(head, target, held, args.steps, reference)
     log = {"command": " ".join(sys.argv), "target": str(args.target), "init": str(args.init) if args.init else None,
            "parameters": sum(p.numel() for p in eagle.extra_parameters(head)),
-           "objective": f"forward KL(p || q) at T = {args.temperature}, {args.steps} unrolled steps weighted 0.8^s",
+           "objective": describe(args),
            "steps": step, "tokens_seen": step * args.batch * args.seq_len,
            "wall_seconds": round(time.time() - start, 1), "generated": [str(x) for x in args.generated],
            "held_out_before": before, "held_out_after": after, "loss_history": losses[:: max(1, step // 200)]}

@@ -4,7 +4,8 @@ prunes its nodes by.
 EAGLE-2 ranks a dynamic tree's nodes by their cumulative draft probability (the product of q along the path),
 taking a draft's q as a stand-in for its acceptance rate. A draft whose q is not calibrated misleads that ranking:
 at greedy, the bundled feature draft's top child is accepted about 83% of the time where its q is below 0.05, and
-its second child about 9% of the time whatever its q (measured over held-out prompts), so a ranking by q keeps
+its second child in about 9% of the rounds that reach its parent whatever its q (measured over held-out prompts:
+most of the rounds whose top child fails, but those are few), so a ranking by q keeps
 shallow siblings and drops deep nodes that would have been accepted. Here a child's acceptance is estimated per
 (rank among its siblings, q bin) from every earlier try of the run, and a node's value is the product of those
 estimates along its path: the chance the walk reaches and accepts it. Before any try a top child counts as sure
