@@ -7,7 +7,7 @@ give what hours of this project's 2-core CPU give (``scripts/train_eagle.py``).
    ``--seq-len`` tokens, batched: by default half at T = 0.8, a quarter at T = 1 and a quarter greedy (``--modes``;
    its own distribution where the draft is used: DistillSpec's on-policy data), for ``--generate-minutes``.
 2. The draft trains as ``train_eagle.py`` does (unrolled ``--steps`` steps over its own hidden states, forward KL at
-   T = 1 on every step, weights 0.8^s) on those windows and a ``--corpus-share`` of corpus windows, for ``--minutes``.
+   T = 1 on every step, or ``--objective tv``: the total variation at ``--temperature``, weights 0.8^s) on those windows and a ``--corpus-share`` of corpus windows, for ``--minutes``.
 3. Held-out alpha per step (corpus validation windows) before and after; saved as ``eagle.safetensors`` and
    ``eagle.json`` in ``--out``. ``--device cpu`` with tiny budgets is a dry run of the same steps.
 """
@@ -23,7 +23,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from train_eagle import kl, report  # noqa: E402
+from train_eagle import describe, objective, report  # noqa: E402
 from train_lm import load_texts  # noqa: E402
 
 from specviz import eagle  # noqa: E402
@@ -48,6 +48,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--seq-len", type=int, default=192)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--lr", type=float, default=5e-4)
+    ap.add_argument("--objective", choices=("kl", "tv"), default="kl",
+                    help="kl: forward KL at --temperature; tv: TV there + --kl-weight x KL at T = 1 (train_eagle.py)")
+    ap.add_argument("--temperature", type=float, default=1.0, help="the objective's temperature")
+    ap.add_argument("--kl-weight", type=float, default=0.1)
     ap.add_argument("--corpus-share", type=float, default=0.2)
     ap.add_argument("--val-windows", type=int, default=48)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -96,6 +100,7 @@ def main(argv=None) -> dict:
     params = [p for p in head.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0, betas=(0.9, 0.95))
     weights, losses, step, start = [0.8 ** s for s in range(args.steps)], [], 0, time.time()
+    loss_of = objective(args)
     while time.time() - start < args.minutes * 60:
         frac = (time.time() - start) / (args.minutes * 60)
         for group in opt.param_groups:
@@ -104,7 +109,7 @@ def main(argv=None) -> dict:
         with torch.no_grad():
             features, p_logits = eagle.target_features(target, ids)
         q_all = eagle.unroll(head, target, ids, features, args.steps)
-        loss = sum(w * kl(p_logits[:, s:], q[:, s:], 1.0) for s, (w, q) in enumerate(zip(weights, q_all)))
+        loss = sum(w * loss_of(p_logits[:, s:], q[:, s:]) for s, (w, q) in enumerate(zip(weights, q_all)))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -118,7 +123,7 @@ def main(argv=None) -> dict:
            "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else args.device,
            "generated_windows": counts, "corpus_windows": n_corpus, "steps": step,
            "tokens_seen": step * args.batch * args.seq_len, "wall_seconds": round(time.time() - start, 1),
-           "objective": f"forward KL(p || q) at T = 1, {args.steps} unrolled steps weighted 0.8^s",
+           "objective": describe(args),
            "held_out_before": before, "held_out_after": after, "loss_history": losses[:: max(1, step // 200)]}
     args.out.mkdir(parents=True, exist_ok=True)
     path = eagle.save(head.cpu(), args.out, log)
