@@ -109,7 +109,8 @@ def load_drafter(name: str, device: str | None = None):
     if base := self_draft_base(name):  # "target@2", "target+eagle": drafts made of the target itself
         return self_draft(load_model(base, device=device)[0], base, name)
     if name in list_hybrids():
-        from .ngram import HybridDrafter, NGramModel
+        from .hybrid import HybridDrafter
+        from .ngram import NGramModel
 
         model, table, options = HYBRIDS[name]
         return HybridDrafter(NGramModel.load(ASSETS / table), load_drafter(model, device), name=name, **options)
@@ -224,7 +225,8 @@ def self_draft(target, target_name: str, name: str):
     """The early exit (a causal LM sharing the target's weights) or feature draft (a drafter) ``name`` of ``target``,
     a model loaded as ``target_name``, built on that very model."""
     if name in HYBRIDS:
-        from .ngram import HybridDrafter, NGramModel
+        from .hybrid import HybridDrafter
+        from .ngram import NGramModel
 
         model, table, options = HYBRIDS[name]
         return HybridDrafter(NGramModel.load(ASSETS / table), self_draft(target, target_name, model), name=name,

@@ -197,12 +197,20 @@ class FeatureDrafter(Drafter):
 
     # -- token trees (EAGLE-2's drafting): a level's nodes in one pass of the draft's layer, each from its parent's h
     def tree_start(self, committed):
+        return draft_q(self.tree_root_logits(committed), self.cfg, self.vocab_size)
+
+    def tree_expand(self, nodes, tokens, parents):
+        return draft_q(self.tree_logits(nodes, tokens, parents), self.cfg, self.vocab_size)
+
+    def tree_root_logits(self, committed) -> torch.Tensor:
+        """The draft's logits after committed (its entries caught up), the tree's root; (V,)."""
         self.tree_h = {ROOT: self._catch_up(committed)[0]}  # node -> the draft's h there
         self.tree_at, self.fed, self.fed_parents = len(committed), {}, []  # nodes' slots: tree_at + fed index
-        return draft_q(self.lm.logits(self.tree_h[ROOT][None])[-1], self.cfg, self.vocab_size)
+        return self.lm.logits(self.tree_h[ROOT][None])[-1]
 
     @torch.inference_mode()
-    def tree_expand(self, nodes, tokens, parents):
+    def tree_logits(self, nodes, tokens, parents) -> torch.Tensor:
+        """The draft's logits at a level's nodes (n, V), all in one pass, each from its parent's h."""
         first, lm = len(self.fed_parents), self.lm
         for n, parent in zip(nodes, parents):
             self.fed[n] = len(self.fed)
@@ -218,7 +226,7 @@ class FeatureDrafter(Drafter):
         h = rms_norm(lm.layers(x, start, zip(lm.w.blocks, lm.kv), positions, visible), lm.w.norm, lm.eps)
         lm.length = start + len(nodes)  # a later _reserve keeps the tree's entries
         self.tree_h.update(zip(nodes, h))
-        return draft_q(lm.logits(h), self.cfg, self.vocab_size)
+        return lm.logits(h)
 
     # tree_end: nothing to keep. The next round feeds the accepted path again from the target's features.
 

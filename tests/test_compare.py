@@ -135,7 +135,7 @@ def test_figures_hold_the_table(target, drafts):
 def test_draft_size_of_each_kind(target, drafts):
     from specviz.drafters import ModelDrafter
 
-    from specviz.ngram import HybridDrafter
+    from specviz.hybrid import HybridDrafter
 
     assert draft_size(ModelDrafter(target)) == draft_size(target) > 0
     assert draft_size(PromptLookupDrafter()) == 0
@@ -149,7 +149,8 @@ def test_draft_facts_say_tokenizer_and_extra_memory(target):
     from specviz.cross import CrossDrafter
     from specviz.early_exit import early_exit
     from specviz.labs.compare import draft_facts
-    from specviz.ngram import HybridDrafter, NGramDrafter
+    from specviz.hybrid import HybridDrafter
+    from specviz.ngram import NGramDrafter
     from tests.test_cross import byte_bpe
 
     params = sum(p.numel() for p in target.parameters())

@@ -80,7 +80,7 @@ def float64_draft(name, target):
     """A bundled draft in float64 (no near-ties that flip between batched and unbatched products); one made of the
     target (a feature draft, its hybrid) is built on ``target``, the float64 target."""
     from specviz import models
-    from specviz.ngram import HybridDrafter
+    from specviz.hybrid import HybridDrafter
 
     if models.self_draft_base(name) == specviz.DEFAULT_TARGET:
         return models.self_draft(target, specviz.DEFAULT_TARGET, name)

@@ -93,7 +93,7 @@ def _hybrid_setup():
 
 @pytest.mark.parametrize("confidence", [0.0, 0.6, 1.01])  # always the table, mixed, never the table
 def test_hybrid_greedy_equals_the_targets_greedy(confidence):
-    from specviz.ngram import HybridDrafter
+    from specviz.hybrid import HybridDrafter
     from tests.helpers.models import reference_greedy
 
     target, draft, ids, table = _hybrid_setup()
@@ -125,7 +125,7 @@ def test_a_model_drafts_stepper_feeds_tokens_another_draft_proposed_in_one_pass(
 def test_hybrid_sampling_is_exact_with_the_table_in_use():
     """greedy_only=False: sampled drafts come from the n-gram where it is confident, the model elsewhere; the law
     of the first two tokens is still the target's (chi-square over 600 seeds), and the table did draft."""
-    from specviz.ngram import HybridDrafter
+    from specviz.hybrid import HybridDrafter
     from tests.helpers.stats import chi2_pvalue, exact_first_two
 
     target, draft, ids, table = _hybrid_setup()
@@ -145,7 +145,7 @@ def test_hybrid_sampling_is_exact_with_the_table_in_use():
 def test_a_hybrid_spends_at_most_model_steps_model_drafts_a_round():
     """model_steps caps the model's drafts per round, not the n-gram's: never the table -> at most 2 drafts a round;
     always the table -> k drafts a round; greedy output is the target's either way."""
-    from specviz.ngram import HybridDrafter
+    from specviz.hybrid import HybridDrafter
     from tests.helpers.models import reference_greedy
 
     target, draft, ids, table = _hybrid_setup()
@@ -159,7 +159,7 @@ def test_a_hybrid_spends_at_most_model_steps_model_drafts_a_round():
 def test_lookup_proposes_what_followed_the_latest_earlier_match():
     """By hand: the last 2 tokens of committed + drafted, their latest earlier occurrence in committed, the token
     after it; none without a match; a different text is indexed anew."""
-    from specviz.ngram import HybridDrafter
+    from specviz.hybrid import HybridDrafter
 
     _, draft, _, table = _hybrid_setup()
     hybrid = HybridDrafter(table, draft, lookup=2)
@@ -178,7 +178,7 @@ def test_lookup_proposes_what_followed_the_latest_earlier_match():
 def test_hybrid_with_lookup_is_the_targets_greedy_and_drafts_its_loops(lookup):
     """The target's greedy text loops; with a lookup the hybrid proposes the loop as point masses (q = 1) even
     where neither the table nor the model is asked, and the output is still the target's greedy decode."""
-    from specviz.ngram import HybridDrafter
+    from specviz.hybrid import HybridDrafter
     from tests.helpers.models import reference_greedy
 
     target, draft, ids, table = _hybrid_setup()

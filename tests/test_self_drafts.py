@@ -159,7 +159,8 @@ def test_a_feature_drafts_stepper_catches_up_on_tokens_another_draft_proposed():
 def test_a_hybrid_of_the_feature_draft_is_the_targets_greedy():
     """The n-gram of the target's greedy text drafts where it is sure, the feature draft elsewhere (after the
     n-gram's tokens, within one round): the output is the target's own greedy decode."""
-    from specviz.ngram import HybridDrafter, NGramModel
+    from specviz.hybrid import HybridDrafter
+    from specviz.ngram import NGramModel
 
     target = tiny_llama(vocab=16, seed=11, sharpen=8)
     ids = torch.tensor([[1, 2, 3, 1, 2, 3]])
@@ -169,8 +170,55 @@ def test_a_hybrid_of_the_feature_draft_is_the_targets_greedy():
     trace = speculative_generate(target, hybrid, ids, DecodeConfig(k=4, temperature=0, max_new_tokens=60))
     assert trace.new_tokens == reference_greedy(target, ids, 60)
     assert any(r.n_accepted for r in trace.rounds)
-    with pytest.raises(ValueError, match="chains only"):
-        speculative_generate(target, hybrid, ids, DecodeConfig(max_new_tokens=4, tree=TreeConfig(shape=(2, 1))))
+
+
+@pytest.mark.parametrize("tree", [TreeConfig(shape=(2, 2, 1, 1)), TreeConfig(budget=10, depth=6, width=2),
+                                  TreeConfig(budget=12, depth=8, width=2, threshold=0.2)])
+def test_a_hybrid_of_the_feature_draft_drafts_trees_from_both(tree, monkeypatch):
+    """Token trees of the hybrid: a node's children from the n-gram where it is sure, else from the feature draft,
+    which first takes (a level per pass) the nodes on the way that the n-gram drafted; greedy output is the
+    target's own greedy decode, and both drafts proposed nodes."""
+    from specviz.hybrid import HybridDrafter
+    from specviz.ngram import NGramModel
+
+    target = tiny_llama(vocab=16, seed=7, sharpen=5)
+    ids = torch.tensor([[1, 2, 3, 1, 2, 3]])
+    text = target.generate(ids, do_sample=False, max_new_tokens=60, min_new_tokens=60)[0]
+    table = NGramModel.fit(text[:22], 16, order=3)  # knows the greedy text's start, not the loop it ends in
+    hybrid = HybridDrafter(table, FeatureDrafter(trained_head(target), target), confidence=0.6)
+    calls = {"feature levels": 0, "table": 0}
+    levels, lookups = FeatureDrafter.tree_logits, NGramModel.log_distribution
+
+    def count(name, fn):
+        def counted(*args):
+            calls[name] += 1
+            return fn(*args)
+        return counted
+
+    monkeypatch.setattr(FeatureDrafter, "tree_logits", count("feature levels", levels))
+    monkeypatch.setattr(NGramModel, "log_distribution", count("table", lookups))
+    trace = speculative_generate(target, hybrid, ids, DecodeConfig(temperature=0, max_new_tokens=50, tree=tree))
+    assert trace.new_tokens == reference_greedy(target, ids, 50)
+    assert all(r.tree is not None for r in trace.rounds) and any(r.n_accepted for r in trace.rounds)
+    assert calls["feature levels"] > 0 and calls["table"] > 0
+
+
+def test_a_hybrid_tree_that_mixes_n_gram_and_feature_nodes_keeps_the_targets_law():
+    """Sampled trees with the n-gram on (greedy_only=False): each node's children are drawn from the q of the
+    draft that drafted there, and the first two tokens keep the target's exact law."""
+    from specviz.hybrid import HybridDrafter
+    from specviz.ngram import NGramModel
+
+    target = tiny_llama(vocab=8, seed=11, sharpen=5)
+    table = NGramModel.fit(torch.tensor([1, 2, 3, 4, 5, 1, 2, 3, 4, 6, 1, 2, 3, 4, 5]), 8, order=2)
+    hybrid = HybridDrafter(table, FeatureDrafter(head_for(target), target), confidence=0.5, greedy_only=False)
+    prompt = torch.tensor([[1, 2, 3, 4]])
+    cfg = DecodeConfig(max_new_tokens=3, temperature=1.0, tree=TreeConfig(shape=(2, 2)))
+    counts = torch.zeros(8, 8)
+    for seed in range(1500):
+        trace = speculative_generate(target, hybrid, prompt, DecodeConfig(**{**cfg.to_dict(), "seed": seed}))
+        counts[trace.new_tokens[0], trace.new_tokens[1]] += 1
+    assert chi2_pvalue(counts, exact_first_two(target, prompt, DecodeConfig(max_new_tokens=3, temperature=1.0))) > 1e-3
 
 
 def test_a_feature_draft_needs_its_own_target_on_the_lean_path():

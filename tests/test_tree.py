@@ -7,7 +7,7 @@ from specviz import DecodeConfig, Decoding, NGramDrafter, NGramModel, PromptLook
 from specviz import sampling
 from specviz.config import TreeConfig
 from specviz.lm import CachedLM
-from specviz.ngram import HybridDrafter
+from specviz.hybrid import HybridDrafter
 from specviz.sampling import verify_candidates
 from specviz.tree import ROOT, choose_children
 from tests.helpers.models import perturbed, reference_greedy, tiny_gpt2, tiny_llama

@@ -25,7 +25,8 @@ from ..lm import CachedLM
 from ..eagle import extra_parameters
 from ..early_exit import own_parameters
 from ..self_drafts import FeatureDrafter
-from ..ngram import HybridDrafter, NGramDrafter
+from ..hybrid import HybridDrafter
+from ..ngram import NGramDrafter
 from ..sampling import logits_to_probs
 from ..trace import Trace
 from .sweep import BASELINE, baseline_costs, position_rows, run_row, speedup_spread, warm_up
