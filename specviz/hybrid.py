@@ -7,6 +7,7 @@ import math
 import torch
 
 from .drafters import Drafter, ModelDrafter, draft_loop, draft_q
+from .tree import ROOT
 from .ngram import NGramModel
 from .sampling import point_mass
 
@@ -19,7 +20,7 @@ class HybridDrafter(Drafter):
     continuations, not its sampled distribution: sampled, its q is accepted far less often than the model's).
     ``model_steps``: at most this many of a round's drafts come from the model (then the round ends at the n-gram's
     next unsure step), so k can be large where the n-gram is sure (the target's loops) without costing model steps.
-    ``lookup`` >= 1 (chains, in the runs that use the n-gram): before the n-gram, propose what followed the latest
+    ``lookup`` >= 1 (chains and trees, in the runs that use the n-gram): before the n-gram, propose what followed the latest
     earlier occurrence in the run's own text of its last ``lookup`` tokens (prompt lookup, a point mass): the loops
     of this very run."""
 
@@ -121,9 +122,12 @@ class HybridDrafter(Drafter):
         self.model_draft.tree_end(path)
 
     def _table_logq(self, node: int, fallback):
-        """log q of the n-gram at a node where it is confident (greedy runs, unless greedy_only is off), else
-        fallback (the model's logits, or None: not computed yet)."""
+        """log q at a node from the lookup (a point mass) or the n-gram where it is confident (greedy runs, unless
+        greedy_only is off), else fallback (the model's logits, or None: not computed yet)."""
         if self.cfg.greedy or not self.greedy_only:
+            drafted = self.contexts[node][len(self.contexts[ROOT]):]  # the node's path below the root
+            if self.lookup and (token := self._lookup(self.committed, drafted)) is not None:
+                return point_mass(torch.tensor([token], device=self.device), self.vocab_size)[0].log()
             logq = self.table.log_distribution(self.contexts[node])
             if self.confidence <= 0 or float(logq.max()) >= math.log(self.confidence):
                 return logq.to(self.device)

@@ -324,3 +324,21 @@ def test_the_bundled_feature_draft_is_listed_and_sized():
         assert model_free(hybrid) and models.self_draft_base(hybrid) == "target" and load_bytes(hybrid) == 4 * own
         target, drafter, _ = models.load_pair("target", hybrid)
         assert drafter.model_draft.target_model is target and (drafter.model_steps, drafter.lookup) == (5, 4)  # on the very target loaded
+
+
+def test_a_hybrid_tree_drafts_the_runs_own_loops_from_the_lookup():
+    """With ``lookup`` on, a tree node whose path repeats an earlier stretch of the run gets one child, what followed
+    that stretch (a point mass, q = 1), before the n-gram or the feature draft is asked; output stays greedy's."""
+    from specviz.hybrid import HybridDrafter
+    from specviz.ngram import NGramModel
+
+    target = tiny_llama(vocab=16, seed=7, sharpen=5)  # its greedy text ends in a loop
+    ids = torch.tensor([[1, 2, 3, 1, 2, 3]])
+    never_sure = NGramModel.fit(torch.arange(16), 16, order=2)
+    tree = TreeConfig(budget=10, depth=6, width=2)
+    for lookup, expect_point_masses in ((2, True), (0, False)):
+        hybrid = HybridDrafter(never_sure, FeatureDrafter(trained_head(target), target), confidence=0.99, lookup=lookup)
+        trace = speculative_generate(target, hybrid, ids, DecodeConfig(temperature=0, max_new_tokens=50, tree=tree))
+        assert trace.new_tokens == reference_greedy(target, ids, 50)
+        point_masses = [n for r in trace.rounds for n in r.tree.nodes if n.q == 1.0]
+        assert bool(point_masses) == expect_point_masses
