@@ -236,13 +236,6 @@ def self_draft(target, target_name: str, name: str):
     return eagle.drafter(target, model_folder(target_name), name)
 
 
-def for_trees(name: str) -> str:
-    """The draft that drafts token trees in ``name``'s place: itself, except a hybrid of a feature draft (it drafts
-    chains only), whose feature draft does."""
-    if name in HYBRIDS and eagle.parse(HYBRIDS[name][0]) is not None:
-        return HYBRIDS[name][0]
-    return name
-
 
 def drafter_for(target, target_name: str, draft_name: str, device: str | None = None):
     """``load_drafter(draft_name)``, except that a draft made of the target (an early exit, a feature draft, its

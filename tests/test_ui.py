@@ -179,14 +179,3 @@ def test_theory_explorer_draws_leviathan_and_takes_the_runs_numbers(store):
     assert fig.data[-1].name == "this run, measured" and fig.data[-1].x[0] == pytest.approx(3, abs=0.5)
     with pytest.raises(gr.Error, match="run speculative decoding first"):
         h.from_run(None, None)
-
-
-def test_a_tree_shape_hands_a_chain_only_draft_over_to_the_draft_that_drafts_trees():
-    """The hybrid of a feature draft drafts chains only: picking a tree shape selects its feature draft; a chain, or a
-    draft that drafts trees, leaves the draft as it is."""
-    from specviz.app.forms import draft_for_shape
-
-    assert draft_for_shape("3,2,2,1", "target+eagle+ngram-target") == {"__type__": "update", "value": "target+eagle"}
-    assert draft_for_shape("chain", "target+eagle+ngram-target") == {"__type__": "update"}
-    for draft in ("target+eagle", "tiny", "lite+ngram-target"):  # they draft trees themselves
-        assert draft_for_shape("dynamic:10,8,3", draft) == {"__type__": "update"}

@@ -15,7 +15,7 @@ from ..views.summary import summary_markdown
 from ..views.timeline import replay_html, timeline_html
 from ..views.tree_view import tree_figure
 from . import links, runs
-from .forms import as_int, draft_for_shape, make_config, number_in
+from .forms import as_int, make_config, number_in
 from .gpu import gpu_task
 from .store import ModelStore, draft_choices
 from .widgets import MODEL_QUEUE, SKIP, bind, chart, draft_picker, friendly, target_picker
@@ -149,7 +149,6 @@ def handlers(store: ModelStore):
              plain=dict(step=step, load=load, open_gallery=open_gallery, open_named=open_named, replay=replay_views, export=runs.export_trace, what_if=what_if,
                         from_run=from_run))
     h.generate = gpu_task(friendly(runs.api_generate(store)))
-    h.draft_for_shape = friendly(draft_for_shape)
     return h
 
 
@@ -273,7 +272,6 @@ def build(store: ModelStore, user_drafts: gr.State) -> tuple[gr.Dropdown, object
     next_btn.click(lambda t, i: h.step(t, i, +1), [trace_state, round_slider], [round_slider],
                    api_visibility="undocumented")
     export_btn.click(h.export, [trace_state, base_state], [files], api_visibility="undocumented")
-    tree_inputs[0].input(h.draft_for_shape, [tree_inputs[0], inputs[2]], [inputs[2]], api_visibility="private")
     link_fields = [*inputs[:10], tree_inputs[0]]  # links.FIELDS: prompt .. seed, then the draft shape
     with gr.Row():
         link_btn = gr.Button("Link to these settings", elem_id="link-btn", scale=0)

@@ -2,10 +2,8 @@
 parser raises a ValueError that says what to change (``widgets.friendly`` shows it as a gr.Error)."""
 from __future__ import annotations
 
-import gradio as gr
 import torch
 
-from .. import models
 from ..config import DecodeConfig, TreeConfig
 
 MAX_PROMPT_CHARS = 4000
@@ -79,12 +77,3 @@ def split_prompts(text) -> list[str]:
     if not prompts:
         raise ValueError("give at least one prompt (separate prompts with an empty line)")
     return prompts
-
-
-def draft_for_shape(shape: str, draft: str):
-    """A token tree needs a draft that can draft one: a chain-only draft (the hybrid of a feature draft) gives way
-    to the draft that can (its feature draft), with a note saying so."""
-    if shape == "chain" or not isinstance(draft, str) or models.for_trees(draft) == draft:
-        return gr.update()
-    gr.Info(f"{draft} drafts chains only: the tree is drafted by {models.for_trees(draft)}.")
-    return gr.update(value=models.for_trees(draft))

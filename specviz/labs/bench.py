@@ -26,7 +26,7 @@ from .. import theory
 from ..config import EXAMPLE_PROMPTS, HELDOUT_PROMPTS, DecodeConfig, TreeConfig
 from ..decoder import autoregressive_generate, speculative_generate
 from ..drafters import Drafter, PromptLookupDrafter
-from ..models import DEFAULT_DRAFT, DEFAULT_MODEL_DRAFT, DEFAULT_TARGET, drafter_for, load_model
+from ..models import DEFAULT_DRAFT, DEFAULT_TARGET, drafter_for, load_model
 from ..trace import Counts, Trace
 
 PROMPT_SETS = {"example": EXAMPLE_PROMPTS, "heldout": HELDOUT_PROMPTS, "all": EXAMPLE_PROMPTS + HELDOUT_PROMPTS}
@@ -218,14 +218,13 @@ def target_and_prompts(args) -> tuple:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     common_args(ap, max_new_tokens=64, repeats=3, threads=0)
-    ap.add_argument("--draft", default=None, help=f"default: {DEFAULT_DRAFT} ({DEFAULT_MODEL_DRAFT} with --tree)")
+    ap.add_argument("--draft", default=DEFAULT_DRAFT, help=f"default: {DEFAULT_DRAFT}")
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--tree", type=TreeConfig.parse, default=None,
                     help='draft a token tree: a static shape ("3,2,2,1") or "dynamic:BUDGET,DEPTH,WIDTH[,THRESHOLD]" (k unused)')
     ap.add_argument("--draft-stop", type=float, default=0.0,
                     help="stop drafting below this draft confidence (transformers' default is 0.4; 0 = off)")
     args = ap.parse_args(argv)
-    args.draft = args.draft or (DEFAULT_MODEL_DRAFT if args.tree else DEFAULT_DRAFT)
     target, tok, prompts = target_and_prompts(args)
     draft = drafter_for(target, args.target, args.draft, device=args.device)
     cfg = DecodeConfig(k=args.k, temperature=args.temperature, max_new_tokens=args.max_new_tokens,

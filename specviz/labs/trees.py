@@ -1,7 +1,7 @@
 """The tree lab: chains and token trees of one draft side by side, tokens per target pass and speed measured,
 with the positional acceptance model beside the measurement.
 
-    python -m specviz.labs.trees [--draft lite] [--temperature 0] [--chains 4,6,8]
+    python -m specviz.labs.trees [--draft target+eagle+ngram-target] [--temperature 0] [--chains 4,6,8]
                                  [--trees 3,2,2,1 2,1,1,1,1,1 dynamic:10,8,3] [--repeats 2] [--threads 1]
 
 Per prompt and repeat the autoregressive baseline and every setting run in turn (the order rotating), so that
@@ -21,7 +21,7 @@ import torch
 from .. import theory
 from ..config import DecodeConfig, TreeConfig
 from ..decoder import autoregressive_generate, speculative_generate
-from ..models import DEFAULT_MODEL_DRAFT, drafter_for
+from ..models import DEFAULT_DRAFT, drafter_for
 from ..trace import Counts
 from .bench import common_args, target_and_prompts
 
@@ -99,7 +99,7 @@ def keep_costs(target, context: int = 128, path: int = 4, nodes: int = 16, reps:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     common_args(ap, max_new_tokens=64, repeats=2, threads=1)
-    ap.add_argument("--draft", default=DEFAULT_MODEL_DRAFT)
+    ap.add_argument("--draft", default=DEFAULT_DRAFT)
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--chains", default="4,6,8", help="chain k values, comma-separated")
     ap.add_argument("--trees", nargs="+", default=["3,2,2,1", "2,1,1,1,1,1", "dynamic:10,8,3", "dynamic:12,10,2,0.3"],
