@@ -212,13 +212,7 @@ def test_a_hybrid_tree_that_mixes_n_gram_and_feature_nodes_keeps_the_targets_law
     target = tiny_llama(vocab=8, seed=11, sharpen=5)
     table = NGramModel.fit(torch.tensor([1, 2, 3, 4, 5, 1, 2, 3, 4, 6, 1, 2, 3, 4, 5]), 8, order=2)
     hybrid = HybridDrafter(table, FeatureDrafter(head_for(target), target), confidence=0.5, greedy_only=False)
-    prompt = torch.tensor([[1, 2, 3, 4]])
-    cfg = DecodeConfig(max_new_tokens=3, temperature=1.0, tree=TreeConfig(shape=(2, 2)))
-    counts = torch.zeros(8, 8)
-    for seed in range(1500):
-        trace = speculative_generate(target, hybrid, prompt, DecodeConfig(**{**cfg.to_dict(), "seed": seed}))
-        counts[trace.new_tokens[0], trace.new_tokens[1]] += 1
-    assert chi2_pvalue(counts, exact_first_two(target, prompt, DecodeConfig(max_new_tokens=3, temperature=1.0))) > 1e-3
+    assert sampled_trees_keep_the_law(target, hybrid)
 
 
 def test_a_feature_draft_needs_its_own_target_on_the_lean_path():
@@ -278,13 +272,7 @@ def test_feature_draft_trees_decode_the_targets_greedy(tree):
 def test_feature_draft_trees_keep_the_targets_law():
     target = tiny_llama(vocab=8, seed=11, sharpen=5)
     drafter = FeatureDrafter(head_for(target), target)
-    prompt = torch.tensor([[1, 2, 3, 4]])
-    cfg = DecodeConfig(max_new_tokens=3, temperature=1.0, tree=TreeConfig(shape=(2, 2)))
-    counts = torch.zeros(8, 8)
-    for seed in range(1500):
-        trace = speculative_generate(target, drafter, prompt, DecodeConfig(**{**cfg.to_dict(), "seed": seed}))
-        counts[trace.new_tokens[0], trace.new_tokens[1]] += 1
-    assert chi2_pvalue(counts, exact_first_two(target, prompt, DecodeConfig(max_new_tokens=3, temperature=1.0))) > 1e-3
+    assert sampled_trees_keep_the_law(target, drafter)
 
 
 def test_a_saved_feature_draft_loads_and_drafts_for_a_copy_of_its_target(tmp_path):
@@ -342,3 +330,14 @@ def test_a_hybrid_tree_drafts_the_runs_own_loops_from_the_lookup():
         assert trace.new_tokens == reference_greedy(target, ids, 50)
         point_masses = [n for r in trace.rounds for n in r.tree.nodes if n.q == 1.0]
         assert bool(point_masses) == expect_point_masses
+
+
+def sampled_trees_keep_the_law(target, drafter) -> bool:
+    """Chi-square of the first two tokens of 1,500 sampled (2, 2)-tree runs against the target's exact law."""
+    prompt = torch.tensor([[1, 2, 3, 4]])
+    cfg = DecodeConfig(max_new_tokens=3, temperature=1.0, tree=TreeConfig(shape=(2, 2)))
+    counts = torch.zeros(8, 8)
+    for seed in range(1500):
+        trace = speculative_generate(target, drafter, prompt, DecodeConfig(**{**cfg.to_dict(), "seed": seed}))
+        counts[trace.new_tokens[0], trace.new_tokens[1]] += 1
+    return chi2_pvalue(counts, exact_first_two(target, prompt, DecodeConfig(max_new_tokens=3, temperature=1.0))) > 1e-3
