@@ -20,9 +20,9 @@ class HybridDrafter(Drafter):
     continuations, not its sampled distribution: sampled, its q is accepted far less often than the model's).
     ``model_steps``: at most this many of a round's drafts come from the model (then the round ends at the n-gram's
     next unsure step), so k can be large where the n-gram is sure (the target's loops) without costing model steps.
-    ``lookup`` >= 1 (chains and trees, in the runs that use the n-gram): before the n-gram, propose what followed the latest
-    earlier occurrence in the run's own text of its last ``lookup`` tokens (prompt lookup, a point mass): the loops
-    of this very run."""
+    ``lookup`` >= 1 (chains and trees, in the runs that use the n-gram): before the n-gram, propose what followed the
+    latest earlier occurrence in the run's own text of its last ``lookup`` tokens (prompt lookup, a point mass): the
+    loops of this very run."""
 
     def __init__(self, table: NGramModel, model, confidence: float = 0.8, name: str | None = None,
                  greedy_only: bool = True, model_steps: int | None = None, lookup: int = 0):
@@ -105,7 +105,9 @@ class HybridDrafter(Drafter):
         """The model draft's logits after committed: its cache synced to committed (once a round)."""
         md = self.model_draft
         self.synced = True
-        return md.tree_root_logits(self.committed) if self._feature else md.lm.extend(md.visible(self.committed), [])[-1]
+        if self._feature:
+            return md.tree_root_logits(self.committed)
+        return md.lm.extend(md.visible(self.committed), [])[-1]
 
     def tree_expand(self, nodes, tokens, parents):
         rows = {}
