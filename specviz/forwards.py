@@ -111,14 +111,19 @@ def model_device(model) -> torch.device:
     return next(model.parameters()).device
 
 
+def cache_layers(model) -> list:
+    """The layers of the DynamicCache transformers builds for the model (plain, sliding-window, ...), empty where
+    DynamicCache cannot read its config (the run itself will then say what is wrong)."""
+    try:
+        return list(DynamicCache(config=model.config).layers)
+    except Exception:
+        return []
+
+
 def sliding_window(model) -> int | None:
     """The smallest attention window among the model's cache layers (Mistral, Gemma 2/3, ...), or None where every
     layer attends to the whole context."""
-    try:
-        layers = DynamicCache(config=model.config).layers
-    except Exception:  # a config DynamicCache cannot read: treated as full attention
-        return None
-    windows = [layer.sliding_window for layer in layers if getattr(layer, "is_sliding", False)]
+    windows = [layer.sliding_window for layer in cache_layers(model) if getattr(layer, "is_sliding", False)]
     return min(windows) if windows else None
 
 

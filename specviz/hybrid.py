@@ -3,13 +3,14 @@ model or the feature draft elsewhere, position by position (chains) or node by n
 from __future__ import annotations
 
 import math
+from itertools import groupby
 
 import torch
 
 from .drafters import Drafter, ModelDrafter, draft_loop, draft_q
-from .tree import ROOT
 from .ngram import NGramModel
 from .sampling import point_mass
+from .tree import ROOT
 
 
 class HybridDrafter(Drafter):
@@ -96,8 +97,7 @@ class HybridDrafter(Drafter):
         self.contexts = {-1: committed[max(0, len(committed) - self.table.order + 1):]}
         self.parent_of: dict[int, int] = {}
         self.token_of: dict[int, int] = {}
-        self.model_draft.fed, self.committed, self.synced = {}, committed, False
-        self.model_draft.tree_h = {}  # (a feature draft's) nodes whose h it holds: none until it is first asked
+        self.model_draft.fed, self.committed, self.synced = {}, committed, False  # fed: the nodes it has seen
         root = self._table_logq(-1, None)  # the model is asked (and its cache synced) only where the n-gram is unsure
         return draft_q(root if root is not None else self._model_root(), self.cfg, self.vocab_size)
 
@@ -142,7 +142,7 @@ class HybridDrafter(Drafter):
             self._model_root()
         for n in nodes:
             chain, a = [], n
-            while a != -1 and a not in md.fed and a not in md.tree_h and a not in feed and a not in chain:
+            while a != -1 and a not in md.fed and a not in feed and a not in chain:
                 chain.append(a)
                 a = self.parent_of[a]
             feed += reversed(chain)
@@ -158,11 +158,9 @@ class HybridDrafter(Drafter):
     def _feature_logits(self, feed: list[int], nodes: list[int]) -> torch.Tensor:
         """The feature draft's logits at ``nodes``: ``feed`` (they and their ancestors it has not seen, parents
         first) one depth at a time, each level in one pass from its parents' h."""
-        md, out, i = self.model_draft, {}, 0
-        while i < len(feed):
-            depth = len(self.contexts[feed[i]])
-            level = [a for a in feed[i:] if len(self.contexts[a]) == depth]
+        md, out = self.model_draft, {}
+        for _, group in groupby(feed, key=lambda a: len(self.contexts[a])):
+            level = list(group)
             logits = md.tree_logits(level, [self.token_of[a] for a in level], [self.parent_of[a] for a in level])
             out.update(zip(level, logits))
-            i += len(level)
         return torch.stack([out[n] for n in nodes])

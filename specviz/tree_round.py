@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from .config import DecodeConfig
+from .forwards import cache_layers
 from .lm import CachedLM
 from .trace import Round
 from .tree_record import TreeNode, TreeRecord
@@ -19,17 +20,11 @@ def tree_refusal(model) -> str | None:
     """Why a transformers model cannot score a token tree in one pass and keep its path, or None where it can:
     ALiBi models build their position biases from a 2-D padding mask (so no tree positions, no 4-D mask), and a
     sliding-window cache cannot gather a tree's accepted path."""
-    from transformers import DynamicCache
-
     cfg = getattr(model, "config", None)
     kind = getattr(cfg, "model_type", None) or type(model).__name__
     if kind in ALIBI or getattr(cfg, "alibi", False):
         return f"{kind} builds ALiBi biases from a 2-D padding mask, so it takes no tree positions or 4-D tree mask"
-    try:
-        layers = {type(layer).__name__ for layer in DynamicCache(config=cfg).layers}
-    except Exception:  # a config DynamicCache cannot read: the run itself will say what is wrong
-        return None
-    if other := sorted(layers - {"DynamicLayer"}):
+    if other := sorted({type(layer).__name__ for layer in cache_layers(model)} - {"DynamicLayer"}):
         return f"{kind}'s key/value cache has {', '.join(other)} layers, not plain ones a tree's path can be kept in"
     return None
 
