@@ -11,10 +11,12 @@ so the logits match transformers' to ~1e-5 in fp32 (the bundled target) and ~1e-
 Rollback is overwrite-by-position: ``crop`` only moves the write position back.
 
 Exactness of batched verification: fp32 GEMMs round a row differently with 1 or 5 rows, yet over
-3100 verify rows of the bundled target no argmax changed. In bf16 the GEMMs here are row-exact, but
-a 5-token pass attends over more keys than a 1-token pass (the reduction groups differently), and
-10 of 3100 argmaxes changed; attending over a fixed key length (the capacity, as transformers'
-StaticCache does) made every row bit-identical. On this CPU bf16 is also slower: use fp32.
+3100 verify rows of the bundled target no argmax changed. In bf16 (on a CPU with AVX512-BF16) the GEMMs
+at the bundled target's shapes are row-exact but sdpa is not: the greedy text of the bundled pair left
+the target's own bf16 greedy text in 7 of 10 prompts (256 tokens). Half precision therefore attends
+through ``row_exact_attention`` (plain matmuls, softmax in float32): 0 of 10. bf16 is not the default: on
+such a CPU (2026-12-01) its rows are cheap (10 rows 1.3x one, fp32 2.2x) but a one-token pass is no faster
+than fp32's, so the pair was no faster end to end; on CPUs without native bf16 it is slower.
 Supported: ``model_type == "llama"`` (LlamaForCausalLM) with SiLU MLPs and a RoPE whose frequencies
 do not change with the sequence length (not "dynamic" / "longrope"), on one device, not instrumented
 with hooks; ``supports`` says whether a model qualifies, and CachedLM uses transformers otherwise.
@@ -158,6 +160,18 @@ def _rope_(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     return x.mul_(cos).add_(rotated)
 
 
+def row_exact_attention(q, k, v, mask, scale: float) -> torch.Tensor:
+    """Attention whose every row is bit-identical however many rows a call holds and wherever the masked keys
+    sit (a verify pass, a token tree, one token at a time): scores and the value sum as plain half-precision
+    matmuls (row-exact where the CPU's bf16 matmuls are: the bundled target's shapes with AVX512-BF16, not every
+    shape or CPU), the softmax in float32, row by row. sdpa's fused CPU kernel is not: in bf16 it rounded a row
+    differently with 1 or 11 rows, which changed the bundled pair's greedy text in 7 of 10 prompts."""
+    scores = (q @ k.transpose(-1, -2)).float().mul_(scale)
+    if mask is not None:
+        scores.masked_fill_(~mask, float("-inf"))
+    return scores.softmax(-1).to(v.dtype) @ v
+
+
 class LeanLlama:
     """A Llama forward with its own pre-allocated KV cache, used like a transformers cache by CachedLM:
     ``forward`` appends tokens and returns their logits, ``crop`` moves the write position back,
@@ -250,8 +264,11 @@ class LeanLlama:
         # transformers' pack_gqa does: no repeated keys, and sdpa's fused CPU kernel takes 4-D input
         q = qkv[:, :nh].transpose(0, 1).reshape(1, nkv, nh // nkv * n, hd)
         end = start + n
-        out = F.scaled_dot_product_attention(q, kv[None, :nkv, :end], kv[None, nkv:, :end], attn_mask=mask,
-                                             scale=self.scale)  # (1, nkv, g n, hd)
+        if kv.dtype not in (torch.bfloat16, torch.float16):
+            out = F.scaled_dot_product_attention(q, kv[None, :nkv, :end], kv[None, nkv:, :end], attn_mask=mask,
+                                                 scale=self.scale)  # (1, nkv, g n, hd)
+        else:
+            out = row_exact_attention(q, kv[None, :nkv, :end], kv[None, nkv:, :end], mask, self.scale)
         return out.view(nh, n, hd).transpose(0, 1).reshape(n, nh * hd)
 
     def _reserve(self, n: int) -> None:

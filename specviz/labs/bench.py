@@ -202,6 +202,8 @@ def common_args(ap: argparse.ArgumentParser, max_new_tokens: int, repeats: int, 
     ap.add_argument("--repeats", type=int, default=repeats)
     ap.add_argument("--threads", type=int, default=threads, help="torch threads (0: torch's default)")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="auto",
+                    help="the models' precision (auto: what load_model picks for the device)")
     ap.add_argument("--prompts", choices=sorted(PROMPT_SETS), default="all",
                     help="the 5 example prompts, 5 held-out ones, or all 10")
 
@@ -210,7 +212,8 @@ def target_and_prompts(args) -> tuple:
     """Sets the thread count, loads the target; (target, tokenizer, the chosen prompts as ids)."""
     if args.threads:
         torch.set_num_threads(args.threads)
-    target, tok = load_model(args.target, device=args.device)
+    dtype = None if getattr(args, "dtype", "auto") == "auto" else getattr(torch, args.dtype)
+    target, tok = load_model(args.target, device=args.device, dtype=dtype)
     texts = PROMPT_SETS[getattr(args, "prompts", "example")]
     return target, tok, [tok(p, return_tensors="pt").input_ids.to(args.device) for p in texts]
 
