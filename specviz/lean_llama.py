@@ -15,7 +15,7 @@ Exactness of batched verification: fp32 GEMMs round a row differently with 1 or 
 at the bundled target's shapes are row-exact but sdpa is not: the greedy text of the bundled pair left
 the target's own bf16 greedy text in 7 of 10 prompts (256 tokens). Half precision therefore attends
 through ``row_exact_attention`` (plain matmuls, softmax in float32): 0 of 10. bf16 is not the default: on
-such a CPU (2026-12-01) its rows are cheap (10 rows 1.3x one, fp32 2.2x) but a one-token pass is no faster
+such a CPU (2026-12-01) its rows are cheap (10 rows 1.3x one, fp32 1.4-2.1x) but a one-token pass is no faster
 than fp32's, so the pair was no faster end to end; on CPUs without native bf16 it is slower.
 Supported: ``model_type == "llama"`` (LlamaForCausalLM) with SiLU MLPs and a RoPE whose frequencies
 do not change with the sequence length (not "dynamic" / "longrope"), on one device, not instrumented
@@ -263,12 +263,11 @@ class LeanLlama:
         # the g = nh / nkv query heads sharing a key/value head are packed as g n rows of one head, as
         # transformers' pack_gqa does: no repeated keys, and sdpa's fused CPU kernel takes 4-D input
         q = qkv[:, :nh].transpose(0, 1).reshape(1, nkv, nh // nkv * n, hd)
-        end = start + n
-        if kv.dtype not in (torch.bfloat16, torch.float16):
-            out = F.scaled_dot_product_attention(q, kv[None, :nkv, :end], kv[None, nkv:, :end], attn_mask=mask,
-                                                 scale=self.scale)  # (1, nkv, g n, hd)
+        k, v = kv[None, :nkv, : start + n], kv[None, nkv:, : start + n]
+        if kv.dtype in (torch.bfloat16, torch.float16):
+            out = row_exact_attention(q, k, v, mask, self.scale)
         else:
-            out = row_exact_attention(q, kv[None, :nkv, :end], kv[None, nkv:, :end], mask, self.scale)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale)  # (1, nkv, g n, hd)
         return out.view(nh, n, hd).transpose(0, 1).reshape(n, nh * hd)
 
     def _reserve(self, n: int) -> None:

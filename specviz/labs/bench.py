@@ -212,7 +212,7 @@ def target_and_prompts(args) -> tuple:
     """Sets the thread count, loads the target; (target, tokenizer, the chosen prompts as ids)."""
     if args.threads:
         torch.set_num_threads(args.threads)
-    dtype = None if getattr(args, "dtype", "auto") == "auto" else getattr(torch, args.dtype)
+    dtype = None if args.dtype == "auto" else getattr(torch, args.dtype)
     target, tok = load_model(args.target, device=args.device, dtype=dtype)
     texts = PROMPT_SETS[getattr(args, "prompts", "example")]
     return target, tok, [tok(p, return_tensors="pt").input_ids.to(args.device) for p in texts]
