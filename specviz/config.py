@@ -39,7 +39,10 @@ class TreeConfig:
     rejection sampling), "auto" top when greedy and distinct when sampling. A sampled dynamic tree takes top
     children or distinct ones; with distinct ones, how many children a node gets is fixed from its own value before
     they are drawn, and every drawn child is verified (keeping drawn children by their probability would bias the
-    law), so its budget and threshold bound the tree rather than choosing among what was drawn."""
+    law), so its budget and threshold bound the tree rather than choosing among what was drawn.
+    A chain with siblings (``siblings`` >= 0, "chain:DEPTH,SIBLINGS[,THRESHOLD]"): the chain of ``depth`` drafts
+    the chain decoder would draft, drafted the same way, plus at most ``siblings`` leaves beside it, each the
+    draft's best other token at one of the chain's positions (``specviz.tree_chain``)."""
 
     shape: tuple[int, ...] = (3, 2, 2, 1)
     budget: int = 0
@@ -47,6 +50,7 @@ class TreeConfig:
     width: int = 4
     children: str = "auto"
     threshold: float = 0.0
+    siblings: int | None = None  # >= 0: a chain of ``depth`` with that many sibling leaves at most
 
     def __post_init__(self):
         if isinstance(self.shape, list):
@@ -66,8 +70,13 @@ class TreeConfig:
         if not isinstance(self.threshold, (int, float)) or isinstance(self.threshold, bool) \
                 or not 0 <= self.threshold < 1:
             raise ValueError(f"tree threshold must be a number in [0, 1), got {self.threshold!r}")
-        if self.threshold and not self.dynamic:
-            raise ValueError("a tree threshold needs a dynamic tree (a node budget > 0)")
+        if self.chained:
+            _check_int("tree siblings", self.siblings, low=0)
+            if self.dynamic or self.children == "iid":
+                raise ValueError("a chain with siblings has no node budget and draws its siblings without "
+                                 "replacement: use budget=0 and children 'auto', 'top' or 'distinct'")
+        if self.threshold and not (self.dynamic or self.chained):
+            raise ValueError("a tree threshold needs a dynamic tree (a node budget > 0) or a chain with siblings")
         if self.depth > 16 or self.width > 16:
             raise ValueError(f"tree depth and width must be <= 16, got {self.depth} and {self.width}")
         if self.nodes > MAX_TREE_NODES:
@@ -76,29 +85,34 @@ class TreeConfig:
     @classmethod
     def parse(cls, text: str) -> "TreeConfig":
         """From a short spec: "3,2,2,1" (a static shape), "dynamic:10,8,3" (budget, depth, width) or
-        "dynamic:10,8,3,0.25" (and a threshold), either followed by "/iid", "/distinct" or "/top" for the children
-        rule. ValueError with the forms if unreadable."""
+        "dynamic:10,8,3,0.25" (and a threshold), "chain:12,2" (depth, siblings) or "chain:12,2,0.05" (and a
+        threshold), any followed by "/iid", "/distinct" or "/top" for the children rule. ValueError with the
+        forms if unreadable."""
         spec, _, children = str(text).strip().partition("/")
         kind, _, numbers = spec.rpartition(":")
         parts = [v for v in numbers.replace(" ", "").split(",") if v]
-        threshold = parts.pop() if kind == "dynamic" and len(parts) == 4 else "0"
+        arity = {"dynamic": 3, "chain": 2}.get(kind)
+        threshold = parts.pop() if arity and len(parts) == arity + 1 else "0"
         try:
             values, threshold = tuple(int(v) for v in parts), float(threshold)
         except ValueError:
             values = ()
-        forms = ('a static shape like "3,2,2,1" or "dynamic:BUDGET,DEPTH,WIDTH[,THRESHOLD]" like "dynamic:10,8,3" '
-                 'or "dynamic:12,10,2,0.25"')
-        if kind not in ("", "static", "dynamic") or not values or (kind == "dynamic" and len(values) != 3):
+        forms = ('a static shape like "3,2,2,1", "dynamic:BUDGET,DEPTH,WIDTH[,THRESHOLD]" like "dynamic:10,8,3" '
+                 'or "dynamic:12,10,2,0.25", or "chain:DEPTH,SIBLINGS[,THRESHOLD]" like "chain:12,2"')
+        if kind not in ("", "static", "dynamic", "chain") or not values or (arity and len(values) != arity):
             raise ValueError(f"unreadable tree {text!r}: give {forms} (optionally /top, /iid or /distinct)")
         extra = {"children": children} if children else {}
         if kind == "dynamic":
             return cls(budget=values[0], depth=values[1], width=values[2], threshold=threshold, **extra)
+        if kind == "chain":
+            return cls(depth=values[0], siblings=values[1], threshold=threshold, **extra)
         return cls(shape=values, **extra)
 
     @property
     def label(self) -> str:
         """The short spec ``parse`` reads."""
-        body = f"dynamic:{self.budget},{self.depth},{self.width}" if self.dynamic else ",".join(map(str, self.shape))
+        body = (f"dynamic:{self.budget},{self.depth},{self.width}" if self.dynamic else
+                f"chain:{self.depth},{self.siblings}" if self.chained else ",".join(map(str, self.shape)))
         body += f",{self.threshold:g}" if self.threshold else ""
         return body + ("" if self.children == "auto" else f"/{self.children}")
 
@@ -107,10 +121,16 @@ class TreeConfig:
         return self.budget > 0
 
     @property
+    def chained(self) -> bool:
+        return self.siblings is not None
+
+    @property
     def nodes(self) -> int:
         """Nodes the target verifies per round, at most (fewer where the draft runs out of candidates)."""
         if self.dynamic:
             return self.budget
+        if self.chained:
+            return self.depth + self.siblings
         total, level = 0, 1
         for m in self.shape:
             level *= m
@@ -119,7 +139,7 @@ class TreeConfig:
 
     @property
     def levels(self) -> int:
-        return self.depth if self.dynamic else len(self.shape)
+        return self.depth if self.dynamic or self.chained else len(self.shape)
 
     def children_for(self, greedy: bool) -> str:
         """The children rule in force: greedy runs always take top children (q's argmax is all greedy drafts)."""

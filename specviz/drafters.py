@@ -135,7 +135,7 @@ class ModelDrafter(Drafter):
 
     def start(self, prompt, cfg, vocab_size, device):
         super().start(prompt, cfg, vocab_size, device)
-        if cfg.tree is not None:
+        if cfg.tree is not None and not cfg.tree.chained:  # a chain with siblings is drafted as a chain
             check_tree_model(self.model, f"draft {self.name}")
         self.lm = CachedLM(self.model)
         self.n_embed = self.model.get_input_embeddings().weight.shape[0]

@@ -48,7 +48,8 @@ class HybridDrafter(Drafter):
 
     def start(self, prompt, cfg, vocab_size, device):
         super().start(prompt, cfg, vocab_size, device)
-        if cfg.tree is not None and not (isinstance(self.model_draft, ModelDrafter) or self._feature):
+        level_trees = cfg.tree is not None and not cfg.tree.chained  # drafted a level per pass (a chain is not)
+        if level_trees and not (isinstance(self.model_draft, ModelDrafter) or self._feature):
             raise ValueError(f"{self.name} drafts chains only: its {self.model_draft.name} alone drafts token trees")
         self.model_draft.start(prompt, cfg, vocab_size, device)
         self._seen, self._done = {}, 0

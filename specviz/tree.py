@@ -36,6 +36,7 @@ class DraftTree:
     draft_ids: list[int] = field(default_factory=list)
     ranks: list[int] = field(default_factory=list)  # each node's rank among the children its parent drafted
     values: dict[int, float] = field(default_factory=dict)  # a dynamic tree's value of each node (its worth)
+    chain_drafted: bool = False  # drafted as a chain (``tree_chain``): the drafter keeps its chain state
 
     def add(self, token: int, parent: int, q: float, draft_id: int | None = None, rank: int = 0) -> int:
         self.ranks.append(rank)
@@ -79,6 +80,10 @@ def grow(drafter, committed: list[int], tree_cfg: TreeConfig, cfg: DecodeConfig,
          generator: torch.Generator | None, value=None) -> DraftTree:
     """The round's tree, at most ``levels`` deep (never more tokens than the run has left). ``value(rank, q)``:
     a dynamic tree's estimate of a child's acceptance (``specviz.tree_value``; None: q itself, as EAGLE-2)."""
+    if tree_cfg.chained:
+        from .tree_chain import grow_chain  # it builds on this module
+
+        return grow_chain(drafter, committed, tree_cfg, cfg, min(levels, tree_cfg.depth), generator)
     if tree_cfg.dynamic and tree_cfg.children_for(cfg.greedy) == "distinct":
         return _grow_dynamic_drawn(drafter, committed, tree_cfg, min(levels, tree_cfg.depth), value, generator)
     if tree_cfg.dynamic:

@@ -48,7 +48,8 @@ def verify_tree(target: CachedLM, committed: list[int], tree: DraftTree) -> torc
 def keep_path(target: CachedLM, drafter, tree: DraftTree, path: tuple[int, ...], logits: torch.Tensor) -> None:
     """Both caches drop the tree but its accepted path (gathered in place: no forward pass)."""
     target.keep_path(list(path), logits[path[-1] + 1] if path else None)
-    drafter.tree_end([tree.draft_ids[n] for n in path])
+    if not tree.chain_drafted:  # a chain's drafter follows the committed text as after any chain round
+        drafter.tree_end([tree.draft_ids[n] for n in path])
 
 
 def record_tree_round(cfg: DecodeConfig, index: int, tree: DraftTree, p: torch.Tensor, verdict: TreeVerdict,
