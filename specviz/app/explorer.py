@@ -36,7 +36,8 @@ GLOSSARY = """
 | **speedup** | E[τ] / (k c + v): tokens per round over the round's cost in target forwards |
 | **residual** | norm(max(0, p − q)): what a token is drawn from after a rejection, so the output keeps the target's law |
 """
-SHAPES = ["chain", "3,2,2,1", "2,1,1,1,1,1", "4,2,1,1", "dynamic:10,8,3", "dynamic:16,6,4", "dynamic:12,10,2,0.3"]
+SHAPES = ["chain", "chain:12,1", "chain:12,3", "3,2,2,1", "2,1,1,1,1,1", "4,2,1,1", "dynamic:10,8,3", "dynamic:16,6,4",
+          "dynamic:12,10,2,0.3"]
 
 
 # -- views: a Trace in, component values out ----------------------------------------------------------
@@ -177,8 +178,9 @@ def _controls(store: ModelStore) -> tuple[list, gr.Slider]:
 def _tree_controls() -> list:
     """[shape, children]: a chain of k, or a token tree verified in one target pass."""
     shape = gr.Dropdown(SHAPES, value="chain", allow_custom_value=True, label="Draft shape", elem_id="shape",
-                        info="chain: k drafts in a row · a tree: children per depth (3,2,2,1) or "
-                             "dynamic:BUDGET,DEPTH,WIDTH[,THRESHOLD] (EAGLE-2: the branches most likely "
+                        info="chain: k drafts in a row · chain:DEPTH,SIBLINGS: that chain plus leaves at the "
+                             "draft's least sure positions (its second choice there) · a tree: children per depth "
+                             "(3,2,2,1) or dynamic:BUDGET,DEPTH,WIDTH[,THRESHOLD] (EAGLE-2: the branches most likely "
                              "accepted, as this run's verdicts so far say; a threshold drops nodes below it)")
     children = gr.Radio(["auto", "top", "iid", "distinct"], value="auto", label="Tree children",
                         info="top: the draft's best tokens · iid / distinct: drawn from q with / without "

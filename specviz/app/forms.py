@@ -54,7 +54,8 @@ def parse_tree(shape, children="auto") -> TreeConfig | None:
     """None for a chain ("chain" or empty), else the TreeConfig of a spec like "3,2,2,1" or "dynamic:10,8,3";
     ``children`` applies unless the spec names its own ("/iid")."""
     if shape is None or not isinstance(shape, str):
-        raise ValueError(f"the draft shape must be text such as chain, 3,2,2,1 or dynamic:10,8,3, got {shape!r}")
+        raise ValueError(f"the draft shape must be text such as chain, chain:12,2, 3,2,2,1 or dynamic:10,8,3, "
+                         f"got {shape!r}")
     if shape.strip().lower() in ("", "chain"):
         return None
     if "/" not in shape and children not in (None, "", "auto"):

@@ -16,7 +16,7 @@ from .store import ModelStore
 from .widgets import LAB_QUEUE, SKIP, bind, chart, lab_inputs, sampling_controls
 
 MAX_PROMPTS, MAX_SETTINGS, MAX_TOKENS, MAX_REPEATS = 10, 10, 256, 3  # one request's work stays bounded
-TREES = "3,2,2,1\n2,1,1,1,1,1\ndynamic:12,10,2,0.3"
+TREES = "chain:8,2\n3,2,2,1\ndynamic:12,10,2,0.3"
 
 
 def lab_setup(chains_text, trees_text) -> tuple[list[int], list[TreeConfig]]:
@@ -67,7 +67,8 @@ def handlers(store: ModelStore):
 def build(store: ModelStore) -> None:
     h = handlers(store)
     gr.Markdown("Chains of k drafts against token trees of the same draft, verified in one target pass each. "
-                "Trees: a static shape (children per depth, e.g. 3,2,2,1) or dynamic:BUDGET,DEPTH,WIDTH[,THRESHOLD] "
+                "Trees: a chain with sibling leaves (chain:DEPTH,SIBLINGS[,THRESHOLD]: drafted as the chain, no draft "
+                "pass more), a static shape (children per depth, e.g. 3,2,2,1) or dynamic:BUDGET,DEPTH,WIDTH[,THRESHOLD] "
                 "(EAGLE-2, ranked by the acceptance this run has seen).")
     target, draft, prompts = lab_inputs(store, EXAMPLE_PROMPTS[:3], model=True)
     with gr.Row():

@@ -224,7 +224,8 @@ def main(argv=None) -> None:
     ap.add_argument("--draft", default=DEFAULT_DRAFT, help=f"default: {DEFAULT_DRAFT}")
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--tree", type=TreeConfig.parse, default=None,
-                    help='draft a token tree: a static shape ("3,2,2,1") or "dynamic:BUDGET,DEPTH,WIDTH[,THRESHOLD]" (k unused)')
+                    help='draft a token tree: a static shape ("3,2,2,1"), "dynamic:BUDGET,DEPTH,WIDTH[,THRESHOLD]" or '
+                         '"chain:DEPTH,SIBLINGS[,THRESHOLD]" (k unused)')
     ap.add_argument("--draft-stop", type=float, default=0.0,
                     help="stop drafting below this draft confidence (transformers' default is 0.4; 0 = off)")
     args = ap.parse_args(argv)

@@ -103,7 +103,8 @@ def main(argv=None) -> None:
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--chains", default="4,6,8", help="chain k values, comma-separated")
     ap.add_argument("--trees", nargs="+", default=["3,2,2,1", "2,1,1,1,1,1", "dynamic:10,8,3", "dynamic:12,10,2,0.3"],
-                    help='static shapes ("3,2,2,1") or dynamic trees ("dynamic:BUDGET,DEPTH,WIDTH[,THRESHOLD]")')
+                    help='static shapes ("3,2,2,1"), dynamic trees ("dynamic:BUDGET,DEPTH,WIDTH[,THRESHOLD]") or chains '
+                         'with siblings ("chain:DEPTH,SIBLINGS[,THRESHOLD]")')
     args = ap.parse_args(argv)
     target, _, prompts = target_and_prompts(args)
     cfg = DecodeConfig(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
