@@ -56,14 +56,44 @@ def test_the_floor_checks_acceptance_at_k_4_whatever_the_explorers_k():
     from specviz.labs.bench import Measured
     from specviz.labs.floor import settings, verdicts
 
-    at6 = settings("d", 6, "best", 6)
+    at6 = settings("d", 6, "best", [6])
     assert [(s.k, s.temperature, s.floor, s.acceptance_floor) for s in at6] == [
         (6, 0.0, 2.0, None), (6, 0.8, 2.0, None), (4, 0.0, None, 0.65), (4, 0.8, None, 0.6), (6, 0.0, 2.5, None)]
-    assert [s.k for s in settings("d", 4, None, 6)] == [4, 4, 4, 4]
+    assert [s.k for s in settings("d", 4, None, [6])] == [4, 4, 4, 4]
+    assert [s.k for s in settings("d", 6, "best", [8, 12])][-2:] == [8, 12]
     m = Measured(speedup=1.9, acceptance_rate=0.62, alpha=0.8, tau=3.5, c=0.05, v=1.5, predicted=2.1,
                  vs_assisted=1.4, recording_overhead=0.01)
     assert [ok for _, ok in verdicts(at6[0], m)] == [False, True, True, True]  # 1.9x < 2.0x
     assert verdicts(at6[2], m) == []  # acceptance lines are measured by floor.acceptance
+
+
+def test_the_floor_judges_the_fastest_of_the_best_ks(monkeypatch, capsys):
+    """With --best-k 8,12 both are measured and printed; the best lines are read off the faster one only, so a
+    slow candidate does not fail the floor and a fast one that misses another line does."""
+    from specviz.labs import floor
+    from specviz.labs.bench import Measured
+
+    def fake_measure(tallies):
+        speedup, ratio = tallies
+        return Measured(speedup=speedup, acceptance_rate=0.7, alpha=0.9, tau=5, c=0.03, v=1.5, predicted=speedup / ratio,
+                        vs_assisted=None, recording_overhead=0.01)
+
+    def fake_bench(target, draft, prompts, cfg, repeats):  # the default lines (k = 6) 2.2x; k 8 slow, k 12 fast
+        return {8: (2.1, 0.95), 12: (2.7, per_k12)}.get(cfg.k, (2.2, 0.95))
+
+    monkeypatch.setattr(floor, "target_and_prompts", lambda args: (None, None, []))
+    monkeypatch.setattr(floor, "drafter_for", lambda *a, **kw: None)
+    monkeypatch.setattr(floor, "run_bench", fake_bench)
+    monkeypatch.setattr(floor, "measure", fake_measure)
+    monkeypatch.setattr(floor, "acceptance", lambda *a: (0.7, 0.0))
+    argv = ["--best-draft", "d", "--best-k", "8,12", "--lengths", "64"]
+    per_k12 = 0.95
+    assert floor.main(argv)
+    assert "k=8" in capsys.readouterr().out
+    per_k12 = 0.5  # the fastest k misses measured / predicted
+    assert not floor.main(argv)
+    with pytest.raises(SystemExit):
+        floor.main(["--best-k", "8,x"])
 
 
 def test_the_floors_acceptance_is_the_rate_over_every_seed_and_prompt(monkeypatch):
