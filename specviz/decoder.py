@@ -21,6 +21,7 @@ from .lm import CachedLM, Stopwatch, context_window
 from .sampling import Verdict, beta, logits_to_probs, verify, verify_greedy
 from .trace import Round, Trace
 from .tree import grow, walk
+from .tree_chain import grow_chain
 from .tree_round import check_tree_model, keep_path, record_tree_round, verify_tree
 from .tree_value import AcceptanceEstimate
 
@@ -105,7 +106,10 @@ class Decoding:
         """draft a tree (one draft pass per level) -> verify every node in one target pass -> walk -> commit."""
         t0, cfg = time.perf_counter(), self.cfg
         with self._clock.running():
-            tree = grow(self.drafter, self.committed, cfg.tree, cfg, levels, self.generator, self.tree_value)
+            if cfg.tree.chained:  # the chain the drafter drafts anyway, plus sibling leaves
+                tree = grow_chain(self.drafter, self.committed, cfg.tree, cfg, levels, self.generator)
+            else:
+                tree = grow(self.drafter, self.committed, cfg.tree, cfg, levels, self.generator, self.tree_value)
         draft_s = self._clock.take()
         with self._clock.running():
             logits = verify_tree(self.target, self.committed, tree)

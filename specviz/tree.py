@@ -80,10 +80,6 @@ def grow(drafter, committed: list[int], tree_cfg: TreeConfig, cfg: DecodeConfig,
          generator: torch.Generator | None, value=None) -> DraftTree:
     """The round's tree, at most ``levels`` deep (never more tokens than the run has left). ``value(rank, q)``:
     a dynamic tree's estimate of a child's acceptance (``specviz.tree_value``; None: q itself, as EAGLE-2)."""
-    if tree_cfg.chained:
-        from .tree_chain import grow_chain  # it builds on this module
-
-        return grow_chain(drafter, committed, tree_cfg, cfg, min(levels, tree_cfg.depth), generator)
     if tree_cfg.dynamic and tree_cfg.children_for(cfg.greedy) == "distinct":
         return _grow_dynamic_drawn(drafter, committed, tree_cfg, min(levels, tree_cfg.depth), value, generator)
     if tree_cfg.dynamic:
