@@ -145,6 +145,8 @@ def test_tree_mode_runs_a_tree_then_its_chain_twin_and_draws_each_round(pair, st
     assert drawn["resampled"] + drawn["bonus"] == 1  # the token drawn where the walk stopped
     api = Trace.from_json(h.generate("ROMEO:", "tiny-target", "tiny", 3, 0.8, 0, 0.95, 20, 7, 0.0, "3,2,1"))
     assert api.new_tokens == want.new_tokens
+    siblings = last(h.run("ROMEO:", "tiny-target", "tiny", *settings.values(), True, {}, 0.0, "chain:5,2", "auto"))
+    assert "tree chain:5,2" in siblings[3] and "chain k = 5" in siblings[3]  # beside its own chain, not the k slider's
     with pytest.raises(gr.Error, match="unreadable tree"):
         h.generate("ROMEO:", "tiny-target", "tiny", 3, 0.8, 0, 0.95, 20, 7, 0.0, "tree please")
     with pytest.raises(gr.Error, match="drafts chains only"):

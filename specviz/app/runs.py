@@ -68,9 +68,11 @@ def speed_pairs(store: ModelStore, trace: Trace, base: Trace, user_drafts: dict 
 
 
 def chain_twin(store: ModelStore, trace: Trace, user_drafts: dict | None = None) -> Trace:
-    """A tree run's chain counterpart: the same target, draft, prompt, seed and settings, drafting k in a row."""
+    """A tree run's chain counterpart: the same target, draft, prompt, seed and settings, drafting k in a row (a
+    chain with siblings: its own chain, k = its depth)."""
     model, _, drafter = user_pair(store, trace.target_name, trace.draft_name, user_drafts)
-    cfg = replace(trace.config, tree=None)
+    tree = trace.config.tree
+    cfg = replace(trace.config, tree=None, k=tree.depth if tree is not None and tree.chained else trace.config.k)
     return Decoding(model, drafter, torch.tensor([trace.prompt_ids]), cfg, target_name=trace.target_name,
                     draft_name=trace.draft_name).run()
 
