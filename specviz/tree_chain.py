@@ -34,6 +34,7 @@ def grow_chain(drafter, committed: list[int], tree_cfg: TreeConfig, cfg: DecodeC
         return tree
     q = proposal.q_on(drafter.vocab_size)  # (m, V): point masses (a lookup's tokens) as onehot rows
     q_x = q[torch.arange(len(tokens)), proposal.tokens].tolist()
+    second = q.topk(min(2, q.shape[-1]), dim=-1).values[:, -1].tolist() if cfg.greedy else None  # one topk a round
     point = proposal.q is None
     worth, reach = [], 1.0
     for i, (x, qx) in enumerate(zip(tokens, q_x)):
@@ -41,7 +42,7 @@ def grow_chain(drafter, committed: list[int], tree_cfg: TreeConfig, cfg: DecodeC
         tree.add(x, i - 1, qx)
         tree.candidates[i - 1] = [(i, None if cfg.greedy or point else q[i])]
         # greedy: the walk arrives and takes the second choice; sampled: it arrives and rejects x_i
-        other = (float(q[i].topk(2).values[1]) if cfg.greedy else 1.0 - qx) if qx < 1 else 0.0
+        other = (second[i] if cfg.greedy else 1.0 - qx) if qx < 1 else 0.0
         worth.append(reach * other)
         reach *= qx
     ranked = sorted(range(len(tokens)), key=lambda i: -worth[i])[: tree_cfg.siblings]
@@ -57,4 +58,3 @@ def grow_chain(drafter, committed: list[int], tree_cfg: TreeConfig, cfg: DecodeC
         tree.values[node] = worth[i]
         tree.candidates[i - 1].append((node, q_s))
     return tree
-

@@ -36,6 +36,7 @@ class Setting:
     temperature: float
     floor: float | None  # the speedup it must reach (None: measured for its acceptance only)
     acceptance_floor: float | None  # the acceptance it must reach (default draft at k = 4 only)
+    candidate: bool = False  # one of the best ks: only the fastest candidate at a length is judged
 
 
 def settings(draft: str, k: int, best_draft: str | None, best_ks: list[int]) -> list[Setting]:
@@ -46,7 +47,7 @@ def settings(draft: str, k: int, best_draft: str | None, best_ks: list[int]) -> 
            Setting("default at k = 4, greedy", draft, 4, 0.0, None, 0.65),
            Setting(f"default at k = 4, T = {t:g}", draft, 4, t, None, 0.6)]
     if best_draft:
-        out += [Setting("best, greedy", best_draft, best_k, 0.0, 2.5, None) for best_k in best_ks]
+        out += [Setting("best, greedy", best_draft, best_k, 0.0, 2.5, None, True) for best_k in best_ks]
     return out
 
 
@@ -108,7 +109,7 @@ def main(argv=None) -> bool:
                 continue
             m = measure(run_bench(target, draft, prompts, cfg, args.repeats))
             lines = verdicts(s, m)
-            if s.label.startswith("best"):  # a candidate k: the fastest one at this length is judged, below
+            if s.candidate:  # a candidate k: the fastest one at this length is judged, below
                 best[n] = max(best.get(n, (0.0, [])), (m.speedup, lines), key=lambda b: b[0])
             else:
                 held &= all(ok for _, ok in lines)
