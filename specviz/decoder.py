@@ -191,7 +191,9 @@ def _residual_top(verdict: Verdict, p: torch.Tensor, q: torch.Tensor) -> tuple:
         return ()
     n = verdict.n_accepted
     top = torch.topk(verdict.residual, min(RESIDUAL_TOP, verdict.residual.shape[-1]))
-    return tuple((int(t), float(r), float(p[n, t]), float(q[n, t])) for r, t in zip(top.values, top.indices) if r > 0)
+    # one gather and one copy to Python for all of them (indexing p and q token by token cost ~50 us a round)
+    values = torch.stack([top.values.double(), p[n, top.indices].double(), q[n, top.indices].double()]).tolist()
+    return tuple((t, r, pt, qt) for t, r, pt, qt in zip(top.indices.tolist(), *values) if r > 0)
 
 
 def _pad(values: list, m: int) -> tuple:

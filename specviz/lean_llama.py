@@ -10,8 +10,9 @@ so the logits match transformers' to ~1e-5 in fp32 (the bundled target) and ~1e-
 
 Rollback is overwrite-by-position: ``crop`` only moves the write position back.
 
-Exactness of batched verification: fp32 GEMMs round a row differently with 1 or 5 rows, yet over
-3100 verify rows of the bundled target no argmax changed. In bf16 (on a CPU with AVX512-BF16) the GEMMs
+Exactness of batched verification: fp32 kernels round a row differently with 1 or 5 rows (several rows go
+through oneDNN over packed weights, ``packed_linear``), yet over 3100 verify rows of the bundled target (MKL's
+GEMM) and its greedy runs since (oneDNN) no argmax changed. In bf16 (on a CPU with AVX512-BF16) the GEMMs
 at the bundled target's shapes are row-exact but sdpa is not: the greedy text of the bundled pair left
 the target's own bf16 greedy text in 7 of 10 prompts (256 tokens). Half precision therefore attends
 through ``row_exact_attention`` (plain matmuls, softmax in float32): 0 of 10. bf16 is not the default: on
@@ -29,6 +30,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch.nn.modules import module as nn_module
+
+from . import packed_linear
 
 FIRST_CAPACITY = 256  # cached positions allocated up front; doubled whenever a feed needs more
 
@@ -140,7 +143,11 @@ def _relayout(model) -> Weights:
 
 
 def _linear(x: torch.Tensor, w_t: torch.Tensor, b: torch.Tensor | None, residual: torch.Tensor | None = None):
-    """residual + x @ W_t + b, the addends folded into the matmul (addmm)."""
+    """residual + x @ W_t + b, the addends folded into the matmul (addmm); several rows on an fp32 CPU go through
+    oneDNN with the weight packed once (``packed_linear``: 0.5-0.7x MKL's GEMM there)."""
+    out = packed_linear.linear(x, w_t, b, residual)
+    if out is not None:
+        return out
     addend = residual if b is None else (b if residual is None else residual + b)
     return x @ w_t if addend is None else torch.addmm(addend, x, w_t)
 

@@ -119,3 +119,16 @@ def test_the_floors_acceptance_is_the_rate_over_every_seed_and_prompt(monkeypatc
     seen.clear()
     assert floor.acceptance(None, None, [1], DecodeConfig(k=4, temperature=0.0), seeds=3) == (0.1, 0.0)
     assert seen == [(0, 1)]
+
+
+def test_run_order_keeps_the_recording_pair_side_by_side_and_rotates():
+    from specviz.labs.bench import run_order
+
+    names = ["ours-ar", "ours-spec", "ours-norecord", "hf-plain", "hf-assisted"]
+    orders = [run_order(names, turn) for turn in range(8)]
+    for order in orders:
+        assert sorted(order) == sorted(names)
+        assert abs(order.index("ours-spec") - order.index("ours-norecord")) == 1  # paired in time
+    assert {o.index("ours-spec") < o.index("ours-norecord") for o in orders} == {True, False}  # both orders
+    assert {o[0] for o in orders} >= {"ours-ar", "hf-plain", "hf-assisted"}  # no method always first
+    assert run_order(["ours-ar", "hf-plain"], 1) == ["hf-plain", "ours-ar"]  # without the pair: a plain rotation
