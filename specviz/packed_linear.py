@@ -30,6 +30,15 @@ def enabled() -> bool:
     return _state["enabled"]
 
 
+def without(fn, *args, **kwargs):
+    """fn(*args, **kwargs) with the packed path switched off (every row count on x @ W_t), then as it was."""
+    before = set_enabled(False)
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        set_enabled(before)
+
+
 def linear(x: torch.Tensor, w_t: torch.Tensor, b: torch.Tensor | None,
            residual: torch.Tensor | None = None) -> torch.Tensor | None:
     """residual + x @ W_t + b through the packed weight, or None where the packed path does not apply (one row,

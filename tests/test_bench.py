@@ -1,5 +1,6 @@
 """The benchmark runs every method on the same work (no timing assertions: timings are printed, not tested)."""
 import pytest
+import torch
 
 from specviz import DecodeConfig, PromptLookupDrafter
 from specviz.labs.bench import measure, methods, report, run_bench
@@ -12,11 +13,13 @@ def test_every_method_generates_the_same_number_of_tokens(prompt):
         tallies = run_bench(target, draft, [prompt, prompt[:, :2]], DecodeConfig(k=3, temperature=0, max_new_tokens=10),
                             repeats=1)
         assert set(tallies) == {"ours-ar", "ours-spec", "ours-norecord", "hf-plain", "hf-assisted"}
-        assert {t.tokens for t in tallies.values()} == {20}
+        twice = {"ours-spec", "ours-norecord"}  # run A B B A each prompt: the recording pair
+        assert {t.tokens for name, t in tallies.items() if name not in twice} == {20}
+        assert {tallies[name].tokens for name in twice} == {40} and len(tallies["ours-spec"].per_call) == 4
         text = report(tallies)
         assert "speedup of ours-spec over ours-ar" in text and "recording overhead" in text
         spec = tallies["ours-spec"].counts  # the decoder's own counts travel with the tallies
-        assert spec.new_tokens == 20 and spec.drafted > 0 and tallies["ours-ar"].counts.drafted == 0
+        assert spec.new_tokens == 40 and spec.drafted > 0 and tallies["ours-ar"].counts.drafted == 0
         m = measure(tallies)
         assert m.acceptance_rate == spec.acceptance_rate and m.c > 0 and m.v > 0 and m.predicted > 0
 
@@ -65,6 +68,33 @@ def test_the_floor_checks_acceptance_at_k_4_whatever_the_explorers_k():
                  vs_assisted=1.4, recording_overhead=0.01)
     assert [ok for _, ok in verdicts(at6[0], m)] == [False, True, True, True]  # 1.9x < 2.0x
     assert verdicts(at6[2], m) == []  # acceptance lines are measured by floor.acceptance
+    from dataclasses import replace
+
+    exact, inexact = replace(m, speedup=2.2, compared=40), replace(m, speedup=2.2, compared=40, differing=1)
+    assert [ok for _, ok in verdicts(at6[0], exact)] == [True] * 5  # greedy runs compared: one line more
+    assert [ok for _, ok in verdicts(at6[0], inexact)] == [True, True, True, False, True]  # one run differed
+
+
+def test_the_bench_compares_every_greedy_run_with_the_targets_own_greedy_text(prompt, monkeypatch):
+    from dataclasses import replace
+
+    from specviz.labs import bench
+
+    target = tiny_llama(seed=3, sharpen=30)
+    cfg = DecodeConfig(k=3, temperature=0, max_new_tokens=10)
+    m = measure(run_bench(target, perturbed(target, 0.3), [prompt, prompt[:, :2]], cfg, repeats=1))
+    assert (m.compared, m.differing) == (2 * 4, 0)  # 2 prompts x (ours-spec, ours-norecord twice each)
+    real = bench.speculative_generate
+
+    def one_token_short(target, draft, ids, cfg):  # a decoder whose text is not the target's greedy text
+        return real(target, draft, ids, replace(cfg, max_new_tokens=cfg.max_new_tokens - 1))
+
+    monkeypatch.setattr(bench, "speculative_generate", one_token_short)
+    m = measure(run_bench(target, perturbed(target, 0.3), [prompt], cfg, repeats=1))
+    assert (m.compared, m.differing) == (4, 4)
+    sampled = measure(run_bench(target, perturbed(target, 0.3), [prompt], DecodeConfig(k=3, temperature=0.8,
+                                                                                       max_new_tokens=10), repeats=1))
+    assert sampled.compared == 0  # sampled text is not the greedy text: nothing to compare
 
 
 def test_the_floor_judges_the_fastest_of_the_best_ks(monkeypatch, capsys):
@@ -127,8 +157,22 @@ def test_run_order_keeps_the_recording_pair_side_by_side_and_rotates():
     names = ["ours-ar", "ours-spec", "ours-norecord", "hf-plain", "hf-assisted"]
     orders = [run_order(names, turn) for turn in range(8)]
     for order in orders:
-        assert sorted(order) == sorted(names)
-        assert abs(order.index("ours-spec") - order.index("ours-norecord")) == 1  # paired in time
+        assert sorted(order) == sorted(names + ["ours-spec", "ours-norecord"])  # the pair twice, the rest once
+        i = order.index("ours-spec") if order.index("ours-spec") < order.index("ours-norecord") else order.index("ours-norecord")
+        assert order[i: i + 4] in (["ours-spec", "ours-norecord", "ours-norecord", "ours-spec"],
+                                   ["ours-norecord", "ours-spec", "ours-spec", "ours-norecord"])  # A B B A
     assert {o.index("ours-spec") < o.index("ours-norecord") for o in orders} == {True, False}  # both orders
     assert {o[0] for o in orders} >= {"ours-ar", "hf-plain", "hf-assisted"}  # no method always first
     assert run_order(["ours-ar", "hf-plain"], 1) == ["hf-plain", "ours-ar"]  # without the pair: a plain rotation
+
+
+def test_bench_measures_the_plain_matmul_path_beside_the_packed_one(prompt):
+    from specviz import packed_linear
+    from tests.test_lm_fast import gqa_llama
+
+    target = gqa_llama(seed=3, dtype=torch.float32, tied=True, sharpen=3.0)
+    tallies = run_bench(target, perturbed(target, 0.05), [prompt], DecodeConfig(k=3, temperature=0, max_new_tokens=8),
+                        repeats=1, plain_too=True)
+    assert tallies["ours-spec-plain"].tokens == tallies["ours-spec"].tokens // 2 == 8
+    assert packed_linear.enabled()  # switched back on after the plain runs
+    assert "packed matmuls (ours-norecord) vs plain (ours-spec-plain)" in report(tallies)

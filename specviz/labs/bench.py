@@ -40,6 +40,8 @@ class Tally:
     seconds: float = 0.0
     per_call: list[float] = field(default_factory=list)
     counts: Counts = field(default_factory=Counts)
+    compared: int = 0  # greedy runs (ours) whose text was compared with ours-ar's on the same prompt and repeat
+    differing: int = 0  # ... and differed from it
 
     def add(self, tokens: int, seconds: float, counts: Counts | None = None) -> None:
         self.tokens += tokens
@@ -60,8 +62,9 @@ def hf_kwargs(cfg: DecodeConfig, pad_id) -> dict:
     return kw | dict(do_sample=True, temperature=cfg.temperature, top_k=cfg.top_k or None, top_p=cfg.top_p)
 
 
-def methods(target, draft, cfg: DecodeConfig) -> dict:
-    """name -> function(input_ids, seed) -> the number of generated tokens (transformers) or the Trace (ours)."""
+def methods(target, draft, cfg: DecodeConfig, plain_too: bool = False) -> dict:
+    """name -> function(input_ids, seed) -> the number of generated tokens (transformers) or the Trace (ours);
+    ``plain_too``: also ours-spec with the lean path's several-row matmuls on MKL's GEMM (ours-spec-plain)."""
     pad = target.generation_config.pad_token_id or 0
     kw = hf_kwargs(cfg, pad)
     if cfg.tree is not None:  # transformers' assisted generation drafts chains only
@@ -86,6 +89,9 @@ def methods(target, draft, cfg: DecodeConfig) -> dict:
         "ours-norecord": lambda ids, seed: speculative_generate(target, draft, ids, replace(cfg, seed=seed, record=False)),
         "hf-plain": hf({}),
     }
+    if plain_too:
+        fns["ours-spec-plain"] = lambda ids, seed: packed_linear.without(
+            speculative_generate, target, draft, ids, replace(cfg, seed=seed, record=False))
     return fns | ({"hf-assisted": hf(assisted)} if assisted is not None else {})
 
 
@@ -113,8 +119,9 @@ def assistant_settings(draft, k: int, stop: float = 0.0):
 
 
 @torch.inference_mode()
-def run_bench(target, draft, prompts: list[torch.Tensor], cfg: DecodeConfig, repeats: int = 3) -> dict[str, Tally]:
-    fns = methods(target, draft, cfg)
+def run_bench(target, draft, prompts: list[torch.Tensor], cfg: DecodeConfig, repeats: int = 3,
+              plain_too: bool = False) -> dict[str, Tally]:
+    fns = methods(target, draft, cfg, plain_too)
     tallies = {name: Tally() for name in fns}
     t0 = time.perf_counter()
     for ids in prompts[:1]:  # warm-up: first calls allocate; it also times one call of each method
@@ -127,24 +134,31 @@ def run_bench(target, draft, prompts: list[torch.Tensor], cfg: DecodeConfig, rep
     for rep in range(repeats):
         for i, ids in enumerate(prompts):
             progress.update()
+            texts = {}
             for name in run_order(list(fns), rep + i):
                 t0 = time.perf_counter()
                 out = fns[name](ids, rep)
                 seconds = time.perf_counter() - t0
                 if isinstance(out, Trace):
                     tallies[name].add(len(out.new_tokens), seconds, out.counts())
+                    texts.setdefault(name, []).append(out.new_tokens)
                 else:
                     tallies[name].add(out, seconds)
+            if cfg.greedy:  # exactness on the real models, every run: greedy text == the target's own greedy text
+                for name, runs in texts.items():
+                    tallies[name].compared += len(runs)
+                    tallies[name].differing += sum(t != texts["ours-ar"][0] for t in runs)
     return tallies
 
 
 def run_order(names: list[str], turn: int) -> list[str]:
     """The methods' order for one prompt: rotated each turn so no method always runs first, with ours-spec and
-    ours-norecord kept side by side (the recording overhead is a median over those pairs, so each pair shares the
-    host's state of the moment), the two in alternating order."""
+    ours-norecord run twice each, side by side as A B B A (A alternating between them): the recording overhead is a
+    median over adjacent pairs, so each pair shares the host's state of the moment and a drift falls on both alike."""
     pair = [n for n in ("ours-spec", "ours-norecord") if n in names]
     units = [[n] for n in names if n not in pair]
-    units.insert(min(1, len(units)), pair[::-1] if turn % 2 else pair)
+    a_b = pair[::-1] if turn % 2 else pair
+    units.insert(min(1, len(units)), a_b + a_b[::-1] if len(pair) == 2 else pair)
     shift = turn % len(units)
     return [n for unit in units[shift:] + units[:shift] for n in unit]
 
@@ -164,6 +178,8 @@ class Measured:
     predicted: float
     vs_assisted: float | None  # ours-spec tokens/s over hf-assisted's (None: no transformers counterpart)
     recording_overhead: float  # median over paired runs of (ours-spec time / ours-norecord time - 1)
+    differing: int = 0  # greedy: runs of ours whose text differed from ours-ar's (the target's own greedy text)
+    compared: int = 0  # greedy: runs of ours compared (0: sampled, nothing to compare)
 
     @property
     def of_predicted(self) -> float:
@@ -180,7 +196,14 @@ def measure(tallies: dict[str, Tally]) -> Measured:
         speedup=spec.tokens_per_s / base.tokens_per_s, acceptance_rate=spec.counts.acceptance_rate,
         alpha=spec.counts.alpha, tau=spec.counts.tau, c=c, v=v,
         predicted=theory.expected_speedup(min(spec.counts.alpha, 1.0), k, c, v),
-        vs_assisted=spec.tokens_per_s / assisted.tokens_per_s if assisted else None, recording_overhead=paired - 1)
+        vs_assisted=spec.tokens_per_s / assisted.tokens_per_s if assisted else None, recording_overhead=paired - 1,
+        **exactness(tallies))
+
+
+def exactness(tallies: dict[str, Tally]) -> dict:
+    """How many of our greedy runs were compared with ours-ar's text, and how many differed (sampled: none)."""
+    ours = [t for name, t in tallies.items() if name.startswith("ours-") and name != "ours-ar"]
+    return dict(differing=sum(t.differing for t in ours), compared=sum(t.compared for t in ours))
 
 
 def report(tallies: dict[str, Tally]) -> str:
@@ -196,6 +219,12 @@ def report(tallies: dict[str, Tally]) -> str:
     if m.vs_assisted is not None:
         assisted = tallies["hf-assisted"].tokens_per_s
         lines += [f"ours-spec vs hf-assisted: {m.vs_assisted:.2f}x", f"hf-assisted vs hf-plain: {assisted / plain:.2f}x"]
+    if m.compared:
+        lines.append(f"greedy text == ours-ar's (the target's own greedy text) in {m.compared - m.differing} of "
+                     f"{m.compared} runs of ours")
+    if "ours-spec-plain" in tallies:
+        lines.append(f"packed matmuls (ours-norecord) vs plain (ours-spec-plain): "
+                     f"{norec / tallies['ours-spec-plain'].tokens_per_s:.2f}x")
     lines += [f"ours-ar vs hf-plain: {base / plain:.2f}x",
               f"recording overhead (ours-spec time / ours-norecord time - 1): {100 * (norec / spec - 1):+.1f}% in total, "
               f"{100 * m.recording_overhead:+.1f}% median over paired runs (same prompt and repeat; robust to one-off "
@@ -215,15 +244,16 @@ def common_args(ap: argparse.ArgumentParser, max_new_tokens: int, repeats: int, 
                     help="the models' precision (auto: what load_model picks for the device)")
     ap.add_argument("--prompts", choices=sorted(PROMPT_SETS), default="all",
                     help="the 5 example prompts, 5 held-out ones, or all 10")
-    ap.add_argument("--matmul", choices=("packed", "plain"), default="packed",
-                    help="several-row matmuls of the lean path: oneDNN over packed weights, or MKL's GEMM as before")
+    ap.add_argument("--matmul", choices=("packed", "plain", "both"), default="packed",
+                    help="several-row matmuls of the lean path: oneDNN over packed weights, MKL's GEMM as before, or "
+                         "(the bench) both side by side: an extra method ours-spec-plain")
 
 
 def target_and_prompts(args) -> tuple:
     """Sets the thread count, loads the target; (target, tokenizer, the chosen prompts as ids)."""
     if args.threads:
         torch.set_num_threads(args.threads)
-    packed_linear.set_enabled(getattr(args, "matmul", "packed") == "packed")
+    packed_linear.set_enabled(getattr(args, "matmul", "packed") != "plain")
     dtype = None if args.dtype == "auto" else getattr(torch, args.dtype)
     target, tok = load_model(args.target, device=args.device, dtype=dtype)
     texts = PROMPT_SETS[getattr(args, "prompts", "example")]
@@ -248,7 +278,7 @@ def main(argv=None) -> None:
     print(f"target={args.target} draft={args.draft} k={args.k} tree={args.tree.label if args.tree else None} draft_stop={args.draft_stop} temperature={args.temperature} "
           f"max_new_tokens={args.max_new_tokens} repeats={args.repeats} prompts={len(prompts)} "
           f"threads={torch.get_num_threads()} device={args.device}")
-    print(report(run_bench(target, draft, prompts, cfg, args.repeats)))
+    print(report(run_bench(target, draft, prompts, cfg, args.repeats, plain_too=args.matmul == "both")))
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ greedy) and each length, ``bench.run_bench`` interleaves our autoregressive base
 (recording and not), and transformers' generate (plain and assisted) over the 5 example and 5 held-out prompts.
 The floor (issue 11): the default pair >= 2.0x at greedy and at T = 0.8, the best >= 2.5x at greedy, the
 default draft's acceptance at k = 4 >= 0.65 greedy and >= 0.6 at T = 0.8, measured >= 0.85 of the prediction
-from the run's own alpha, c and v, ahead of transformers' assisted generation, recording overhead <= 5%.
+from the run's own alpha, c and v, ahead of transformers' assisted generation, recording overhead <= 5%, and at
+greedy every run's text equal to the target's own greedy text (ours-ar's, same prompt and repeat).
 The best k is measured, not assumed: with several ``--best-k`` values each is benchmarked at each length, every one is
 printed, and the floor's lines are read off the fastest of them (on a host whose verify cost swings between runs,
 the k that is best moves with it).
@@ -81,6 +82,9 @@ def verdicts(s: Setting, m: Measured) -> list[tuple[str, bool]]:
         (f"measured / predicted {m.of_predicted:.2f} >= 0.85", m.of_predicted >= 0.85),
         (f"recording overhead {100 * m.recording_overhead:+.1f}% <= 5%", m.recording_overhead <= 0.05)]
 
+    if m.compared and s.floor is not None:  # greedy: every run of ours against the target's own greedy text
+        out.append((f"greedy text == the target's own greedy text in {m.compared - m.differing} of {m.compared} runs",
+                    m.differing == 0))
     if m.vs_assisted is not None and s.floor is not None:
         out.append((f"vs transformers' assisted {m.vs_assisted:.2f}x > 1", m.vs_assisted > 1.0))
     return out
