@@ -9,7 +9,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from specviz import DecodeConfig, Decoding, autoregressive_generate, lean_llama, speculative_generate
 from specviz import forwards, lm as lm_module
 from specviz.lm import CachedLM
-from tests.helpers.models import DEVICE, finish, perturbed, reference_greedy, tiny_gpt2, tiny_llama
+from tests.helpers.models import (DEVICE, assert_greedy_speculative_equals_autoregressive, finish, perturbed,
+                                  reference_greedy, tiny_gpt2, tiny_llama)
 
 FAST = ["static", "lean"]
 
@@ -199,14 +200,8 @@ def test_lean_bf16_rows_are_bit_identical_however_many_a_pass_holds():
 
 @pytest.mark.parametrize("tree", [None, "2,2,1"])
 def test_lean_bf16_greedy_speculative_equals_autoregressive(tree):
-    from specviz import TreeConfig
-
     target = bf16_llama(seed=4)
     if not bf16_matmuls_row_exact(target):
         pytest.skip("this CPU's bf16 matmuls are not row-exact at these shapes")
-    draft = perturbed(target, 0.05, seed=5)
-    cfg = DecodeConfig(k=5, temperature=0, max_new_tokens=300, tree=TreeConfig.parse(tree) if tree else None)
     ids = torch.randint(0, 256, (1, 6), generator=torch.Generator().manual_seed(1))
-    reference = autoregressive_generate(target, ids, cfg).new_tokens
-    trace = speculative_generate(target, draft, ids, cfg)
-    assert trace.new_tokens == reference and trace.counts().accepted > 0
+    assert_greedy_speculative_equals_autoregressive(target, perturbed(target, 0.05, seed=5), ids, 5, tree, 300)

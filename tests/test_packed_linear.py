@@ -4,8 +4,8 @@ fp32 speculative decoding (chain and tree, whose verify passes take this path) s
 import pytest
 import torch
 
-from specviz import DecodeConfig, TreeConfig, autoregressive_generate, lean_llama, packed_linear, speculative_generate
-from tests.helpers.models import perturbed
+from specviz import lean_llama, packed_linear
+from tests.helpers.models import assert_greedy_speculative_equals_autoregressive, perturbed
 from tests.test_lm_fast import gqa_llama
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch has no oneDNN")
@@ -66,9 +66,5 @@ def test_lean_rows_agree_with_one_row_passes():
 @pytest.mark.parametrize("tree", [None, "3,2,1", "chain:6,2"])
 def test_fp32_greedy_speculative_equals_autoregressive(tree):
     target = gqa_llama(seed=8, layers=3, dtype=torch.float32, tied=True, sharpen=3.0)
-    draft = perturbed(target, 0.05, seed=9)
-    cfg = DecodeConfig(k=6, temperature=0, max_new_tokens=120, tree=TreeConfig.parse(tree) if tree else None)
     ids = torch.randint(0, 64, (1, 5), generator=torch.Generator().manual_seed(2))
-    reference = autoregressive_generate(target, ids, cfg).new_tokens
-    trace = speculative_generate(target, draft, ids, cfg)
-    assert trace.new_tokens == reference and trace.counts().accepted > 0
+    assert_greedy_speculative_equals_autoregressive(target, perturbed(target, 0.05, seed=9), ids, 6, tree)

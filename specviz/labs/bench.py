@@ -127,9 +127,10 @@ def run_bench(target, draft, prompts: list[torch.Tensor], cfg: DecodeConfig, rep
     for ids in prompts[:1]:  # warm-up: first calls allocate; it also times one call of each method
         for fn in fns.values():
             fn(ids, 0)
-    pilot = time.perf_counter() - t0
-    print(f"estimated ≈ {pilot * repeats * len(prompts):.0f} s for {repeats * len(prompts) * len(fns)} runs "
-          f"(from the warm-up: {pilot:.1f} s for one prompt through every method)", flush=True)
+    pilot, per_prompt = time.perf_counter() - t0, len(run_order(list(fns), 0))  # the recording pair runs twice
+    print(f"estimated ≈ {pilot * per_prompt / len(fns) * repeats * len(prompts):.0f} s for "
+          f"{repeats * len(prompts) * per_prompt} runs (from the warm-up: {pilot:.1f} s for one prompt through every "
+          "method)", flush=True)
     progress = tqdm(total=repeats * len(prompts), desc="bench", unit="prompt", leave=False)
     for rep in range(repeats):
         for i, ids in enumerate(prompts):

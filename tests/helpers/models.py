@@ -87,3 +87,14 @@ def word_tokenizer(words):
 
     return PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)},
                                                                                unk_token=words[0])))
+
+
+def assert_greedy_speculative_equals_autoregressive(target, draft, ids, k, tree=None, max_new_tokens=120):
+    """Greedy speculative decoding (a chain, or the tree shape ``tree`` names) emits the target's own greedy text,
+    accepting some drafts on the way."""
+    from specviz import DecodeConfig, TreeConfig, autoregressive_generate, speculative_generate
+
+    cfg = DecodeConfig(k=k, temperature=0, max_new_tokens=max_new_tokens, tree=TreeConfig.parse(tree) if tree else None)
+    reference = autoregressive_generate(target, ids, cfg).new_tokens
+    trace = speculative_generate(target, draft, ids, cfg)
+    assert trace.new_tokens == reference and trace.counts().accepted > 0
