@@ -18,14 +18,13 @@ from .config import DecodeConfig
 from .drafters import Drafter, Proposal, as_drafter, model_name
 from .kpolicy import make_policy
 from .lm import CachedLM, Stopwatch, context_window
-from .sampling import Verdict, beta, logits_to_probs, verify, verify_greedy
+from .sampling import Verdict, beta, logits_to_probs, residual_top, verify, verify_greedy
 from .trace import Round, Trace
 from .tree import grow, walk
 from .tree_chain import grow_chain
 from .tree_round import check_tree_model, keep_path, record_tree_round, verify_tree
 from .tree_value import AcceptanceEstimate
 
-RESIDUAL_TOP = 8  # how many residual tokens a round records for the replay
 
 
 class Decoding:
@@ -181,19 +180,10 @@ def record_round(cfg: DecodeConfig, index, k, x, q, p, verdict, emitted, draft_s
         index=index, k=k, drafted=tuple(x.tolist()), q=tuple(q[idx, x].tolist()), p=tuple(p[idx, x].tolist()),
         accept_prob=tuple(verdict.accept_prob.tolist()), u=_pad(u, m), beta=_pad(b, m), n_accepted=n,
         emitted=tuple(emitted), resampled=resampled, bonus=bonus, next_p=float(p[n, verdict.next_token]),
-        residual_top=_residual_top(verdict, p, q), draft_s=draft_s, target_s=target_s, wall_s=wall_s,
+        residual_top=residual_top(verdict.residual, p[n], q[n] if n < m else None), draft_s=draft_s,
+        target_s=target_s, wall_s=wall_s,
         draft_view=draft_view,
     )
-
-
-def _residual_top(verdict: Verdict, p: torch.Tensor, q: torch.Tensor) -> tuple:
-    if verdict.residual is None:
-        return ()
-    n = verdict.n_accepted
-    top = torch.topk(verdict.residual, min(RESIDUAL_TOP, verdict.residual.shape[-1]))
-    # one gather and one copy to Python for all of them (indexing p and q token by token cost ~50 us a round)
-    values = torch.stack([top.values.double(), p[n, top.indices].double(), q[n, top.indices].double()]).tolist()
-    return tuple((t, r, pt, qt) for t, r, pt, qt in zip(top.indices.tolist(), *values) if r > 0)
 
 
 def _pad(values: list, m: int) -> tuple:

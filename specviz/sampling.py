@@ -74,6 +74,20 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tens
     return ids.clamp_(max=flat.shape[-1] - 1).reshape(probs.shape[:-1])
 
 
+RESIDUAL_TOP = 8  # how many residual tokens a round records for the replay
+
+
+def residual_top(residual: torch.Tensor | None, p: torch.Tensor, q: torch.Tensor | None) -> tuple:
+    """The residual's top tokens with their p and q at that position (p, q: (V,); q None: 0), as
+    (token, residual, p, q) for those with residual > 0: one gather and one copy to Python for all of them."""
+    if residual is None:
+        return ()
+    top = torch.topk(residual, min(RESIDUAL_TOP, residual.shape[-1]))
+    q_top = q[top.indices] if q is not None else torch.zeros_like(top.values)
+    values = torch.stack([top.values.double(), p[top.indices].double(), q_top.double()]).tolist()
+    return tuple((t, r, pt, qt) for t, r, pt, qt in zip(top.indices.tolist(), *values) if r > 0)
+
+
 def beta(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """Per-position acceptance probability sum_v min(p, q). p, q: (k, V) -> (k,)."""
     return torch.minimum(p, q).sum(dim=-1)

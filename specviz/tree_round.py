@@ -8,11 +8,11 @@ import torch
 from .config import DecodeConfig
 from .forwards import cache_layers
 from .lm import CachedLM
+from .sampling import residual_top
 from .trace import Round
 from .tree_record import TreeNode, TreeRecord
 from .tree import ROOT, DraftTree, TreeVerdict
 
-RESIDUAL_TOP = 8
 ALIBI = ("bloom", "mpt")  # model types whose attention biases are built from a 2-D padding mask
 
 
@@ -78,8 +78,8 @@ def record_tree_round(cfg: DecodeConfig, index: int, tree: DraftTree, p: torch.T
         p=tuple(p_at[c] for c in chain), accept_prob=tuple(tries[c].accept_prob for c in chain),
         u=tuple(tries[c].u for c in chain), beta=tuple(beta), n_accepted=n, emitted=tuple(emitted),
         resampled=resampled, bonus=bonus, next_p=float(p[stop + 1, verdict.next_token]),
-        residual_top=_residual_top(verdict, p[stop + 1], tree.q_rows.get(stop)), draft_s=draft_s, target_s=target_s,
-        wall_s=wall_s, tree=TreeRecord(nodes, tuple(path), rule),
+        residual_top=residual_top(verdict.residual, p[stop + 1], tree.q_rows.get(stop)), draft_s=draft_s,
+        target_s=target_s, wall_s=wall_s, tree=TreeRecord(nodes, tuple(path), rule),
     )
 
 
@@ -88,12 +88,3 @@ def _node(tree: DraftTree, i: int, p: float, tried, path: list[int]) -> TreeNode
     return TreeNode(parent=tree.parents[i], depth=tree.depths[i], token=tree.tokens[i], q=tree.q[i], p=p,
                     p_adj=None if tried is None else tried.p_adj, accept_prob=None if tried is None else tried.accept_prob,
                     u=None if tried is None else tried.u, status=status, value=tree.values.get(i))
-
-
-def _residual_top(verdict: TreeVerdict, p: torch.Tensor, q: torch.Tensor | None) -> tuple:
-    r = verdict.residual
-    if r is None:
-        return ()
-    top = torch.topk(r, min(RESIDUAL_TOP, r.shape[-1]))
-    q_of = (lambda t: float(q[t])) if q is not None else (lambda t: 0.0)
-    return tuple((int(t), float(v), float(p[t]), q_of(t)) for v, t in zip(top.values, top.indices) if v > 0)

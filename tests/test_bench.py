@@ -1,4 +1,6 @@
 """The benchmark runs every method on the same work (no timing assertions: timings are printed, not tested)."""
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -68,16 +70,12 @@ def test_the_floor_checks_acceptance_at_k_4_whatever_the_explorers_k():
                  vs_assisted=1.4, recording_overhead=0.01)
     assert [ok for _, ok in verdicts(at6[0], m)] == [False, True, True, True]  # 1.9x < 2.0x
     assert verdicts(at6[2], m) == []  # acceptance lines are measured by floor.acceptance
-    from dataclasses import replace
-
     exact, inexact = replace(m, speedup=2.2, compared=40), replace(m, speedup=2.2, compared=40, differing=1)
     assert [ok for _, ok in verdicts(at6[0], exact)] == [True] * 5  # greedy runs compared: one line more
     assert [ok for _, ok in verdicts(at6[0], inexact)] == [True, True, True, False, True]  # one run differed
 
 
 def test_the_bench_compares_every_greedy_run_with_the_targets_own_greedy_text(prompt, monkeypatch):
-    from dataclasses import replace
-
     from specviz.labs import bench
 
     target = tiny_llama(seed=3, sharpen=30)

@@ -130,3 +130,18 @@ def test_sample_follows_the_distribution_and_never_draws_a_zero():
     assert sample(rows, g).tolist() == [3, 0, 4] and sample(rows[0], g).shape == ()
     skewed = torch.tensor([1e-6, 1.0 - 1e-6]).float()  # unnormalised float32 rows work too
     assert int(sample(skewed * 3, g)) in (0, 1)
+
+
+def test_residual_top_lists_the_residuals_top_tokens_with_their_p_and_q():
+    from specviz.sampling import RESIDUAL_TOP, residual_top
+
+    p = torch.tensor([0.5, 0.2, 0.2, 0.1])
+    q = torch.tensor([0.1, 0.6, 0.1, 0.2])
+    residual = torch.clamp(p - q, min=0)
+    residual = residual / residual.sum()  # norm(max(0, p - q)) = (0.8, 0, 0.2, 0)
+    got = residual_top(residual, p, q)
+    assert [t for t, *_ in got] == [0, 2]  # tokens with residual 0 are left out, highest first
+    assert got[0][1:] == pytest.approx((0.8, 0.5, 0.1)) and got[1][1:] == pytest.approx((0.2, 0.2, 0.1))
+    assert [row[3] for row in residual_top(residual, p, None)] == [0.0, 0.0]  # no q row (a tree's point mass)
+    assert residual_top(None, p, q) == ()
+    assert len(residual_top(torch.full((50,), 0.02), torch.full((50,), 0.02), None)) == RESIDUAL_TOP
