@@ -38,7 +38,8 @@ class Decoding:
             raise ValueError(f"cfg must be a specviz.DecodeConfig, got {type(cfg).__name__}")
         self.cfg = cfg
         prompt = prompt_list(input_ids)
-        self.drafter: Drafter | None = None if draft is None else as_drafter(draft).fresh()  # this run's own copy
+        shared = None if draft is None else as_drafter(draft)
+        self.drafter: Drafter | None = None if shared is None else shared.fresh()  # this run's own copy
         check_window(prompt, cfg, target, self.drafter)
         if cfg.tree is not None and self.drafter is not None:
             check_tree_model(target, "target")
@@ -49,6 +50,8 @@ class Decoding:
         self.trace = Trace.start(prompt, cfg, *names, eos_ids(target))
         self._clock = Stopwatch(self.target.device)
         self.tree_value = AcceptanceEstimate() if cfg.tree is not None and cfg.tree.dynamic else None
+        chained = shared is not None and cfg.tree is not None and cfg.tree.chained and cfg.greedy
+        self.sibling_value = shared.sibling_estimate() if chained else None  # where a greedy chain's siblings pay
 
     def __iter__(self) -> Iterator[Round]:
         """Rounds as they happen. ``trace.total_s`` counts this run's own work only (prefill, rounds and their
@@ -106,7 +109,8 @@ class Decoding:
         t0, cfg = time.perf_counter(), self.cfg
         with self._clock.running():
             if cfg.tree.chained:  # the chain the drafter drafts anyway, plus sibling leaves
-                tree = grow_chain(self.drafter, self.committed, cfg.tree, cfg, levels, self.generator)
+                tree = grow_chain(self.drafter, self.committed, cfg.tree, cfg, levels, self.generator,
+                                  self.sibling_value)
             else:
                 tree = grow(self.drafter, self.committed, cfg.tree, cfg, levels, self.generator, self.tree_value)
         draft_s = self._clock.take()
@@ -117,6 +121,8 @@ class Decoding:
         verdict = walk(tree, p, logits, cfg, self.generator)
         if self.tree_value is not None:
             self.tree_value.observe_round(tree, verdict.tries)
+        if self.sibling_value is not None and tree.positions:
+            self.sibling_value.observe_round(tree, verdict)
         keep_path(self.target, self.drafter, tree, verdict.path, logits)
         emitted = commit(self.committed, tree.path_tokens(verdict.path) + [verdict.next_token], self.trace)
         return record_tree_round(cfg, index, tree, p, verdict, emitted, draft_s, target_s, time.perf_counter() - t0,

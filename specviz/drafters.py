@@ -21,6 +21,7 @@ from .config import DecodeConfig
 from .lm import CachedLM, context_window
 from .sampling import align_vocab, logits_to_probs, point_mass, sample
 from .tree_round import check_tree_model
+from .tree_value import SiblingEstimate
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,8 @@ class Proposal:
     tokens: torch.Tensor  # (m,) m <= k
     q: torch.Tensor | None  # (m, V) the distributions the tokens were drawn from; None = point masses
     draft_view: DraftTokens | None = None  # a draft with another tokenizer: what it drafted in its own tokens
+    sources: tuple[str, ...] = ()  # which of its drafts proposed each token (a hybrid's "lookup", "table", "model")
+    others: tuple[torch.Tensor | None, ...] = ()  # per token, a second opinion (V,) where q is a point mass, or None
 
     @classmethod
     def of(cls, tokens: list[int], qs: list[torch.Tensor], device) -> "Proposal":
@@ -98,6 +101,15 @@ class Drafter:
         rounds set lands on the copy, so runs sharing one drafter (two visitors, two threads) never mix; models and
         tables stay shared (they are only read)."""
         return copy.copy(self)
+
+    def sibling_estimate(self) -> SiblingEstimate:
+        """Where this draft's greedy chains are rejected and what a sibling wins there, learnt from the verdicts of
+        every run of this drafter (``tree_value.SiblingEstimate``; its per-run copies share it): a 64-token run
+        has about a dozen rounds, too few to learn from alone. Only where siblings go depends on it, never the
+        greedy text."""
+        if getattr(self, "_sibling_estimate", None) is None:
+            self._sibling_estimate = SiblingEstimate()
+        return self._sibling_estimate
 
     def prefill(self, prompt: list[int]) -> None:
         """Called once, timed as prefill, before the first round."""

@@ -3,6 +3,7 @@ model or the feature draft elsewhere, position by position (chains) or node by n
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from itertools import groupby
 
 import torch
@@ -63,22 +64,34 @@ class HybridDrafter(Drafter):
 
         use_table = self.cfg.greedy or not self.greedy_only
         model_logits, used = None, 0  # the model draft's stepper, made when it is first needed this round
+        tree = self.cfg.tree
+        siblings = tree is not None and tree.chained and self.cfg.greedy  # a lookup's sibling: the table's choice
+        sources, others = [], []
 
         def next_logits(drafted: list[int]) -> torch.Tensor | None:
             nonlocal model_logits, used
             if use_table:
                 if self.lookup and (token := self._lookup(committed, drafted)) is not None:
+                    sources.append("lookup")
+                    others.append(self.table.log_distribution(history + drafted).exp().to(self.device)
+                                  if siblings else None)
                     return point_mass(torch.tensor([token], device=self.device), self.vocab_size)[0].log()
                 logq = self.table.log_distribution(history + drafted)
                 if float(logq.max()) >= log_conf:
+                    sources.append("table")
+                    others.append(None)
                     return logq.to(self.device)
             if used == self.model_steps:  # the round's model drafts are spent: k caps the near-free ones only
                 return None
             used += 1
             model_logits = model_logits or md.stepper(committed)
+            sources.append("model")
+            others.append(None)
             return model_logits(drafted)  # it feeds what the table drafted before it
 
-        return draft_loop(next_logits, k, self.cfg, self.vocab_size, generator, self.device)
+        proposal = draft_loop(next_logits, k, self.cfg, self.vocab_size, generator, self.device)
+        m = len(proposal.tokens)
+        return replace(proposal, sources=tuple(sources[:m]), others=tuple(others[:m]))
 
     def _lookup(self, committed: list[int], drafted: list[int]) -> int | None:
         """The token after the latest occurrence in committed of the last ``lookup`` tokens of committed + drafted.

@@ -3,16 +3,17 @@
 best other token at one of the chain's positions, read from the q the chain was drawn from: no draft pass more.
 The target verifies chain and leaves in one pass, as any tree.
 
-Why on a CPU: a verify row costs about as much as a draft step, and at greedy the first rejection of the bundled
-pair's chain falls on the draft's second choice about as often as not; a sibling where the draft doubts its
-token pays for its row, a wide tree drafted level by level does not (the tree lab, README).
+Why on a CPU: a verify row costs about as much as a draft step, so a sibling pays only where the walk is likely
+to arrive, reject the chain's token and take the sibling instead: a few rows placed well, not a wide tree.
 
-Which positions get a sibling depends on the draft alone: position i is worth reach_i = prod_{j<i} q_j(x_j) (the
-draft's own odds that the walk arrives) times, greedy, q_i(second) (it takes the second choice) or, sampled,
-1 - q_i(x_i) (it rejects x_i), fixed before any sibling is drawn. (Ranking by the run's learnt acceptance rates,
-as the dynamic trees do, placed them worse: 109 rounds against 105 over the lab's 640 greedy tokens.) The sibling
-is drawn from q_i without x_i (renormalised), so recursive rejection sampling (``sampling.verify_candidates``)
-keeps the target's law exactly."""
+Which positions get a sibling depends on the draft and earlier rounds alone (fixed before the round's target
+pass). Greedy: position i is worth reach_i * hit_i, the chance the walk arrives (the product of 1 - reject_j over
+the positions before it) and takes the sibling, both learnt from the run's own verdicts per source and doubt
+(``tree_value.SiblingEstimate``: the bundled draft's q is not calibrated). The sibling is the best other token of
+the q the chain token was drawn from or, where that q is a point mass (a hybrid's prompt lookup), of the
+drafter's second opinion there (its n-gram table's q). Sampled: worth = reach_i * (1 - q_i(x_i)) with reach_i the
+product of the earlier q_j(x_j); the sibling is drawn from q_i without x_i (renormalised), so recursive rejection
+sampling (``sampling.verify_candidates``) keeps the target's law exactly."""
 from __future__ import annotations
 
 import torch
@@ -20,13 +21,15 @@ import torch
 from .config import DecodeConfig, TreeConfig
 from .sampling import sample
 from .tree import DraftTree
+from .tree_value import SiblingEstimate
 
 
 def grow_chain(drafter, committed: list[int], tree_cfg: TreeConfig, cfg: DecodeConfig, depth: int,
-               generator: torch.Generator | None) -> DraftTree:
+               generator: torch.Generator | None, estimate: SiblingEstimate | None = None) -> DraftTree:
     """The chain of at most ``depth`` drafts and at most ``tree_cfg.siblings`` sibling leaves worth at least
-    ``tree_cfg.threshold``. Chain node i is node i (its parent i - 1, the root for 0); the drafter keeps its own
-    chain state (``chain_drafted``: the round does not call ``tree_end``)."""
+    ``tree_cfg.threshold`` (greedy: the expected tokens a sibling wins). Chain node i is node i (its parent i - 1,
+    the root for 0); the drafter keeps its own chain state (``chain_drafted``: the round does not call
+    ``tree_end``). ``estimate``: the run's greedy sibling estimate (None: its priors alone)."""
     proposal = drafter.propose(committed, depth, generator)
     tokens = proposal.tokens.tolist()
     tree = DraftTree(chain_drafted=True)
@@ -34,27 +37,53 @@ def grow_chain(drafter, committed: list[int], tree_cfg: TreeConfig, cfg: DecodeC
         return tree
     q = proposal.q_on(drafter.vocab_size)  # (m, V): point masses (a lookup's tokens) as onehot rows
     q_x = q[torch.arange(len(tokens)), proposal.tokens].tolist()
-    second = q.topk(min(2, q.shape[-1]), dim=-1).values[:, -1].tolist() if cfg.greedy else None  # one topk a round
     point = proposal.q is None
-    worth, reach = [], 1.0
     for i, (x, qx) in enumerate(zip(tokens, q_x)):
         tree.q_rows[i - 1] = q[i]
         tree.add(x, i - 1, qx)
         tree.candidates[i - 1] = [(i, None if cfg.greedy or point else q[i])]
-        # greedy: the walk arrives and takes the second choice; sampled: it arrives and rejects x_i
-        other = (second[i] if cfg.greedy else 1.0 - qx) if qx < 1 else 0.0
-        worth.append(reach * other)
-        reach *= qx
+    if cfg.greedy:
+        worth, opinion = _greedy_worth(tree, proposal, q, tokens, estimate or SiblingEstimate())
+    else:
+        worth, opinion = _sampled_worth(q_x), q
     ranked = sorted(range(len(tokens)), key=lambda i: -worth[i])[: tree_cfg.siblings]
     for i in sorted(j for j in ranked if worth[j] > 0 and worth[j] >= tree_cfg.threshold):
-        left = q[i].clone()
-        left[tokens[i]] = 0
         if cfg.greedy:
-            s, q_s = int(left.argmax()), None
+            s, q_s = tree.positions[i][2], None
         else:
+            left = q[i].clone()
+            left[tokens[i]] = 0
             q_s = left / left.sum()
             s = int(sample(q_s, generator))
-        node = tree.add(s, i - 1, float(q[i, s]), rank=1)
+        node = tree.add(s, i - 1, float(opinion[i][s]), rank=1)
         tree.values[node] = worth[i]
         tree.candidates[i - 1].append((node, q_s))
     return tree
+
+
+def _greedy_worth(tree: DraftTree, proposal, q: torch.Tensor, tokens: list[int], estimate: SiblingEstimate):
+    """Each position's worth reach_i * hit_i, and the rows its sibling comes from; sets ``tree.positions``."""
+    others = proposal.others or (None,) * len(tokens)
+    sources = proposal.sources or ("draft",) * len(tokens)
+    opinion = torch.stack([q[i] if other is None else other.to(q) for i, other in enumerate(others)])
+    rows = torch.arange(len(tokens))
+    at_x = opinion[rows, tokens]
+    opinion_wo = opinion.clone()
+    opinion_wo[rows, tokens] = -1.0
+    best = opinion_wo.max(dim=-1)  # every position's alternative in one pass
+    worth, reach = [], 1.0
+    for source, alt, q_alt, qx in zip(sources, best.indices.tolist(), best.values.tolist(), at_x.tolist()):
+        doubt = min(1.0, q_alt / qx) if qx > 0 else (1.0 if q_alt > 0 else 0.0)
+        tree.positions.append((source, doubt, alt))
+        worth.append(reach * estimate.hit(source, doubt) if q_alt > 0 else 0.0)
+        reach *= 1.0 - estimate.reject(source, doubt)
+    return worth, opinion
+
+
+def _sampled_worth(q_x: list[float]) -> list[float]:
+    """Sampled: reach_i (the product of the earlier q_j(x_j)) times 1 - q_i(x_i), the chance x_i is rejected."""
+    worth, reach = [], 1.0
+    for qx in q_x:
+        worth.append(reach * (1.0 - qx) if qx < 1 else 0.0)
+        reach *= qx
+    return worth

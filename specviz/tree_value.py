@@ -50,3 +50,65 @@ class AcceptanceEstimate:
         """Every try of a tree round (``TreeVerdict.tries``: node -> Try) at its node's rank and q."""
         for node, t in tries.items():
             self.observe(tree.ranks[node], tree.q[node], t.accept_prob)
+
+
+DOUBT_EDGES = (0.05, 0.2, 0.5, 0.7, 0.875)  # doubt bins: [0, 0.05), [0.05, 0.2), ..., [0.875, 1]
+
+
+@dataclass
+class SiblingEstimate:
+    """Where a greedy chain's first rejection falls and what a sibling there wins, learnt from the run's verdicts:
+    what a chain with siblings (``specviz.tree_chain``) places its siblings by.
+
+    A chain position has a source (the drafter that drafted it: a hybrid's "lookup", "table" or "model", another
+    drafter's "draft") and a doubt: q(alt) / q(x) under the distribution its sibling would come from, alt being
+    that distribution's best token other than x (capped at 1: the distribution prefers alt). Per (source, doubt
+    bin) it counts the rounds whose walk reached the position, those that rejected x there, and those where the
+    target's token there was alt (a sibling's hit: one token more). The bundled draft's q is not calibrated (its
+    tokens mostly carry q < 0.2 and are accepted 73% of the time), but its doubt sorts them: reached model
+    positions in the top doubt quartile were rejected 44% of the time and alt was the target's token in 32%,
+    those in the bottom quartile 10% and 7% (greedy, 64 tokens of 10 prompts, 2026-12-01). Before any round a
+    position counts as the two-candidate odds doubt / (1 + doubt), as PRIOR_TRIES rounds. It reads earlier
+    rounds only: the tree is fixed before its target pass, so the output is the target's greedy text."""
+
+    reached: dict[tuple[str, int], int] = field(default_factory=dict)
+    rejected: dict[tuple[str, int], int] = field(default_factory=dict)
+    hits: dict[tuple[str, int], int] = field(default_factory=dict)
+
+    @staticmethod
+    def key(source: str, doubt: float) -> tuple[str, int]:
+        return source, bisect_right(DOUBT_EDGES, doubt)
+
+    def reject(self, source: str, doubt: float) -> float:
+        """P(x is rejected | the walk reaches its position)."""
+        return self._rate(self.rejected, source, doubt)
+
+    def hit(self, source: str, doubt: float) -> float:
+        """P(x is rejected and the target's token is alt | the walk reaches the position)."""
+        return self._rate(self.hits, source, doubt)
+
+    def _rate(self, counts: dict, source: str, doubt: float) -> float:
+        key = self.key(source, doubt)
+        prior = doubt / (1 + doubt)
+        return (counts.get(key, 0) + PRIOR_TRIES * prior) / (self.reached.get(key, 0) + PRIOR_TRIES)
+
+    def observe(self, positions: list[tuple[str, float, int]], accepted: int, token: int | None) -> None:
+        """One round: positions[i] = (source, doubt, alt) of chain position i; ``accepted`` chain tokens were
+        accepted; token: the target's token at the first rejected position (None: none was rejected)."""
+        for i, (source, doubt, alt) in enumerate(positions[: accepted + 1]):
+            key = self.key(source, doubt)
+            self.reached[key] = self.reached.get(key, 0) + 1
+            if i == accepted and token is not None:
+                self.rejected[key] = self.rejected.get(key, 0) + 1
+                self.hits[key] = self.hits.get(key, 0) + (alt == token)
+
+    def observe_round(self, tree, verdict) -> None:
+        """A chain-with-siblings round (``tree.positions`` set by ``grow_chain``) from its ``TreeVerdict``."""
+        path, n = verdict.path, 0
+        while n < len(path) and path[n] == n:  # chain node i is node i
+            n += 1
+        if n < len(path):  # a sibling was accepted: x was rejected there and alt was the target's token
+            token = tree.positions[n][2]
+        else:
+            token = verdict.next_token if verdict.rejected else None
+        self.observe(tree.positions, n, token)

@@ -245,6 +245,10 @@ def test_tree_lab_tab_measures_chains_and_trees(store):
     runs = table[table["setting"] != "autoregressive"]
     assert (runs["tau"] >= 1).all() and (abs(runs["tau"] - runs["tau predicted"]) < 0.3).all()
     assert runs["nodes per round"].iloc[2] > runs["nodes per round"].iloc[0]  # a tree verifies more per round
+    chains = runs[runs["setting"].str.startswith("chain")]
+    best = chains["setting"].iloc[int(chains["tokens/s"].argmax())]  # its paired ratio with itself is exactly 1
+    assert (runs.loc[runs["setting"] == best, ["vs best chain", "vs best, 90% low", "vs best, 90% high"]] == 1).all(None)
+    assert (runs["vs best, 90% low"] <= runs["vs best chain"]).all() and (runs["vs best chain"] <= runs["vs best, 90% high"]).all()
     assert "10 runs" in note and len(per_pass.data) == 2 and len(speed.data[0].x) == 4
     for chains, trees, match in (("a,b", "", "whole numbers"), ("", "", "at least one"), ("1," * 11, "", "at most 10"),
                                  ("4", "3,x", "unreadable tree")):

@@ -127,3 +127,45 @@ def test_trying_the_sibling_against_p_instead_of_the_adjusted_p_is_detected(monk
     prompt = torch.tensor([[1, 2, 3]])
     cfg = DecodeConfig(max_new_tokens=3, tree=TreeConfig(depth=2, siblings=2))
     assert chi2_pvalue(_first_two(cfg, prompt)[0], exact_first_two(LOSSLESS_TARGET, prompt, cfg)) < 1e-3
+
+
+class _Fixed:
+    """A drafter whose every proposal is the same chain: tokens 1, 2, 3 with the given sources, q rows and
+    second opinions."""
+
+    vocab_size = 6
+
+    def __init__(self, q, sources, others=()):
+        from specviz.drafters import Proposal
+
+        self.proposal = Proposal(torch.tensor([1, 2, 3]), torch.stack(q) if q is not None else None,
+                                 sources=sources, others=others)
+
+    def propose(self, committed, k, generator):
+        return self.proposal
+
+
+def test_greedy_siblings_go_where_the_learnt_estimate_says_they_win():
+    """worth_i = reach_i * hit_i: a deep position whose source has won often beats a shallow one that never
+    has; a point mass gets its sibling from the second opinion (the table's best other token)."""
+    from specviz.tree_chain import grow_chain
+    from specviz.tree_value import SiblingEstimate
+
+    row = lambda x, alt, qa: torch.tensor([0.0] * 6).index_put_((torch.tensor([x, alt]),), torch.tensor([1 - qa, qa]))
+    q = [row(1, 4, 0.4), row(2, 5, 0.3), row(3, 0, 0.01)]
+    cfg = DecodeConfig(temperature=0, tree=TreeConfig(depth=3, siblings=1))
+    est = SiblingEstimate()
+    for _ in range(40):  # "table" positions: always accepted; "model" positions: rejected, alt taken, half the time
+        est.observe([("table", 0.4 / 0.6, 0)], 1, None)
+        est.observe([("model", 0.3 / 0.7, 5)], 0, 5)
+        est.observe([("model", 0.3 / 0.7, 5)], 1, None)
+    tree = grow_chain(_Fixed(q, ("table", "model", "model")), [0], cfg.tree, cfg, 3, None, est)
+    assert [t for t, p in zip(tree.tokens, tree.parents)] == [1, 2, 3, 5]
+    assert tree.parents[3] == 0 and tree.values[3] == pytest.approx(
+        (1 - est.reject("table", 0.4 / 0.6)) * est.hit("model", 0.3 / 0.7))
+    # a prompt lookup's point mass: its sibling is the second opinion's best other token
+    opinion = row(4, 1, 0.3)  # the table prefers 4 to the lookup's 1
+    tree = grow_chain(_Fixed(None, ("lookup", "table", "table"), (opinion, None, None)), [0], cfg.tree, cfg, 3,
+                      None, SiblingEstimate())
+    assert tree.tokens[3:] == [4] and tree.parents[3] == -1 and tree.positions[0] == ("lookup", 1.0, 4)
+    assert tree.q[3] == pytest.approx(0.7)

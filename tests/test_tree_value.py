@@ -95,3 +95,38 @@ def test_each_node_records_its_value_and_traces_round_trip(prompt):
     assert Trace.from_json(json.dumps(data)).rounds[0].tree.nodes[0].value is None
     hovers = [h for d in tree_figure(trace, trace.rounds[0]).data for h in (d.hovertext or ())]
     assert any("likely to be reached and accepted" in h for h in hovers)
+
+
+def test_sibling_estimate_counts_reached_rejected_and_hits_by_source_and_doubt():
+    from specviz.tree_value import SiblingEstimate
+
+    est = SiblingEstimate()
+    assert est.reject("model", 0.6) == pytest.approx(0.6 / 1.6)  # the prior: two-candidate odds
+    positions = [("table", 0.01, 7), ("model", 0.9, 4), ("model", 0.92, 5), ("lookup", 0.3, 2)]
+    est.observe(positions, 1, 4)  # the table token accepted, the model's rejected: the target took alt 4
+    est.observe(positions, 2, 9)  # rejected at position 2 (same bin as 1): the target took 9, not alt 5
+    est.observe(positions, 4, None)  # every token accepted
+    # ("model", bin of 0.9) reached 1 + 2 + 2 = 5 times (positions 1 and 2), rejected twice, one hit
+    assert est.reject("model", 0.88) == pytest.approx((2 + 2 * 0.88 / 1.88) / (5 + 2))
+    assert est.hit("model", 0.99) == pytest.approx((1 + 2 * 0.99 / 1.99) / (5 + 2))
+    assert est.reject("table", 0.02) == pytest.approx((0 + 2 * 0.02 / 1.02) / (3 + 2))
+    assert est.hit("lookup", 0.3) == pytest.approx((0 + 2 * 0.3 / 1.3) / (1 + 2))  # reached once, never rejected
+    assert est.reject("model", 0.1) == pytest.approx(0.1 / 1.1)  # another bin: still the prior
+
+
+def test_sibling_estimate_reads_a_tree_verdict():
+    from specviz.tree import DraftTree, TreeVerdict
+    from specviz.tree_value import SiblingEstimate
+
+    tree = DraftTree(positions=[("model", 0.9, 4), ("model", 0.9, 5)])
+    for token, parent in [(1, -1), (2, 0), (4, -1)]:  # chain nodes 0 and 1, a sibling (node 2) of node 0
+        tree.add(token, parent, 0.5)
+    cases = [(TreeVerdict((2,), 8, False, {}, None), 1),  # the sibling taken: a rejection and a hit
+             (TreeVerdict((0,), 9, True, {}, None), 0),  # node 1 rejected, the target took 9, not alt 5
+             (TreeVerdict((0, 1), 3, False, {}, None), 0)]  # the whole chain accepted
+    for verdict, hits in cases:
+        est = SiblingEstimate()
+        est.observe_round(tree, verdict)
+        assert sum(est.hits.values()) == hits
+        assert sum(est.rejected.values()) == (verdict.path != (0, 1))
+        assert sum(est.reached.values()) == (1 if verdict.path == (2,) else 2)

@@ -56,7 +56,8 @@ def run_lab(store: ModelStore, target, draft, prompts_text, chains_text, trees_t
     start = time.time()
     lab = tree_lab(model, drafter, prompts, chains, trees, cfg, repeats, check=budget.check)
     note = (f"**Done: {runs} runs in {time.time() - start:.1f} s.** Tokens per target pass is what a tree buys; "
-            "whether it is faster depends on what verifying its nodes costs on this machine.")
+            "whether it is faster depends on what verifying its nodes costs on this machine. *vs best chain*: each "
+            "setting's tokens/s over the fastest chain's on the same prompt, run seconds apart (median and 90% interval).")
     yield note, lab.round(3), lab_plots.tree_tokens_per_pass(lab), lab_plots.tree_speedup(lab)
 
 

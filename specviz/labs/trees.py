@@ -5,7 +5,9 @@ with the positional acceptance model beside the measurement.
                                  [--trees 3,2,2,1 2,1,1,1,1,1 dynamic:10,8,3] [--repeats 2] [--threads 1]
 
 Per prompt and repeat the autoregressive baseline and every setting run in turn (the order rotating), so that
-machine noise falls on all alike; speedups are ratios of totals from the same run. "tau predicted" is
+machine noise falls on all alike; speedups are ratios of totals from the same run. "vs best chain" is the median,
+over prompts and repeats, of each setting's tokens/s over the fastest chain's on the same prompt and repeat (run
+seconds apart, so a slow phase of the machine falls on both), with a bootstrap 90% interval. "tau predicted" is
 ``theory.expected_tree_tokens`` of the setting's trees from the per-(depth, rank) acceptance rates measured in
 the same runs: exact in expectation for chains, and for trees as good as the independence it assumes.
 """
@@ -40,7 +42,7 @@ def tree_lab(target, draft, prompts: list, chains: list[int], trees: list[TreeCo
     (a request's budget: it raises to stop)."""
     runs = {"autoregressive": None} | settings(chains, trees, cfg)
     counts = {name: Counts() for name in runs}
-    seconds, traces = dict.fromkeys(runs, 0.0), {name: [] for name in runs}
+    seconds, traces, cells = dict.fromkeys(runs, 0.0), {name: [] for name in runs}, {name: [] for name in runs}
     for name, run_cfg in runs.items():  # warm-up: first calls allocate
         _run(target, draft, prompts[0], replace(run_cfg or cfg, max_new_tokens=4))
     for rep in range(repeats):
@@ -52,11 +54,32 @@ def tree_lab(target, draft, prompts: list, chains: list[int], trees: list[TreeCo
                     check()
                 t0 = time.perf_counter()
                 trace = _run(target, draft, ids, replace(runs[name] or cfg, seed=cfg.seed + rep), auto=runs[name] is None)
-                seconds[name] += time.perf_counter() - t0
-                counts[name] += trace.counts()
+                took = time.perf_counter() - t0
+                seconds[name] += took
+                run_counts = trace.counts()
+                counts[name] += run_counts
                 traces[name].append(trace)
+                cells[name].append(run_counts.new_tokens / took)
     base = counts["autoregressive"].new_tokens / seconds["autoregressive"]
-    return pd.DataFrame([_row(name, counts[name], seconds[name], traces[name], base) for name in runs])
+    df = pd.DataFrame([_row(name, counts[name], seconds[name], traces[name], base) for name in runs])
+    return df.join(_versus_best_chain(df, cells))
+
+
+def _versus_best_chain(df: pd.DataFrame, cells: dict[str, list[float]]) -> pd.DataFrame:
+    """Each setting's tokens/s over the fastest chain's, per prompt and repeat: the median and a bootstrap 90%
+    interval (2000 resamples of the prompt-repeat cells, seeded: the same cells give the same interval)."""
+    names = [n for n in df["setting"] if n.startswith("chain k=")]
+    if not names:
+        return pd.DataFrame(index=df.index)
+    best = max(names, key=lambda n: float(df.loc[df["setting"] == n, "tokens/s"].iloc[0]))
+    g = torch.Generator().manual_seed(0)
+    rows = []
+    for name in df["setting"]:
+        ratio = torch.tensor(cells[name], dtype=torch.float64) / torch.tensor(cells[best], dtype=torch.float64)
+        picks = torch.randint(len(ratio), (2000, len(ratio)), generator=g)
+        lo, hi = torch.quantile(ratio[picks].median(dim=1).values, torch.tensor([0.05, 0.95], dtype=torch.float64))
+        rows.append({"vs best chain": float(ratio.median()), "vs best, 90% low": float(lo), "vs best, 90% high": float(hi)})
+    return pd.DataFrame(rows, index=df.index)
 
 
 def _run(target, draft, ids, cfg, auto: bool = False):
