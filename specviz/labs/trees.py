@@ -5,9 +5,9 @@ with the positional acceptance model beside the measurement.
                                  [--trees 3,2,2,1 2,1,1,1,1,1 dynamic:10,8,3] [--repeats 2] [--threads 1]
 
 Per prompt and repeat the autoregressive baseline and every setting run in turn (the order rotating), so that
-machine noise falls on all alike; speedups are ratios of totals from the same run. "vs best chain" is the median,
-over prompts and repeats, of each setting's tokens/s over the fastest chain's on the same prompt and repeat (run
-seconds apart, so a slow phase of the machine falls on both), with a bootstrap 90% interval. "tau predicted" is
+machine noise falls on all alike; speedups are ratios of totals from the same run. "vs best chain" is each
+setting's tokens/s over the fastest chain's, with a 90% interval from resampling the (prompt, repeat) cells in
+pairs: a cell's two runs are seconds apart, so a slow phase of the machine falls on both. "tau predicted" is
 ``theory.expected_tree_tokens`` of the setting's trees from the per-(depth, rank) acceptance rates measured in
 the same runs: exact in expectation for chains, and for trees as good as the independence it assumes.
 """
@@ -59,26 +59,29 @@ def tree_lab(target, draft, prompts: list, chains: list[int], trees: list[TreeCo
                 run_counts = trace.counts()
                 counts[name] += run_counts
                 traces[name].append(trace)
-                cells[name].append(run_counts.new_tokens / took)
+                cells[name].append((run_counts.new_tokens, took))
     base = counts["autoregressive"].new_tokens / seconds["autoregressive"]
     df = pd.DataFrame([_row(name, counts[name], seconds[name], traces[name], base) for name in runs])
     return df.join(_versus_best_chain(df, cells))
 
 
-def _versus_best_chain(df: pd.DataFrame, cells: dict[str, list[float]]) -> pd.DataFrame:
-    """Each setting's tokens/s over the fastest chain's, per prompt and repeat: the median and a bootstrap 90%
-    interval (2000 resamples of the prompt-repeat cells, seeded: the same cells give the same interval)."""
+def _versus_best_chain(df: pd.DataFrame, cells: dict[str, list[tuple[int, float]]]) -> pd.DataFrame:
+    """Each setting's tokens/s over the fastest chain's (ratios of totals, as the speedup column), with a bootstrap
+    90% interval: 2000 resamples of the (prompt, repeat) cells, each cell's two runs kept together (seeded: the
+    same cells give the same interval)."""
     names = [n for n in df["setting"] if n.startswith("chain k=")]
     if not names:
         return pd.DataFrame(index=df.index)
     best = max(names, key=lambda n: float(df.loc[df["setting"] == n, "tokens/s"].iloc[0]))
-    g = torch.Generator().manual_seed(0)
+    base = torch.tensor(cells[best], dtype=torch.float64)  # (cells, 2): tokens, seconds
+    picks = torch.randint(len(base), (2000, len(base)), generator=torch.Generator().manual_seed(0))
     rows = []
     for name in df["setting"]:
-        ratio = torch.tensor(cells[name], dtype=torch.float64) / torch.tensor(cells[best], dtype=torch.float64)
-        picks = torch.randint(len(ratio), (2000, len(ratio)), generator=g)
-        lo, hi = torch.quantile(ratio[picks].median(dim=1).values, torch.tensor([0.05, 0.95], dtype=torch.float64))
-        rows.append({"vs best chain": float(ratio.median()), "vs best, 90% low": float(lo), "vs best, 90% high": float(hi)})
+        run = torch.tensor(cells[name], dtype=torch.float64)
+        ratio = lambda r, b: r[..., 0].sum(-1) / r[..., 1].sum(-1) / (b[..., 0].sum(-1) / b[..., 1].sum(-1))
+        lo, hi = torch.quantile(ratio(run[picks], base[picks]), torch.tensor([0.05, 0.95], dtype=torch.float64))
+        rows.append({"vs best chain": float(ratio(run, base)), "vs best, 90% low": float(lo),
+                     "vs best, 90% high": float(hi)})
     return pd.DataFrame(rows, index=df.index)
 
 
