@@ -19,7 +19,7 @@ class TreeNode:
     accept_prob: float | None  # min(1, p'/q_i) (greedy: 1.0 for the target's argmax, else 0.0)
     u: float | None  # the uniform draw (None: greedy or not tried)
     status: str  # accepted (on the path), rejected (tried, not taken) or unvisited
-    value: float | None = None  # a dynamic tree's estimate, when drafted, that the walk reaches and accepts it
+    value: float | None = None  # a dynamic tree node's or sibling's estimate, when drafted, that the walk takes it
 
 
 @dataclass(frozen=True)

@@ -249,6 +249,11 @@ def test_tree_lab_tab_measures_chains_and_trees(store):
     best = chains["setting"].iloc[int(chains["tokens/s"].argmax())]  # its paired ratio with itself is exactly 1
     assert (runs.loc[runs["setting"] == best, ["vs best chain", "vs best, 90% low", "vs best, 90% high"]] == 1).all(None)
     assert (runs["vs best, 90% low"] <= runs["vs best chain"]).all() and (runs["vs best chain"] <= runs["vs best, 90% high"]).all()
+    other = runs[runs["setting"] != best].iloc[0]  # its rows against the best chain's, by hand
+    mine = runs[runs["setting"] == best].iloc[0]
+    assert other["tokens per extra row"] == pytest.approx(
+        (other["tau"] - mine["tau"]) / (other["nodes per round"] - mine["nodes per round"]), abs=1e-3)
+    assert table.attrs["rows"]["rounds"] > 0 and table.attrs["rows"]["best chain"] == best
     assert "10 runs" in note and len(per_pass.data) == 2 and len(speed.data[0].x) == 4
     for chains, trees, match in (("a,b", "", "whole numbers"), ("", "", "at least one"), ("1," * 11, "", "at most 10"),
                                  ("4", "3,x", "unreadable tree")):

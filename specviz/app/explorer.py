@@ -178,8 +178,8 @@ def _controls(store: ModelStore) -> tuple[list, gr.Slider]:
 def _tree_controls() -> list:
     """[shape, children]: a chain of k, or a token tree verified in one target pass."""
     shape = gr.Dropdown(SHAPES, value="chain", allow_custom_value=True, label="Draft shape", elem_id="shape",
-                        info="chain: k drafts in a row · chain:DEPTH,SIBLINGS: that chain plus leaves at the "
-                             "draft's least sure positions (its second choice there) · a tree: children per depth "
+                        info="chain: k drafts in a row · chain:DEPTH,SIBLINGS: that chain plus leaves where "
+                             "earlier rounds say the draft's other choice wins most · a tree: children per depth "
                              "(3,2,2,1) or dynamic:BUDGET,DEPTH,WIDTH[,THRESHOLD] (EAGLE-2: the branches most likely "
                              "accepted, as this run's verdicts so far say; a threshold drops nodes below it)")
     children = gr.Radio(["auto", "top", "iid", "distinct"], value="auto", label="Tree children",

@@ -57,7 +57,11 @@ def run_lab(store: ModelStore, target, draft, prompts_text, chains_text, trees_t
     lab = tree_lab(model, drafter, prompts, chains, trees, cfg, repeats, check=budget.check)
     note = (f"**Done: {runs} runs in {time.time() - start:.1f} s.** Tokens per target pass is what a tree buys; "
             "whether it is faster depends on what verifying its nodes costs on this machine. *vs best chain*: each "
-            "setting's tokens/s over the fastest chain's on the same prompt, run seconds apart (median and 90% interval).")
+            "setting's tokens/s over the fastest chain's, with a 90% interval from resampling the prompts.")
+    if rows := lab.attrs.get("rows"):
+        note += (f" A verified row cost {rows['ms per row']:.2f} ms here (fitted over {rows['rounds']} rounds), so at "
+                 f"{rows['best chain']}'s speed a row pays where it wins more than {rows['break-even tokens per row']:.3f} "
+                 "tokens (*tokens per extra row*).")
     yield note, lab.round(3), lab_plots.tree_tokens_per_pass(lab), lab_plots.tree_speedup(lab)
 
 

@@ -17,6 +17,7 @@ import argparse
 import time
 from dataclasses import replace
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -62,7 +63,26 @@ def tree_lab(target, draft, prompts: list, chains: list[int], trees: list[TreeCo
                 cells[name].append((run_counts.new_tokens, took))
     base = counts["autoregressive"].new_tokens / seconds["autoregressive"]
     df = pd.DataFrame([_row(name, counts[name], seconds[name], traces[name], base) for name in runs])
-    return df.join(_versus_best_chain(df, cells))
+    df = df.join(_versus_best_chain(df, cells))
+    return _row_economics(df, [r for name in runs if runs[name] is not None for t in traces[name] for r in t.rounds])
+
+
+def _row_economics(df: pd.DataFrame, rounds: list) -> pd.DataFrame:
+    """What a verified row costs and what each setting's rows win: a least-squares line through every speculative
+    round's target pass (seconds against rows: its nodes and the one pending token), kept as ``df.attrs["rows"]``
+    (ms per row, ms at zero rows, rounds fitted, and the break-even: the tokens a row must win to pay for itself at
+    the best chain's tokens/s), and per setting "tokens per extra row" against the best chain: (tau - its tau) /
+    (nodes per round - its nodes per round)."""
+    if "vs best chain" not in df or len({r.proposed for r in rounds}) < 2:
+        return df
+    slope, intercept = np.polyfit([r.proposed + 1 for r in rounds], [r.target_s for r in rounds], 1)
+    best = df.loc[df["vs best chain"] == 1.0].iloc[0]
+    extra = df["nodes per round"] - best["nodes per round"]
+    df["tokens per extra row"] = ((df["tau"] - best["tau"]) / extra).where(extra.abs() > 0.05)
+    df.loc[df["setting"] == "autoregressive", "tokens per extra row"] = np.nan
+    df.attrs["rows"] = {"ms per row": 1e3 * slope, "ms at zero rows": 1e3 * intercept, "rounds": len(rounds),
+                        "break-even tokens per row": slope * best["tokens/s"], "best chain": best["setting"]}
+    return df
 
 
 def _versus_best_chain(df: pd.DataFrame, cells: dict[str, list[tuple[int, float]]]) -> pd.DataFrame:
@@ -140,6 +160,10 @@ def main(argv=None) -> None:
           f"{args.max_new_tokens} repeats={args.repeats} prompts={len(prompts)} threads={torch.get_num_threads()}")
     df = tree_lab(target, drafter_for(target, args.target, args.draft, args.device), prompts, chains, trees, cfg, args.repeats)
     print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    if rows := df.attrs.get("rows"):
+        print(f"a verified row costs {rows['ms per row']:.2f} ms (least squares over {rows['rounds']} rounds: a target "
+              f"pass = {rows['ms at zero rows']:.1f} ms + rows x {rows['ms per row']:.2f} ms); at {rows['best chain']}'s "
+              f"tokens/s a row pays where it wins more than {rows['break-even tokens per row']:.3f} tokens")
     costs = keep_costs(target)
     print("keeping a 4-node path of a 16-node tree in the target's cache (median ms): "
           + ", ".join(f"{way} {ms:.3f}" for way, ms in costs.items()))

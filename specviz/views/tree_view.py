@@ -125,7 +125,7 @@ def _hover(text: str, n: TreeNode, greedy: bool) -> str:
              f"q = {_num(n.q)}   p = {_num(n.p)}   p′ = {_num(n.p_adj)}   u = {_num(n.u)}",
              node_decision(n, greedy)]
     if n.value is not None:
-        lines.insert(2, f"drafted as {100 * n.value:.0f}% likely to be reached and accepted (this run's verdicts so far)")
+        lines.insert(2, f"drafted as {100 * n.value:.0f}% likely to be reached and accepted (from earlier verdicts)")
     return "<br>".join(esc(line) for line in lines)
 
 
