@@ -97,7 +97,10 @@ class CachedLM:
         """Keep a cached tree's accepted path (node indices, root's child first) after ids, drop its other nodes.
         last_logits: the logits after the path's last node (None: not known; the next sync feeds it again)."""
         base = len(self.ids)
-        self.cache.keep(base, [base + n for n in path])
+        if path == list(range(len(path))):  # nodes 0, 1, ... (a chain's accepted prefix): already in place
+            self.cache.crop(base + len(path))
+        else:
+            self.cache.keep(base, [base + n for n in path])
         self.ids.extend(self.tree_tokens[n] for n in path)
         self.tree_parents, self.tree_tokens = [], []
         if path:

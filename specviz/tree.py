@@ -221,27 +221,37 @@ class TreeVerdict:
 def walk(tree: DraftTree, p: torch.Tensor, logits: torch.Tensor, cfg: DecodeConfig,
          generator: torch.Generator | None) -> TreeVerdict:
     """The accept step of a tree round. p, logits: (1 + len(tree), V), row 0 at the root, row 1 + i at node i."""
+    if cfg.greedy:
+        return _walk_greedy(tree, p, logits)
     node, path, tries = ROOT, [], {}
     while True:
         kids, row = tree.candidates.get(node, []), node + 1
         if not kids:  # a leaf: every drafted token on the path was accepted, the target's next one is free
-            token = int(logits[row].argmax()) if cfg.greedy else int(sample(p[row], generator))
-            return TreeVerdict(tuple(path), token, False, tries, None)
-        if cfg.greedy:
-            best = int(logits[row].argmax())
-            hit = next((c for c, _ in kids if tree.tokens[c] == best), None)
-            for c, _ in kids:
-                tries[c] = Try(float(p[row, tree.tokens[c]]), float(c == hit), None)
-            if hit is None:
-                return TreeVerdict(tuple(path), best, True, tries, None)
-            node = hit
-        else:
-            v = verify_candidates(p[row], [tree.tokens[c] for c, _ in kids], [q for _, q in kids], generator)
-            for i in range(len(v.u)):
-                tries[kids[i][0]] = Try(v.p_adj[i], v.accept_prob[i], v.u[i])
-            if v.accepted is None:
-                return TreeVerdict(tuple(path), int(sample(v.residual, generator)), True, tries, v.residual)
-            node = kids[v.accepted][0]
+            return TreeVerdict(tuple(path), int(sample(p[row], generator)), False, tries, None)
+        v = verify_candidates(p[row], [tree.tokens[c] for c, _ in kids], [q for _, q in kids], generator)
+        for i in range(len(v.u)):
+            tries[kids[i][0]] = Try(v.p_adj[i], v.accept_prob[i], v.u[i])
+        if v.accepted is None:
+            return TreeVerdict(tuple(path), int(sample(v.residual, generator)), True, tries, v.residual)
+        node = kids[v.accepted][0]
+        path.append(node)
+
+
+def _walk_greedy(tree: DraftTree, p: torch.Tensor, logits: torch.Tensor) -> TreeVerdict:
+    """Greedy: from the root, follow the child equal to the target's argmax; the argmax where none is (or after a
+    leaf) is the next token. Every row's argmax and every node's p in one pass each."""
+    best = logits.argmax(-1).tolist()
+    rows = torch.tensor(tree.parents, dtype=torch.long, device=p.device) + 1
+    p_at = p[rows, torch.tensor(tree.tokens, dtype=torch.long, device=p.device)].tolist() if len(tree) else []
+    node, path, tries = ROOT, [], {}
+    while True:
+        kids, row = tree.candidates.get(node, []), node + 1
+        hit = next((c for c, _ in kids if tree.tokens[c] == best[row]), None)
+        for c, _ in kids:
+            tries[c] = Try(p_at[c], float(c == hit), None)
+        if hit is None:  # no child is the argmax (a rejection), or a leaf (every token on the path accepted)
+            return TreeVerdict(tuple(path), best[row], bool(kids), tries, None)
+        node = hit
         path.append(node)
 
 

@@ -65,7 +65,9 @@ def _greedy_worth(tree: DraftTree, proposal, q: torch.Tensor, tokens: list[int],
     """Each position's worth reach_i * hit_i, and the rows its sibling comes from; sets ``tree.positions``."""
     others = proposal.others or (None,) * len(tokens)
     sources = proposal.sources or ("draft",) * len(tokens)
-    opinion = torch.stack([q[i] if other is None else other.to(q) for i, other in enumerate(others)])
+    opinion = q
+    if any(other is not None for other in others):  # a point mass's row: the second opinion's instead
+        opinion = torch.stack([q[i] if other is None else other.to(q) for i, other in enumerate(others)])
     rows = torch.arange(len(tokens))
     top = opinion.topk(2, dim=-1)  # every position's two best tokens in one pass: alt is the best that is not x
     first = top.indices[:, 0] == torch.tensor(tokens)
