@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from .config import DecodeConfig, TreeConfig
@@ -264,16 +265,16 @@ def tree_attention(start: int, n_prefix: int, parents: list[int], first: int, de
     nodes = len(parents) - first
     base = start + n_prefix - first  # the slot of node 0 (a prefix starts a new tree: first = 0)
     end = start + n_prefix + nodes
-    visible = torch.zeros(n_prefix + nodes, end, dtype=torch.bool, device=device)
-    visible[:n_prefix] = torch.ones(n_prefix, end, dtype=torch.bool, device=device).tril(start)
+    ancestors = np.zeros((len(parents), len(parents)), dtype=bool)  # row i: node i and its ancestors
+    depth = np.zeros(len(parents), dtype=np.int64)
+    for i, parent in enumerate(parents):  # parents come before their children
+        if parent != ROOT:
+            ancestors[i] = ancestors[parent]
+            depth[i] = depth[parent] + 1
+        ancestors[i, i] = True
+    visible = torch.zeros(n_prefix + nodes, end, dtype=torch.bool)
+    visible[:n_prefix] = torch.ones(n_prefix, end, dtype=torch.bool).tril(start)
     visible[n_prefix:, :base] = True
-    positions, rows, cols = list(range(start, start + n_prefix)), [], []
-    for j in range(nodes):
-        node, depth = first + j, -1
-        while node != ROOT:
-            rows.append(n_prefix + j)
-            cols.append(base + node)
-            node, depth = parents[node], depth + 1
-        positions.append(base + depth)
-    visible[rows, cols] = True  # each node and its ancestors: one indexed write
-    return torch.tensor(positions, dtype=torch.long, device=device), visible
+    visible[n_prefix:, base:] = torch.from_numpy(ancestors[first:])
+    positions = torch.cat([torch.arange(start, start + n_prefix), torch.from_numpy(base + depth[first:])])
+    return positions.to(device), visible.to(device)

@@ -43,7 +43,7 @@ def grow_chain(drafter, committed: list[int], tree_cfg: TreeConfig, cfg: DecodeC
         tree.add(x, i - 1, qx)
         tree.candidates[i - 1] = [(i, None if cfg.greedy or point else q[i])]
     if cfg.greedy:
-        worth, opinion = _greedy_worth(tree, proposal, q, tokens, estimate or SiblingEstimate())
+        worth, opinion = _greedy_worth(tree, proposal, q, tokens, q_x, estimate or SiblingEstimate())
     else:
         worth, opinion = _sampled_worth(q_x), q
     ranked = sorted(range(len(tokens)), key=lambda i: -worth[i])[: tree_cfg.siblings]
@@ -61,21 +61,25 @@ def grow_chain(drafter, committed: list[int], tree_cfg: TreeConfig, cfg: DecodeC
     return tree
 
 
-def _greedy_worth(tree: DraftTree, proposal, q: torch.Tensor, tokens: list[int], estimate: SiblingEstimate):
+def _greedy_worth(tree: DraftTree, proposal, q: torch.Tensor, tokens: list[int], q_x: list[float],
+                  estimate: SiblingEstimate):
     """Each position's worth reach_i * hit_i, and the rows its sibling comes from; sets ``tree.positions``."""
     others = proposal.others or (None,) * len(tokens)
     sources = proposal.sources or ("draft",) * len(tokens)
-    opinion = q
-    if any(other is not None for other in others):  # a point mass's row: the second opinion's instead
-        opinion = torch.stack([q[i] if other is None else other.to(q) for i, other in enumerate(others)])
-    rows = torch.arange(len(tokens))
-    top = opinion.topk(2, dim=-1)  # every position's two best tokens in one pass: alt is the best that is not x
-    first = top.indices[:, 0] == torch.tensor(tokens)
-    alts = torch.where(first, top.indices[:, 1], top.indices[:, 0]).tolist()
-    q_alts = torch.where(first, top.values[:, 1], top.values[:, 0]).tolist()
-    at_x = opinion[rows, tokens].tolist()
+    top = q.topk(min(2, q.shape[-1]), dim=-1)  # every position's two best tokens in one pass
+    best, at_best, at_x, opinion = top.indices.tolist(), top.values.tolist(), list(q_x), q
+    for i, other in enumerate(others):
+        if other is not None:  # a point mass: its alternative comes from the second opinion
+            other = other.to(q)
+            second = other.topk(min(2, other.shape[-1]))
+            best[i], at_best[i], at_x[i] = second.indices.tolist(), second.values.tolist(), float(other[tokens[i]])
+            if opinion is q:
+                opinion = q.clone()
+            opinion[i] = other
     worth, reach = [], 1.0
-    for source, alt, q_alt, qx in zip(sources, alts, q_alts, at_x):
+    for i, source in enumerate(sources):
+        j = 1 if best[i][0] == tokens[i] else 0  # alt: the best token that is not x
+        alt, q_alt, qx = (best[i][j], at_best[i][j], at_x[i]) if j < len(best[i]) else (tokens[i], 0.0, at_x[i])
         doubt = min(1.0, q_alt / qx) if qx > 0 else (1.0 if q_alt > 0 else 0.0)
         tree.positions.append((source, doubt, alt))
         worth.append(reach * estimate.hit(source, doubt) if q_alt > 0 else 0.0)

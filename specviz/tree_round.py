@@ -3,6 +3,8 @@ verify (the target scores the pending tokens and every node in ONE forward pass)
 exactly the committed prefix and the accepted path) and record (a Round whose ``tree`` holds every node)."""
 from __future__ import annotations
 
+import weakref
+
 import torch
 
 from .config import DecodeConfig
@@ -19,7 +21,23 @@ ALIBI = ("bloom", "mpt")  # model types whose attention biases are built from a 
 def tree_refusal(model) -> str | None:
     """Why a transformers model cannot score a token tree in one pass and keep its path, or None where it can:
     ALiBi models build their position biases from a 2-D padding mask (so no tree positions, no 4-D mask), and a
-    sliding-window cache cannot gather a tree's accepted path."""
+    sliding-window cache cannot gather a tree's accepted path. Read once per model (building the cache it reads
+    costs a run a millisecond or two)."""
+    try:
+        return _REFUSALS[model]
+    except (KeyError, TypeError):
+        why = _refusal(model)
+    try:
+        _REFUSALS[model] = why
+    except TypeError:  # not weakly referable: asked again next time
+        pass
+    return why
+
+
+_REFUSALS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _refusal(model) -> str | None:
     cfg = getattr(model, "config", None)
     kind = getattr(cfg, "model_type", None) or type(model).__name__
     if kind in ALIBI or getattr(cfg, "alibi", False):
