@@ -130,3 +130,18 @@ def test_sibling_estimate_reads_a_tree_verdict():
         assert sum(est.hits.values()) == hits
         assert sum(est.rejected.values()) == (verdict.path != (0, 1))
         assert sum(est.reached.values()) == (1 if verdict.path == (2,) else 2)
+
+
+def test_the_lab_reads_what_a_drafter_has_learnt_about_its_siblings():
+    from specviz import PromptLookupDrafter
+    from specviz.labs.trees import sibling_table
+
+    drafter = PromptLookupDrafter()
+    est = drafter.sibling_estimate()
+    assert drafter.fresh().sibling_estimate() is est  # a run's copy learns into the drafter's own estimate
+    est.observe([("model", 0.9, 4), ("lookup", 0.01, 2)], 0, 4)  # rejected at the model's token, the other right
+    est.observe([("model", 0.95, 4), ("lookup", 0.01, 2)], 1, 7)  # rejected at the lookup, the other wrong
+    table = sibling_table(drafter)
+    assert list(table["source"]) == ["lookup", "model"] and list(table["doubt"]) == ["[0, 0.05)", "[0.875, 1]"]
+    assert list(table["reached"]) == [1, 2] and list(table["rejected"]) == [1, 1]
+    assert list(table["other choice right"]) == [0, 1] and list(table["P(reject | reached)"]) == [1.0, 0.5]

@@ -117,6 +117,23 @@ def _row(name: str, c: Counts, seconds: float, traces, base_tokens_per_s: float)
             "tokens/s": tokens_per_s, "speedup": tokens_per_s / base_tokens_per_s if base_tokens_per_s else 0.0}
 
 
+def sibling_table(drafter) -> pd.DataFrame:
+    """What the drafter's greedy chains with siblings have learnt (``Drafter.sibling_estimate``, from every such run
+    so far): per source and doubt bin, the chain positions the walk reached, how many it rejected, and at how many
+    of those the target's token was the draft's other choice (what a sibling there would have won)."""
+    from ..tree_value import DOUBT_EDGES
+
+    est, edges = drafter.sibling_estimate(), (0.0, *DOUBT_EDGES, 1.0)
+    rows = []
+    for key in sorted(est.reached):
+        source, b = key
+        reached, rejected, hits = est.reached[key], est.rejected.get(key, 0), est.hits.get(key, 0)
+        rows.append({"source": source, "doubt": f"[{edges[b]:g}, {edges[b + 1]:g}{']' if b + 1 == len(edges) - 1 else ')'}",
+                     "reached": reached, "rejected": rejected, "other choice right": hits,
+                     "P(reject | reached)": rejected / reached, "P(right | rejected)": hits / rejected if rejected else None})
+    return pd.DataFrame(rows)
+
+
 @torch.inference_mode()
 def keep_costs(target, context: int = 128, path: int = 4, nodes: int = 16, reps: int = 50) -> dict[str, float]:
     """Milliseconds to keep a tree's accepted path in the target's cache, both ways: gathering the path's cached
@@ -158,12 +175,17 @@ def main(argv=None) -> None:
     trees = [TreeConfig.parse(t) for t in args.trees]
     print(f"target={args.target} draft={args.draft} temperature={args.temperature} max_new_tokens="
           f"{args.max_new_tokens} repeats={args.repeats} prompts={len(prompts)} threads={torch.get_num_threads()}")
-    df = tree_lab(target, drafter_for(target, args.target, args.draft, args.device), prompts, chains, trees, cfg, args.repeats)
+    drafter = drafter_for(target, args.target, args.draft, args.device)
+    df = tree_lab(target, drafter, prompts, chains, trees, cfg, args.repeats)
     print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     if rows := df.attrs.get("rows"):
         print(f"a verified row costs {rows['ms per row']:.2f} ms (least squares over {rows['rounds']} rounds: a target "
               f"pass = {rows['ms at zero rows']:.1f} ms + rows x {rows['ms per row']:.2f} ms); at {rows['best chain']}'s "
               f"tokens/s a row pays where it wins more than {rows['break-even tokens per row']:.3f} tokens")
+    if cfg.greedy and any(t.chained for t in trees) and not (sib := sibling_table(drafter)).empty:
+        print("where the greedy chains' tokens were rejected, and how often the draft's other choice was the target's "
+              "(every chain-with-siblings round above):")
+        print(sib.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     costs = keep_costs(target)
     print("keeping a 4-node path of a 16-node tree in the target's cache (median ms): "
           + ", ".join(f"{way} {ms:.3f}" for way, ms in costs.items()))
