@@ -50,8 +50,8 @@ class Decoding:
         self.trace = Trace.start(prompt, cfg, *names, eos_ids(target))
         self._clock = Stopwatch(self.target.device)
         self.tree_value = AcceptanceEstimate() if cfg.tree is not None and cfg.tree.dynamic else None
-        chained = shared is not None and cfg.tree is not None and cfg.tree.chained and cfg.greedy
-        self.sibling_value = shared.sibling_estimate() if chained else None  # where a greedy chain's siblings pay
+        chained = shared is not None and cfg.tree is not None and cfg.tree.chained
+        self.sibling_value = shared.sibling_estimate(cfg) if chained else None  # where siblings pay
 
     def __iter__(self) -> Iterator[Round]:
         """Rounds as they happen. ``trace.total_s`` counts this run's own work only (prefill, rounds and their
@@ -122,7 +122,7 @@ class Decoding:
         if self.tree_value is not None:
             self.tree_value.observe_round(tree, verdict.tries)
         if self.sibling_value is not None and tree.positions:
-            self.sibling_value.observe_round(tree, verdict)
+            self.sibling_value.observe_round(tree, verdict, None if cfg.greedy else p)
         keep_path(self.target, self.drafter, tree, verdict.path, logits)
         emitted = commit(self.committed, tree.path_tokens(verdict.path) + [verdict.next_token], self.trace)
         return record_tree_round(cfg, index, tree, p, verdict, emitted, draft_s, target_s, time.perf_counter() - t0,

@@ -38,7 +38,7 @@ class DraftTree:
     ranks: list[int] = field(default_factory=list)  # each node's rank among the children its parent drafted
     values: dict[int, float] = field(default_factory=dict)  # a dynamic tree's value of each node (its worth)
     chain_drafted: bool = False  # drafted as a chain (``tree_chain``): the drafter keeps its chain state
-    positions: list[tuple[str, float, int]] = field(default_factory=list)  # a greedy chain's (source, doubt, alt)
+    positions: list[tuple[str, float, int]] = field(default_factory=list)  # a chain's (source, doubt, alt) per token
 
     def add(self, token: int, parent: int, q: float, draft_id: int | None = None, rank: int = 0) -> int:
         self.ranks.append(rank)

@@ -7,13 +7,13 @@ Why on a CPU: a verify row costs about as much as a draft step, so a sibling pay
 to arrive, reject the chain's token and take the sibling instead: a few rows placed well, not a wide tree.
 
 Which positions get a sibling depends on the draft and earlier rounds alone (fixed before the round's target
-pass). Greedy: position i is worth reach_i * hit_i, the chance the walk arrives (the product of 1 - reject_j over
-the positions before it) and takes the sibling, both learnt from the run's own verdicts per source and doubt
-(``tree_value.SiblingEstimate``: the bundled draft's q is not calibrated). The sibling is the best other token of
-the q the chain token was drawn from or, where that q is a point mass (a hybrid's prompt lookup), of the
-drafter's second opinion there (its n-gram table's q). Sampled: worth = reach_i * (1 - q_i(x_i)) with reach_i the
-product of the earlier q_j(x_j); the sibling is drawn from q_i without x_i (renormalised), so recursive rejection
-sampling (``sampling.verify_candidates``) keeps the target's law exactly."""
+pass). Position i is worth reach_i * hit_i, the chance the walk arrives (the product of 1 - reject_j over the
+positions before it) and takes the sibling, both learnt from the verdicts of every earlier round of the same
+drafter, per source and doubt (``tree_value.SiblingEstimate``: the bundled draft's q is not calibrated). Greedy:
+the sibling is the best other token of the q the chain token was drawn from or, where that q is a point mass (a
+hybrid's prompt lookup), of the drafter's second opinion there (its n-gram table's q). Sampled: the sibling is
+drawn from q_i without x_i (renormalised), so recursive rejection sampling (``sampling.verify_candidates``) keeps
+the target's law exactly."""
 from __future__ import annotations
 
 import torch
@@ -29,7 +29,7 @@ def grow_chain(drafter, committed: list[int], tree_cfg: TreeConfig, cfg: DecodeC
     """The chain of at most ``depth`` drafts and at most ``tree_cfg.siblings`` sibling leaves worth at least
     ``tree_cfg.threshold`` (greedy: the expected tokens a sibling wins). Chain node i is node i (its parent i - 1,
     the root for 0); the drafter keeps its own chain state (``chain_drafted``: the round does not call
-    ``tree_end``). ``estimate``: the run's greedy sibling estimate (None: its priors alone)."""
+    ``tree_end``). ``estimate``: the drafter's greedy sibling estimate (None: its priors alone)."""
     proposal = drafter.propose(committed, depth, generator)
     tokens = proposal.tokens.tolist()
     tree = DraftTree(chain_drafted=True)
@@ -42,10 +42,7 @@ def grow_chain(drafter, committed: list[int], tree_cfg: TreeConfig, cfg: DecodeC
         tree.q_rows[i - 1] = q[i]
         tree.add(x, i - 1, qx)
         tree.candidates[i - 1] = [(i, None if cfg.greedy or point else q[i])]
-    if cfg.greedy:
-        worth, opinion = _greedy_worth(tree, proposal, q, tokens, q_x, estimate or SiblingEstimate())
-    else:
-        worth, opinion = _sampled_worth(q_x), q
+    worth, opinion = _worth(tree, proposal, q, tokens, q_x, estimate or SiblingEstimate())
     ranked = sorted(range(len(tokens)), key=lambda i: -worth[i])[: tree_cfg.siblings]
     for i in sorted(j for j in ranked if worth[j] > 0 and worth[j] >= tree_cfg.threshold):
         if cfg.greedy:
@@ -61,8 +58,8 @@ def grow_chain(drafter, committed: list[int], tree_cfg: TreeConfig, cfg: DecodeC
     return tree
 
 
-def _greedy_worth(tree: DraftTree, proposal, q: torch.Tensor, tokens: list[int], q_x: list[float],
-                  estimate: SiblingEstimate):
+def _worth(tree: DraftTree, proposal, q: torch.Tensor, tokens: list[int], q_x: list[float],
+           estimate: SiblingEstimate):
     """Each position's worth reach_i * hit_i, and the rows its sibling comes from; sets ``tree.positions``."""
     others = proposal.others or (None,) * len(tokens)
     sources = proposal.sources or ("draft",) * len(tokens)
@@ -85,12 +82,3 @@ def _greedy_worth(tree: DraftTree, proposal, q: torch.Tensor, tokens: list[int],
         worth.append(reach * estimate.hit(source, doubt) if q_alt > 0 else 0.0)
         reach *= 1.0 - estimate.reject(source, doubt)
     return worth, opinion
-
-
-def _sampled_worth(q_x: list[float]) -> list[float]:
-    """Sampled: reach_i (the product of the earlier q_j(x_j)) times 1 - q_i(x_i), the chance x_i is rejected."""
-    worth, reach = [], 1.0
-    for qx in q_x:
-        worth.append(reach * (1.0 - qx) if qx < 1 else 0.0)
-        reach *= qx
-    return worth

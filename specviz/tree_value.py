@@ -19,6 +19,8 @@ from __future__ import annotations
 from bisect import bisect_right
 from dataclasses import dataclass, field
 
+import torch
+
 Q_EDGES = (0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.9)  # q bins: [0, 0.02), [0.02, 0.05), ..., [0.9, 1]
 RANKS = 3  # a node's rank among its siblings (0 = the draft's top child); ranks 2 and above share a bin
 PRIOR_TRIES = 2.0  # the prior counts as this many tries
@@ -57,23 +59,25 @@ DOUBT_EDGES = (0.05, 0.2, 0.5, 0.7, 0.875)  # doubt bins: [0, 0.05), [0.05, 0.2)
 
 @dataclass
 class SiblingEstimate:
-    """Where a greedy chain's first rejection falls and what a sibling there wins, learnt from the run's verdicts:
-    what a chain with siblings (``specviz.tree_chain``) places its siblings by.
+    """Where a chain's first rejection falls and what a sibling there wins, learnt from earlier verdicts: what a
+    chain with siblings (``specviz.tree_chain``) places its siblings by.
 
     A chain position has a source (the drafter that drafted it: a hybrid's "lookup", "table" or "model", another
     drafter's "draft") and a doubt: q(alt) / q(x) under the distribution its sibling would come from, alt being
     that distribution's best token other than x (capped at 1: the distribution prefers alt). Per (source, doubt
-    bin) it counts the rounds whose walk reached the position, those that rejected x there, and those where the
-    target's token there was alt (a sibling's hit: one token more). The bundled draft's q is not calibrated (its
-    tokens mostly carry q < 0.2 and are accepted 73% of the time), but its doubt sorts them: reached model
-    positions in the top doubt quartile were rejected 44% of the time and alt was the target's token in 32%,
-    those in the bottom quartile 10% and 7% (greedy, 64 tokens of 10 prompts, 2026-12-01). Before any round a
-    position counts as the two-candidate odds doubt / (1 + doubt), as PRIOR_TRIES rounds. It reads earlier
-    rounds only: the tree is fixed before its target pass, so the output is the target's greedy text."""
+    bin) it counts the rounds whose walk reached the position, those that rejected x there, and what a sibling
+    there won: greedy, whether the target's token was alt (one token more); sampled, the chance a sibling drawn
+    from q without x would have been accepted, sum_v min(q_s(v), p'(v)) with p' the residual after x, computed
+    from the round's own rows. The bundled draft's q is not calibrated (its tokens mostly carry q < 0.2 and are
+    accepted 73% of the time at greedy), but its doubt sorts them: reached model positions in the top doubt
+    quartile were rejected 44% of the time and alt was the target's token in 32%, those in the bottom quartile
+    10% and 7% (greedy, 64 tokens of 10 prompts, 2026-12-01). Before any round a position counts as the
+    two-candidate odds doubt / (1 + doubt), as PRIOR_TRIES rounds. It reads earlier rounds only: the tree is fixed
+    before its target pass, so the output keeps the target's law (greedy: its text)."""
 
     reached: dict[tuple[str, int], int] = field(default_factory=dict)
     rejected: dict[tuple[str, int], int] = field(default_factory=dict)
-    hits: dict[tuple[str, int], int] = field(default_factory=dict)
+    hits: dict[tuple[str, int], float] = field(default_factory=dict)
 
     @staticmethod
     def key(source: str, doubt: float) -> tuple[str, int]:
@@ -84,7 +88,7 @@ class SiblingEstimate:
         return self._rate(self.rejected, source, doubt)
 
     def hit(self, source: str, doubt: float) -> float:
-        """P(x is rejected and the target's token is alt | the walk reaches the position)."""
+        """P(x is rejected and a sibling there is accepted | the walk reaches the position)."""
         return self._rate(self.hits, source, doubt)
 
     def _rate(self, counts: dict, source: str, doubt: float) -> float:
@@ -92,23 +96,39 @@ class SiblingEstimate:
         prior = doubt / (1 + doubt)
         return (counts.get(key, 0) + PRIOR_TRIES * prior) / (self.reached.get(key, 0) + PRIOR_TRIES)
 
-    def observe(self, positions: list[tuple[str, float, int]], accepted: int, token: int | None) -> None:
+    def observe(self, positions: list[tuple[str, float, int]], accepted: int, won: float | None) -> None:
         """One round: positions[i] = (source, doubt, alt) of chain position i; ``accepted`` chain tokens were
-        accepted; token: the target's token at the first rejected position (None: none was rejected)."""
-        for i, (source, doubt, alt) in enumerate(positions[: accepted + 1]):
+        accepted; won: what a sibling at the first rejected position won (greedy 1 or 0, sampled its chance of
+        acceptance; None: no position was rejected)."""
+        for i, (source, doubt, _) in enumerate(positions[: accepted + 1]):
             key = self.key(source, doubt)
             self.reached[key] = self.reached.get(key, 0) + 1
-            if i == accepted and token is not None:
+            if i == accepted and won is not None:
                 self.rejected[key] = self.rejected.get(key, 0) + 1
-                self.hits[key] = self.hits.get(key, 0) + (alt == token)
+                self.hits[key] = self.hits.get(key, 0.0) + won
 
-    def observe_round(self, tree, verdict) -> None:
-        """A chain-with-siblings round (``tree.positions`` set by ``grow_chain``) from its ``TreeVerdict``."""
+    def observe_round(self, tree, verdict, p: torch.Tensor | None = None) -> None:
+        """A chain-with-siblings round (``tree.positions`` set by ``grow_chain``) from its ``TreeVerdict``; p: the
+        round's target rows (1 + len(tree), V), needed for sampled rounds (None: greedy)."""
         path, n = verdict.path, 0
         while n < len(path) and path[n] == n:  # chain node i is node i
             n += 1
-        if n < len(path):  # a sibling was accepted: x was rejected there and alt was the target's token
-            token = tree.positions[n][2]
+        if n == len(path) and not verdict.rejected:
+            won = None  # the walk took every chain token
+        elif p is not None:
+            won = sibling_acceptance(p[n], tree.q_rows[n - 1].to(p.dtype), tree.tokens[n])
+        elif n < len(path):  # greedy, a sibling was taken: x was rejected there and alt was the target's token
+            won = 1.0
         else:
-            token = verdict.next_token if verdict.rejected else None
-        self.observe(tree.positions, n, token)
+            won = float(verdict.next_token == tree.positions[n][2])
+        self.observe(tree.positions, n, won)
+
+
+def sibling_acceptance(p: torch.Tensor, q: torch.Tensor, x: int) -> float:
+    """The chance a sibling drawn from q without x (renormalised) is accepted once x was rejected: sum_v min(q_s(v),
+    p'(v)), p' = norm(max(0, p - q)) (recursive rejection sampling's residual); 0 where either is empty."""
+    residual = (p - q).clamp_(min=0)
+    left = q.clone()
+    left[x] = 0
+    r, s = float(residual.sum()), float(left.sum())
+    return float(torch.minimum(residual / r, left / s).sum()) if r > 0 and s > 0 else 0.0

@@ -157,7 +157,7 @@ def test_greedy_siblings_go_where_the_learnt_estimate_says_they_win():
     est = SiblingEstimate()
     for _ in range(40):  # "table" positions: always accepted; "model" positions: rejected, alt taken, half the time
         est.observe([("table", 0.4 / 0.6, 0)], 1, None)
-        est.observe([("model", 0.3 / 0.7, 5)], 0, 5)
+        est.observe([("model", 0.3 / 0.7, 5)], 0, 1.0)
         est.observe([("model", 0.3 / 0.7, 5)], 1, None)
     tree = grow_chain(_Fixed(q, ("table", "model", "model")), [0], cfg.tree, cfg, 3, None, est)
     assert [t for t, p in zip(tree.tokens, tree.parents)] == [1, 2, 3, 5]

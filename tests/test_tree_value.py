@@ -103,8 +103,8 @@ def test_sibling_estimate_counts_reached_rejected_and_hits_by_source_and_doubt()
     est = SiblingEstimate()
     assert est.reject("model", 0.6) == pytest.approx(0.6 / 1.6)  # the prior: two-candidate odds
     positions = [("table", 0.01, 7), ("model", 0.9, 4), ("model", 0.92, 5), ("lookup", 0.3, 2)]
-    est.observe(positions, 1, 4)  # the table token accepted, the model's rejected: the target took alt 4
-    est.observe(positions, 2, 9)  # rejected at position 2 (same bin as 1): the target took 9, not alt 5
+    est.observe(positions, 1, 1.0)  # the table token accepted, the model's rejected: the target took alt 4
+    est.observe(positions, 2, 0.0)  # rejected at position 2 (same bin as 1): the target took 9, not alt 5
     est.observe(positions, 4, None)  # every token accepted
     # ("model", bin of 0.9) reached 1 + 2 + 2 = 5 times (positions 1 and 2), rejected twice, one hit
     assert est.reject("model", 0.88) == pytest.approx((2 + 2 * 0.88 / 1.88) / (5 + 2))
@@ -136,12 +136,25 @@ def test_the_lab_reads_what_a_drafter_has_learnt_about_its_siblings():
     from specviz import PromptLookupDrafter
     from specviz.labs.trees import sibling_table
 
-    drafter = PromptLookupDrafter()
-    est = drafter.sibling_estimate()
-    assert drafter.fresh().sibling_estimate() is est  # a run's copy learns into the drafter's own estimate
-    est.observe([("model", 0.9, 4), ("lookup", 0.01, 2)], 0, 4)  # rejected at the model's token, the other right
-    est.observe([("model", 0.95, 4), ("lookup", 0.01, 2)], 1, 7)  # rejected at the lookup, the other wrong
-    table = sibling_table(drafter)
+    drafter, greedy = PromptLookupDrafter(), DecodeConfig(temperature=0)
+    est = drafter.sibling_estimate(greedy)
+    assert drafter.fresh().sibling_estimate(greedy) is est  # a run's copy learns into the drafter's own estimate
+    sampled = drafter.sibling_estimate(DecodeConfig(temperature=0.8))  # another regime, another estimate
+    assert sampled is not est and drafter.sibling_estimate(DecodeConfig(temperature=0.8)) is sampled
+    est.observe([("model", 0.9, 4), ("lookup", 0.01, 2)], 0, 1.0)  # rejected at the model's token, the other right
+    est.observe([("model", 0.95, 4), ("lookup", 0.01, 2)], 1, 0.0)  # rejected at the lookup, the other wrong
+    table = sibling_table(drafter, greedy)
     assert list(table["source"]) == ["lookup", "model"] and list(table["doubt"]) == ["[0, 0.05)", "[0.875, 1]"]
     assert list(table["reached"]) == [1, 2] and list(table["rejected"]) == [1, 1]
-    assert list(table["other choice right"]) == [0, 1] and list(table["P(reject | reached)"]) == [1.0, 0.5]
+    assert list(table["other choice won"]) == [0, 1] and list(table["P(reject | reached)"]) == [1.0, 0.5]
+    assert sibling_table(drafter, DecodeConfig(temperature=0.8)).empty
+
+
+def test_a_sampled_siblings_chance_is_the_overlap_of_q_without_x_and_the_residual():
+    from specviz.tree_value import sibling_acceptance
+
+    p, q = torch.tensor([0.5, 0.3, 0.2]), torch.tensor([0.2, 0.6, 0.2])
+    # residual max(0, p - q) = (0.3, 0, 0) -> p' = (1, 0, 0); q without x = 1: (0.5, 0, 0.5); overlap 0.5
+    assert sibling_acceptance(p, q, 1) == pytest.approx(0.5)
+    assert sibling_acceptance(p, torch.tensor([0.0, 1.0, 0.0]), 1) == 0.0  # a point mass leaves no sibling
+    assert sibling_acceptance(q, q, 0) == 0.0  # p == q: nothing is ever rejected, no residual

@@ -36,7 +36,7 @@ GLOSSARY = """
 | **speedup** | E[τ] / (k c + v): tokens per round over the round's cost in target forwards |
 | **residual** | norm(max(0, p − q)): what a token is drawn from after a rejection, so the output keeps the target's law |
 """
-SHAPES = ["chain", "chain:12,1", "chain:12,3", "3,2,2,1", "2,1,1,1,1,1", "4,2,1,1", "dynamic:10,8,3", "dynamic:16,6,4",
+SHAPES = ["chain", "chain:12,1", "chain:12,3,0.08", "3,2,2,1", "2,1,1,1,1,1", "4,2,1,1", "dynamic:10,8,3", "dynamic:16,6,4",
           "dynamic:12,10,2,0.3"]
 
 

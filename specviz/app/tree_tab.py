@@ -16,7 +16,7 @@ from .store import ModelStore
 from .widgets import LAB_QUEUE, SKIP, bind, chart, lab_inputs, sampling_controls
 
 MAX_PROMPTS, MAX_SETTINGS, MAX_TOKENS, MAX_REPEATS = 10, 10, 256, 3  # one request's work stays bounded
-TREES = "chain:8,2\n3,2,2,1\ndynamic:12,10,2,0.3"
+TREES = "chain:11,3,0.08\n3,2,2,1\ndynamic:12,10,2,0.3"
 
 
 def lab_setup(chains_text, trees_text) -> tuple[list[int], list[TreeConfig]]:
@@ -77,7 +77,7 @@ def build(store: ModelStore) -> None:
                 "(EAGLE-2, ranked by the acceptance this run has seen).")
     target, draft, prompts = lab_inputs(store, EXAMPLE_PROMPTS[:3], model=True)
     with gr.Row():
-        chains = gr.Textbox("4,6,8", label="Chains: k values")
+        chains = gr.Textbox("6,8,11", label="Chains: k values")
         trees = gr.Textbox(TREES, lines=3, label="Trees: one per line")
     with gr.Row():
         max_new = gr.Number(64, precision=0, label="new tokens per run")
