@@ -23,7 +23,7 @@ from .trace import Round, Trace
 from .tree import grow, walk
 from .tree_chain import grow_chain
 from .tree_round import check_tree_model, keep_path, record_tree_round, verify_tree
-from .tree_value import AcceptanceEstimate
+from .tree_value import AcceptanceEstimate, SiblingEstimate
 
 
 
@@ -50,8 +50,7 @@ class Decoding:
         self.trace = Trace.start(prompt, cfg, *names, eos_ids(target))
         self._clock = Stopwatch(self.target.device)
         self.tree_value = AcceptanceEstimate() if cfg.tree is not None and cfg.tree.dynamic else None
-        chained = shared is not None and cfg.tree is not None and cfg.tree.chained
-        self.sibling_value = shared.sibling_estimate(cfg) if chained else None  # where siblings pay
+        self.sibling_value = _sibling_estimate(shared, cfg)
 
     def __iter__(self) -> Iterator[Round]:
         """Rounds as they happen. ``trace.total_s`` counts this run's own work only (prefill, rounds and their
@@ -194,6 +193,14 @@ def record_round(cfg: DecodeConfig, index, k, x, q, p, verdict, emitted, draft_s
 
 def _pad(values: list, m: int) -> tuple:
     return tuple(values) + (None,) * (m - len(values))
+
+
+def _sibling_estimate(drafter: Drafter | None, cfg: DecodeConfig) -> SiblingEstimate | None:
+    """Where a chain's siblings pay (None: no chain with siblings): greedy, learnt across the drafter's runs (the
+    text is the target's either way); sampled, this run's own, so that a seed replays the same text."""
+    if drafter is None or cfg.tree is None or not cfg.tree.chained:
+        return None
+    return drafter.sibling_estimate() if cfg.greedy else SiblingEstimate()
 
 
 def speculative_generate(target, draft, input_ids: torch.Tensor, cfg: DecodeConfig | None = None,

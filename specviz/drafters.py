@@ -102,15 +102,14 @@ class Drafter:
         tables stay shared (they are only read)."""
         return copy.copy(self)
 
-    def sibling_estimate(self, cfg: DecodeConfig) -> SiblingEstimate:
-        """Where this draft's chains are rejected and what a sibling wins there under cfg's sampling settings
-        (greedy, or one temperature, top-k and top-p), learnt from the verdicts of every run of this drafter
-        (``tree_value.SiblingEstimate``; its per-run copies share it): a 64-token run has about a dozen rounds, too
-        few to learn from alone. Only where siblings go depends on it, never the output's law."""
-        regime = "greedy" if cfg.greedy else (cfg.temperature, cfg.top_k, cfg.top_p)
-        if getattr(self, "_sibling_estimates", None) is None:
-            self._sibling_estimates = {}
-        return self._sibling_estimates.setdefault(regime, SiblingEstimate())
+    def sibling_estimate(self) -> SiblingEstimate:
+        """Where this draft's greedy chains are rejected and what a sibling wins there, learnt from the verdicts of
+        every greedy run of this drafter (``tree_value.SiblingEstimate``; its per-run copies share it): a 64-token
+        run has about a dozen rounds, too few to learn from alone. Only where siblings go depends on it, never the
+        greedy text (sampled runs learn within the run, so that a seed replays the same text)."""
+        if getattr(self, "_sibling_estimate", None) is None:
+            self._sibling_estimate = SiblingEstimate()
+        return self._sibling_estimate
 
     def prefill(self, prompt: list[int]) -> None:
         """Called once, timed as prefill, before the first round."""

@@ -169,3 +169,18 @@ def test_greedy_siblings_go_where_the_learnt_estimate_says_they_win():
                       None, SiblingEstimate())
     assert tree.tokens[3:] == [4] and tree.parents[3] == -1 and tree.positions[0] == ("lookup", 1.0, 4)
     assert tree.q[3] == pytest.approx(0.7)
+
+
+def test_greedy_runs_teach_the_drafter_and_a_sampled_seed_replays_its_text(prompt):
+    """Greedy runs of one drafter share what they learn of where siblings win (the text is the target's either
+    way); a sampled run learns within itself, so the same seed gives the same text however many runs came before."""
+    from specviz import ModelDrafter
+
+    target = SHARP["llama"]
+    drafter = ModelDrafter(perturbed(target, 0.6))
+    tree = TreeConfig(depth=4, siblings=2)
+    sampled = DecodeConfig(temperature=0.9, max_new_tokens=30, seed=5, tree=tree)
+    first = speculative_generate(target, drafter, prompt, sampled).new_tokens
+    speculative_generate(target, drafter, prompt, DecodeConfig(temperature=0, max_new_tokens=30, tree=tree))
+    assert sum(drafter.sibling_estimate().reached.values()) > 0  # the greedy run taught the drafter
+    assert speculative_generate(target, drafter, prompt, sampled).new_tokens == first

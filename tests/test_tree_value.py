@@ -136,18 +136,15 @@ def test_the_lab_reads_what_a_drafter_has_learnt_about_its_siblings():
     from specviz import PromptLookupDrafter
     from specviz.labs.trees import sibling_table
 
-    drafter, greedy = PromptLookupDrafter(), DecodeConfig(temperature=0)
-    est = drafter.sibling_estimate(greedy)
-    assert drafter.fresh().sibling_estimate(greedy) is est  # a run's copy learns into the drafter's own estimate
-    sampled = drafter.sibling_estimate(DecodeConfig(temperature=0.8))  # another regime, another estimate
-    assert sampled is not est and drafter.sibling_estimate(DecodeConfig(temperature=0.8)) is sampled
+    drafter = PromptLookupDrafter()
+    est = drafter.sibling_estimate()
+    assert drafter.fresh().sibling_estimate() is est  # a run's copy learns into the drafter's own estimate
     est.observe([("model", 0.9, 4), ("lookup", 0.01, 2)], 0, 1.0)  # rejected at the model's token, the other right
     est.observe([("model", 0.95, 4), ("lookup", 0.01, 2)], 1, 0.0)  # rejected at the lookup, the other wrong
-    table = sibling_table(drafter, greedy)
+    table = sibling_table(drafter)
     assert list(table["source"]) == ["lookup", "model"] and list(table["doubt"]) == ["[0, 0.05)", "[0.875, 1]"]
     assert list(table["reached"]) == [1, 2] and list(table["rejected"]) == [1, 1]
-    assert list(table["other choice won"]) == [0, 1] and list(table["P(reject | reached)"]) == [1.0, 0.5]
-    assert sibling_table(drafter, DecodeConfig(temperature=0.8)).empty
+    assert list(table["other choice right"]) == [0, 1] and list(table["P(reject | reached)"]) == [1.0, 0.5]
 
 
 def test_a_sampled_siblings_chance_is_the_overlap_of_q_without_x_and_the_residual():

@@ -117,21 +117,20 @@ def _row(name: str, c: Counts, seconds: float, traces, base_tokens_per_s: float)
             "tokens/s": tokens_per_s, "speedup": tokens_per_s / base_tokens_per_s if base_tokens_per_s else 0.0}
 
 
-def sibling_table(drafter, cfg: DecodeConfig) -> pd.DataFrame:
-    """What the drafter's chains with siblings have learnt under cfg's sampling settings (``Drafter.sibling_estimate``,
-    from every such run so far): per source and doubt bin, the chain positions the walk reached, how many it
-    rejected, and what a sibling there would have won (greedy: how often the draft's other choice was the target's
-    token; sampled: the summed chance a sibling drawn without x would have been accepted)."""
+def sibling_table(drafter) -> pd.DataFrame:
+    """What the drafter's greedy chains with siblings have learnt (``Drafter.sibling_estimate``, from every such run
+    so far): per source and doubt bin, the chain positions the walk reached, how many it rejected, and at how many
+    of those the target's token was the draft's other choice (what a sibling there would have won)."""
     from ..tree_value import DOUBT_EDGES
 
-    est, edges = drafter.sibling_estimate(cfg), (0.0, *DOUBT_EDGES, 1.0)
+    est, edges = drafter.sibling_estimate(), (0.0, *DOUBT_EDGES, 1.0)
     rows = []
     for key in sorted(est.reached):
         source, b = key
         reached, rejected, hits = est.reached[key], est.rejected.get(key, 0), est.hits.get(key, 0)
         rows.append({"source": source, "doubt": f"[{edges[b]:g}, {edges[b + 1]:g}{']' if b + 1 == len(edges) - 1 else ')'}",
-                     "reached": reached, "rejected": rejected, "other choice won": hits,
-                     "P(reject | reached)": rejected / reached, "P(won | rejected)": hits / rejected if rejected else None})
+                     "reached": reached, "rejected": rejected, "other choice right": hits,
+                     "P(reject | reached)": rejected / reached, "P(right | rejected)": hits / rejected if rejected else None})
     return pd.DataFrame(rows)
 
 
@@ -183,8 +182,8 @@ def main(argv=None) -> None:
         print(f"a verified row costs {rows['ms per row']:.2f} ms (least squares over {rows['rounds']} rounds: a target "
               f"pass = {rows['ms at zero rows']:.1f} ms + rows x {rows['ms per row']:.2f} ms); at {rows['best chain']}'s "
               f"tokens/s a row pays where it wins more than {rows['break-even tokens per row']:.3f} tokens")
-    if any(t.chained for t in trees) and not (sib := sibling_table(drafter, cfg)).empty:
-        print("where the chains' tokens were rejected, and what the draft's other choice would have won there "
+    if cfg.greedy and any(t.chained for t in trees) and not (sib := sibling_table(drafter)).empty:
+        print("where the greedy chains' tokens were rejected, and how often the draft's other choice was the target's "
               "(every chain-with-siblings round above):")
         print(sib.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     costs = keep_costs(target)
