@@ -127,7 +127,7 @@ def sibling_table(drafter) -> pd.DataFrame:
     rows = []
     for key in sorted(est.reached):
         source, b = key
-        reached, rejected, hits = est.reached[key], est.rejected.get(key, 0), est.hits.get(key, 0)
+        reached, rejected, hits = est.reached[key], est.rejected.get(key, 0), round(est.hits.get(key, 0))
         rows.append({"source": source, "doubt": f"[{edges[b]:g}, {edges[b + 1]:g}{']' if b + 1 == len(edges) - 1 else ')'}",
                      "reached": reached, "rejected": rejected, "other choice right": hits,
                      "P(reject | reached)": rejected / reached, "P(right | rejected)": hits / rejected if rejected else None})
