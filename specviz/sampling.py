@@ -100,6 +100,24 @@ def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return torch.where(total > 0, r / total.clamp(min=torch.finfo(r.dtype).tiny), p)
 
 
+def without_token(q: torch.Tensor, x: int) -> torch.Tensor | None:
+    """q (V,) without token x, renormalised: what a sibling drawn without replacement is drawn from (None: q had
+    no mass outside x)."""
+    left = q.clone()
+    left[x] = 0
+    total = float(left.sum())
+    return left / total if total > 0 else None
+
+
+def sibling_acceptance(p: torch.Tensor, q: torch.Tensor, x: int) -> float:
+    """The chance a sibling drawn from q without x (``without_token``) is accepted once x was rejected:
+    sum_v min(q_s(v), p'(v)), p' = norm(max(0, p - q)) (recursive rejection sampling's residual); 0 where either
+    is empty."""
+    r, q_s = torch.clamp(p - q, min=0), without_token(q, x)
+    total = float(r.sum())
+    return float(torch.minimum(r / total, q_s).sum()) if total > 0 and q_s is not None else 0.0
+
+
 def point_mass(tokens: torch.Tensor, vocab_size: int, dtype=torch.float32) -> torch.Tensor:
     """q for a model-free drafter: onehot rows, (k,) -> (k, V)."""
     q = torch.zeros(len(tokens), vocab_size, dtype=dtype, device=tokens.device)

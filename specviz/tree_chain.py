@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from .config import DecodeConfig, TreeConfig
-from .sampling import sample
+from .sampling import sample, without_token
 from .tree import DraftTree
 from .tree_value import SiblingEstimate
 
@@ -42,37 +42,32 @@ def grow_chain(drafter, committed: list[int], tree_cfg: TreeConfig, cfg: DecodeC
         tree.q_rows[i - 1] = q[i]
         tree.add(x, i - 1, qx)
         tree.candidates[i - 1] = [(i, None if cfg.greedy or point else q[i])]
-    worth, opinion = _worth(tree, proposal, q, tokens, q_x, estimate or SiblingEstimate())
+    others = proposal.others or (None,) * len(tokens)  # a point mass's second opinion (greedy)
+    worth = _worth(tree, proposal.sources, others, q, tokens, q_x, estimate or SiblingEstimate())
     ranked = sorted(range(len(tokens)), key=lambda i: -worth[i])[: tree_cfg.siblings]
     for i in sorted(j for j in ranked if worth[j] > 0 and worth[j] >= tree_cfg.threshold):
         if cfg.greedy:
             s, q_s = tree.positions[i][2], None
         else:
-            left = q[i].clone()
-            left[tokens[i]] = 0
-            q_s = left / left.sum()
+            q_s = without_token(q[i], tokens[i])
             s = int(sample(q_s, generator))
-        node = tree.add(s, i - 1, float(opinion[i][s]), rank=1)
+        node = tree.add(s, i - 1, float((q[i] if others[i] is None else others[i])[s]), rank=1)
         tree.values[node] = worth[i]
         tree.candidates[i - 1].append((node, q_s))
     return tree
 
 
-def _worth(tree: DraftTree, proposal, q: torch.Tensor, tokens: list[int], q_x: list[float],
-           estimate: SiblingEstimate):
-    """Each position's worth reach_i * hit_i, and the rows its sibling comes from; sets ``tree.positions``."""
-    others = proposal.others or (None,) * len(tokens)
-    sources = proposal.sources or ("draft",) * len(tokens)
+def _worth(tree: DraftTree, sources: tuple[str, ...], others: tuple, q: torch.Tensor, tokens: list[int],
+           q_x: list[float], estimate: SiblingEstimate) -> list[float]:
+    """Each position's worth reach_i * hit_i; sets ``tree.positions``. A position's alternative is the best token
+    other than x of its q or, where it has one, of its second opinion."""
+    sources = sources or ("draft",) * len(tokens)
     top = q.topk(min(2, q.shape[-1]), dim=-1)  # every position's two best tokens in one pass
-    best, at_best, at_x, opinion = top.indices.tolist(), top.values.tolist(), list(q_x), q
+    best, at_best, at_x = top.indices.tolist(), top.values.tolist(), list(q_x)
     for i, other in enumerate(others):
         if other is not None:  # a point mass: its alternative comes from the second opinion
-            other = other.to(q)
             second = other.topk(min(2, other.shape[-1]))
             best[i], at_best[i], at_x[i] = second.indices.tolist(), second.values.tolist(), float(other[tokens[i]])
-            if opinion is q:
-                opinion = q.clone()
-            opinion[i] = other
     worth, reach = [], 1.0
     for i, source in enumerate(sources):
         j = 1 if best[i][0] == tokens[i] else 0  # alt: the best token that is not x
@@ -81,4 +76,4 @@ def _worth(tree: DraftTree, proposal, q: torch.Tensor, tokens: list[int], q_x: l
         tree.positions.append((source, doubt, alt))
         worth.append(reach * estimate.hit(source, doubt) if q_alt > 0 else 0.0)
         reach *= 1.0 - estimate.reject(source, doubt)
-    return worth, opinion
+    return worth

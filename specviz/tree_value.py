@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .sampling import sibling_acceptance
+
 Q_EDGES = (0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.9)  # q bins: [0, 0.02), [0.02, 0.05), ..., [0.9, 1]
 RANKS = 3  # a node's rank among its siblings (0 = the draft's top child); ranks 2 and above share a bin
 PRIOR_TRIES = 2.0  # the prior counts as this many tries
@@ -123,12 +125,3 @@ class SiblingEstimate:
             won = float(verdict.next_token == tree.positions[n][2])
         self.observe(tree.positions, n, won)
 
-
-def sibling_acceptance(p: torch.Tensor, q: torch.Tensor, x: int) -> float:
-    """The chance a sibling drawn from q without x (renormalised) is accepted once x was rejected: sum_v min(q_s(v),
-    p'(v)), p' = norm(max(0, p - q)) (recursive rejection sampling's residual); 0 where either is empty."""
-    residual = (p - q).clamp_(min=0)
-    left = q.clone()
-    left[x] = 0
-    r, s = float(residual.sum()), float(left.sum())
-    return float(torch.minimum(residual / r, left / s).sum()) if r > 0 and s > 0 else 0.0

@@ -148,7 +148,7 @@ def test_the_lab_reads_what_a_drafter_has_learnt_about_its_siblings():
 
 
 def test_a_sampled_siblings_chance_is_the_overlap_of_q_without_x_and_the_residual():
-    from specviz.tree_value import sibling_acceptance
+    from specviz.sampling import sibling_acceptance
 
     p, q = torch.tensor([0.5, 0.3, 0.2]), torch.tensor([0.2, 0.6, 0.2])
     # residual max(0, p - q) = (0.3, 0, 0) -> p' = (1, 0, 0); q without x = 1: (0.5, 0, 0.5); overlap 0.5

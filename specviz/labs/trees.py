@@ -63,20 +63,24 @@ def tree_lab(target, draft, prompts: list, chains: list[int], trees: list[TreeCo
                 cells[name].append((run_counts.new_tokens, took))
     base = counts["autoregressive"].new_tokens / seconds["autoregressive"]
     df = pd.DataFrame([_row(name, counts[name], seconds[name], traces[name], base) for name in runs])
-    df = df.join(_versus_best_chain(df, cells))
-    return _row_economics(df, [r for name in runs if runs[name] is not None for t in traces[name] for r in t.rounds])
+    chain_names = [n for n in runs if n.startswith("chain k=")]
+    if not chain_names:
+        return df
+    best = max(chain_names, key=lambda n: counts[n].new_tokens / seconds[n])  # the fastest chain, as tokens/s says
+    df = df.join(_versus_best_chain(df, cells, best))
+    return _row_economics(df, best, [r for name in runs if runs[name] is not None for t in traces[name] for r in t.rounds])
 
 
-def _row_economics(df: pd.DataFrame, rounds: list) -> pd.DataFrame:
+def _row_economics(df: pd.DataFrame, best_name: str, rounds: list) -> pd.DataFrame:
     """What a verified row costs and what each setting's rows win: a least-squares line through every speculative
     round's target pass (seconds against rows: its nodes and the one pending token), kept as ``df.attrs["rows"]``
     (ms per row, ms at zero rows, rounds fitted, and the break-even: the tokens a row must win to pay for itself at
     the best chain's tokens/s), and per setting "tokens per extra row" against the best chain: (tau - its tau) /
     (nodes per round - its nodes per round)."""
-    if "vs best chain" not in df or len({r.proposed for r in rounds}) < 2:
+    if len({r.proposed for r in rounds}) < 2:
         return df
     slope, intercept = np.polyfit([r.proposed + 1 for r in rounds], [r.target_s for r in rounds], 1)
-    best = df.loc[df["vs best chain"] == 1.0].iloc[0]
+    best = df.loc[df["setting"] == best_name].iloc[0]
     extra = df["nodes per round"] - best["nodes per round"]
     df["tokens per extra row"] = ((df["tau"] - best["tau"]) / extra).where(extra.abs() > 0.05)
     df.loc[df["setting"] == "autoregressive", "tokens per extra row"] = np.nan
@@ -85,20 +89,18 @@ def _row_economics(df: pd.DataFrame, rounds: list) -> pd.DataFrame:
     return df
 
 
-def _versus_best_chain(df: pd.DataFrame, cells: dict[str, list[tuple[int, float]]]) -> pd.DataFrame:
-    """Each setting's tokens/s over the fastest chain's (ratios of totals, as the speedup column), with a bootstrap
+def _versus_best_chain(df: pd.DataFrame, cells: dict[str, list[tuple[int, float]]], best: str) -> pd.DataFrame:
+    """Each setting's tokens/s over the best chain's (ratios of totals, as the speedup column), with a bootstrap
     90% interval: 2000 resamples of the (prompt, repeat) cells, each cell's two runs kept together (seeded: the
     same cells give the same interval)."""
-    names = [n for n in df["setting"] if n.startswith("chain k=")]
-    if not names:
-        return pd.DataFrame(index=df.index)
-    best = max(names, key=lambda n: float(df.loc[df["setting"] == n, "tokens/s"].iloc[0]))
-    base = torch.tensor(cells[best], dtype=torch.float64)  # (cells, 2): tokens, seconds
+    def ratio(run: torch.Tensor, base: torch.Tensor) -> torch.Tensor:  # (..., cells, 2): tokens, seconds
+        return run[..., 0].sum(-1) / run[..., 1].sum(-1) / (base[..., 0].sum(-1) / base[..., 1].sum(-1))
+
+    base = torch.tensor(cells[best], dtype=torch.float64)
     picks = torch.randint(len(base), (2000, len(base)), generator=torch.Generator().manual_seed(0))
     rows = []
     for name in df["setting"]:
         run = torch.tensor(cells[name], dtype=torch.float64)
-        ratio = lambda r, b: r[..., 0].sum(-1) / r[..., 1].sum(-1) / (b[..., 0].sum(-1) / b[..., 1].sum(-1))
         lo, hi = torch.quantile(ratio(run[picks], base[picks]), torch.tensor([0.05, 0.95], dtype=torch.float64))
         rows.append({"vs best chain": float(ratio(run, base)), "vs best, 90% low": float(lo),
                      "vs best, 90% high": float(hi)})
