@@ -30,7 +30,7 @@ class Proposal:
     q: torch.Tensor | None  # (m, V) the distributions the tokens were drawn from; None = point masses
     draft_view: DraftTokens | None = None  # a draft with another tokenizer: what it drafted in its own tokens
     sources: tuple[str, ...] = ()  # which of its drafts proposed each token (a hybrid's "lookup", "table", "model")
-    others: tuple[torch.Tensor | None, ...] = ()  # per token, a second opinion (V,) where q is a point mass, or None
+    others: tuple[torch.Tensor | None, ...] = ()  # per token, a second opinion's log q (V,) at a point mass, or None
 
     @classmethod
     def of(cls, tokens: list[int], qs: list[torch.Tensor], device) -> "Proposal":

@@ -73,8 +73,7 @@ class HybridDrafter(Drafter):
             if use_table:
                 if self.lookup and (token := self._lookup(committed, drafted)) is not None:
                     sources.append("lookup")
-                    others.append(self.table.log_distribution(history + drafted).exp().to(self.device)
-                                  if siblings else None)
+                    others.append(self.table.log_distribution(history + drafted) if siblings else None)
                     return point_mass(torch.tensor([token], device=self.device), self.vocab_size)[0].log()
                 logq = self.table.log_distribution(history + drafted)
                 if float(logq.max()) >= log_conf:

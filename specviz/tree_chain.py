@@ -38,42 +38,47 @@ def grow_chain(drafter, committed: list[int], tree_cfg: TreeConfig, cfg: DecodeC
     q = proposal.q_on(drafter.vocab_size)  # (m, V): point masses (a lookup's tokens) as onehot rows
     q_x = q[torch.arange(len(tokens)), proposal.tokens].tolist()
     point = proposal.q is None
+    tree.q_rows = dict(zip(range(-1, len(tokens) - 1), q.unbind(0)))
     for i, (x, qx) in enumerate(zip(tokens, q_x)):
-        tree.q_rows[i - 1] = q[i]
         tree.add(x, i - 1, qx)
         tree.candidates[i - 1] = [(i, None if cfg.greedy or point else q[i])]
-    others = proposal.others or (None,) * len(tokens)  # a point mass's second opinion (greedy)
-    worth = _worth(tree, proposal.sources, others, q, tokens, q_x, estimate or SiblingEstimate())
+    others = proposal.others or (None,) * len(tokens)  # a point mass's second opinion (greedy): its log q
+    worth, q_alt = _worth(tree, proposal.sources, others, q, tokens, q_x, estimate or SiblingEstimate())
     ranked = sorted(range(len(tokens)), key=lambda i: -worth[i])[: tree_cfg.siblings]
     for i in sorted(j for j in ranked if worth[j] > 0 and worth[j] >= tree_cfg.threshold):
         if cfg.greedy:
-            s, q_s = tree.positions[i][2], None
+            s, q_s, q_at = tree.positions[i][2], None, q_alt[i]
         else:
             q_s = without_token(q[i], tokens[i])
             s = int(sample(q_s, generator))
-        node = tree.add(s, i - 1, float((q[i] if others[i] is None else others[i])[s]), rank=1)
+            q_at = float(q[i, s])
+        node = tree.add(s, i - 1, q_at, rank=1)
         tree.values[node] = worth[i]
         tree.candidates[i - 1].append((node, q_s))
     return tree
 
 
 def _worth(tree: DraftTree, sources: tuple[str, ...], others: tuple, q: torch.Tensor, tokens: list[int],
-           q_x: list[float], estimate: SiblingEstimate) -> list[float]:
-    """Each position's worth reach_i * hit_i; sets ``tree.positions``. A position's alternative is the best token
-    other than x of its q or, where it has one, of its second opinion."""
+           q_x: list[float], estimate: SiblingEstimate) -> tuple[list[float], list[float]]:
+    """Each position's worth reach_i * hit_i and its alternative's q; sets ``tree.positions``. A position's
+    alternative is the best token other than x of its q or, where it has one, of its second opinion (log q)."""
     sources = sources or ("draft",) * len(tokens)
     top = q.topk(min(2, q.shape[-1]), dim=-1)  # every position's two best tokens in one pass
     best, at_best, at_x = top.indices.tolist(), top.values.tolist(), list(q_x)
-    for i, other in enumerate(others):
-        if other is not None:  # a point mass: its alternative comes from the second opinion
-            second = other.topk(min(2, other.shape[-1]))
-            best[i], at_best[i], at_x[i] = second.indices.tolist(), second.values.tolist(), float(other[tokens[i]])
-    worth, reach = [], 1.0
+    if point := [i for i, other in enumerate(others) if other is not None]:  # alternatives from second opinions
+        log_q = torch.stack([others[i] for i in point])
+        second = log_q.topk(min(2, log_q.shape[-1]), dim=-1)
+        x_at = log_q[torch.arange(len(point)), torch.tensor([tokens[i] for i in point])].exp().tolist()
+        for i, ids, values, qx in zip(point, second.indices.tolist(), second.values.exp().tolist(), x_at):
+            best[i], at_best[i], at_x[i] = ids, values, qx
+    worth, q_alt, reach = [], [], 1.0
     for i, source in enumerate(sources):
         j = 1 if best[i][0] == tokens[i] else 0  # alt: the best token that is not x
-        alt, q_alt, qx = (best[i][j], at_best[i][j], at_x[i]) if j < len(best[i]) else (tokens[i], 0.0, at_x[i])
-        doubt = min(1.0, q_alt / qx) if qx > 0 else (1.0 if q_alt > 0 else 0.0)
+        alt, qa, qx = (best[i][j], at_best[i][j], at_x[i]) if j < len(best[i]) else (tokens[i], 0.0, at_x[i])
+        doubt = min(1.0, qa / qx) if qx > 0 else (1.0 if qa > 0 else 0.0)
         tree.positions.append((source, doubt, alt))
-        worth.append(reach * estimate.hit(source, doubt) if q_alt > 0 else 0.0)
-        reach *= 1.0 - estimate.reject(source, doubt)
-    return worth
+        reject, hit = estimate.rates(source, doubt)
+        worth.append(reach * hit if qa > 0 else 0.0)
+        q_alt.append(qa)
+        reach *= 1.0 - reject
+    return worth, q_alt

@@ -59,8 +59,9 @@ def verify_tree(target: CachedLM, committed: list[int], tree: DraftTree) -> torc
     committed tokens the cache lacks and all the nodes (each attending to the prefix and its ancestors)."""
     pending = target.sync(committed)
     out = target.tree_forward(pending, tree.tokens, tree.parents)
-    root = out[len(pending) - 1] if pending else target.last_logits
-    return torch.cat([root[None], out[len(pending):]])
+    if pending:  # the last pending token's row is the root's: a view, no copy
+        return out[len(pending) - 1:]
+    return torch.cat([target.last_logits[None], out])
 
 
 def keep_path(target: CachedLM, drafter, tree: DraftTree, path: tuple[int, ...], logits: torch.Tensor) -> None:

@@ -93,6 +93,13 @@ class SiblingEstimate:
         """P(x is rejected and a sibling there is accepted | the walk reaches the position)."""
         return self._rate(self.hits, source, doubt)
 
+    def rates(self, source: str, doubt: float) -> tuple[float, float]:
+        """(reject, hit) at once: a chain position's two rates from one key."""
+        key, prior = self.key(source, doubt), doubt / (1 + doubt)
+        reached = self.reached.get(key, 0) + PRIOR_TRIES
+        return ((self.rejected.get(key, 0) + PRIOR_TRIES * prior) / reached,
+                (self.hits.get(key, 0.0) + PRIOR_TRIES * prior) / reached)
+
     def _rate(self, counts: dict, source: str, doubt: float) -> float:
         key = self.key(source, doubt)
         prior = doubt / (1 + doubt)

@@ -165,7 +165,7 @@ def test_greedy_siblings_go_where_the_learnt_estimate_says_they_win():
         (1 - est.reject("table", 0.4 / 0.6)) * est.hit("model", 0.3 / 0.7))
     # a prompt lookup's point mass: its sibling is the second opinion's best other token
     opinion = row(4, 1, 0.3)  # the table prefers 4 to the lookup's 1
-    tree = grow_chain(_Fixed(None, ("lookup", "table", "table"), (opinion, None, None)), [0], cfg.tree, cfg, 3,
+    tree = grow_chain(_Fixed(None, ("lookup", "table", "table"), (opinion.log(), None, None)), [0], cfg.tree, cfg, 3,
                       None, SiblingEstimate())
     assert tree.tokens[3:] == [4] and tree.parents[3] == -1 and tree.positions[0] == ("lookup", 1.0, 4)
     assert tree.q[3] == pytest.approx(0.7)
