@@ -254,6 +254,7 @@ def test_tree_lab_tab_measures_chains_and_trees(store):
     assert other["tokens per extra row"] == pytest.approx(
         (other["tau"] - mine["tau"]) / (other["nodes per round"] - mine["nodes per round"]), abs=1e-3)
     assert table.attrs["rows"]["rounds"] > 0 and table.attrs["rows"]["best chain"] == best
+    assert (runs[["draft ms", "verify ms", "rest ms"]] > 0).all(None)  # every round drafts, verifies and records
     assert "10 runs" in note and len(per_pass.data) == 2 and len(speed.data[0].x) == 4
     for chains, trees, match in (("a,b", "", "whole numbers"), ("", "", "at least one"), ("1," * 11, "", "at most 10"),
                                  ("4", "3,x", "unreadable tree")):
@@ -277,3 +278,14 @@ def test_tree_figure_escapes_token_text_and_shows_every_fate(prompt):
     assert all("<a" not in h for h in hovers) and any("&lt;a href" in h for h in hovers)
     names = {d.name for d in fig.data if d.name and len(d.x)}
     assert {"accepted", "rejected", "resampled"} <= names
+
+
+def test_round_times_split_each_round_by_hand():
+    """The tree lab's ms a round: the means of the rounds' draft and verify times, and of what the rest took."""
+    from types import SimpleNamespace as R
+
+    from specviz.labs.trees import round_times
+
+    rounds = [R(draft_s=0.004, target_s=0.020, wall_s=0.025), R(draft_s=0.006, target_s=0.018, wall_s=0.0255)]
+    assert round_times(rounds) == pytest.approx({"draft ms": 5.0, "verify ms": 19.0, "rest ms": 1.25})
+    assert round_times([]) == {"draft ms": 0.0, "verify ms": 0.0, "rest ms": 0.0}

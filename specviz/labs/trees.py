@@ -116,7 +116,17 @@ def _row(name: str, c: Counts, seconds: float, traces, base_tokens_per_s: float)
     tokens_per_s = c.new_tokens / seconds if seconds else 0.0
     return {"setting": name, "nodes per round": c.drafted / c.rounds if c.rounds else 0.0, "tau": c.tau,
             "tau predicted": theory.predicted_tau(rounds) if c.drafted else None, "target passes per token": c.target_forwards_per_token,
-            "tokens/s": tokens_per_s, "speedup": tokens_per_s / base_tokens_per_s if base_tokens_per_s else 0.0}
+            "tokens/s": tokens_per_s, "speedup": tokens_per_s / base_tokens_per_s if base_tokens_per_s else 0.0,
+            **round_times(rounds)}
+
+
+def round_times(rounds: list) -> dict[str, float]:
+    """Where a round's time goes, in ms a round: drafting (a tree's sibling placement included), the target's
+    verify pass (a tree's mask included) and the rest of the round (accept or walk, commit, keep, record)."""
+    n = len(rounds) or 1
+    draft, verify = sum(r.draft_s for r in rounds), sum(r.target_s for r in rounds)
+    rest = sum(r.wall_s for r in rounds) - draft - verify
+    return {"draft ms": 1e3 * draft / n, "verify ms": 1e3 * verify / n, "rest ms": 1e3 * rest / n}
 
 
 def sibling_table(drafter) -> pd.DataFrame:
