@@ -1,5 +1,7 @@
 """Token trees against references: a separate forward per path, the target's own greedy decode, its exact law,
 a full recompute of the committed prefix, and hand-worked multi-candidate rules."""
+import re
+
 import pytest
 import torch
 
@@ -255,6 +257,9 @@ def test_tree_lab_tab_measures_chains_and_trees(store):
         (other["tau"] - mine["tau"]) / (other["nodes per round"] - mine["nodes per round"]), abs=1e-3)
     assert table.attrs["rows"]["rounds"] > 0 and table.attrs["rows"]["best chain"] == best
     assert (runs[["draft ms", "verify ms", "rest ms"]] > 0).all(None)  # every round drafts, verifies and records
+    fastest = runs[runs["setting"].str.startswith("tree")].sort_values("tokens/s").iloc[-1]
+    said = re.search(rf"\*{re.escape(fastest['setting'])}\* spent ([-+][0-9.]+) ms drafting", note)
+    assert float(said[1]) == pytest.approx(fastest["draft ms"] - mine["draft ms"], abs=0.006)  # by hand, table rounded
     assert "10 runs" in note and len(per_pass.data) == 2 and len(speed.data[0].x) == 4
     for chains, trees, match in (("a,b", "", "whole numbers"), ("", "", "at least one"), ("1," * 11, "", "at most 10"),
                                  ("4", "3,x", "unreadable tree")):

@@ -62,7 +62,20 @@ def run_lab(store: ModelStore, target, draft, prompts_text, chains_text, trees_t
         note += (f" A verified row cost {rows['ms per row']:.2f} ms here (fitted over {rows['rounds']} rounds), so at "
                  f"{rows['best chain']}'s speed a row pays where it wins more than {rows['break-even tokens per row']:.3f} "
                  "tokens (*tokens per extra row*).")
-    yield note, lab.round(3), lab_plots.tree_tokens_per_pass(lab), lab_plots.tree_speedup(lab)
+    yield note + time_note(lab), lab.round(3), lab_plots.tree_tokens_per_pass(lab), lab_plots.tree_speedup(lab)
+
+
+def time_note(lab) -> str:
+    """Where the fastest tree's rounds spent their time against the best chain's (the table's ms columns), and
+    what that bought: the sentence that says why a tree is or is not faster on this machine."""
+    rows, trees = lab.attrs.get("rows"), lab[lab["setting"].str.startswith("tree ")]
+    if not rows or trees.empty:
+        return ""
+    chain, tree = lab[lab["setting"] == rows["best chain"]].iloc[0], trees.loc[trees["tokens/s"].idxmax()]
+    d = {k: tree[k] - chain[k] for k in ("draft ms", "verify ms", "rest ms", "tau")}
+    return (f" Per round, *{tree['setting']}* spent {d['draft ms']:+.2f} ms drafting, {d['verify ms']:+.2f} ms "
+            f"verifying and {d['rest ms']:+.2f} ms on the rest against *{chain['setting']}*, for {d['tau']:+.2f} "
+            "tokens a round.")
 
 
 def handlers(store: ModelStore):
