@@ -87,21 +87,18 @@ class SiblingEstimate:
 
     def reject(self, source: str, doubt: float) -> float:
         """P(x is rejected | the walk reaches its position)."""
-        return self._rate(self.rejected, source, doubt)
+        return self._rate(self.rejected, self.key(source, doubt), doubt)
 
     def hit(self, source: str, doubt: float) -> float:
         """P(x is rejected and a sibling there is accepted | the walk reaches the position)."""
-        return self._rate(self.hits, source, doubt)
+        return self._rate(self.hits, self.key(source, doubt), doubt)
 
     def rates(self, source: str, doubt: float) -> tuple[float, float]:
         """(reject, hit) at once: a chain position's two rates from one key."""
-        key, prior = self.key(source, doubt), doubt / (1 + doubt)
-        reached = self.reached.get(key, 0) + PRIOR_TRIES
-        return ((self.rejected.get(key, 0) + PRIOR_TRIES * prior) / reached,
-                (self.hits.get(key, 0.0) + PRIOR_TRIES * prior) / reached)
-
-    def _rate(self, counts: dict, source: str, doubt: float) -> float:
         key = self.key(source, doubt)
+        return self._rate(self.rejected, key, doubt), self._rate(self.hits, key, doubt)
+
+    def _rate(self, counts: dict, key: tuple[str, int], doubt: float) -> float:
         prior = doubt / (1 + doubt)
         return (counts.get(key, 0) + PRIOR_TRIES * prior) / (self.reached.get(key, 0) + PRIOR_TRIES)
 
