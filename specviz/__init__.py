@@ -8,25 +8,24 @@ The core (this folder's modules) knows nothing of the three wings built on it: `
 from .batch import autoregressive_generate_batch, speculative_generate_batch
 from .config import EXAMPLE_PROMPTS, PRESETS, DecodeConfig, TreeConfig
 from .decoder import Decoding, autoregressive_generate, speculative_generate
-from .distill import distill, iter_distill
-from .cross import CrossDrafter, CrossTokenizerDrafter, IntersectionDrafter
-from .drafters import Drafter, ModelDrafter, PromptLookupDrafter, Proposal
+from .drafts.cross import CrossDrafter, CrossTokenizerDrafter, IntersectionDrafter
+from .drafts.distill import distill, iter_distill
+from .drafts.drafter import Drafter, ModelDrafter, PromptLookupDrafter, Proposal
+from .drafts.ngram import NGramDrafter, NGramModel
 from .labs.compare import compare
 from .labs.distill_lab import distill_lab, fresh_draft
 from .labs.lossless import fit_table, lossless_lab
 from .labs.policies import compare_policies, policy_summary
 from .labs.sweep import best_k, iter_sweep, per_position, position_rows, summarize, sweep
-from .models import (DEFAULT_DRAFT, DEFAULT_TARGET, check_tokenizers, list_drafters, list_models, load_drafter,
-                     load_model)
-from .ngram import NGramDrafter, NGramModel
+from .models import DEFAULT_DRAFT, DEFAULT_TARGET, check_tokenizers, list_drafters, list_models, load_drafter, load_model
 from .trace import Counts, Round, Summary, Trace
 
 __all__ = [
     "DecodeConfig", "TreeConfig", "PRESETS", "EXAMPLE_PROMPTS",
     "speculative_generate", "autoregressive_generate", "Decoding",
     "speculative_generate_batch", "autoregressive_generate_batch",
-    "Drafter", "ModelDrafter", "PromptLookupDrafter", "Proposal", "NGramDrafter", "NGramModel", "CrossTokenizerDrafter", "CrossDrafter",
-    "IntersectionDrafter",
+    "Drafter", "ModelDrafter", "PromptLookupDrafter", "Proposal", "NGramDrafter", "NGramModel",
+    "CrossTokenizerDrafter", "CrossDrafter", "IntersectionDrafter",
     "load_model", "load_drafter", "list_models", "list_drafters", "check_tokenizers", "DEFAULT_TARGET", "DEFAULT_DRAFT",
     "Trace", "Round", "Summary", "Counts",
     "sweep", "iter_sweep", "summarize", "best_k", "position_rows", "per_position", "compare_policies", "policy_summary",

@@ -25,18 +25,19 @@ that row finished. A batch uses one k for every row (``k_policy='fixed'``), capp
 from __future__ import annotations
 
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 
-from .batch_lm import BatchLM
 from .config import DecodeConfig
 from .decoder import accept, check_window, commit, eos_ids, prompt_list, record_round, run_names
-from .drafters import Drafter, ModelDrafter, Proposal, as_drafter, draft_step, draft_view
-from .forwards import check_columns
-from .lm import Stopwatch
+from .drafts.drafter import Drafter, ModelDrafter, Proposal, as_drafter, draft_step, draft_view
+from .runtime.batch_lm import BatchLM
+from .runtime.forwards import check_columns
+from .runtime.lm import Stopwatch
 from .sampling import logits_to_probs
 from .trace import Round, Trace
+
 
 class BatchDecoding:
     """One batched run. Iterate it to get, per batch round, each row's Round (None for finished rows)."""

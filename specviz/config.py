@@ -30,7 +30,7 @@ class TreeConfig:
     root, two of each of those, ...). Dynamic tree (``budget`` > 0, as EAGLE-2): each of ``depth`` levels
     expands the ``width`` most valuable nodes of the level above, ``width`` children each, and the ``budget`` most
     valuable nodes are verified. A node's value is its chance of being reached and accepted, learnt from the run's
-    own verdicts (``specviz.tree_value``) where EAGLE-2 takes the product of q along the path, and
+    own verdicts (``specviz.trees.value``) where EAGLE-2 takes the product of q along the path, and
     ``threshold`` > 0 drafts and verifies only nodes at least that likely to be reached and accepted: the tree
     grows deep where the draft is reliable, wide where it is not, and stops where another row would not pay.
     ``children``, how a node's children are chosen (and so which acceptance rule is exact):
@@ -42,7 +42,7 @@ class TreeConfig:
     law), so its budget and threshold bound the tree rather than choosing among what was drawn.
     A chain with siblings (``siblings`` >= 0, "chain:DEPTH,SIBLINGS[,THRESHOLD]"): the chain of ``depth`` drafts
     the chain decoder would draft, drafted the same way, plus at most ``siblings`` leaves beside it, each the
-    draft's best other token at one of the chain's positions (``specviz.tree_chain``)."""
+    draft's best other token at one of the chain's positions (``specviz.trees.chain``)."""
 
     shape: tuple[int, ...] = (3, 2, 2, 1)
     budget: int = 0
@@ -83,7 +83,7 @@ class TreeConfig:
             raise ValueError(f"the tree has {self.nodes} nodes; at most {MAX_TREE_NODES} are verified in one pass")
 
     @classmethod
-    def parse(cls, text: str) -> "TreeConfig":
+    def parse(cls, text: str) -> TreeConfig:
         """From a short spec: "3,2,2,1" (a static shape), "dynamic:10,8,3" (budget, depth, width) or
         "dynamic:10,8,3,0.25" (and a threshold), "chain:12,2" (depth, siblings) or "chain:12,2,0.05" (and a
         threshold), any followed by "/iid", "/distinct" or "/top" for the children rule. ValueError with the

@@ -10,21 +10,20 @@ algorithm on one screen (no cache, no recording), pinned to this one by tests.
 from __future__ import annotations
 
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 
 from .config import DecodeConfig
-from .drafters import Drafter, Proposal, as_drafter, model_name
+from .drafts.drafter import Drafter, Proposal, as_drafter, model_name
 from .kpolicy import make_policy
-from .lm import CachedLM, Stopwatch, context_window
+from .runtime.lm import CachedLM, Stopwatch, context_window
 from .sampling import Verdict, beta, logits_to_probs, residual_top, verify, verify_greedy
 from .trace import Round, Trace
-from .tree import grow, walk
-from .tree_chain import grow_chain
-from .tree_round import check_tree_model, keep_path, record_tree_round, verify_tree
-from .tree_value import AcceptanceEstimate, SiblingEstimate
-
+from .trees.chain import grow_chain
+from .trees.round import check_tree_model, keep_path, record_tree_round, verify_tree
+from .trees.tree import grow, walk
+from .trees.value import AcceptanceEstimate, SiblingEstimate
 
 
 class Decoding:

@@ -13,11 +13,11 @@ import os
 from importlib.util import find_spec
 from pathlib import Path
 
-from . import eagle, early_exit
-from .devices import default_device, default_dtype, needs_device_map  # noqa: F401 (part of this API)
-from .hub import hub_reachable, is_hub_id  # noqa: F401 (part of this API)
-from .presets import CROSS_PRESETS, HUB_PRESETS  # noqa: F401 (part of this API)
-from .pairing import check_tokenizers, vocab_of  # noqa: F401 (check_tokenizers: part of this API)
+from .drafts import eagle, early_exit
+from .drafts.pairing import check_tokenizers, vocab_of  # noqa: F401 (check_tokenizers: part of this API)
+from .runtime.devices import default_device, default_dtype, needs_device_map  # noqa: F401 (part of this API)
+from .runtime.hub import hub_reachable, is_hub_id  # noqa: F401 (part of this API)
+from .runtime.hub_pairs import CROSS_PRESETS, HUB_PRESETS  # noqa: F401 (part of this API)
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets" / "models"
 DEFAULT_TARGET = "target"
@@ -60,7 +60,7 @@ def list_hybrids() -> list[str]:
 
 @functools.lru_cache(maxsize=1)
 def cross_drafts() -> tuple[str, ...]:
-    """Bundled models whose tokenizer is not the bundled target's (they draft through ``specviz.cross``)."""
+    """Bundled models whose tokenizer is not the bundled target's (they draft through ``specviz.drafts.cross``)."""
     if DEFAULT_TARGET not in list_models():
         return ()
     vocab = vocab_of(ASSETS / DEFAULT_TARGET) or vocab_of(ASSETS / "tokenizer")
@@ -71,7 +71,8 @@ def list_drafters() -> list[str]:
     """Everything that can draft for the bundled target: bundled LMs other than it, hybrids, model-free drafters,
     the target's own early exits at a quarter and half of its depth, and its feature draft where one is saved."""
     return ([m for m in list_models() if m != DEFAULT_TARGET] + list_hybrids() + list_ngrams() + [PROMPT_LOOKUP]
-            + early_exit.exit_names(ASSETS / DEFAULT_TARGET, DEFAULT_TARGET) + eagle.names(ASSETS / DEFAULT_TARGET, DEFAULT_TARGET))
+            + early_exit.exit_names(ASSETS / DEFAULT_TARGET, DEFAULT_TARGET)
+            + eagle.names(ASSETS / DEFAULT_TARGET, DEFAULT_TARGET))
 
 
 def preset_targets() -> list[str]:
@@ -94,23 +95,23 @@ def allow_policy() -> str:
 def load_drafter(name: str, device: str | None = None):
     """A draft by name: prompt lookup, a bundled n-gram, or a causal LM (bundled, hub ID or path)."""
     if name == PROMPT_LOOKUP:
-        from .drafters import PromptLookupDrafter
+        from .drafts.drafter import PromptLookupDrafter
 
         return PromptLookupDrafter()
     if name in list_ngrams():
-        from .ngram import NGramDrafter, NGramModel
+        from .drafts.ngram import NGramDrafter, NGramModel
 
         return NGramDrafter(NGramModel.load(ASSETS / name), name=name)
     if name in cross_drafts():  # a bundled draft with its own tokenizer: bound to the bundled target's
-        from .cross import CrossDrafter
+        from .drafts.cross import CrossDrafter
 
         model, tokenizer = load_model(name, device=device)
         return CrossDrafter(model, tokenizer, load_tokenizer(DEFAULT_TARGET), name=name)
     if base := self_draft_base(name):  # "target@2", "target+eagle": drafts made of the target itself
         return self_draft(load_model(base, device=device)[0], base, name)
     if name in list_hybrids():
-        from .hybrid import HybridDrafter
-        from .ngram import NGramModel
+        from .drafts.hybrid import HybridDrafter
+        from .drafts.ngram import NGramModel
 
         model, table, options = HYBRIDS[name]
         return HybridDrafter(NGramModel.load(ASSETS / table), load_drafter(model, device), name=name, **options)
@@ -160,7 +161,7 @@ def load_tokenizer(name_or_path: str):
 def param_count(path: str) -> int | None:
     """Parameters stored in a folder's or hub repo's safetensors files, without loading them (None if unknown)."""
     try:
-        from . import int8
+        from .runtime import int8
 
         if Path(path).is_dir() and int8.stored(path):
             return int8.parameter_count(path)
@@ -185,7 +186,7 @@ def load_model(name_or_path: str, device: str | None = None, dtype=None):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from . import int8
+    from .runtime import int8
 
     if name_or_path in list_ngrams():
         raise ValueError(f"{name_or_path!r} is an n-gram drafter, not a causal LM: load it with load_drafter")
@@ -225,8 +226,8 @@ def self_draft(target, target_name: str, name: str):
     """The early exit (a causal LM sharing the target's weights) or feature draft (a drafter) ``name`` of ``target``,
     a model loaded as ``target_name``, built on that very model."""
     if name in HYBRIDS:
-        from .hybrid import HybridDrafter
-        from .ngram import NGramModel
+        from .drafts.hybrid import HybridDrafter
+        from .drafts.ngram import NGramModel
 
         model, table, options = HYBRIDS[name]
         return HybridDrafter(NGramModel.load(ASSETS / table), self_draft(target, target_name, model), name=name,
@@ -247,7 +248,7 @@ def drafter_for(target, target_name: str, draft_name: str, device: str | None = 
 
 def load_pair(target_name: str, draft_name: str, device: str | None = None, dtype=None):
     """(target, draft, tokenizer) for a pair. A draft LM whose tokenizer differs from the target's (checked on the
-    tokenizers, before its weights load) comes as a ``specviz.cross.CrossDrafter`` drafting through the target's
+    tokenizers, before its weights load) comes as a ``specviz.drafts.cross.CrossDrafter`` drafting through the target's
     tokenizer. Model-free drafts (prompt lookup, n-grams) need no check."""
     target, tokenizer = load_model(target_name, device, dtype)
     if self_draft_base(draft_name) == target_name:  # built on the very target loaded
@@ -260,7 +261,7 @@ def load_pair(target_name: str, draft_name: str, device: str | None = None, dtyp
     try:
         check_tokenizers(tokenizer, draft_tokenizer)
     except ValueError:
-        from .cross import drafting_through
+        from .drafts.cross import drafting_through
 
         draft = load_model(draft_name, device, dtype)[0]
         return target, drafting_through(draft, draft_tokenizer, tokenizer, draft_name, target_name), tokenizer

@@ -40,9 +40,9 @@ def forward_s(run) -> float:
 
 
 def cost_ratio(trace, baseline=None) -> float:
-    """c measured (``trace`` and ``baseline``: Traces, or Counts of several runs): mean draft time per drafted token over the time of one target forward, which is the
-    baseline's one-token forward where a baseline run is given, else this run's verify pass. 0.0 if nothing
-    was drafted or timed."""
+    """c measured (``trace`` and ``baseline``: Traces, or Counts of several runs): mean draft time per drafted
+    token over the time of one target forward, which is the baseline's one-token forward where a baseline run
+    is given, else this run's verify pass. 0.0 if nothing was drafted or timed."""
     c = counts_of(trace)
     unit = forward_s(baseline) if baseline is not None else forward_s(trace)
     return (c.draft_s / c.drafted) / unit if c.drafted and unit else 0.0

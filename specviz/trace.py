@@ -11,11 +11,10 @@ from dataclasses import asdict, dataclass, field, fields
 
 import pandas as pd
 
-from .alignment import DraftTokens
 from .config import DecodeConfig
-from .trace_schema import TRACE_FIELDS, check_fields, check_sizes, round_fields
+from .records import DraftTokens, TreeNode, TreeRecord  # noqa: F401 (re-exported: the records of a trace)
 from .texts import Texts, fill_texts, position_texts
-from .tree_record import TreeNode, TreeRecord  # noqa: F401 (re-exported: the records of a trace)
+from .trace_schema import TRACE_FIELDS, check_fields, check_sizes, round_fields
 
 SCHEMA = "specviz.trace/1"
 MAX_TRACE_BYTES = 4 * 2**20  # a trace JSON longer than this is refused before it is parsed
@@ -98,7 +97,7 @@ class Counts:
     accepted_at: tuple[int, ...] = ()  # [i]: rounds that accepted position i (same length as drafted_at)
 
     @classmethod
-    def of(cls, rounds, total_s: float = 0.0) -> "Counts":
+    def of(cls, rounds, total_s: float = 0.0) -> Counts:
         rounds = list(rounds)
         betas = [b for r in rounds for b in r.beta if b is not None]
         depth = range(max((len(r.drafted) for r in rounds), default=0))
@@ -111,7 +110,7 @@ class Counts:
             accepted_at=tuple(sum(r.n_accepted > i for r in rounds) for i in depth),
         )
 
-    def __add__(self, other: "Counts") -> "Counts":
+    def __add__(self, other: Counts) -> Counts:
         if not isinstance(other, Counts):
             return NotImplemented
         return Counts(**{f.name: _plus(getattr(self, f.name), getattr(other, f.name)) for f in fields(self)})
@@ -161,7 +160,7 @@ class Trace:
 
     @classmethod
     def start(cls, prompt_ids: list[int], config: DecodeConfig, target_name: str, draft_name: str | None,
-              eos_token_ids: list[int]) -> "Trace":
+              eos_token_ids: list[int]) -> Trace:
         """The empty trace of a run about to start; draft_name None: an autoregressive run (nothing drafted)."""
         mode = "autoregressive" if draft_name is None else "speculative"
         return cls(prompt_ids=list(prompt_ids), config=config, mode=mode, target_name=target_name,
@@ -187,7 +186,7 @@ class Trace:
         """The token decoded on its own (a token holding part of a character shows U+FFFD: use ``texts``)."""
         return self.token_text.get(token, f"<{token}>")
 
-    def fill_texts(self, tokenizer) -> "Trace":
+    def fill_texts(self, tokenizer) -> Trace:
         """Record the text and bytes of every id the trace mentions (prompt, drafts, tree nodes, emitted, residual
         candidates), so its JSON replays, in any script, without a tokenizer. Returns the trace."""
         fill_texts(self, tokenizer)
@@ -223,7 +222,7 @@ class Trace:
         df = pd.DataFrame(rows, columns=FRAME_COLUMNS)
         return df.astype({"p": float, "q": float, "ratio": float, "accept_prob": float, "u": float, "beta": float})
 
-    def to_json(self, baseline: "Trace | None" = None) -> str:
+    def to_json(self, baseline: Trace | None = None) -> str:
         """The whole record; with ``baseline`` (the autoregressive run it was measured against) that run too,
         so an imported trace shows its speedup again (``run_from_json``)."""
         data = self._data() | ({"baseline": baseline._data()} if baseline is not None else {})
@@ -237,13 +236,13 @@ class Trace:
         return data
 
     @classmethod
-    def from_json(cls, text: str) -> "Trace":
+    def from_json(cls, text: str) -> Trace:
         """The trace ``to_json`` wrote, every field checked (imported traces are rendered into HTML): a wrong
         type, an unknown mode or stop_reason, unequal per-token lists, n_accepted out of range: a ValueError."""
         return cls.run_from_json(text)[0]
 
     @classmethod
-    def run_from_json(cls, text: str) -> "tuple[Trace, Trace | None]":
+    def run_from_json(cls, text: str) -> tuple[Trace, Trace | None]:
         """(trace, its baseline run or None), both checked as ``from_json`` checks a trace."""
         if len(text) > MAX_TRACE_BYTES:
             raise ValueError(f"the trace is {len(text) / 2**20:.1f} MiB; at most {MAX_TRACE_BYTES / 2**20:.0f} MiB "
@@ -256,7 +255,7 @@ class Trace:
             raise ValueError(f"malformed trace JSON: {e}") from e
 
     @classmethod
-    def _from_data(cls, data, where: str) -> "Trace":
+    def _from_data(cls, data, where: str) -> Trace:
         if not isinstance(data, dict) or data.pop("schema", None) != SCHEMA:
             raise ValueError(f"not a specviz trace (expected {where}schema {SCHEMA!r})")
         check_fields(data, TRACE_FIELDS, where, required=("prompt_ids", "config", "rounds"))

@@ -3,9 +3,8 @@ are rendered into HTML, so nothing unchecked gets that far). ``Trace.from_json``
 ValueError that names the field and its type, never its value (it may be markup)."""
 from __future__ import annotations
 
-from .alignment import DraftTokens
 from .config import DecodeConfig
-from .tree_record import NODE_STATUSES, TreeNode, TreeRecord
+from .records import NODE_STATUSES, DraftTokens, TreeNode, TreeRecord
 
 # -- the JSON schema: every field's kind, and what each kind admits ------------------------------------------
 MODES, STOP_REASONS = ("speculative", "autoregressive"), ("eos", "length", "")

@@ -4,7 +4,7 @@ import torch
 
 from specviz import DecodeConfig, PromptLookupDrafter, autoregressive_generate, speculative_generate
 from specviz.batch import BatchDecoding, autoregressive_generate_batch, speculative_generate_batch
-from specviz.drafters import draft_view
+from specviz.drafts.drafter import draft_view
 from tests.helpers.models import perturbed, reference_greedy, tiny_gpt2, tiny_llama
 from tests.helpers.stats import chi2_pvalue, exact_first_two
 

@@ -188,7 +188,7 @@ def test_heuristic_policy_is_transformers_schedule(prompt):
 
 
 def test_prompt_lookup_proposes_the_latest_match():
-    from specviz.drafters import lookup_continuation
+    from specviz.drafts.drafter import lookup_continuation
     ids = [1, 2, 3, 9, 1, 2, 3, 4, 5, 1, 2, 3]
     assert lookup_continuation(ids, 3, 3, 1) == [4, 5, 1]  # latest earlier "1 2 3" is followed by 4 5 1
     assert lookup_continuation([7, 8, 9], 3, 3, 1) == []
@@ -213,7 +213,8 @@ def test_bad_prompts_and_windows(llama):
         speculative_generate(llama, llama, torch.empty(1, 0, dtype=torch.long), DecodeConfig())
     with pytest.raises(ValueError, match="shape"):
         speculative_generate(llama, llama, torch.tensor([1, 2, 3]), DecodeConfig())
-    with pytest.raises(ValueError, match=r"200 tokens\) \+ max_new_tokens \(64\) = 264 exceeds the target's context window of 256"):
+    too_long = r"200 tokens\) \+ max_new_tokens \(64\) = 264 exceeds the target's context window of 256"
+    with pytest.raises(ValueError, match=too_long):
         speculative_generate(llama, llama, torch.ones(1, 200, dtype=torch.long), DecodeConfig())
     small = tiny_gpt2(window=128)
     with pytest.raises(ValueError, match="draft's context window of 128"):
@@ -253,7 +254,7 @@ def test_cache_keyword_is_the_current_one_even_behind_a_wrapper(make, prompt):
     import inspect
     import warnings
 
-    from specviz.lm import cache_kwarg
+    from specviz.runtime.lm import cache_kwarg
 
     model = make(seed=3)
     forward = model.forward
@@ -342,7 +343,7 @@ def test_concurrent_runs_sharing_one_drafter_do_not_mix(prompt):
 def test_early_exit_drafts_exactly_and_at_full_depth_is_the_target(make, prompt):
     """The target's first L layers draft for it (sharing its weights): greedy output is the target's own, and with
     every layer the draft IS the target, so every draft is accepted."""
-    from specviz.early_exit import early_exit, parse
+    from specviz.drafts.early_exit import early_exit, parse
 
     target = make(seed=3, layers=3, sharpen=30)
     for layers in (1, 2):

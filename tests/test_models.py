@@ -80,7 +80,7 @@ def float64_draft(name, target):
     """A bundled draft in float64 (no near-ties that flip between batched and unbatched products); one made of the
     target (a feature draft, its hybrid) is built on ``target``, the float64 target."""
     from specviz import models
-    from specviz.hybrid import HybridDrafter
+    from specviz.drafts.hybrid import HybridDrafter
 
     if models.self_draft_base(name) == specviz.DEFAULT_TARGET:
         return models.self_draft(target, specviz.DEFAULT_TARGET, name)
@@ -110,8 +110,9 @@ def test_int8_storage_round_trips_into_an_ordinary_model(tmp_path):
     exact as on any model."""
     import torch
 
-    from specviz import DecodeConfig, int8, speculative_generate
+    from specviz import DecodeConfig, speculative_generate
     from specviz.models import param_count
+    from specviz.runtime import int8
     from tests.helpers.models import perturbed, reference_greedy, tiny_llama
 
     model = tiny_llama(vocab=64, seed=4, sharpen=5).float()

@@ -3,8 +3,17 @@ import pytest
 import torch
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
-from specviz.sampling import (align_vocab, beta, logits_to_probs, point_mass, process_logits, residual, sample, verify,
-                              verify_greedy)
+from specviz.sampling import (
+    align_vocab,
+    beta,
+    logits_to_probs,
+    point_mass,
+    process_logits,
+    residual,
+    sample,
+    verify,
+    verify_greedy,
+)
 from tests.helpers.stats import chi2_pvalue
 
 P = torch.tensor([[0.5, 0.3, 0.2, 0.0], [0.1, 0.2, 0.3, 0.4]], dtype=torch.float64)

@@ -9,9 +9,7 @@ import os
 import gradio as gr
 
 from ..views.timeline import CSS
-from . import links
-from . import (batch_tab, compare_tab, distill_tab, explorer, learn_tab, lossless_tab, sweep_tab, temperature_tab,
-               tree_tab)
+from . import batch_tab, compare_tab, distill_tab, explorer, learn_tab, links, lossless_tab, sweep_tab, temperature_tab, tree_tab
 from .store import ModelStore
 
 TITLE = "specviz: see speculative decoding"
@@ -35,18 +33,17 @@ def build_demo(store: ModelStore | None = None) -> gr.Blocks:
                 explorer_draft, h = explorer.build(store, user_drafts)
             with gr.Tab("Learn", id="learn"):
                 lesson, lesson_views, learn = learn_tab.build(store)
-            with gr.Tab("Labs", id="labs"):
-                with gr.Tabs():
-                    with gr.Tab("k sweep lab"):
-                        sweep_tab.build(store)
-                    with gr.Tab("Tree lab"):
-                        tree_tab.build(store)
-                    with gr.Tab("Temperature lab"):
-                        temperature_tab.build(store)
-                    with gr.Tab("Losslessness lab"):
-                        lossless_tab.build(store)
-                    with gr.Tab("Distillation lab"):
-                        trained = distill_tab.build(store, user_drafts)
+            with gr.Tab("Labs", id="labs"), gr.Tabs():
+                with gr.Tab("k sweep lab"):
+                    sweep_tab.build(store)
+                with gr.Tab("Tree lab"):
+                    tree_tab.build(store)
+                with gr.Tab("Temperature lab"):
+                    temperature_tab.build(store)
+                with gr.Tab("Losslessness lab"):
+                    lossless_tab.build(store)
+                with gr.Tab("Distillation lab"):
+                    trained = distill_tab.build(store, user_drafts)
             with gr.Tab("Compare drafts", id="compare"):
                 compare_drafts = compare_tab.build(store, user_drafts)
             with gr.Tab("Batch", id="batch"):

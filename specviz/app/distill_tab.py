@@ -10,7 +10,7 @@ import gradio as gr
 import pandas as pd
 
 from ..config import EXAMPLE_PROMPTS
-from ..drafters import Drafter
+from ..drafts.drafter import Drafter
 from ..labs.distill_lab import CE, KL, POINT_COLUMNS, iter_distill_lab, lab_drafts
 from ..models import ASSETS
 from ..views import lab_plots

@@ -147,8 +147,8 @@ def draft_pickers(store: ModelStore, user_drafts):
 def handlers(store: ModelStore):
     """The tab's handlers, bound to ``store`` and ready to wire (tests call them the same way)."""
     h = bind(store, models=dict(run=run, draft_pickers=draft_pickers),
-             plain=dict(step=step, load=load, open_gallery=open_gallery, open_named=open_named, replay=replay_views, export=runs.export_trace, what_if=what_if,
-                        from_run=from_run))
+             plain=dict(step=step, load=load, open_gallery=open_gallery, open_named=open_named, replay=replay_views,
+                        export=runs.export_trace, what_if=what_if, from_run=from_run))
     h.generate = gpu_task(friendly(runs.api_generate(store)))
     return h
 
@@ -197,11 +197,10 @@ def _replay_section() -> tuple:
         round_slider = gr.Slider(0, 1, value=0, step=1, label="Round", elem_id="round", interactive=False)
         next_btn = gr.Button("next ▶", elem_id="next", scale=0)
     replay = gr.HTML(replay_html(None, 0), elem_id="replay")  # full width: every column readable at 1024 px
-    with gr.Row():
-        with gr.Column():
-            accept = chart("A draft is accepted when its coin **u** (×) falls below its bar **min(1, p/q)**.")
-            residual = chart("After a rejection the replacement is drawn from the **residual** max(0, p − q), "
-                             "renormalised: tokens the target likes more than the draft did.")
+    with gr.Row(), gr.Column():
+        accept = chart("A draft is accepted when its coin **u** (×) falls below its bar **min(1, p/q)**.")
+        residual = chart("After a rejection the replacement is drawn from the **residual** max(0, p − q), "
+                         "renormalised: tokens the target likes more than the draft did.")
     tree = chart("A tree round (draft shape other than chain): every node the draft proposed, verified in one target "
                  "pass; the bold path was accepted, hover a node for p, q, p′, u and the decision.", elem_id="tree-plot")
     return prev_btn, round_slider, next_btn, replay, accept, residual, tree

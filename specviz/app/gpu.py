@@ -4,7 +4,7 @@ handlers run unchanged on a CPU, on a local GPU and on a Space."""
 from __future__ import annotations
 
 import os
-from typing import Callable
+from collections.abc import Callable
 
 ZERO_GPU_ENV = "SPACES_ZERO_GPU"  # set by Hugging Face on ZeroGPU Spaces
 GPU_SECONDS = 120  # the longest a decorated call may hold the GPU (ZeroGPU's default is 60)

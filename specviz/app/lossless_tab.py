@@ -15,7 +15,6 @@ from .store import ModelStore
 from .widgets import LAB_QUEUE, bind, chart, draft_picker, sampling_controls, target_picker
 
 
-
 class TokenLabels(dict):
     """token id -> its text (repr), decoded on first use."""
 

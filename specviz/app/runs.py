@@ -3,9 +3,9 @@ autoregressive baseline, and traces exported to and imported from files."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterator
 
 import torch
 

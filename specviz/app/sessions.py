@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import inspect
 import threading
+from collections.abc import Callable
 from contextlib import contextmanager
-from typing import Callable
 
 import gradio as gr
 

@@ -6,12 +6,14 @@ import functools
 import os
 import threading
 from collections import OrderedDict
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 
-from .. import eagle, early_exit, models
-from ..cross import drafting_through
+from .. import models
+from ..drafts import eagle, early_exit
+from ..drafts.cross import drafting_through
 
 CACHE_ENV = "SPECVIZ_MODEL_CACHE_GB"
 
@@ -75,7 +77,7 @@ class ModelStore:
     def pair(self, target: str, draft: str):
         """(target model, tokenizer, drafter). A draft LM whose tokenizer differs from the target's (checked on the
         tokenizers, before the draft's weights load; remembered per pair) drafts through the target's tokenizer
-        (``specviz.cross.CrossDrafter``, exact at any temperature); a draft of another tokenizer that is not a
+        (``specviz.drafts.cross.CrossDrafter``, exact at any temperature); a draft of another tokenizer that is not a
         causal LM is refused with a ValueError."""
         model, tok = self.target(target)
         if models.self_draft_base(draft) == target and target in models.list_models() and draft in self.list_drafters():
@@ -143,7 +145,7 @@ class ModelStore:
 def model_free(draft: str) -> bool:
     """No tokenizer to check against the target's: model-free drafts, bundled hybrids (their model part is a bundled
     draft: the family shares one tokenizer), early exits and feature drafts of a bundled model (made of the target
-    itself), and bundled drafts with their own tokenizer (they draft through the target's: ``specviz.cross``)."""
+    itself), and bundled drafts with their own tokenizer (they draft through the target's: ``specviz.drafts.cross``)."""
     base = models.self_draft_base(draft)
     return (draft == models.PROMPT_LOOKUP or draft in models.list_ngrams() or draft in models.list_hybrids()
             or draft in models.cross_drafts() or base in models.list_models())

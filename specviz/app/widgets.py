@@ -5,8 +5,8 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+from collections.abc import Callable
 from types import SimpleNamespace
-from typing import Callable
 
 import gradio as gr
 

@@ -19,8 +19,8 @@ import torch
 
 from ..batch import autoregressive_generate_batch, speculative_generate_batch
 from ..config import DecodeConfig
-from ..trace import Counts
 from ..models import DEFAULT_MODEL_DRAFT, list_drafters, list_models, load_model
+from ..trace import Counts
 from .bench import common_args, target_and_prompts
 
 BATCH_COLUMNS = ["batch_size", "method", "tokens", "seconds", "tokens_per_s", "acceptance_rate"]

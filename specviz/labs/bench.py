@@ -22,11 +22,12 @@ from dataclasses import dataclass, field, replace
 import torch
 from tqdm.auto import tqdm
 
-from .. import packed_linear, theory
+from .. import theory
 from ..config import EXAMPLE_PROMPTS, HELDOUT_PROMPTS, DecodeConfig, TreeConfig
 from ..decoder import autoregressive_generate, speculative_generate
-from ..drafters import Drafter, PromptLookupDrafter
+from ..drafts.drafter import Drafter, PromptLookupDrafter
 from ..models import DEFAULT_DRAFT, DEFAULT_TARGET, drafter_for, load_model
+from ..runtime import packed_linear
 from ..trace import Counts, Trace
 
 PROMPT_SETS = {"example": EXAMPLE_PROMPTS, "heldout": HELDOUT_PROMPTS, "all": EXAMPLE_PROMPTS + HELDOUT_PROMPTS}
@@ -272,7 +273,8 @@ def main(argv=None) -> None:
     draft = drafter_for(target, args.target, args.draft, device=args.device)
     cfg = DecodeConfig(k=args.k, temperature=args.temperature, max_new_tokens=args.max_new_tokens,
                        draft_stop=args.draft_stop, tree=args.tree)
-    print(f"target={args.target} draft={args.draft} k={args.k} tree={args.tree.label if args.tree else None} draft_stop={args.draft_stop} temperature={args.temperature} "
+    print(f"target={args.target} draft={args.draft} k={args.k} tree={args.tree.label if args.tree else None} "
+          f"draft_stop={args.draft_stop} temperature={args.temperature} "
           f"max_new_tokens={args.max_new_tokens} repeats={args.repeats} prompts={len(prompts)} "
           f"threads={torch.get_num_threads()} device={args.device}")
     print(report(run_bench(target, draft, prompts, cfg, args.repeats, plain_too=args.matmul == "both")))

@@ -12,27 +12,28 @@ Aggregates over prompts are ratios of sums (``sweep.run_row``).
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator
 
 import pandas as pd
 import torch
 
 from ..config import DecodeConfig
 from ..decoder import Decoding
-from ..drafters import Drafter, as_drafter
-from ..lm import CachedLM
-from ..eagle import extra_parameters
-from ..early_exit import own_parameters
-from ..self_drafts import FeatureDrafter
-from ..hybrid import HybridDrafter
-from ..ngram import NGramDrafter
+from ..drafts.drafter import Drafter, as_drafter
+from ..drafts.eagle import extra_parameters
+from ..drafts.early_exit import own_parameters
+from ..drafts.hybrid import HybridDrafter
+from ..drafts.ngram import NGramDrafter
+from ..drafts.self_drafts import FeatureDrafter
+from ..runtime.lm import CachedLM
 from ..sampling import logits_to_probs
 from ..trace import Trace
 from .sweep import BASELINE, baseline_costs, position_rows, run_row, speedup_spread, warm_up
 
-TABLE_COLUMNS = ["draft", "size", "tokenizer", "extra_mib", "new_tokens", "rounds", "acceptance_rate", "alpha", "tau", "tokens_per_s",
-                 "baseline_tokens_per_s", "speedup", "speedup_min", "speedup_max", "c"]  # then accept@1 .. per position
+TABLE_COLUMNS = ["draft", "size", "tokenizer", "extra_mib", "new_tokens", "rounds", "acceptance_rate", "alpha", "tau",
+                 "tokens_per_s", "baseline_tokens_per_s", "speedup", "speedup_min", "speedup_max", "c"]
+# then accept@1 .. per position
 
 
 @dataclass(frozen=True)
@@ -65,8 +66,9 @@ def compare(target, drafts: dict, prompts, cfg: DecodeConfig | None = None) -> p
 
 
 def compare_table(runs: list[Run], sizes: dict | None = None) -> pd.DataFrame:
-    """Per draft: size, tokenizer and extra memory (``sizes``: name -> DraftFacts, or just its size), acceptance rate, alpha, tau, tokens/s, speedup over the baseline runs, c, and the
-    acceptance rate at each draft position (accept@i: accepted / drafted there; NaN if never drafted).
+    """Per draft: size, tokenizer and extra memory (``sizes``: name -> DraftFacts, or just its size), acceptance
+    rate, alpha, tau, tokens/s, speedup over the baseline runs, c, and the acceptance rate at each draft position
+    (accept@i: accepted / drafted there; NaN if never drafted).
     Drafts whose runs have not all finished count only what has; the baseline must have run."""
     base = pd.DataFrame([run_row(r.trace) for r in runs if r.draft == BASELINE])
     if base.empty:
@@ -117,7 +119,7 @@ def _facts(value) -> DraftFacts:
 
 
 def draft_facts(draft) -> DraftFacts:
-    overlap = getattr(draft, "overlap", None)  # a draft with its own tokenizer (specviz.cross)
+    overlap = getattr(draft, "overlap", None)  # a draft with its own tokenizer (specviz.drafts.cross)
     tokenizer = "same" if overlap is None else f"other ({overlap:.0%} shared)"
     return DraftFacts(draft_size(draft), tokenizer, draft_bytes(draft) / 2**20)
 

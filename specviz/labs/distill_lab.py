@@ -1,4 +1,4 @@
-"""The distillation lab: train a draft towards a target with forward KL (``specviz.distill``) for a short
+"""The distillation lab: train a draft towards a target with forward KL (``specviz.drafts.distill``) for a short
 wall-clock budget, checkpointing its held-out KL(p || q) and its acceptance rate against the target as
 it goes; and, for comparison, an identical draft trained for the same budget with plain next-token
 cross-entropy on the same batches.
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import pandas as pd
 import torch
@@ -20,8 +20,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from ..config import DecodeConfig
 from ..decoder import speculative_generate
-from ..distill import as_windows, iter_distill, kl_on_batch
-from ..lm import context_window
+from ..drafts.distill import as_windows, iter_distill, kl_on_batch
+from ..runtime.lm import context_window
 
 KL, CE = "distill (KL)", "cross-entropy"
 FRESH_DRAFT = dict(hidden=128, layers=2, heads=4, kv_heads=2, intermediate=448)  # scripts/train_lm.py's "tiny"
@@ -104,7 +104,7 @@ def iter_distill_lab(target, drafts: dict, data, prompts: list, *, tokenizer=Non
             loop = iter_distill(None, draft, train, loss_fn=ce_loss, **opts)  # same loop, plain CE
         else:
             raise ValueError(f"method must be {KL!r} or {CE!r}, got {method!r}")
-        yield from _budgeted(method, loop, seconds, lambda: checkpoint(target, draft, prompts, heldout), eval_every_s)
+        yield from _budgeted(method, loop, seconds, lambda d=draft: checkpoint(target, d, prompts, heldout), eval_every_s)
 
 
 def lab_drafts(target, start=None, compare_ce: bool = True, seed: int = 0) -> dict:

@@ -22,8 +22,8 @@ from scipy.stats import chisquare
 
 from ..config import DecodeConfig
 from ..decoder import autoregressive_generate
-from ..drafters import Drafter
-from ..lm import model_device
+from ..drafts.drafter import Drafter
+from ..runtime.lm import model_device
 from ..sampling import align_vocab, beta, logits_to_probs, residual
 
 CORRECT, WRONG_SCALAR, WRONG_RAW = "correct", "wrong: scalar q(x)", "wrong: unprocessed q"

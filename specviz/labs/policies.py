@@ -6,8 +6,8 @@ is a ratio of sums; tau = tokens per round.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
-from typing import Iterable, Iterator
 
 import pandas as pd
 

@@ -7,8 +7,8 @@ run) beside the measurements.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
-from typing import Iterable, Iterator
 
 import pandas as pd
 from tqdm.auto import tqdm

@@ -18,7 +18,7 @@ import torch
 
 from ..config import DecodeConfig
 from ..decoder import autoregressive_generate, speculative_generate
-from ..drafters import Drafter, draft_q
+from ..drafts.drafter import Drafter, draft_q
 from ..sampling import logits_to_probs
 
 COLUMNS = ["temperature", "acceptance", "alpha_visited", "alpha_fixed", "tau", "tokens_per_s"]

@@ -115,7 +115,8 @@ def _row(name: str, c: Counts, seconds: float, traces, base_tokens_per_s: float)
     rounds = [r for t in traces for r in t.rounds]
     tokens_per_s = c.new_tokens / seconds if seconds else 0.0
     return {"setting": name, "nodes per round": c.drafted / c.rounds if c.rounds else 0.0, "tau": c.tau,
-            "tau predicted": theory.predicted_tau(rounds) if c.drafted else None, "target passes per token": c.target_forwards_per_token,
+            "tau predicted": theory.predicted_tau(rounds) if c.drafted else None,
+            "target passes per token": c.target_forwards_per_token,
             "tokens/s": tokens_per_s, "speedup": tokens_per_s / base_tokens_per_s if base_tokens_per_s else 0.0,
             **round_times(rounds)}
 
@@ -133,7 +134,7 @@ def sibling_table(drafter) -> pd.DataFrame:
     """What the drafter's greedy chains with siblings have learnt (``Drafter.sibling_estimate``, from every such run
     so far): per source and doubt bin, the chain positions the walk reached, how many it rejected, and at how many
     of those the target's token was the draft's other choice (what a sibling there would have won)."""
-    from ..tree_value import DOUBT_EDGES
+    from ..trees.value import DOUBT_EDGES
 
     est, edges = drafter.sibling_estimate(), (0.0, *DOUBT_EDGES, 1.0)
     rows = []
@@ -150,7 +151,7 @@ def sibling_table(drafter) -> pd.DataFrame:
 def keep_costs(target, context: int = 128, path: int = 4, nodes: int = 16, reps: int = 50) -> dict[str, float]:
     """Milliseconds to keep a tree's accepted path in the target's cache, both ways: gathering the path's cached
     keys and values in place (what the decoder does) and cropping to the prefix, then feeding the path again."""
-    from ..lm import CachedLM
+    from ..runtime.lm import CachedLM
 
     lm = CachedLM(target)
     ids = [i % lm.vocab_size for i in range(1, context + 1)]

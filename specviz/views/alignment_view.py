@@ -1,10 +1,10 @@
 """A cross-tokenizer round's two tokenizations, aligned: the draft's own tokens above the target tokens they became,
-each cell spanning the characters it holds (``specviz.alignment.align``). Every text is escaped."""
+each cell spanning the characters it holds (``specviz.drafts.alignment.align``). Every text is escaped."""
 from __future__ import annotations
 
-from ..alignment import align
-from ..trace import Round
+from ..drafts.alignment import align
 from ..texts import RoundTexts
+from ..trace import Round
 from .timeline import esc, visible
 
 

@@ -9,9 +9,11 @@ import html
 import re
 import statistics
 
-from .. import eagle, early_exit, theory
+from .. import theory
+from ..drafts import eagle, early_exit
 from ..models import HYBRIDS
 from ..trace import Trace
+
 MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_{}\[\]()#+\-.!|~])")
 
 

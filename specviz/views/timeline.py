@@ -152,7 +152,8 @@ def round_spans(trace: Trace, r: Round, texts: RoundTexts) -> str:
 
 def legend() -> str:
     items = "".join(token_span(label, status, label) for status, label in LEGEND.items())
-    return f'<div class="sv-legend">{items}<span>a bar and small number start each round · hover a token for p, q, u and the decision</span></div>'
+    hint = "a bar and small number start each round · hover a token for p, q, u and the decision"
+    return f'<div class="sv-legend">{items}<span>{hint}</span></div>'
 
 
 def timeline_html(trace: Trace | None) -> str:
@@ -188,8 +189,9 @@ def replay_html(trace: Trace | None, index: int) -> str:
         ratio = r.p[i] / r.q[i] if r.q[i] else None
         cells = "".join(f"<td>{esc(_num(v))}</td>" for v in (r.q[i], r.p[i], ratio, r.accept_prob[i], r.u[i], r.beta[i]))
         span = token_span(texts.drafted[i], _status(r, i), _draft_title(trace, r, i, texts.drafted[i]))
+        verdict = esc(decision(r, i, trace.config.greedy))
         rows.append(f'<tr><td class="sv-left">{span}'
-                    f'</td><td>{i + 1}</td>{cells}<td class="sv-left sv-decision">{esc(decision(r, i, trace.config.greedy))}</td></tr>')
+                    f'</td><td>{i + 1}</td>{cells}<td class="sv-left sv-decision">{verdict}</td></tr>')
     table = (f'<table class="sv-table"><tr><th class="sv-left">draft</th>{head}<th class="sv-left">decision</th></tr>'
              f'{"".join(rows)}</table>') if rows else "<p>No drafts this round (the drafter found nothing to propose).</p>"
     appended = "".join(token_span(text, "prompt", f"id {t}") for t, text in zip(r.emitted, texts.emitted))

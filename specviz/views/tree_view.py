@@ -9,9 +9,9 @@ import html
 
 import plotly.graph_objects as go
 
+from ..records import TreeNode
 from ..texts import shown
 from ..trace import Round, Trace
-from ..tree_record import TreeNode
 from .style import COLOURS, INK, layout
 
 FATES = {"accepted": ("accepted", COLOURS["accepted"]), "rejected": ("rejected", COLOURS["rejected"]),

@@ -10,8 +10,18 @@ from types import SimpleNamespace
 import pytest
 
 from specviz import Trace
-from specviz.app import (batch_tab, compare_tab, distill_tab, explorer, launch, learn_tab, lossless_tab,
-                         sweep_tab, temperature_tab, tree_tab)
+from specviz.app import (
+    batch_tab,
+    compare_tab,
+    distill_tab,
+    explorer,
+    launch,
+    learn_tab,
+    lossless_tab,
+    sweep_tab,
+    temperature_tab,
+    tree_tab,
+)
 from specviz.app.store import ModelStore
 
 SETTINGS = dict(k=3, k_policy="fixed", temperature=0.8, top_k=0, top_p=0.95, max_new_tokens=12, seed=7)

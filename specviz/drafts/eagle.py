@@ -1,0 +1,174 @@
+"""A feature draft (EAGLE, Li et al. 2024): one decoder layer that drafts from the target's own last hidden states.
+
+The target's verify pass already computes f_t, its final (normed) hidden state at every position t; the LM head turns
+f_t into p_{t+1}. A feature draft predicts the next one: its input at position t is fc([f_{t-1}, e(x_t)]) (the
+feature before, the embedding of the token at t), one Llama decoder layer with its own KV cache and an RMSNorm give
+h_t, and the target's own LM head gives q_{t+1} = softmax(head(h_t)). Drafting a chain, h_t stands in for the
+feature f_t the target has not computed yet; each round the positions the target has verified are fed again with
+their true features. Trained with "training-time test" (EAGLE-3): the draft is unrolled over its own h for a few
+steps in one pass (``unroll``), each step's q matched to the target's p (forward KL), so it learns to draft from its
+own features as it will have to.
+
+The draft shares the target's embedding and LM head (only fc, the layer and the norm are its own), so it is a
+draft OF one target: saved as ``eagle.safetensors`` beside it and named "TARGET+eagle".
+"""
+from __future__ import annotations
+
+import copy
+import json
+import math
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRMSNorm, LlamaRotaryEmbedding
+
+SUFFIX = "+eagle"
+FILE = "eagle.safetensors"
+
+
+def parse(name: str) -> str | None:
+    """The target a feature draft's name drafts for ("target" for "target+eagle"); None for other names."""
+    name = str(name)
+    return name.removesuffix(SUFFIX) or None if name.endswith(SUFFIX) else None
+
+
+def names(folder: Path, name: str) -> list[str]:
+    """The feature draft offered for a bundled model: "NAME+eagle" where one is saved beside it."""
+    return [name + SUFFIX] if (Path(folder) / FILE).is_file() else []
+
+
+def drafter(target, folder: Path, name: str):
+    """The saved feature draft of ``target`` (a model loaded from ``folder``) as a drafter bound to it."""
+    from .self_drafts import FeatureDrafter
+
+    return FeatureDrafter(load(target, folder), target, name)
+
+
+def param_count(folder: Path) -> int:
+    """Parameters of the feature draft saved in folder (from its file's header; 0 where there is none)."""
+    from safetensors import safe_open
+
+    path = Path(folder) / FILE
+    if not path.is_file():
+        return 0
+    from ..runtime.int8 import SCALE
+
+    with safe_open(str(path), "pt") as f:
+        return sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys() if not k.endswith(SCALE))
+
+
+def extra_parameters(head: FeatureHead) -> list:
+    """The parameters a feature draft holds beside its target: fc, its layer and its norm (no rotary buffers)."""
+    return [p for n, p in head.named_parameters() if not n.startswith("rotary")]
+
+
+class FeatureHead(nn.Module):
+    """fc([f_{t-1}, e(x_t)]) -> one decoder layer -> RMSNorm: h_t, whose logits are the target's head applied to it."""
+
+    def __init__(self, config):
+        super().__init__()
+        cfg = copy.deepcopy(config)
+        cfg.num_hidden_layers = 1
+        cfg._attn_implementation = "sdpa"
+        self.config = cfg
+        d = cfg.hidden_size
+        self.fc = nn.Linear(2 * d, d, bias=False)
+        self.layer = LlamaDecoderLayer(cfg, layer_idx=0)
+        self.norm = LlamaRMSNorm(d, eps=cfg.rms_norm_eps)
+        self.rotary = LlamaRotaryEmbedding(cfg)
+
+    def forward(self, features: torch.Tensor, embeds: torch.Tensor, positions: torch.Tensor,
+                mask: torch.Tensor) -> torch.Tensor:
+        """h for rows (B, N) of inputs (features, embeds) (B, N, d) each at ``positions`` (1, N), attending as the
+        boolean ``mask`` (N, N) says (True: attend)."""
+        x = self.fc(torch.cat([features, embeds], dim=-1))
+        additive = torch.zeros(mask.shape, dtype=x.dtype, device=x.device).masked_fill_(~mask, torch.finfo(x.dtype).min)
+        x = self.layer(x, attention_mask=additive[None, None], position_ids=positions,
+                       position_embeddings=self.rotary(x, positions))
+        return self.norm(x)
+
+
+def unroll_mask(steps: int, length: int, device=None) -> torch.Tensor:
+    """Who sees whom when the draft is unrolled ``steps`` times over a window of ``length`` (rows step-major: row
+    s * length + t is step s at position t). Step s at t is the s-th drafted token of a chain that starts after
+    position t - s: it sees step 0 (true features) at positions <= t - s and step j at position t - s + j for
+    1 <= j <= s (its own chain), as the draft's cache does at inference."""
+    t = torch.arange(length, device=device)
+    blocks = []
+    for s in range(steps):
+        row = []
+        for j in range(steps):
+            if j == 0:
+                row.append(t[None, :] <= t[:, None] - s)
+            elif j <= s:
+                row.append(t[None, :] == t[:, None] - s + j)
+            else:
+                row.append(torch.zeros(length, length, dtype=torch.bool, device=device))
+        blocks.append(torch.cat(row, dim=1))
+    return torch.cat(blocks, dim=0)
+
+
+def target_features(target, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The target's final normed hidden states f (B, T, d) and its logits (B, T, V) over a batch of windows."""
+    hidden = target.model(input_ids=ids).last_hidden_state
+    return hidden, target.lm_head(hidden)
+
+
+def unroll(head: FeatureHead, target, ids: torch.Tensor, features: torch.Tensor, steps: int) -> list[torch.Tensor]:
+    """The draft's logits at every step of the unroll, each (B, T, V): step s at t drafts token t + 1 from the chain
+    started after t - s (rows t < s have no such chain; callers drop them)."""
+    B, T, d = features.shape
+    embeds = target.model.embed_tokens(ids)
+    shifted = torch.cat([features.new_zeros(B, 1, d), features[:, :-1]], dim=1)  # f_{t-1}
+    mask = unroll_mask(steps, T, ids.device)
+    positions = torch.arange(T, device=ids.device).repeat(steps)[None]
+    # step by step: the input of step s is the previous step's h at t - 1 (only rows up to s are computed each time)
+    inputs = [shifted]
+    for s in range(1, steps + 1):
+        h = head(torch.cat(inputs, dim=1), embeds.repeat(1, s, 1), positions[:, : s * T], mask[: s * T, : s * T])
+        last = h[:, (s - 1) * T:]
+        if s == steps:
+            break
+        inputs.append(torch.cat([features.new_zeros(B, 1, d), last[:, :-1]], dim=1))
+    return [target.lm_head(h[:, s * T:(s + 1) * T]) for s in range(steps)]
+
+
+def save(head: FeatureHead, folder: Path, log: dict) -> Path:
+    from safetensors.torch import save_file
+
+    from ..runtime.int8 import pack
+
+    state = {k: v for k, v in head.state_dict().items() if not k.startswith("rotary.")}
+    path = Path(folder) / FILE
+    save_file(pack(state), str(path))
+    (Path(folder) / "eagle.json").write_text(json.dumps(log, indent=2) + "\n")
+    return path
+
+
+def load(target, folder: Path) -> FeatureHead:
+    from safetensors.torch import load_file
+
+    from ..runtime.int8 import unpack
+
+    path = Path(folder) / FILE
+    if not path.is_file():
+        raise ValueError(f"no feature draft beside this target (expected {path}; train one with scripts/train_eagle.py)")
+    head = FeatureHead(target.config)
+    dtype = next(target.parameters()).dtype
+    head.load_state_dict(unpack(load_file(str(path)), dtype), strict=False)
+    return head.to(dtype).eval()
+
+
+def alpha_by_step(head: FeatureHead, target, ids: torch.Tensor, steps: int, temperature: float) -> list[dict]:
+    """Held-out acceptance of each unrolled step: alpha = 1 - TV(p, q) at ``temperature`` and the greedy match
+    rate (argmax q == argmax p), over the rows where the step's chain exists."""
+    with torch.no_grad():
+        features, p_logits = target_features(target, ids)
+        out = []
+        for s, q_logits in enumerate(unroll(head, target, ids, features, steps)):
+            p, q = (F.softmax(x[:, s:].float() / temperature, -1) for x in (p_logits, q_logits))
+            out.append({"step": s + 1, "alpha": float(torch.minimum(p, q).sum(-1).mean()),
+                        "greedy": float((p.argmax(-1) == q.argmax(-1)).float().mean())})
+        return out

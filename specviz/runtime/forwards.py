@@ -1,0 +1,138 @@
+"""transformers' own forward behind the cache interface ``CachedLM`` uses (``forward(ids)`` appends and returns
+logits, ``crop(keep)`` rolls back, ``get_seq_length()``, ``keep`` gathers a token tree's path): with a DynamicCache
+(any model) or with a StaticCache written in place (models written for it). ``lean_llama.LeanLlama`` is the third.
+"""
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache, StaticCache
+
+FIRST_CAPACITY = 256  # positions a static cache allocates up front; doubled whenever a feed needs more
+
+
+class DynamicForward:
+    """transformers' forward with a DynamicCache: keys/values appended by concatenation, rolled back
+    with the cache's own crop (which, since transformers 5, takes a negative count to remove)."""
+
+    def __init__(self, model, cache_kw: str):
+        self.model, self.cache_kw = model, cache_kw
+        self.kv = DynamicCache(config=model.config)
+        self.kv.activate_past_recording()  # sliding-window layers keep what a rollback may need (else crop fails)
+
+    def get_seq_length(self) -> int:
+        return self.kv.get_seq_length()
+
+    def crop(self, keep: int) -> None:
+        if keep < self.get_seq_length():
+            self.kv.crop(keep - self.get_seq_length())
+
+    def forward(self, ids: torch.Tensor, positions=None, visible=None) -> torch.Tensor:
+        """Append ids (n,); the logits after each, (n, V). A token tree passes positions (n,) and visible
+        (n, length + n): a 4-D attention mask, which transformers' models take as given."""
+        kw = {}
+        if visible is not None:
+            dtype = self.model.get_output_embeddings().weight.dtype
+            mask = torch.zeros(visible.shape, dtype=dtype, device=visible.device)
+            mask = mask.masked_fill_(~visible, torch.finfo(dtype).min)[None, None]
+            kw = dict(position_ids=positions[None], attention_mask=mask)
+        out = self.model(input_ids=ids[None], use_cache=True, **kw, **{self.cache_kw: self.kv})
+        self.kv = getattr(out, "cache", None) or out.past_key_values
+        return out.logits[0]
+
+    def keep(self, start: int, slots: list[int]) -> None:
+        """Keep positions [0, start) and then the given ones (a tree's accepted path), gathered."""
+        idx = torch.tensor(slots, dtype=torch.long, device=self.kv.layers[0].keys.device)
+        for layer in self.kv.layers:
+            if type(layer).__name__ != "DynamicLayer":
+                raise ValueError(f"token trees need a plain key/value cache; this model's has {type(layer).__name__}")
+            layer.keys = torch.cat([layer.keys[..., :start, :], layer.keys[..., idx, :]], dim=-2)
+            layer.values = torch.cat([layer.values[..., :start, :], layer.values[..., idx, :]], dim=-2)
+
+
+class StaticForward:
+    """transformers' forward with a StaticCache: keys/values written in place, positions and the causal
+    mask sliced from tables built once (no mask construction per call); rollback only moves the write
+    position. Its attention spans the whole capacity (masked), so the capacity starts small and doubles."""
+
+    def __init__(self, model, cache_kw: str):
+        self.model, self.cache_kw = model, cache_kw
+        self.length = self.capacity = 0
+        self._reserve(FIRST_CAPACITY)
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    @torch.inference_mode()  # the cache's tensors were made in inference mode (CachedLM.feed)
+    def crop(self, keep: int) -> None:
+        self.length = min(self.length, keep)
+        for layer in self.kv.layers:
+            layer.cumulative_length.fill_(self.length)  # the next update writes from here
+
+    def forward(self, ids: torch.Tensor, positions=None, visible=None) -> torch.Tensor:
+        start, end = self.length, self.length + ids.shape[-1]
+        self._reserve(end)
+        mask, pos = self.mask[:, :, start:end], self.positions[:, start:end]
+        if visible is not None:  # a token tree: its own positions and mask, over the whole capacity
+            mask = torch.zeros(visible.shape[0], self.capacity, dtype=torch.bool, device=visible.device)
+            mask[:, :end], pos = visible, positions[None]
+            mask = mask[None, None]
+        out = self.model(input_ids=ids[None], position_ids=pos, use_cache=True, attention_mask=mask,
+                         **{self.cache_kw: self.kv})
+        self.length = end
+        return out.logits[0]
+
+    @torch.inference_mode()
+    def keep(self, start: int, slots: list[int]) -> None:
+        """Keep positions [0, start) and then the given ones (a tree's accepted path), moved to start, ..."""
+        for layer in self.kv.layers:
+            if layer.is_initialized:
+                layer.keys[:, :, start: start + len(slots)] = layer.keys[:, :, slots]
+                layer.values[:, :, start: start + len(slots)] = layer.values[:, :, slots]
+        self.crop(start + len(slots))
+
+    def _reserve(self, n: int) -> None:
+        """A StaticCache of at least n positions (the cached ones copied over), its (1, 1, cap, cap)
+        causal mask (True: attend) and positions (1, cap)."""
+        if n <= self.capacity:
+            return
+        cap, device = max(n, 2 * self.capacity), model_device(self.model)
+        kv = StaticCache(config=self.model.config, max_cache_len=cap)
+        for new, old in zip(kv.layers, self.kv.layers if self.capacity else []):
+            if old.is_initialized:
+                new.lazy_initialization(old.keys, old.values)
+                new.keys[:, :, : self.capacity] = old.keys
+                new.values[:, :, : self.capacity] = old.values
+                new.cumulative_length.fill_(self.length)
+        self.kv, self.capacity = kv, cap
+        self.positions = torch.arange(cap, device=device)[None]
+        self.mask = torch.ones(cap, cap, dtype=torch.bool, device=device).tril()[None, None]
+
+
+def model_device(model) -> torch.device:
+    return next(model.parameters()).device
+
+
+def cache_layers(model) -> list:
+    """The layers of the DynamicCache transformers builds for the model (plain, sliding-window, ...), empty where
+    DynamicCache cannot read its config (the run itself will then say what is wrong)."""
+    try:
+        return list(DynamicCache(config=model.config).layers)
+    except Exception:
+        return []
+
+
+def sliding_window(model) -> int | None:
+    """The smallest attention window among the model's cache layers (Mistral, Gemma 2/3, ...), or None where every
+    layer attends to the whole context."""
+    windows = [layer.sliding_window for layer in cache_layers(model) if getattr(layer, "is_sliding", False)]
+    return min(windows) if windows else None
+
+
+def check_columns(models, columns: int) -> None:
+    """A ValueError where a batch's cache, at most ``columns`` wide (the padding and the holes rejected drafts leave
+    included), could outgrow one of ``models``' sliding attention windows: the window would count those columns."""
+    window = min((w for m in models if m is not None and (w := sliding_window(m))), default=None)
+    if window is not None and columns >= window:
+        raise ValueError(f"this model attends within a sliding window of {window} tokens, and batched decoding keeps "
+                         f"padding and rejected drafts as masked cache columns (up to {columns} here), which the "
+                         "window would count: lower max_new_tokens or k, or decode one prompt at a time")

@@ -1,0 +1,296 @@
+"""A lean forward pass for Llama models, behind the same cache interface as transformers' caches.
+
+Why: at the bundled sizes (d 128-320, 1-5 tokens a call) a transformers forward is mostly per-call
+overhead: module calls, a mask built per call, a cache grown by concatenation, repeated keys for
+grouped-query attention. Here the model's own weights are re-laid out once (q/k/v and gate/up merged,
+every matrix stored transposed and contiguous: ``x @ W_t``), keys and values go into a pre-allocated
+cache written in place, and the RoPE tables are built once per capacity. RMSNorm and RoPE are
+transformers' arithmetic bit for bit; the merged matmuls and the attention kernel round differently,
+so the logits match transformers' to ~1e-5 in fp32 (the bundled target) and ~1e-15 in float64.
+
+Rollback is overwrite-by-position: ``crop`` only moves the write position back.
+
+Exactness of batched verification: fp32 kernels round a row differently with 1 or 5 rows (several rows go
+through oneDNN over packed weights, ``packed_linear``), yet over 3100 verify rows of the bundled target (MKL's
+GEMM) and its greedy runs since (oneDNN) no argmax changed. In bf16 (on a CPU with AVX512-BF16) the GEMMs
+at the bundled target's shapes are row-exact but sdpa is not: the greedy text of the bundled pair left
+the target's own bf16 greedy text in 7 of 10 prompts (256 tokens). Half precision therefore attends
+through ``row_exact_attention`` (plain matmuls, softmax in float32): 0 of 10. bf16 is not the default: on
+such a CPU (2026-12-01) its rows are cheap (10 rows 1.3x one, fp32 1.4-2.1x) but a one-token pass is no faster
+than fp32's, so the pair was no faster end to end; on CPUs without native bf16 it is slower.
+Supported: ``model_type == "llama"`` (LlamaForCausalLM) with SiLU MLPs and a RoPE whose frequencies
+do not change with the sequence length (not "dynamic" / "longrope"), on one device, not instrumented
+with hooks; ``supports`` says whether a model qualifies, and CachedLM uses transformers otherwise.
+"""
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch.nn.modules import module as nn_module
+
+from . import packed_linear
+
+FIRST_CAPACITY = 256  # cached positions allocated up front; doubled whenever a feed needs more
+
+
+def supports(model) -> bool:
+    """Whether ``LeanLlama`` can run this model exactly as transformers would: a Llama on one device whose
+    forward nobody instruments (a patched ``forward`` or module hooks would silently be skipped)."""
+    cfg = getattr(model, "config", None)
+    rope = getattr(cfg, "rope_parameters", None) or {}
+    devices = set((getattr(model, "hf_device_map", None) or {}).values())
+    return (getattr(cfg, "model_type", None) == "llama" and getattr(cfg, "hidden_act", None) == "silu"
+            and rope.get("rope_type", "default") not in ("dynamic", "longrope")
+            and getattr(cfg, "pretraining_tp", 1) == 1 and len(devices) <= 1
+            and hasattr(model, "model") and hasattr(model.model, "rotary_emb") and not instrumented(model))
+
+
+def instrumented(model) -> bool:
+    """Whether calling the model runs anything beyond its modules' own forwards (transformers' output-capture
+    hooks do nothing unless hidden states or attentions are asked for, which CachedLM never does)."""
+    hooks = [*nn_module._global_forward_hooks.values(), *nn_module._global_forward_pre_hooks.values()]
+    for m in model.modules():
+        hooks += [*m._forward_hooks.values(), *m._forward_pre_hooks.values()]
+    return "forward" in vars(model) or any(getattr(h, "__name__", "") != "output_capturing_hook" for h in hooks)
+
+
+@dataclass(frozen=True)
+class Block:
+    """One decoder layer's weights, transposed: ``x @ W_t`` with x (n, d)."""
+    ln1: torch.Tensor    # (d,)
+    qkv_t: torch.Tensor  # (d, (nh + 2 nkv) hd): q, k, v projections side by side
+    qkv_b: torch.Tensor | None
+    o_t: torch.Tensor    # (nh hd, d)
+    o_b: torch.Tensor | None
+    ln2: torch.Tensor    # (d,)
+    gu_t: torch.Tensor   # (d, 2 I): gate and up projections side by side
+    gu_b: torch.Tensor | None
+    down_t: torch.Tensor  # (I, d)
+    down_b: torch.Tensor | None
+
+
+@dataclass(frozen=True)
+class Weights:
+    embed: torch.Tensor   # (V, d)
+    blocks: tuple[Block, ...]
+    norm: torch.Tensor    # (d,)
+    head_t: torch.Tensor  # (d, V)
+    head_b: torch.Tensor | None
+
+
+_WEIGHTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> (fingerprint, Weights)
+
+
+def lean_weights(model) -> Weights:
+    """The model's weights re-laid out, re-done only when a parameter changed (training bumps ``_version``,
+    ``.to()`` moves ``data_ptr``), so building a CachedLM per decoding run stays cheap. Parameters made in
+    inference mode keep no version counter: such models are re-laid out every time. An early exit of a model
+    (``specviz.drafts.early_exit``) reuses that model's re-laid-out layers, embedding and head: only an exit adapter's
+    layer is laid out anew, so the exit holds nothing more than its adapter."""
+    source = getattr(model, "exit_of", None)
+    if source is not None:
+        return _exit_weights(model, source)
+    params = list(model.parameters())
+    if any(p.is_inference() for p in params):
+        return _relayout(model)
+    fingerprint = tuple((p.data_ptr(), p._version, p.dtype) for p in params)
+    hit = _WEIGHTS.get(model)
+    if hit is None or hit[0] != fingerprint:
+        hit = (fingerprint, _relayout(model))
+        _WEIGHTS[model] = hit
+    return hit[1]
+
+
+def _t(*linears) -> torch.Tensor:
+    return torch.cat([m.weight for m in linears]).t().contiguous()
+
+
+def _b(*linears) -> torch.Tensor | None:
+    biases = [m.bias for m in linears]
+    return None if any(b is None for b in biases) else torch.cat(biases).contiguous()
+
+
+def _exit_weights(model, source) -> Weights:
+    base = lean_weights(source)
+    layers, shared = list(model.model.layers), 0
+    while shared < min(len(layers), len(base.blocks)) and layers[shared] is source.model.layers[shared]:
+        shared += 1
+    own = layers[shared:]  # an exit adapter
+    if not own:
+        return Weights(base.embed, base.blocks[:shared], base.norm, base.head_t, base.head_b)
+    with torch.no_grad():
+        blocks = tuple(layer_weights(layer) for layer in own)
+    return Weights(base.embed, base.blocks[:shared] + blocks, base.norm, base.head_t, base.head_b)
+
+
+def layer_weights(layer) -> Block:
+    a, m = layer.self_attn, layer.mlp
+    return Block(layer.input_layernorm.weight.detach(), _t(a.q_proj, a.k_proj, a.v_proj),
+                 _b(a.q_proj, a.k_proj, a.v_proj), _t(a.o_proj), _b(a.o_proj),
+                 layer.post_attention_layernorm.weight.detach(), _t(m.gate_proj, m.up_proj),
+                 _b(m.gate_proj, m.up_proj), _t(m.down_proj), _b(m.down_proj))
+
+
+@torch.no_grad()
+def _relayout(model) -> Weights:
+    blocks = [layer_weights(layer) for layer in model.model.layers]
+    head = model.get_output_embeddings()
+    return Weights(model.model.embed_tokens.weight.detach(), tuple(blocks), model.model.norm.weight.detach(),
+                   _t(head), head.bias.detach() if getattr(head, "bias", None) is not None else None)
+
+
+def _linear(x: torch.Tensor, w_t: torch.Tensor, b: torch.Tensor | None, residual: torch.Tensor | None = None):
+    """residual + x @ W_t + b, the addends folded into the matmul (addmm); several rows on an fp32 CPU go through
+    oneDNN with the weight packed once (``packed_linear``: 0.5-0.7x MKL's GEMM there)."""
+    out = packed_linear.linear(x, w_t, b, residual)
+    if out is not None:
+        return out
+    addend = residual if b is None else (b if residual is None else residual + b)
+    return x @ w_t if addend is None else torch.addmm(addend, x, w_t)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """LlamaRMSNorm bit for bit (normalised in float32, cast back, then scaled) in 1-3 ops instead of 7."""
+    if x.dtype == torch.float32:
+        return F.rms_norm(x, weight.shape, weight, eps)
+    return F.rms_norm(x.float(), weight.shape, None, eps).to(x.dtype) * weight
+
+
+def _rope_(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """apply_rotary_pos_emb in place and bit for bit on x (n, heads, hd), cos and sin (n, 1, hd):
+    x cos + rotate_half(x) sin, where rotate_half(x) sin = roll(x, hd/2) sin_signed and
+    sin_signed = (-sin[:hd/2], sin[hd/2:]) (negation is exact)."""
+    rotated = x.roll(x.shape[-1] // 2, -1) * sin
+    return x.mul_(cos).add_(rotated)
+
+
+def row_exact_attention(q, k, v, mask, scale: float) -> torch.Tensor:
+    """Attention whose every row is bit-identical however many rows a call holds and wherever the masked keys
+    sit (a verify pass, a token tree, one token at a time): scores and the value sum as plain half-precision
+    matmuls (row-exact where the CPU's bf16 matmuls are: the bundled target's shapes with AVX512-BF16, not every
+    shape or CPU), the softmax in float32, row by row. sdpa's fused CPU kernel is not: in bf16 it rounded a row
+    differently with 1 or 11 rows, which changed the bundled pair's greedy text in 7 of 10 prompts."""
+    scores = (q @ k.transpose(-1, -2)).float().mul_(scale)
+    if mask is not None:
+        scores.masked_fill_(~mask, float("-inf"))
+    return scores.softmax(-1).to(v.dtype) @ v
+
+
+class LeanLlama:
+    """A Llama forward with its own pre-allocated KV cache, used like a transformers cache by CachedLM:
+    ``forward`` appends tokens and returns their logits, ``crop`` moves the write position back,
+    ``get_seq_length`` says how many positions are cached."""
+
+    def __init__(self, model, weights: Weights | None = None):
+        cfg = model.config
+        self.w = weights or lean_weights(model)  # given: other blocks of the same shape (a feature draft's layer)
+        self.rotary = model.model.rotary_emb  # transformers' own RoPE, evaluated once per capacity
+        self.nh, self.nkv = cfg.num_attention_heads, cfg.num_key_value_heads
+        self.hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.nh
+        self.eps, self.scale, self.inter = cfg.rms_norm_eps, self.hd ** -0.5, cfg.intermediate_size
+        self.length = self.capacity = 0
+        self.features: torch.Tensor | None = None  # (capacity, d) normed last hidden states, once keep_features()
+        self.features_from = 0
+        self._reserve(FIRST_CAPACITY)
+
+    def keep_features(self) -> None:
+        """From now on keep every slot's final normed hidden state in ``features`` (what the LM head reads)."""
+        if self.features is None:
+            self.features = self.w.embed.new_zeros(self.capacity, self.w.embed.shape[1])
+            self.features_from = self.length  # slots before it were written without
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def crop(self, keep: int) -> None:
+        """Keep positions [0, keep): later writes overwrite the rest."""
+        self.length = min(self.length, keep)
+
+    @torch.inference_mode()
+    def keep(self, start: int, slots: list[int]) -> None:
+        """Keep slots [0, start) and then the given slots (a tree's accepted path), moved to start, start + 1, ...
+        Their keys were rotated at their depth below the prefix, which is their position on the path."""
+        self.kv[..., start: start + len(slots), :] = self.kv[..., slots, :]
+        if self.features is not None:
+            self.features[start: start + len(slots)] = self.features[slots]
+        self.length = start + len(slots)
+
+    @torch.inference_mode()
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor | None = None,
+                visible: torch.Tensor | None = None) -> torch.Tensor:
+        """Append ids (n,) at cache slots length..length+n-1; return the logits after each, (n, V). By default
+        slot = position and the new tokens attend causally; a token tree passes each node's ``positions`` (n,)
+        (its depth below the prefix) and ``visible`` (n, length + n), the slots each node attends to."""
+        start, end = self.length, self.length + ids.shape[-1]
+        self._reserve(end)
+        x = self.layers(F.embedding(ids, self.w.embed), start, zip(self.w.blocks, self.kv), positions, visible)
+        self.length = end
+        h = rms_norm(x, self.w.norm, self.eps)
+        if self.features is not None:  # a feature draft reads them (specviz.drafts.eagle)
+            self.features[start:end] = h
+        return self.logits(h)
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        """The LM head over normed hidden states h (n, d): (n, V)."""
+        return _linear(h, self.w.head_t, self.w.head_b)
+
+    def layers(self, x: torch.Tensor, start: int, stack, positions: torch.Tensor | None = None,
+               visible: torch.Tensor | None = None) -> torch.Tensor:
+        """Rows x (n, d) at slots start..start+n-1 through ``stack``, pairs (Block, its key/value cache (2 nkv,
+        capacity, hd)), each writing its keys and values at those slots; the rows after the last block. The caches
+        and this object's RoPE tables must hold start + n slots (``_reserve``); ``length`` is left as it is (an
+        early exit writes into the target's first layers' cache this way, ahead of the target's verify pass)."""
+        n = x.shape[0]
+        end = start + n
+        at = slice(start, end) if positions is None else positions
+        cos, sin = self.cos[at, None], self.sin[at, None]  # (n, 1, hd)
+        mask = None  # one new token attends to every cached one; n tokens attend causally among themselves
+        if visible is not None:
+            mask = visible.repeat(self.nh // self.nkv, 1)
+        elif n > 1:  # rows follow the packed queries in _attend: group member r, token i at row r n + i
+            mask = (self.cols[:end] <= self.cols[start:end, None]).repeat(self.nh // self.nkv, 1)  # (g n, end)
+        for blk, kv in stack:
+            attn = self._attend(_linear(rms_norm(x, blk.ln1, self.eps), blk.qkv_t, blk.qkv_b), kv, start, mask,
+                                cos, sin)
+            x = _linear(attn, blk.o_t, blk.o_b, residual=x)
+            gate_up = _linear(rms_norm(x, blk.ln2, self.eps), blk.gu_t, blk.gu_b)  # (n, 2 I)
+            x = _linear(F.silu(gate_up[:, : self.inter]) * gate_up[:, self.inter:], blk.down_t, blk.down_b, residual=x)
+        return x
+
+    def _attend(self, qkv: torch.Tensor, kv: torch.Tensor, start: int, mask, cos, sin) -> torch.Tensor:
+        """Attention of n new positions given their q/k/v projections (n, (nh + 2 nkv) hd) over the cache's
+        positions [0, start + n), after writing their keys and values to kv (2 nkv, capacity, hd)."""
+        n, nh, nkv, hd = qkv.shape[0], self.nh, self.nkv, self.hd
+        qkv = qkv.view(n, nh + 2 * nkv, hd)  # heads: nh queries, nkv keys, nkv values
+        _rope_(qkv[:, : nh + nkv], cos, sin)
+        kv[:, start: start + n] = qkv[:, nh:].transpose(0, 1)  # keys and values side by side: one write
+        # the g = nh / nkv query heads sharing a key/value head are packed as g n rows of one head, as
+        # transformers' pack_gqa does: no repeated keys, and sdpa's fused CPU kernel takes 4-D input
+        q = qkv[:, :nh].transpose(0, 1).reshape(1, nkv, nh // nkv * n, hd)
+        k, v = kv[None, :nkv, : start + n], kv[None, nkv:, : start + n]
+        if kv.dtype in (torch.bfloat16, torch.float16):
+            out = row_exact_attention(q, k, v, mask, self.scale)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale)  # (1, nkv, g n, hd)
+        return out.view(nh, n, hd).transpose(0, 1).reshape(n, nh * hd)
+
+    def _reserve(self, n: int) -> None:
+        """Room for n positions: keys then values (layers, 2 nkv, capacity, hd), RoPE tables (capacity, hd),
+        reallocated at double the size when full (the cached positions are copied over)."""
+        if n <= self.capacity:
+            return
+        cap, embed = max(n, 2 * self.capacity, FIRST_CAPACITY), self.w.embed
+        kv = embed.new_zeros(len(self.w.blocks), 2 * self.nkv, cap, self.hd)
+        if self.capacity:
+            kv[..., : self.length, :] = self.kv[..., : self.length, :]
+        if self.features is not None:
+            self.features = torch.cat([self.features, self.features.new_zeros(cap - self.capacity, self.features.shape[1])])
+        self.kv, self.capacity = kv, cap
+        self.cols = torch.arange(cap, device=embed.device)
+        with torch.inference_mode():
+            cos, sin = self.rotary(embed, self.cols[None])  # (1, cap, hd) each, in the model's dtype
+        half = self.hd // 2
+        self.cos, self.sin = cos[0], torch.cat((-sin[0, :, :half], sin[0, :, half:]), dim=-1)  # sin signed for _rope_

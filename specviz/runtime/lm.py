@@ -1,0 +1,201 @@
+"""A causal LM with its KV cache: feed tokens, read logits, roll back.
+
+Three forward paths behind one cache interface (``forward(ids)`` appends and returns logits,
+``crop(keep)`` rolls back, ``get_seq_length()``): transformers' forward with a DynamicCache (any model;
+rollback by the cache's own crop), with a StaticCache (rollback by moving the write position), or
+``lean_llama.LeanLlama`` (Llama only, the fastest on a CPU; rollback by moving the write position).
+"""
+from __future__ import annotations
+
+import inspect
+import time
+from contextlib import contextmanager
+
+import torch
+
+from . import lean_llama
+from .forwards import DynamicForward, StaticForward, model_device, sliding_window
+from .tree_mask import tree_attention
+
+
+def cache_kwarg(model) -> str:
+    """The keyword the model's forward takes its KV cache by: ``cache`` where the installed transformers has it
+    (``past_key_values`` is deprecated, to be removed in 5.40), else ``past_key_values``. Read from the class,
+    so a wrapper that forwards ``**kwargs`` (as tests install on an instance) does not hide it."""
+    forward = getattr(type(model), "forward", None) or model.forward
+    return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
+
+
+class CachedLM:
+    """Wraps a transformers causal LM; ``ids`` are the tokens whose keys/values are in the cache and
+    ``last_logits`` the logits after ids[-1] (kept until a rollback), so a fully cached context costs
+    no forward pass: a prefill of the whole prompt serves the first round.
+
+    ``path`` picks the forward pass and its cache (all three give the same logits, up to float rounding):
+    "dynamic" (transformers' forward, DynamicCache, rollback by crop), "static" (transformers' forward,
+    StaticCache written in place, masks sliced from one table) or "lean" (``lean_llama.LeanLlama``: the
+    model's weights re-laid out, no transformers code per call). "auto" (``DEFAULT_PATH``) takes "lean"
+    where ``lean_llama.supports(model)`` (Llama models on one device) and "dynamic" otherwise."""
+
+    def __init__(self, model, path: str | None = None):
+        self.model = model
+        self.device = model_device(model)
+        self.path = choose_path(model, path or DEFAULT_PATH)
+        self.ids: list[int] = []
+        self.last_logits: torch.Tensor | None = None
+        self.tree_parents: list[int] = []  # a token tree cached after ids (tree_forward), until keep_path
+        self.tree_tokens: list[int] = []
+        self._synced = 0  # ids[:_synced] are known to match the committed sequence
+        self._cache_kw = cache_kwarg(model)
+        self.cache = make_cache(model, self.path, self._cache_kw)  # forward(ids), crop(keep), get_seq_length()
+
+    @property
+    def vocab_size(self) -> int:
+        return self.model.get_output_embeddings().weight.shape[0]
+
+    @torch.inference_mode()
+    def feed(self, ids: list[int]) -> torch.Tensor:
+        """Append ids to the cache; return the logits after each of them, (len(ids), V)."""
+        self.drop_tree()
+        logits = self.cache.forward(torch.tensor(ids, dtype=torch.long, device=self.device))
+        self.ids.extend(ids)
+        self.last_logits = logits[-1]
+        return logits
+
+    def extend(self, committed: list[int], new: list[int]) -> torch.Tensor:
+        """The logits after committed[-1] and after each of ``new``, (1 + len(new), V): the cache is synced
+        to committed, then whatever it lacks (pending tokens and new) goes through ONE forward pass."""
+        pending = self.sync(committed)
+        if pending:
+            return self.feed(pending + new)[len(pending) - 1:]
+        last = self.last_logits[None]
+        return torch.cat([last, self.feed(new)]) if new else last
+
+    @torch.inference_mode()
+    def tree_forward(self, prefix: list[int], tokens: list[int], parents: list[int]) -> torch.Tensor:
+        """ONE forward over ``prefix`` (appended causally, as ``feed`` does) and tree nodes: ``tokens[i]`` under
+        ``parents[i]`` (-1: the last token before the tree; else an earlier node of this tree, fed in this call or
+        an earlier one). Each node attends to the cached sequence and its own ancestors, at position
+        len(ids) + its depth. Nodes stay apart from ``ids`` until ``keep_path``. Returns the logits after each
+        prefix token and each node, (len(prefix) + len(tokens), V)."""
+        if prefix:
+            self.drop_tree()
+        elif not tokens:
+            return torch.empty(0, self.vocab_size, device=self.device)
+        start, first = self.cache.get_seq_length(), len(self.tree_parents)
+        self.tree_parents += parents
+        self.tree_tokens += tokens
+        positions, visible = tree_attention(start, len(prefix), self.tree_parents, first, self.device)
+        logits = self.cache.forward(torch.tensor(prefix + tokens, dtype=torch.long, device=self.device),
+                                    positions, visible)
+        if prefix:
+            self.ids.extend(prefix)
+            self.last_logits = logits[len(prefix) - 1]
+        return logits
+
+    def keep_path(self, path: list[int], last_logits: torch.Tensor | None) -> None:
+        """Keep a cached tree's accepted path (node indices, root's child first) after ids, drop its other nodes.
+        last_logits: the logits after the path's last node (None: not known; the next sync feeds it again)."""
+        base = len(self.ids)
+        if path == list(range(len(path))):  # nodes 0, 1, ... (a chain's accepted prefix): already in place
+            self.cache.crop(base + len(path))
+        else:
+            self.cache.keep(base, [base + n for n in path])
+        self.ids.extend(self.tree_tokens[n] for n in path)
+        self.tree_parents, self.tree_tokens = [], []
+        if path:
+            self.last_logits = last_logits
+
+    def drop_tree(self) -> None:
+        """Forget a cached tree's nodes (the cache keeps ids only)."""
+        if self.tree_parents:
+            self.cache.crop(len(self.ids))
+            self.tree_parents, self.tree_tokens = [], []
+
+    def rollback(self, keep: int) -> None:
+        """Drop every cached position from index ``keep`` on."""
+        self.drop_tree()
+        if len(self.ids) > keep:
+            self.cache.crop(keep)
+            del self.ids[keep:]
+            self.last_logits = None
+
+    def sync(self, committed: list[int]) -> list[int]:
+        """Roll the cache back to the longest prefix it shares with ``committed``; return the pending
+        tokens (in committed, not yet in the cache). Empty only when the cache holds exactly committed
+        and its last logits are kept; otherwise at least committed[-1], whose logits the next step needs.
+        """
+        keep = common_prefix(self.ids, committed, self._synced)  # committed only grows: the old agreement stands
+        if keep == len(committed) and (keep < len(self.ids) or self.last_logits is None):
+            keep -= 1  # the logits after committed[-1] are not kept: feed it again
+        self.rollback(keep)
+        self._synced = keep
+        return committed[keep:]
+
+
+def common_prefix(a: list[int], b: list[int], start: int = 0) -> int:
+    """Length of the common prefix of a and b, known to be at least ``start``."""
+    n, limit = min(start, len(a), len(b)), min(len(a), len(b))
+    while n < limit and a[n] == b[n]:
+        n += 1
+    return n
+
+
+PATHS = ("auto", "dynamic", "static", "lean")
+DEFAULT_PATH = "auto"  # what CachedLM(model) uses; set to "dynamic" to run every model through transformers
+
+
+def choose_path(model, path: str) -> str:
+    """The forward path for model: "auto" is "lean" where LeanLlama supports it, else "dynamic"; an
+    explicit "lean" or "static" falls back to "dynamic" for models they cannot run (no error)."""
+    if path not in PATHS:
+        raise ValueError(f"path must be one of {PATHS}, got {path!r}")
+    if path in ("auto", "lean"):
+        return "lean" if lean_llama.supports(model) else "dynamic"
+    if path == "static" and (not getattr(model, "_can_compile_fullgraph", False) or sliding_window(model)):
+        return "dynamic"  # StaticCache needs a model written for it (transformers' compile-ready ones), no window
+    return path
+
+
+def make_cache(model, path: str, cache_kw: str):
+    if path == "lean":
+        return lean_llama.LeanLlama(model)
+    return StaticForward(model, cache_kw) if path == "static" else DynamicForward(model, cache_kw)
+
+
+def context_window(model) -> int | None:
+    """The number of positions a model can attend over, or None if its config does not say."""
+    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        value = getattr(cfg, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+class Stopwatch:
+    """Wall-clock timing that waits for queued GPU work, so CUDA timings are honest."""
+
+    def __init__(self, device: torch.device):
+        self.sync = {"cuda": torch.cuda.synchronize, "mps": torch.mps.synchronize}.get(device.type, _no_sync)
+        self.seconds = 0.0
+
+    @contextmanager
+    def running(self):
+        """Adds the wall time of the with-block to ``seconds``."""
+        self.sync()
+        t0 = time.perf_counter()
+        try:
+            yield self
+        finally:
+            self.sync()
+            self.seconds += time.perf_counter() - t0
+
+    def take(self) -> float:
+        """Returns the accumulated seconds and starts again from zero."""
+        seconds, self.seconds = self.seconds, 0.0
+        return seconds
+
+
+def _no_sync() -> None:
+    pass

@@ -1,0 +1,190 @@
+"""The n-gram draft: hand-computed smoothing, a proper distribution, storage, and it drives the decoder."""
+import pytest
+import torch
+
+from specviz import DecodeConfig, NGramDrafter, NGramModel, speculative_generate
+from specviz.models import ASSETS
+from tests.helpers.models import tiny_llama
+
+
+def toy():
+    return NGramModel.fit(torch.tensor([0, 1, 0, 1, 0, 2]), vocab_size=3, order=2, discount=0.5)
+
+
+def test_distribution_by_hand():
+    # unigram add-one: (4, 3, 2) / 9; after 0: c(0,1) = 2, c(0,2) = 1 -> total 3, 2 distinct
+    q = toy().distribution([0]).double()
+    lam = 0.5 * 2 / 3
+    expected = [lam * 4 / 9, 1.5 / 3 + lam * 3 / 9, 0.5 / 3 + lam * 2 / 9]
+    assert q.tolist() == pytest.approx(expected)
+    assert toy().distribution([]).tolist() == pytest.approx([4 / 9, 3 / 9, 2 / 9])
+    assert toy().distribution([2]).tolist() == pytest.approx([4 / 9, 3 / 9, 2 / 9])  # unseen context: lower order
+
+
+def test_q_sums_to_one_everywhere():
+    g = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, 50, (5000,), generator=g)
+    model = NGramModel.fit(tokens, 64, order=3, min_count=2)
+    for ctx in ([], [3], [3, 7], tokens[:10].tolist(), [63, 63, 63]):
+        q = model.distribution(ctx)
+        assert q.shape == (64,) and (q > 0).all() and q.sum().item() == pytest.approx(1.0, abs=1e-6)
+
+
+def test_save_load_round_trip(tmp_path):
+    model = NGramModel.fit(torch.randint(0, 40, (3000,), generator=torch.Generator().manual_seed(1)), 40, order=3)
+    model.save(tmp_path / "ng")
+    back = NGramModel.load(tmp_path / "ng")
+    for ctx in ([], [1], [4, 5], [7, 7, 7]):
+        assert torch.equal(back.distribution(ctx), model.distribution(ctx))
+
+
+def test_counts_are_stored_in_16_bits_where_they_fit_and_load_exactly(tmp_path):
+    from safetensors import safe_open
+
+    model = NGramModel.fit(torch.randint(0, 40, (3000,), generator=torch.Generator().manual_seed(1)), 40, order=2)
+    model.counts = [torch.tensor([5, 40000, 7] + [1] * (len(model.counts[0]) - 3), dtype=torch.int32),
+                    model.counts[1], ]  # a unigram count past int16, within uint16
+    model.save(tmp_path / "ng")
+    with safe_open(str(tmp_path / "ng" / "ngram.safetensors"), "pt") as f:
+        assert [f.get_slice(f"counts_{n}").get_dtype() for n in (1, 2)] == ["U16", "I16"]
+    back = NGramModel.load(tmp_path / "ng")
+    assert all(torch.equal(a.long(), b.long()) and b.dtype == torch.int32 for a, b in zip(model.counts, back.counts))
+
+
+def test_drives_the_decoder_exactly(prompt):
+    target = tiny_llama(seed=3, sharpen=30)
+    corpus = target.generate(prompt, do_sample=True, max_new_tokens=200)[0]  # text the target likes
+    drafter = NGramDrafter(NGramModel.fit(corpus, 64, order=3))
+    ref = target.generate(prompt, do_sample=False, max_new_tokens=40, min_new_tokens=40)[0, 5:].tolist()
+    greedy = speculative_generate(target, drafter, prompt, DecodeConfig(k=4, temperature=0, max_new_tokens=40))
+    assert greedy.new_tokens == ref
+    sampled = speculative_generate(target, drafter, prompt, DecodeConfig(k=4, max_new_tokens=40))
+    assert len(sampled.new_tokens) == 40 and all(0 < q <= 1 for r in sampled.rounds for q in r.q)
+
+
+@pytest.mark.skipif(not (ASSETS / "ngram" / "ngram.json").is_file(), reason="bundled n-gram not built")
+def test_bundled_ngram_loads_through_the_registry():
+    import specviz
+    drafter = specviz.load_drafter("ngram")
+    assert isinstance(drafter, NGramDrafter) and "ngram" in specviz.list_drafters()
+    assert drafter.model.distribution([0, 100]).sum().item() == pytest.approx(1.0, abs=1e-5)
+
+
+def test_memoised_log_distribution_equals_the_distribution():
+    """log q is memoised on the last order - 1 tokens: equal to the fresh distribution for long, short and
+    repeated contexts, and contexts that differ only before those tokens share it."""
+    g = torch.Generator().manual_seed(0)
+    model = NGramModel.fit(torch.randint(0, 16, (3000,), generator=g), 16, order=3)
+    for context in ([], [3], [3, 5], [1, 2, 3, 5], [9, 9, 3, 5], [3, 5]):
+        assert torch.equal(model.log_distribution(context), model.distribution(context).log())
+    assert model.log_distribution([1, 2, 3, 5]) is model.log_distribution([7, 3, 5])  # one entry per context
+    assert len(model._memo) == 3  # (), (3,), (3, 5), and nothing else
+
+
+def _hybrid_setup():
+    from tests.helpers.models import perturbed, tiny_llama
+
+    target = tiny_llama(vocab=16, seed=11, sharpen=8)
+    draft = perturbed(target, 0.5)
+    ids = torch.tensor([[1, 2, 3, 1, 2, 3]])
+    text = target.generate(ids, do_sample=False, max_new_tokens=200, min_new_tokens=200)[0]  # its greedy loop
+    return target, draft, ids, NGramModel.fit(text, 16, order=3, min_count=1)
+
+
+@pytest.mark.parametrize("confidence", [0.0, 0.6, 1.01])  # always the table, mixed, never the table
+def test_hybrid_greedy_equals_the_targets_greedy(confidence):
+    from specviz.drafts.hybrid import HybridDrafter
+    from tests.helpers.models import reference_greedy
+
+    target, draft, ids, table = _hybrid_setup()
+    hybrid = HybridDrafter(table, draft, confidence)
+    trace = speculative_generate(target, hybrid, ids, DecodeConfig(k=3, temperature=0, max_new_tokens=30))
+    assert trace.new_tokens == reference_greedy(target, ids, 30)
+    assert any(r.n_accepted for r in trace.rounds)
+
+
+def test_a_model_drafts_stepper_feeds_tokens_another_draft_proposed_in_one_pass():
+    from specviz.drafts.drafter import ModelDrafter
+
+    target, draft, ids, _ = _hybrid_setup()
+    steps = []
+    for _ in range(2):
+        md = ModelDrafter(draft)
+        md.start(ids[0].tolist(), DecodeConfig(k=4), 16, torch.device("cpu"))
+        md.prefill(ids[0].tolist())
+        steps.append(md.stepper(ids[0].tolist()))
+    at_once, one_by_one = steps
+    for n in range(3):
+        one_by_one([4, 7, 2][:n])
+    torch.testing.assert_close(at_once([4, 7, 2]), one_by_one([4, 7, 2]), atol=1e-5, rtol=1e-5)
+    with torch.no_grad():
+        full = draft(torch.tensor([ids[0].tolist() + [4, 7, 2]])).logits[0, -1]
+    torch.testing.assert_close(at_once([4, 7, 2]), full, atol=1e-4, rtol=1e-4)
+
+
+def test_hybrid_sampling_is_exact_with_the_table_in_use():
+    """greedy_only=False: sampled drafts come from the n-gram where it is confident, the model elsewhere; the law
+    of the first two tokens is still the target's (chi-square over 600 seeds), and the table did draft."""
+    from specviz.drafts.hybrid import HybridDrafter
+    from tests.helpers.stats import chi2_pvalue, exact_first_two
+
+    target, draft, ids, table = _hybrid_setup()
+    hybrid = HybridDrafter(table, draft, confidence=0.3, greedy_only=False)
+    cfg = DecodeConfig(k=2, max_new_tokens=3, temperature=1.0)
+    exact, counts, from_table = exact_first_two(target, ids, cfg), torch.zeros(16, 16), 0
+    for seed in range(600):
+        trace = speculative_generate(target, hybrid, ids, DecodeConfig(**{**cfg.to_dict(), "seed": seed}))
+        t1, t2 = trace.new_tokens[:2]
+        counts[t1, t2] += 1
+        q1 = table.distribution(ids[0].tolist())
+        from_table += abs(trace.rounds[0].q[0] - float(q1[trace.rounds[0].drafted[0]])) < 1e-6
+    assert from_table > 50  # the first draft came from the table in many runs (its q is the table's)
+    assert chi2_pvalue(counts, exact) > 1e-3
+
+
+def test_a_hybrid_spends_at_most_model_steps_model_drafts_a_round():
+    """model_steps caps the model's drafts per round, not the n-gram's: never the table -> at most 2 drafts a round;
+    always the table -> k drafts a round; greedy output is the target's either way."""
+    from specviz.drafts.hybrid import HybridDrafter
+    from tests.helpers.models import reference_greedy
+
+    target, draft, ids, table = _hybrid_setup()
+    for confidence, most in ((1.01, 2), (0.0, 5)):
+        hybrid = HybridDrafter(table, draft, confidence, model_steps=2)
+        trace = speculative_generate(target, hybrid, ids, DecodeConfig(k=5, temperature=0, max_new_tokens=30))
+        assert trace.new_tokens == reference_greedy(target, ids, 30)
+        assert max(len(r.drafted) for r in trace.rounds) == most
+
+
+def test_lookup_proposes_what_followed_the_latest_earlier_match():
+    """By hand: the last 2 tokens of committed + drafted, their latest earlier occurrence in committed, the token
+    after it; none without a match; a different text is indexed anew."""
+    from specviz.drafts.hybrid import HybridDrafter
+
+    _, draft, _, table = _hybrid_setup()
+    hybrid = HybridDrafter(table, draft, lookup=2)
+    text = [5, 6, 7, 9, 5, 6, 8, 1, 5]
+    assert hybrid._lookup(text, [6]) == 8  # (5, 6) last seen at 4-5, then 8 (not the 7 after its first time)
+    assert hybrid._lookup(text, [6, 8]) == 1
+    assert hybrid._lookup(text, []) is None  # (1, 5): never before
+    assert hybrid._lookup(text + [3, 1], [5]) == 3  # the same run's text, grown: (1, 5) at 7-8, then 3
+    assert hybrid._lookup([2, 4, 2], [4]) == 2  # another text: the old index is dropped
+    assert hybrid._lookup([2, 4, 9], []) is None
+    with pytest.raises(ValueError, match="lookup"):
+        HybridDrafter(table, draft, lookup=-1)
+
+
+@pytest.mark.parametrize("lookup", [1, 3])
+def test_hybrid_with_lookup_is_the_targets_greedy_and_drafts_its_loops(lookup):
+    """The target's greedy text loops; with a lookup the hybrid proposes the loop as point masses (q = 1) even
+    where neither the table nor the model is asked, and the output is still the target's greedy decode."""
+    from specviz.drafts.hybrid import HybridDrafter
+    from tests.helpers.models import reference_greedy
+
+    target, draft, ids, table = _hybrid_setup()
+    hybrid = HybridDrafter(table, draft, confidence=1.01, model_steps=1, lookup=lookup)  # never the table
+    trace = speculative_generate(target, hybrid, ids, DecodeConfig(k=6, temperature=0, max_new_tokens=60))
+    assert trace.new_tokens == reference_greedy(target, ids, 60)
+    late = trace.rounds[len(trace.rounds) // 2:]
+    assert max(len(r.drafted) for r in late) == 6  # more than the one model draft a round: the lookup's
+    assert sum(q == 1.0 for r in late for q in r.q) >= 10

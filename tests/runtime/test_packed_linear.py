@@ -1,0 +1,70 @@
+"""The lean forward's several-row matmuls through oneDNN with packed weights (specviz.runtime.packed_linear): the same
+product as x @ W_t to fp32 rounding, one row and other dtypes left on the plain matmul, a bad pack refused, and
+fp32 speculative decoding (chain and tree, whose verify passes take this path) still equal to greedy decoding."""
+import pytest
+import torch
+
+from specviz.runtime import lean_llama, packed_linear
+from tests.helpers.models import assert_greedy_speculative_equals_autoregressive, perturbed
+from tests.runtime.test_lm_fast import gqa_llama
+
+pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch has no oneDNN")
+
+
+def operands(rows, d_in, d_out, seed=0, bias=False):
+    g = torch.Generator().manual_seed(seed)
+    x, w_t = torch.randn(rows, d_in, generator=g), torch.randn(d_in, d_out, generator=g) / d_in ** 0.5
+    return x, w_t, torch.randn(d_out, generator=g) if bias else None, torch.randn(rows, d_out, generator=g)
+
+
+@pytest.mark.parametrize("rows", [2, 7, 13, 33])
+@pytest.mark.parametrize(("bias", "with_residual"), [(False, False), (True, False), (False, True), (True, True)])
+def test_packed_product_equals_the_exact_product(rows, bias, with_residual):
+    x, w_t, b, residual = operands(rows, 96, 200, seed=rows, bias=bias)
+    residual = residual if with_residual else None
+    got = packed_linear.linear(x, w_t, b, residual)
+    assert got is not None  # the packed path was taken
+    want = x.double() @ w_t.double()
+    want = want + (0 if b is None else b.double()) + (0 if residual is None else residual.double())
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_one_row_other_dtypes_and_switched_off_stay_on_the_plain_matmul():
+    x, w_t, _, _ = operands(5, 32, 48)
+    assert packed_linear.linear(x[:1], w_t, None) is None
+    assert packed_linear.linear(x.double(), w_t.double(), None) is None
+    assert packed_linear.linear(x.bfloat16(), w_t.bfloat16(), None) is None
+    before = packed_linear.set_enabled(False)
+    try:
+        assert packed_linear.linear(x, w_t, None) is None
+    finally:
+        packed_linear.set_enabled(before)
+    assert packed_linear.linear(x, w_t, None) is not None
+
+
+def test_a_pack_that_does_not_reproduce_the_product_is_refused(monkeypatch):
+    x, w_t, _, _ = operands(4, 32, 48, seed=3)
+    real = packed_linear._run
+    monkeypatch.setattr(packed_linear, "_run", lambda *a: real(*a) * 1.001)  # a kernel off by 0.1%
+    assert packed_linear._pack(w_t, None) is None
+    assert packed_linear.linear(x, w_t, None) is None  # ... and the caller falls back to x @ W_t
+
+
+def test_lean_rows_agree_with_one_row_passes():
+    """A 9-row pass (packed) gives each row the logits that 9 one-row passes (plain matmuls) give, to fp32 rounding."""
+    model = gqa_llama(seed=7, dtype=torch.float32, tied=True)
+    ids = torch.randint(0, 64, (40,), generator=torch.Generator().manual_seed(1))
+    lean = lean_llama.LeanLlama(model)
+    lean.forward(ids[:31])
+    many = lean.forward(ids[31:])
+    lean.crop(31)
+    one = torch.cat([lean.forward(ids[i: i + 1]) for i in range(31, 40)])
+    torch.testing.assert_close(many, one, rtol=1e-5, atol=1e-5)
+    assert any(p() is not None and v is not None for p, v in packed_linear._PACKED.values())
+
+
+@pytest.mark.parametrize("tree", [None, "3,2,1", "chain:6,2"])
+def test_fp32_greedy_speculative_equals_autoregressive(tree):
+    target = gqa_llama(seed=8, layers=3, dtype=torch.float32, tied=True, sharpen=3.0)
+    ids = torch.randint(0, 64, (1, 5), generator=torch.Generator().manual_seed(2))
+    assert_greedy_speculative_equals_autoregressive(target, perturbed(target, 0.05, seed=9), ids, 6, tree)
