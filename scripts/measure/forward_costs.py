@@ -7,10 +7,10 @@ draft step) or a 5-token forward (verifying k = 4 drafts), each rolled back (unt
 The paths and both sizes are interleaved call by call (A, B, C, A, B, C, ...) so that load from other
 jobs on a shared machine falls on all of them alike; the table gives medians in ms.
 
-    python scripts/forward_costs.py [--models target,tiny,small] [--dtypes float32,bfloat16]
+    python scripts/measure/forward_costs.py [--models target,tiny,small] [--dtypes float32,bfloat16]
                                     [--reps 200] [--context 128] [--threads 1]
-    python scripts/forward_costs.py --exactness [--dtypes ...] [--new-tokens 64]
-    python scripts/forward_costs.py --decode [--drafts tiny,small] [--dtypes float32] [--new-tokens 64] [--reps 2]
+    python scripts/measure/forward_costs.py --exactness [--dtypes ...] [--new-tokens 64]
+    python scripts/measure/forward_costs.py --decode [--drafts tiny,small] [--dtypes float32] [--new-tokens 64] [--reps 2]
 
 --exactness, for the bundled target and each path and dtype, over 10 prompts (the example prompts and
 windows of the bundled corpus sample): (1) verify vs one at a time: the argmax of each row of a 5-token

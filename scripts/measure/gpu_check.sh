@@ -2,13 +2,13 @@
 # Checks specviz on a CUDA machine and writes gpu_report.md: the decoder's tests with their models on CUDA
 # (SPECVIZ_TEST_DEVICE=cuda: greedy == the target's own greedy, exact laws, caches == recompute, batches),
 # the hub/GPU tests, the benchmark of the bundled pair in bfloat16 on CUDA, the tree lab (chains against token
-# trees) and forward-pass costs of larger random targets (scripts/gpu_cost.py). The app and browser tests are
+# trees) and forward-pass costs of larger random targets (scripts/measure/gpu_cost.py). The app and browser tests are
 # the CPU suite's (CI's) job.
-# Usage: scripts/gpu_check.sh [report path]    (from anywhere; exits 2 without CUDA)
-#        GPU_CHECK_DEVICE=cpu scripts/gpu_check.sh dry.md   a dry run of the same steps on the CPU
+# Usage: scripts/measure/gpu_check.sh [report path]    (from anywhere; exits 2 without CUDA)
+#        GPU_CHECK_DEVICE=cpu scripts/measure/gpu_check.sh dry.md   a dry run of the same steps on the CPU
 #                                                          (float32, small sizes: checks the script)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 REPORT="${1:-gpu_report.md}"
 PY="${PYTHON:-python}"
 DEV="${GPU_CHECK_DEVICE:-cuda}"
@@ -47,13 +47,13 @@ section() {  # section TITLE COMMAND...: run it, put its output in the report as
 } > "$REPORT"
 
 section "Decoder tests with their models on $DEV (float64)" env SPECVIZ_TEST_DEVICE="$DEV" "$PY" -m pytest -q \
-    tests/test_sampling.py tests/test_decoder.py tests/test_batch.py tests/test_trace.py tests/test_bench.py \
-    tests/test_tree.py tests/test_tree_chain.py
-section "Tests (CPU; hub, cache and ZeroGPU wrapper)" "$PY" -m pytest -q tests/test_hub.py tests/test_gpu.py
+    tests/test_sampling.py tests/test_decoder.py tests/test_batch.py tests/test_trace.py tests/labs/test_bench.py \
+    tests/trees/test_tree.py tests/trees/test_tree_chain.py
+section "Tests (CPU; hub, cache and ZeroGPU wrapper)" "$PY" -m pytest -q tests/app/test_hub.py tests/app/test_gpu.py
 section "Benchmark: bundled target with draft $DRAFT on $DEV" \
     "$PY" -m specviz.labs.bench --device "$DEV" --draft "$DRAFT" --k 4 --temperature 0 "${BENCH_ARGS[@]}"
-# where verified rows are nearly free a tree should beat the best chain (on the 2-core CPU it ties: README)
+# where verified rows are nearly free a tree should beat the best chain (on the 2-core CPU it ties: docs/TREES.md)
 section "Tree lab: chains against token trees on $DEV (greedy)" "$PY" -m specviz.labs.trees --device "$DEV" \
     --chains 8,11,12 --trees chain:12,3,0.08 chain:12,6,0.02 3,2,2,1 dynamic:16,10,3,0.1 "${TREE_ARGS[@]}"
-section "Forward costs of random GPT-2-shaped targets on $DEV" "$PY" scripts/gpu_cost.py --device "$DEV" "${COST_ARGS[@]}"
+section "Forward costs of random GPT-2-shaped targets on $DEV" "$PY" scripts/measure/gpu_cost.py --device "$DEV" "${COST_ARGS[@]}"
 echo "gpu_check: report in $REPORT" >&2

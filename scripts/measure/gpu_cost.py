@@ -5,8 +5,8 @@ step, and a draft step when the model drafts) and of a (k+1)-token forward (spec
 median over --reps, with the cache cropped back after each. verify/step near 1 is what makes
 speculative decoding pay; c = a small model's step / a large model's step is the draft cost ratio.
 
-    python scripts/gpu_cost.py --device cuda            # bf16, GPT-2 small .. XL shapes
-    python scripts/gpu_cost.py --device cpu --sizes 2x64,2x128 --dtype float32 --reps 3   # smoke run
+    python scripts/measure/gpu_cost.py --device cuda            # bf16, GPT-2 small .. XL shapes
+    python scripts/measure/gpu_cost.py --device cpu --sizes 2x64,2x128 --dtype float32 --reps 3   # smoke run
 """
 from __future__ import annotations
 

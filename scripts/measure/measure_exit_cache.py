@@ -2,7 +2,7 @@
 side by side in one run: tokens/s against the autoregressive baseline, prefill, draft time per round, and the
 key/value cache each run's draft holds of its own.
 
-    python scripts/measure_exit_cache.py [--exits target@6 target@12 target@4+adapter] [--lengths 64 256]
+    python scripts/measure/measure_exit_cache.py [--exits target@6 target@12 target@4+adapter] [--lengths 64 256]
                                          [--repeats 2] [--threads 2]
 
 On the 5 example and 5 held-out prompts, greedy and at T = 0.8, k = 4; the three runs of a prompt are interleaved

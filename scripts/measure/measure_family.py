@@ -1,6 +1,6 @@
 """Measure every bundled draft against the bundled target with the decoder; print the model card's tables.
 
-    python scripts/measure_family.py [--max-new-tokens 64] [--ks 1-8] [--repeats 2] [--threads 2]
+    python scripts/measure/measure_family.py [--max-new-tokens 64] [--ks 1-8] [--repeats 2] [--threads 2]
 
 Writes assets/models/family_eval.json. On the 5 example and 5 held-out prompts, greedy and at the explorer's
 temperature (0.8): a k sweep of every bundled draft with the autoregressive baseline interleaved; acceptance,
@@ -47,7 +47,7 @@ def main():
                   models={m: {k: model_card(m).get(k) for k in ("parameters", "valid_ppl", "wall_minutes", "steps")}
                           for m in specviz.list_models()})
     (ASSETS / "family_eval.json").write_text(json.dumps(result, indent=1))
-    print(f"measured in {result['seconds']:.0f} s; python scripts/model_card.py prints the tables")
+    print(f"measured in {result['seconds']:.0f} s; python scripts/train/model_card.py prints the tables")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Distil a fresh draft model from the target with forward KL (DistillSpec).
 
-    python scripts/distill_draft.py --target assets/models/target --preset tiny \\
+    python scripts/train/distill_draft.py --target assets/models/target --preset tiny \\
         --minutes 15 --out assets/models/draft-tiny
 
 The draft architecture comes from the presets of ``train_lm.py``; it is trained

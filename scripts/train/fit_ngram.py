@@ -1,8 +1,8 @@
 """Fit an n-gram draft: on the training corpus (the bundled `ngram`), or on text the target generated itself
-(`scripts/generate_target_text.py`), which drafts for this target far better.
+(`scripts/train/generate_target_text.py`), which drafts for this target far better.
 
-    python scripts/fit_ngram.py [--order 3 --min-count 2]
-    python scripts/fit_ngram.py --generated data/gen/greedy.pt --order 5 --min-count 2 --out assets/models/ngram-target
+    python scripts/train/fit_ngram.py [--order 3 --min-count 2]
+    python scripts/train/fit_ngram.py --generated data/gen/greedy.pt --order 5 --min-count 2 --out assets/models/ngram-target
 """
 import argparse
 import sys

@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Text the target writes itself: continuations of corpus prefixes, greedy and sampled.
 
-    python scripts/generate_target_text.py --mode greedy --minutes 30 --out data/gen/greedy.pt
-    python scripts/generate_target_text.py --mode sample --temperature 0.8 --minutes 30 --out data/gen/t08.pt
+    python scripts/train/generate_target_text.py --mode greedy --minutes 30 --out data/gen/greedy.pt
+    python scripts/train/generate_target_text.py --mode sample --temperature 0.8 --minutes 30 --out data/gen/t08.pt
 
 Drafts that learn from this text (an n-gram table of the target's own continuations, a neural draft
 distilled on-policy) meet the contexts they will draft in. Each batch takes ``--batch`` prefixes of one

@@ -1,6 +1,6 @@
 """Write the tables of assets/models/README.md from the training logs and family_eval.json.
 
-    python scripts/measure_family.py && python scripts/model_card.py   # prints markdown to paste
+    python scripts/measure/measure_family.py && python scripts/train/model_card.py   # prints markdown to paste
 """
 import json
 import sys
@@ -32,7 +32,7 @@ def training_table() -> str:
 def eval_tables() -> str:
     path = ASSETS / "family_eval.json"
     if not path.is_file():
-        return "(run scripts/measure_family.py)"
+        return "(run scripts/measure/measure_family.py)"
     ev = json.loads(path.read_text())
     at4 = {(r["draft"], r["temperature"]): r for r in ev["sweep"] if r["k"] == 4}
     temps = sorted({t for _, t in at4})

@@ -2,7 +2,7 @@
 """Store a checkpoint in 8 bits (specviz.runtime.int8: int8 rows, a float16 scale per row) with its tokenizer, and
 print the validation perplexity before and after, so the model card can say what the storage cost.
 
-    python scripts/quantize_model.py --src data/train/target24 --out assets/models/target
+    python scripts/train/quantize_model.py --src data/train/target24 --out assets/models/target
 """
 from __future__ import annotations
 

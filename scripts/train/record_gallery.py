@@ -4,7 +4,7 @@ text), shipped in assets/gallery/ so the explorer replays them instantly, with n
 Space is served from these). Rerun after the family changes; tests check that each file replays and that the
 recipe below reproduces its tokens.
 
-    python scripts/record_gallery.py [--threads 1]
+    python scripts/train/record_gallery.py [--threads 1]
 """
 from __future__ import annotations
 

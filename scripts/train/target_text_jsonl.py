@@ -2,7 +2,7 @@
 draft with ANOTHER tokenizer on what the target writes (distillation through text: the draft never sees the
 target's token ids, only its strings).
 
-    python scripts/target_text_jsonl.py --generated data/gen24/greedy.pt data/gen24/t08.pt \
+    python scripts/train/target_text_jsonl.py --generated data/gen24/greedy.pt data/gen24/t08.pt \
         --corpus data/corpus/train.jsonl --out data/xtok/train.jsonl
 
 Each generated row (its corpus prefix and the target's continuation) becomes one document; ``--corpus`` appends the

@@ -1,7 +1,7 @@
 """Train a feature draft (``specviz.drafts.eagle``: EAGLE's one decoder layer over the target's last hidden states) for a
 target, with training-time test: the draft unrolled over its own features for ``--steps`` steps in each pass.
 
-    python scripts/train_eagle.py --target assets/models/target \
+    python scripts/train/train_eagle.py --target assets/models/target \
         --generated data/gen24/greedy.pt data/gen24/t08.pt --minutes 60 --out assets/models/target
 
 The target is frozen. Each step: the target's features and logits over a batch of windows (its own generated text

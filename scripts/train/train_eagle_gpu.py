@@ -1,13 +1,14 @@
 """Train the feature draft (``specviz.drafts.eagle``) on a CUDA machine, on text the target generates there: minutes of a GPU
-give what hours of this project's 2-core CPU give (``scripts/train_eagle.py``).
+give what hours of this project's 2-core CPU give (``scripts/train/train_eagle.py``).
 
-    python scripts/train_eagle_gpu.py --init assets/models/target --generate-minutes 2 --minutes 5 --out OUT
+    python scripts/train/train_eagle_gpu.py --init assets/models/target --generate-minutes 2 --minutes 5 --out OUT
 
 1. The target (bundled: the very weights the app serves) continues random corpus prefixes of 32 tokens to windows of
    ``--seq-len`` tokens, batched: by default half at T = 0.8, a quarter at T = 1 and a quarter greedy (``--modes``;
    its own distribution where the draft is used: DistillSpec's on-policy data), for ``--generate-minutes``.
 2. The draft trains as ``train_eagle.py`` does (unrolled ``--steps`` steps over its own hidden states, forward KL at
-   T = 1 on every step, or ``--objective tv``: the total variation at ``--temperature``, weights 0.8^s) on those windows and a ``--corpus-share`` of corpus windows, for ``--minutes``.
+   T = 1 on every step, or ``--objective tv``: the total variation at ``--temperature``, weights 0.8^s) on those
+   windows and a ``--corpus-share`` of corpus windows, for ``--minutes``.
 3. Held-out alpha per step (corpus validation windows) before and after; saved as ``eagle.safetensors`` and
    ``eagle.json`` in ``--out``. ``--device cpu`` with tiny budgets is a dry run of the same steps.
 """

@@ -1,14 +1,14 @@
 """Train an exit adapter: one decoder layer after the target's first L layers, so that the early exit "TARGET@L"
 drafts closer to the full target (``specviz.drafts.early_exit``; LayerSkip's self-speculation with a small trained head).
 
-    python scripts/train_exit_adapter.py --target assets/models/target --layers 4 \
+    python scripts/train/train_exit_adapter.py --target assets/models/target --layers 4 \
         --generated data/gen24/greedy.pt data/gen24/t08.pt --minutes 20 --threads 1
 
 The target is frozen; only the adapter (initialised as a copy of layer L + 1) learns, with the forward KL
 KL(p_target || q_exit) over the full distributions (``specviz.drafts.distill``), on windows of the target's own text and
-the corpus. Saved beside the target as ``exit_adapter_L.safetensors`` (8-bit rows, ``specviz.runtime.int8``) with ``exit_adapter_L.json`` (the
-command, steps, held-out KL before and after, and the untrained exit's KL at L for reference); the app then offers
-"TARGET@L+adapter".
+the corpus. Saved beside the target as ``exit_adapter_L.safetensors`` (8-bit rows, ``specviz.runtime.int8``) with
+``exit_adapter_L.json`` (the command, steps, held-out KL before and after, and the untrained exit's KL at L for
+reference); the app then offers "TARGET@L+adapter".
 """
 from __future__ import annotations
 

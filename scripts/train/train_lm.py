@@ -3,8 +3,8 @@
 
 Used for the target model, and reusable for a cross-entropy-trained draft::
 
-    python scripts/train_lm.py --preset target --minutes 65 --out assets/models/target
-    python scripts/train_lm.py --preset tiny --minutes 10 --out assets/models/draft-tiny-ce
+    python scripts/train/train_lm.py --preset target --minutes 65 --out assets/models/target
+    python scripts/train/train_lm.py --preset tiny --minutes 10 --out assets/models/draft-tiny-ce
 
 Documents are wrapped in <|bos|> ... <|eos|>, concatenated, and random windows
 of ``--seq-len`` tokens are drawn (batch ``--batch``). AdamW; the learning-rate

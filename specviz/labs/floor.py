@@ -6,7 +6,7 @@
 For each setting (the default pair at the explorer's k, greedy and at temperature 0.8; the best draft and k,
 greedy) and each length, ``bench.run_bench`` interleaves our autoregressive baseline, our speculative decoding
 (recording and not), and transformers' generate (plain and assisted) over the 5 example and 5 held-out prompts.
-The floor (issue 11): the default pair >= 2.0x at greedy and at T = 0.8, the best >= 2.5x at greedy, the
+The floor: the default pair >= 2.0x at greedy and at T = 0.8, the best >= 2.5x at greedy, the
 default draft's acceptance at k = 4 >= 0.65 greedy and >= 0.6 at T = 0.8, measured >= 0.85 of the prediction
 from the run's own alpha, c and v, ahead of transformers' assisted generation, recording overhead <= 5%, and at
 greedy every run's text equal to the target's own greedy text (ours-ar's, same prompt and repeat).

@@ -1,0 +1,93 @@
+"""The house for its next readers: the README is a short front page, the docs it lists exist, links between the
+docs resolve, and no file speaks of how the project was built step by step.
+
+A figure says what produced it (date, host, command, log), never which development step it came from, so no file's
+name or text may hold the word "stop" or "stops" followed by a number (with a space, an underscore, a hyphen or
+nothing between). Code has one legitimate neighbour, the draft-stop threshold, written as a decimal (the draft-stop
+flag followed by 0.4); the pattern leaves a number with a decimal point alone, and its word boundary on the left
+leaves ``draft_stop`` written as an identifier alone too."""
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+STEP_WORDS = re.compile(r"\bstops?[ _-]?\d+\b(?!\.\d)", re.IGNORECASE)
+README_MAX_LINES = 220
+OWN_DOCS = ["README.md", "CONTRIBUTING.md", "assets/models/README.md", *sorted(
+    str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))]
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def repository_files() -> list[Path]:
+    """Tracked files, and new ones git does not ignore (so a file is checked before its first commit)."""
+    try:
+        out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                             capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout: the file list comes from git ls-files")
+    return [ROOT / name for name in out.decode().split("\0") if name and (ROOT / name).is_file()]
+
+
+def text_of(path: Path) -> str | None:
+    """The file's text, or None for a binary file (a NUL byte in its first 8 KiB, or not UTF-8)."""
+    with path.open("rb") as f:
+        if b"\0" in f.read(8192):
+            return None
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def test_the_pattern_catches_step_words_and_spares_the_draft_stop():
+    w = "stop"  # the examples are assembled, so that this file passes its own scan
+    for said in (f"{w} 27", f"{w}s 25-26", f"{w.title()}29", f"{w}-27 note", f"({w} 24)", f"{w.upper()}S 3"):
+        assert STEP_WORDS.search(said), said
+    for fine in ("draft_stop=0.4", "--draft-stop 0.4", "stop 0.4", "a stop below 0.4", "nonstop 5", "stopped at 24"):
+        assert not STEP_WORDS.search(fine), fine
+
+
+def test_no_file_names_a_development_step():
+    hits = []
+    for path in repository_files():
+        name = str(path.relative_to(ROOT))
+        if STEP_WORDS.search(name):
+            hits.append(f"{name}: its name")
+        text = text_of(path)
+        for i, line in enumerate(text.splitlines() if text else (), 1):
+            if m := STEP_WORDS.search(line):
+                hits.append(f"{name}:{i}: {m.group(0)!r}")
+    assert not hits, "say the date, host and command instead of the step:\n" + "\n".join(hits[:40])
+
+
+def test_readme_is_a_front_page():
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) < README_MAX_LINES, f"README.md has {len(lines)} lines: move detail into docs/"
+
+
+def test_every_doc_in_the_readme_table_exists():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    table = text.split("\n## Docs", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| [")]
+    linked = [LINK.search(row).group(1) for row in rows]
+    assert len(linked) >= 8, f"the README's docs table lists {len(linked)} docs"
+    missing = [doc for doc in linked if not (ROOT / doc).is_file()]
+    assert not missing, f"the README's docs table lists missing files: {missing}"
+    listed = {doc for doc in linked if doc.startswith("docs/")}
+    unlisted = sorted({f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")} - listed)
+    assert not unlisted, f"docs not in the README's table: {unlisted}"
+
+
+@pytest.mark.parametrize("doc", OWN_DOCS)
+def test_relative_links_resolve(doc):
+    path = ROOT / doc
+    broken = []
+    text = re.sub(r"<!--.*?-->", "", path.read_text(encoding="utf-8"), flags=re.DOTALL)  # commented out: not a link
+    for target in LINK.findall(text):
+        if "://" in target or target.startswith(("#", "mailto:")):
+            continue
+        if not (path.parent / target.split("#", 1)[0]).exists():
+            broken.append(target)
+    assert not broken, f"{doc} links to missing files: {broken}"
