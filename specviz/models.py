@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import os
+import weakref
 from importlib.util import find_spec
 from pathlib import Path
 
 from .drafts import eagle, early_exit
-from .drafts.pairing import check_tokenizers, vocab_of  # noqa: F401 (check_tokenizers: part of this API)
+from .drafts.pairing import check_tokenizers, vocab_fingerprint, vocab_of  # noqa: F401 (check_tokenizers: part of this API)
+from .runtime import gguf
 from .runtime.devices import default_device, default_dtype, needs_device_map  # noqa: F401 (part of this API)
-from .runtime.hub import hub_reachable, is_hub_id  # noqa: F401 (part of this API)
+from .runtime.hub import hub_reachable, is_hub_id, param_count  # noqa: F401 (part of this API)
 from .runtime.hub_pairs import CROSS_PRESETS, HUB_PRESETS  # noqa: F401 (part of this API)
+from .runtime.local import extra_models
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets" / "models"
 DEFAULT_TARGET = "target"
@@ -36,6 +38,7 @@ HYBRIDS = {  # name -> (bundled model draft or feature draft, bundled n-gram, Hy
 
 ALLOW_ENV = "SPECVIZ_ALLOW_MODELS"  # which names the web UI may load: bundled | presets | any (hub IDs)
 ALLOW_POLICIES = ("bundled", "presets", "any")
+LOADED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # (name, device) -> a model still in use
 
 
 def list_models() -> list[str]:
@@ -107,8 +110,9 @@ def load_drafter(name: str, device: str | None = None):
 
         model, tokenizer = load_model(name, device=device)
         return CrossDrafter(model, tokenizer, load_tokenizer(DEFAULT_TARGET), name=name)
-    if base := self_draft_base(name):  # "target@2", "target+eagle": drafts made of the target itself
-        return self_draft(load_model(base, device=device)[0], base, name)
+    if base := self_draft_base(name):  # "target@2", "target+eagle": made of the target, the very one loaded
+        target = LOADED.get((base, device))
+        return self_draft(target if target is not None else load_model(base, device=device)[0], base, name)
     if name in list_hybrids():
         from .drafts.hybrid import HybridDrafter
         from .drafts.ngram import NGramModel
@@ -123,7 +127,9 @@ def resolve(name_or_path: str) -> str:
     if not isinstance(name_or_path, str) or not name_or_path.strip():
         raise ValueError(f"model name must be a non-empty string, got {name_or_path!r}")
     bundled = ASSETS / name_or_path
-    return str(bundled) if (bundled / "config.json").is_file() else name_or_path
+    if (bundled / "config.json").is_file():
+        return str(bundled)
+    return extra_models().get(name_or_path, name_or_path)  # an operator's local model by its name
 
 
 def _source(name_or_path: str) -> tuple[str, dict]:
@@ -149,6 +155,8 @@ def load_tokenizer(name_or_path: str):
     """The model's tokenizer; a bundled model stored without one uses the family's (``assets/models/tokenizer``)."""
     from transformers import AutoTokenizer
 
+    if (found := gguf.locate(name_or_path)) is not None:
+        return AutoTokenizer.from_pretrained(str(found[0]), gguf_file=found[1])
     path, options = _source(name_or_path)
     if Path(path).parent == ASSETS and not (Path(path) / "tokenizer.json").is_file():
         path = str(ASSETS / "tokenizer")  # the family shares one tokenizer, stored once
@@ -158,30 +166,9 @@ def load_tokenizer(name_or_path: str):
         raise _load_error(name_or_path, e, options["local_files_only"] and not Path(path).exists()) from e
 
 
-def param_count(path: str) -> int | None:
-    """Parameters stored in a folder's or hub repo's safetensors files, without loading them (None if unknown)."""
-    try:
-        from .runtime import int8
-
-        if Path(path).is_dir() and int8.stored(path):
-            return int8.parameter_count(path)
-        if Path(path).is_dir():
-            from safetensors import safe_open
-
-            n = 0
-            for f in Path(path).glob("*.safetensors"):
-                with safe_open(str(f), "pt") as s:
-                    n += sum(math.prod(s.get_slice(k).get_shape()) for k in s.keys())
-            return n or None
-        from huggingface_hub import get_safetensors_metadata
-
-        return sum(get_safetensors_metadata(path).parameter_count.values()) if hub_reachable() else None
-    except Exception:
-        return None
-
-
 def load_model(name_or_path: str, device: str | None = None, dtype=None):
-    """Return (model, tokenizer) in eval mode. Bundled names load offline from assets/models. On CUDA
+    """Return (model, tokenizer) in eval mode. Bundled names load offline from assets/models; a .gguf file (or a
+    folder holding one) loads dequantized with the tokenizer it carries (``runtime.gguf``). On CUDA
     a target too large for the GPU's free memory is spread with device_map="auto" (needs accelerate)."""
     import torch
     from transformers import AutoModelForCausalLM
@@ -190,6 +177,9 @@ def load_model(name_or_path: str, device: str | None = None, dtype=None):
 
     if name_or_path in list_ngrams():
         raise ValueError(f"{name_or_path!r} is an n-gram drafter, not a causal LM: load it with load_drafter")
+    if (found := gguf.locate(name_or_path)) is not None:  # llama.cpp's format: dequantized, its own tokenizer
+        model, tokenizer = gguf.load(*found, torch.float32 if dtype is None else dtype)
+        return _ready(model.to(device) if device else model, tokenizer, name_or_path, device)
     tokenizer = load_tokenizer(name_or_path)
     path, options = _source(name_or_path)
     options["dtype"] = default_dtype(device) if dtype is None else dtype
@@ -205,12 +195,20 @@ def load_model(name_or_path: str, device: str | None = None, dtype=None):
         raise _load_error(name_or_path, e, options["local_files_only"] and not Path(path).exists()) from e
     if device:
         model = model.to(device)
+    return _ready(model, tokenizer, name_or_path, device)
+
+
+def _ready(model, tokenizer, name: str | None = None, device: str | None = None):
+    model.specviz_vocab = vocab_fingerprint(tokenizer)  # drafts are checked against it (drafts.pairing.check_fits)
+    if name is not None:
+        LOADED[(name, device)] = model  # its early exits and feature draft share it (load_drafter)
     return model.eval(), tokenizer
 
 
 def model_folder(name: str) -> Path:
-    """Where a bundled model (or a local path) keeps its files: exit adapters and feature drafts live there."""
-    return ASSETS / name if name in list_models() else Path(name)
+    """Where a bundled model, an operator's local model (``SPECVIZ_EXTRA_MODELS``) or a local path keeps its files:
+    exit adapters and feature drafts live there."""
+    return ASSETS / name if name in list_models() else Path(extra_models().get(name, name))
 
 
 def self_draft_base(name: str) -> str | None:

@@ -90,6 +90,7 @@ N_RUNS = 600
 
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("k,extra", [(2, {}), (1, {"top_k": 5, "top_p": 0.9, "temperature": 0.8})])
 def test_each_row_is_lossless(k, extra):
     prompts = [torch.tensor([[1, 2, 1]]), torch.tensor([[3, 1, 4, 1, 5, 2, 6]]), torch.tensor([[7]])]

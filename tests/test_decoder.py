@@ -78,6 +78,7 @@ N_RUNS = 1000
     (1, "gpt2", {}), (2, "perturbed", {}), (2, "perturbed", {"top_k": 5, "top_p": 0.9, "temperature": 0.8}),
     (2, "lookup", {"top_k": 6}), (3, "perturbed", {"draft_stop": 0.1}),
 ])
+@pytest.mark.slow
 def test_speculative_sampling_is_lossless(k, draft, extra):
     prompt = torch.tensor([[1, 2, 1, 2, 1]])  # repeats, so prompt lookup proposes something
     cfg = DecodeConfig(k=k, max_new_tokens=k + 1, **extra)
@@ -298,6 +299,7 @@ def test_traces_name_the_models_they_are_given(llama, prompt, batched):
     assert plain.prompt_ids == prompt[0].tolist() and plain.rounds == [] and plain.config.max_new_tokens == 3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("batched", [False, True])
 def test_a_slow_consumer_does_not_count_as_decoding_time(llama, prompt, batched):
     """total_s is the run's own work: a consumer that sleeps 50 ms after every round (a UI redrawing) leaves it

@@ -42,6 +42,7 @@ def test_bundled_tokenizer_round_trips():
     assert tok.decode(ids, skip_special_tokens=True) == text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", specviz.list_models())
 def test_each_bundled_model_loads_offline_and_shares_the_tokenizer(name):
     from specviz.models import cross_drafts
@@ -56,6 +57,7 @@ def test_each_bundled_model_loads_offline_and_shares_the_tokenizer(name):
     assert model.generation_config.eos_token_id == tok.eos_token_id
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not __import__("specviz.models").models.cross_drafts(), reason="no bundled cross-tokenizer draft")
 def test_the_bundled_draft_with_its_own_tokenizer_decodes_exactly_through_the_targets():
     """It loads as a CrossDrafter bound to the bundled target's tokenizer; greedy output is the target's own
@@ -90,6 +92,7 @@ def float64_draft(name, target):
     return specviz.load_model(name, dtype=torch.float64)[0]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(specviz.DEFAULT_TARGET not in specviz.list_models(), reason="bundled target not built")
 @pytest.mark.parametrize("name", sorted({specviz.DEFAULT_DRAFT, "lite"} & set(specviz.list_drafters())))
 def test_default_pair_greedy_equals_the_targets_own_greedy(name):

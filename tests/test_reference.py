@@ -30,6 +30,7 @@ def test_reference_emits_what_the_decoder_emits(pair, config):
     assert len(trace.new_tokens) == cfg.max_new_tokens
 
 
+@pytest.mark.slow
 def test_the_pinned_runs_take_every_branch():
     """Rejections (the residual), full acceptances (the bonus) and early stops all occur in the runs above."""
     traces = [Decoding(*PAIRS[p], PROMPT, cfg).run() for p in PAIRS for cfg in CONFIGS.values() if not cfg.greedy]

@@ -80,6 +80,7 @@ def test_zero_target_probability_is_always_rejected():
     assert (v.n_accepted, v.next_token, v.rejected) == (0, 1, True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", [False, True])
 def test_emitted_token_law_is_p(point):
     """One position: the emitted token (accepted draft or resample) must follow p exactly."""

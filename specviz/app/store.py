@@ -7,6 +7,7 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from pathlib import Path
 from typing import NamedTuple
 
 import torch
@@ -14,6 +15,7 @@ import torch
 from .. import models
 from ..drafts import eagle, early_exit
 from ..drafts.cross import drafting_through
+from ..runtime.local import EXTRA_ENV, extra_models
 
 CACHE_ENV = "SPECVIZ_MODEL_CACHE_GB"
 
@@ -40,11 +42,12 @@ class ModelStore:
         load_drafter = load_drafter or functools.partial(models.load_drafter, device=self.device)
         hub = self.allow != "bundled"  # the pickers offer the presets; "any" also takes other hub IDs by API
 
-        def targets():
-            return models.list_models() + (models.preset_targets() if hub else [])
+        def targets():  # the bundled family, the operator's local models (SPECVIZ_EXTRA_MODELS), hub presets
+            return models.list_models() + list(extra_models()) + (models.preset_targets() if hub else [])
 
-        def drafts():
-            return models.list_drafters() + (models.preset_drafts() if hub else [])
+        def drafts():  # the bundled drafts, the early exits of the operator's local models, hub presets
+            local = [e for name, path in extra_models().items() for e in early_exit.exit_names(Path(path), name)]
+            return models.list_drafters() + local + (models.preset_drafts() if hub else [])
 
         self.list_targets, self.list_drafters = list_targets or targets, list_drafters or drafts
         self._load_model, self._load_drafter, self._load_tokenizer = load_model, load_drafter, load_tokenizer
@@ -80,7 +83,8 @@ class ModelStore:
         (``specviz.drafts.cross.CrossDrafter``, exact at any temperature); a draft of another tokenizer that is not a
         causal LM is refused with a ValueError."""
         model, tok = self.target(target)
-        if models.self_draft_base(draft) == target and target in models.list_models() and draft in self.list_drafters():
+        local = target in models.list_models() or target in extra_models()
+        if models.self_draft_base(draft) == target and local and draft in self.list_drafters():
             # an early exit or feature draft: built on the very model held (shared weights, nothing more loaded)
             return model, tok, models.self_draft(model, target, draft)
         other = None  # the draft's own tokenizer, where it differs from the target's
@@ -106,7 +110,9 @@ class ModelStore:
 
     def _get(self, kind: str, name: str, allowed: list[str], load: Callable):
         if name not in allowed and not (self.allow == "any" and models.is_hub_id(name)):
-            raise ValueError(f"unknown {kind} {name!r}: choose one of {', '.join(allowed) or '(none available)'}")
+            raise ValueError(f"unknown {kind} {name!r}: choose one of {', '.join(allowed) or '(none available)'}. "
+                             f"This server loads only these; its operator can serve a local model by name with "
+                             f"{EXTRA_ENV}=name=PATH, or hub models with {models.ALLOW_ENV}=presets or any")
         with self._lock:
             if (kind, name) in self._cache:
                 self._cache.move_to_end((kind, name))
@@ -148,7 +154,7 @@ def model_free(draft: str) -> bool:
     itself), and bundled drafts with their own tokenizer (they draft through the target's: ``specviz.drafts.cross``)."""
     base = models.self_draft_base(draft)
     return (draft == models.PROMPT_LOOKUP or draft in models.list_ngrams() or draft in models.list_hybrids()
-            or draft in models.cross_drafts() or base in models.list_models())
+            or draft in models.cross_drafts() or base in models.list_models() or base in extra_models())
 
 
 def param_bytes(obj) -> int:

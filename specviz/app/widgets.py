@@ -3,8 +3,10 @@ with its caption, model pickers, sampling controls). Tabs import from here, neve
 from __future__ import annotations
 
 import functools
+import html
 import inspect
 import logging
+import re
 from collections.abc import Callable
 from types import SimpleNamespace
 
@@ -23,13 +25,24 @@ SKIP = gr.skip()
 log = logging.getLogger(__name__)
 
 
+TAG_OR_ENTITY = re.compile(r"<(?=[A-Za-z/!?])|&(?=#?\w+;?)")
+
+
 def _as_gr_error(e: Exception) -> gr.Error:
+    """The toast for an exception, its text escaped: a toast renders HTML, and a message may quote a link's
+    parameter, a trace's value or a model name verbatim (no markup from any input)."""
     if isinstance(e, gr.Error):
         return e
     if isinstance(e, ValueError):
-        return gr.Error(str(e))
+        return gr.Error(inert(str(e) or type(e).__name__))
     log.exception("handler failed")
-    return gr.Error(f"internal error ({type(e).__name__}: {e}); the app keeps running")
+    return gr.Error(inert(f"internal error ({type(e).__name__}: {e}); the app keeps running"))
+
+
+def inert(text: str) -> str:
+    """``text`` with every start of a tag (``<`` before a letter, ``/``, ``!`` or ``?``) and every character
+    reference escaped: it renders as itself in HTML, and plain text ("k >= 1", "a < b") reads unchanged."""
+    return TAG_OR_ENTITY.sub(lambda m: html.escape(m.group(0), quote=False), text)
 
 
 def friendly(fn: Callable) -> Callable:

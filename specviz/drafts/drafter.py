@@ -46,10 +46,11 @@ class Proposal:
 def draft_step(logits: torch.Tensor, cfg: DecodeConfig, vocab_size: int,
                generator: torch.Generator | None) -> tuple[int, torch.Tensor, bool]:
     """One drafted token from the draft's logits (V',): (x, q, go_on). q (V,) is processed by the run's
-    temperature / top-k / top-p like the target's p; x = argmax q (greedy) or x ~ q; go_on is False once the
-    draft doubts its own token, q(x) < cfg.draft_stop (the stop depends on the draft alone: still lossless)."""
+    temperature / top-k / top-p like the target's p; x = argmax q (greedy, or cfg.draft_greedy) or x ~ q; go_on is
+    False once the draft doubts its own token, q(x) < cfg.draft_stop (the stop depends on the draft alone: still
+    lossless)."""
     q = draft_q(logits, cfg, vocab_size)
-    x = int(q.argmax()) if cfg.greedy else int(sample(q, generator))
+    x = int(q.argmax()) if cfg.greedy or cfg.draft_greedy else int(sample(q, generator))
     return x, q, bool(q[x] >= cfg.draft_stop)
 
 
@@ -88,6 +89,11 @@ class Drafter:
 
     name = "drafter"
     window: int | None = None  # context positions the drafter can use (None: unbounded)
+
+    def own_vocab(self) -> tuple[int | None, str | None]:
+        """(its vocabulary's size, its tokenizer's digest) where this draft has a vocabulary of its own: None where it
+        reads the target's tokens (prompt lookup, an exit of the target) or maps its own (``pairing.check_fits``)."""
+        return None, None
 
     def start(self, prompt: list[int], cfg: DecodeConfig, vocab_size: int, device) -> None:
         self.cfg, self.vocab_size, self.device = cfg, vocab_size, device
@@ -144,6 +150,9 @@ class ModelDrafter(Drafter):
         self.model = model
         self.name = name or model_name(model)
         self.window = context_window(model)
+
+    def own_vocab(self):
+        return self.model.get_input_embeddings().weight.shape[0], getattr(self.model, "specviz_vocab", None)
 
     def start(self, prompt, cfg, vocab_size, device):
         super().start(prompt, cfg, vocab_size, device)

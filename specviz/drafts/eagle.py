@@ -154,7 +154,7 @@ def load(target, folder: Path) -> FeatureHead:
 
     path = Path(folder) / FILE
     if not path.is_file():
-        raise ValueError(f"no feature draft beside this target (expected {path}; train one with scripts/train_eagle.py)")
+        raise ValueError(f"no feature draft beside this target (expected {path}; train one with scripts/train/train_eagle.py)")
     head = FeatureHead(target.config)
     dtype = next(target.parameters()).dtype
     head.load_state_dict(unpack(load_file(str(path)), dtype), strict=False)

@@ -4,7 +4,7 @@ of its own that shares the target's weights (no copy: zero extra parameters) and
 decoder, the trace and the views treat it like any draft. Named "TARGET@L" (``parse``), e.g. "target@2".
 
 An exit adapter (``ADAPTER``: "target@4+adapter") is one more decoder layer after the first L, trained to make the
-exit's distribution the full target's (``scripts/train_exit_adapter.py``: KL to the target on its own text, the
+exit's distribution the full target's (``scripts/train/train_exit_adapter.py``: KL to the target on its own text, the
 target frozen). It starts as a copy of layer L + 1, so untrained it is the exit at L + 1; it is the draft's only
 weights of its own (``extra_parameters``), saved beside the target as ``exit_adapter_L.safetensors``."""
 from __future__ import annotations
@@ -111,7 +111,7 @@ def load_exit(model, folder: Path, spec: Exit):
     path = adapter_file(folder, spec.layers)
     if not path.is_file():
         raise ValueError(f"no exit adapter for {spec.base}@{spec.layers} (expected {path.name}; train one with "
-                         "scripts/train_exit_adapter.py)")
+                         "scripts/train/train_exit_adapter.py)")
     adapter = new_adapter(model, spec.layers)
     dtype = next(model.parameters()).dtype
     adapter.load_state_dict(unpack(load_file(str(path)), dtype))  # 8-bit rows or plain tensors

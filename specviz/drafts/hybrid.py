@@ -33,6 +33,9 @@ class HybridDrafter(Drafter):
         # a causal LM drafts with its own cache; a drafter with logits (a feature draft) is used as it is
         model_draft = model if isinstance(model, Drafter) else ModelDrafter(model)
         self.table, self.model_draft, self.confidence = table, model_draft, confidence
+        if model_draft.own_vocab()[0] is not None and table.vocab_size != model_draft.own_vocab()[0]:
+            raise ValueError(f"the hybrid's n-gram has {table.vocab_size:,} tokens and its model draft "
+                             f"{model_draft.own_vocab()[0]:,}: both must draft in one vocabulary")
         self.greedy_only, self.model_steps = greedy_only, model_steps  # at most model_steps model drafts a round
         self.lookup, self._seen, self._done, self._last = lookup, {}, 0, None  # the run's grams -> their next token's index
         self.name = name or f"{self.model_draft.name}+ngram"
@@ -46,6 +49,10 @@ class HybridDrafter(Drafter):
 
     def attach(self, target):
         self.model_draft.attach(target)
+
+    def own_vocab(self):
+        own = self.model_draft.own_vocab()
+        return own if own[0] is not None else (self.table.vocab_size, self.table.tokenizer)
 
     def start(self, prompt, cfg, vocab_size, device):
         super().start(prompt, cfg, vocab_size, device)

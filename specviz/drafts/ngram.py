@@ -5,6 +5,11 @@ q(w | h) interpolates absolute-discounted counts down to an add-one unigram:
 where N1+(h) is the number of distinct words seen after h (Ney et al. 1994); contexts never
 seen fall through to the lower order. So q > 0 everywhere and sums to 1: it drives the exact
 verify step like any draft model. Counts are stored as sorted sparse keys in safetensors.
+
+Keys are exact for any vocabulary and order: a unigram's key is its token; an n-gram's is (the index of its
+(n-1)-token prefix among the sorted (n-1)-grams) * V + its last token, so every key stays below
+(distinct (n-1)-grams) * V (a trie in sorted arrays; base-V codes of the whole n-gram would overflow int64 at
+V = 262,144 from order 4 on).
 """
 from __future__ import annotations
 
@@ -19,14 +24,18 @@ from .drafter import Drafter, draft_loop, draft_q
 MEMO_SIZE = 65_536  # contexts whose log q an NGramModel keeps (cleared when full)
 
 
+KEYS = "prefix-index"  # the key layout this module writes (files without it hold base-V codes: read and converted)
+
+
 class NGramModel:
-    """Counts of every order 1..n; ``keys[i]`` encodes an (i+1)-gram as a base-V integer, sorted."""
+    """Counts of every order 1..n; ``keys[i]``: the (i+1)-grams' keys (prefix index * V + last token), sorted."""
 
     def __init__(self, vocab_size: int, keys: list[torch.Tensor], counts: list[torch.Tensor], discount: float = 0.75):
         self.vocab_size, self.keys, self.counts, self.discount = vocab_size, keys, counts, discount
+        self.tokenizer: str | None = None  # the digest of the tokenizer its counts were taken in, where known
         self.order = len(keys)
         self._memo: dict[tuple[int, ...], torch.Tensor] = {}  # log q by context (see log_distribution)
-        self._seen: dict[tuple[int, int], tuple | None] = {}  # (n, context code) -> what followed it (``_after``)
+        self._seen: dict[tuple[int, ...], tuple | None] = {}  # a context -> what followed it (``_after``)
         unigram = torch.ones(vocab_size, dtype=torch.float64).index_add_(0, keys[0], counts[0].double())
         self.unigram = unigram / unigram.sum()  # add-one smoothed
 
@@ -36,18 +45,34 @@ class NGramModel:
         """tokens: 1-D LongTensor of the whole corpus; n-grams (n >= 2) seen < min_count times are pruned."""
         if order < 1:
             raise ValueError(f"order must be >= 1, got {order}")
-        keys, counts = [], []
+        tokens = tokens.long()
+        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size):
+            raise ValueError(f"token ids must lie in [0, {vocab_size}), got {int(tokens.min())}..{int(tokens.max())}")
+        keys, counts, code = [], [], tokens  # code[i]: the key of the n-gram starting at i
         for n in range(1, order + 1):
-            grams = tokens.unfold(0, n, 1).long()  # (N - n + 1, n)
-            code = torch.zeros(len(grams), dtype=torch.long)
-            for j in range(n):
-                code = code * vocab_size + grams[:, j]
+            if n > 1:  # the prefix's index among the kept (n-1)-grams, then the last token
+                prefix = code[: len(tokens) - n + 1]
+                index = torch.searchsorted(keys[-1], prefix).clamp(max=max(len(keys[-1]) - 1, 0))
+                kept = keys[-1][index] == prefix if len(keys[-1]) else torch.zeros_like(prefix, dtype=torch.bool)
+                code = torch.where(kept, index * vocab_size + tokens[n - 1:], -1)
             k, c = torch.unique(code, sorted=True, return_counts=True)
+            k, c = k[k >= 0], c[k >= 0]  # a pruned prefix: the n-gram is rarer still, pruned too
             if n > 1 and min_count > 1:
                 k, c = k[c >= min_count], c[c >= min_count]
             keys.append(k)
             counts.append(c.to(torch.int32))
         return cls(vocab_size, keys, counts, discount)
+
+    def context_index(self, context: tuple[int, ...]) -> int | None:
+        """The index of an n-gram (n = len(context) >= 1) among the kept n-grams' sorted keys, None if unseen."""
+        index = None
+        for j, token in enumerate(context):
+            key = token if j == 0 else index * self.vocab_size + token
+            keys = self.keys[j]
+            index = int(torch.searchsorted(keys, torch.tensor(key)))
+            if index >= len(keys) or int(keys[index]) != key:
+                return None
+        return index
 
     def log_distribution(self, context: list[int]) -> torch.Tensor:
         """log q(. | context), (V,) float32, memoised on the last order - 1 tokens (all that q reads): drafting
@@ -66,18 +91,17 @@ class NGramModel:
         distinct / total), unrolled as unigram * prod(m) + each order's additions times the later orders' m: two
         vocabulary-sized operations in all, the rest on the few words seen, each context's counts looked up once
         (a new context mostly ends in shorter ones already seen: 0.03 against 0.2 ms a call, 2026-12-01)."""
-        V, found = self.vocab_size, []
+        found = []
         for n in range(2, self.order + 1):
             if len(context) < n - 1:
                 break
-            h = 0
-            for t in context[-(n - 1):]:
-                h = h * V + t
-            seen = self._seen.get((n, h), False)
+            h = tuple(context[-(n - 1):])
+            seen = self._seen.get(h, False)
             if seen is False:  # not looked up yet: the counts after this (n-1)-token context, or None
                 if len(self._seen) >= MEMO_SIZE:
                     self._seen.clear()
-                seen = self._seen[(n, h)] = self._after(n, h)
+                index = self.context_index(h)
+                seen = self._seen[h] = None if index is None else self._after(n, index)
             if seen is not None:
                 found.append(seen)
         later, words, mass = 1.0, [], []
@@ -91,7 +115,7 @@ class NGramModel:
         return q.float()
 
     def _after(self, n: int, h: int) -> tuple[torch.Tensor, torch.Tensor, float] | None:
-        """The words seen after the (n-1)-token context coded h, max(c - d, 0) / total for each, and m_n."""
+        """The words seen after the (n-1)-token context of index h, max(c - d, 0) / total for each, and m_n."""
         V = self.vocab_size
         lo, hi = torch.searchsorted(self.keys[n - 1], torch.tensor([h * V, (h + 1) * V])).tolist()
         if hi == lo:
@@ -103,10 +127,12 @@ class NGramModel:
     def save(self, folder: str | Path, **meta) -> None:
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        tensors = {f"keys_{i + 1}": _compact(k, self.vocab_size ** (i + 1)) for i, k in enumerate(self.keys)} | {
+        spans = [self.vocab_size] + [len(k) * self.vocab_size for k in self.keys[:-1]]
+        tensors = {f"keys_{i + 1}": _compact(k, span) for i, (k, span) in enumerate(zip(self.keys, spans))} | {
             f"counts_{i + 1}": _narrow(c) for i, c in enumerate(self.counts)}
         save_file(tensors, folder / "ngram.safetensors")
-        info = {"kind": "ngram", "vocab_size": self.vocab_size, "order": self.order, "discount": self.discount}
+        info = {"kind": "ngram", "vocab_size": self.vocab_size, "order": self.order, "discount": self.discount,
+                "keys": KEYS} | ({"tokenizer": self.tokenizer} if self.tokenizer else {})
         (folder / "ngram.json").write_text(json.dumps(info | meta, indent=1))
 
     @classmethod
@@ -117,7 +143,11 @@ class NGramModel:
         order = info["order"]
         keys = [t[f"keys_{n}"].long() for n in range(1, order + 1)]
         counts = [t[f"counts_{n}"].int() for n in range(1, order + 1)]
-        return cls(info["vocab_size"], keys, counts, info["discount"])
+        if info.get("keys") != KEYS:
+            keys = from_base_codes(keys, info["vocab_size"])
+        model = cls(info["vocab_size"], keys, counts, info["discount"])
+        model.tokenizer = info.get("tokenizer")
+        return model
 
 
 class NGramDrafter(Drafter):
@@ -125,6 +155,9 @@ class NGramDrafter(Drafter):
 
     def __init__(self, model: NGramModel, name: str = "ngram"):
         self.model, self.name = model, name
+
+    def own_vocab(self):
+        return self.model.vocab_size, self.model.tokenizer
 
     def propose(self, committed, k, generator):
         history = committed[max(0, len(committed) - self.model.order + 1):]  # all that q(. | h) reads
@@ -144,6 +177,19 @@ class NGramDrafter(Drafter):
             self.contexts[n] = self.contexts[parent] + [t]
             rows.append(self.model.log_distribution(self.contexts[n]).to(self.device))
         return draft_q(torch.stack(rows), self.cfg, self.vocab_size)
+
+
+def from_base_codes(codes: list[torch.Tensor], vocab_size: int) -> list[torch.Tensor]:
+    """Keys as this module lays them out, from sorted base-V codes of whole n-grams (the older layout; both sort
+    the n-grams the same way, lexicographically, so counts keep their places)."""
+    keys = [codes[0]]
+    for n in range(1, len(codes)):
+        prefix, last = codes[n] // vocab_size, codes[n] % vocab_size
+        index = torch.searchsorted(codes[n - 1], prefix)
+        if len(prefix) and not bool((codes[n - 1][index.clamp(max=len(codes[n - 1]) - 1)] == prefix).all()):
+            raise ValueError(f"n-gram file: an order-{n + 1} gram's prefix is not among the order-{n} grams")
+        keys.append(index * vocab_size + last)
+    return keys
 
 
 def _compact(keys: torch.Tensor, span: int) -> torch.Tensor:

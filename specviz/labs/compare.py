@@ -202,6 +202,9 @@ def distributions_at(target, drafts: dict, context: list[int], cfg: DecodeConfig
     qs = {}
     for name, draft in drafts.items():
         drafter = as_drafter(draft).fresh()
+        target_lm = CachedLM(target)  # as the decoder's prefill: attach, the target's pass, then start
+        drafter.attach(target_lm)  # a self-draft (a feature draft, an exit) reads the target's own pass
+        target_lm.feed(context)
         drafter.start(context, cfg, p.shape[-1], p.device)
         drafter.prefill(context)
         proposal = drafter.propose(context, 1, torch.Generator(device=p.device).manual_seed(cfg.seed))

@@ -24,7 +24,7 @@ from ..drafts.distill import as_windows, iter_distill, kl_on_batch
 from ..runtime.lm import context_window
 
 KL, CE = "distill (KL)", "cross-entropy"
-FRESH_DRAFT = dict(hidden=128, layers=2, heads=4, kv_heads=2, intermediate=448)  # scripts/train_lm.py's "tiny"
+FRESH_DRAFT = dict(hidden=128, layers=2, heads=4, kv_heads=2, intermediate=448)  # scripts/train/train_lm.py's "tiny"
 POINT_COLUMNS = ["method", "step", "seconds", "loss", "heldout_kl", "acceptance", "alpha"]
 
 

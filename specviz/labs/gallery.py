@@ -1,4 +1,4 @@
-"""The gallery: ready runs of the bundled family, recorded by ``scripts/record_gallery.py`` into assets/gallery/
+"""The gallery: ready runs of the bundled family, recorded by ``scripts/train/record_gallery.py`` into assets/gallery/
 (each with its baseline and token texts) and replayed by the explorer with no model work. ``GALLERY`` is the
 recipe: the same entry recorded again gives the same tokens (the seed fixes every draw)."""
 from __future__ import annotations

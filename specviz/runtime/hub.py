@@ -50,3 +50,25 @@ def hub_reachable() -> bool:
         probe.join(HUB_TIMEOUT_S + 0.5)
         _hub.update(at=time.monotonic(), ok=bool(result and result[0]))
         return _hub["ok"]
+
+
+def param_count(path: str) -> int | None:
+    """Parameters stored in a folder's or hub repo's safetensors files, without loading them (None if unknown)."""
+    try:
+        from . import int8
+
+        if Path(path).is_dir() and int8.stored(path):
+            return int8.parameter_count(path)
+        if Path(path).is_dir():
+            from safetensors import safe_open
+
+            n = 0
+            for f in Path(path).glob("*.safetensors"):
+                with safe_open(str(f), "pt") as s:
+                    n += sum(math.prod(s.get_slice(k).get_shape()) for k in s.keys())
+            return n or None
+        from huggingface_hub import get_safetensors_metadata
+
+        return sum(get_safetensors_metadata(path).parameter_count.values()) if hub_reachable() else None
+    except Exception:
+        return None

@@ -15,7 +15,7 @@ from specviz.config import EXAMPLE_PROMPTS
 from tests.helpers.app import chromium_page, needs_chromium, serve, sync_api, tiny_store  # shared skip/require logic
 
 DOCS_SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "screenshot.png"
-pytestmark = needs_chromium
+pytestmark = [needs_chromium, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

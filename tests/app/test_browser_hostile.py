@@ -6,7 +6,7 @@ import pytest
 from specviz.app import build_demo
 from tests.helpers.app import chromium_page, needs_chromium, serve, sync_api, tiny_store
 
-pytestmark = needs_chromium
+pytestmark = [needs_chromium, pytest.mark.slow]
 HOSTILE = {  # prompt -> a character that must reach the drafts' hover titles as itself
     "<script>window.__pwned=1</script>": "<", '<img src=x onerror="window.__pwned=1">': "<",
     '"quotes" & ampersands': '"', "&lt;b&gt; &amp;amp; &#x3C;": "&",  # entities typed stay entities, undecoded

@@ -32,6 +32,7 @@ from tests.helpers.models import last
     (dict(draft="../../etc/passwd"), "unknown draft '../../etc/passwd'"),
     (dict(target="/etc/passwd"), "unknown target '/etc/passwd'"),
 ])
+@pytest.mark.slow
 def test_bad_input_is_a_readable_error_and_the_server_keeps_serving(client, change, message):
     with pytest.raises(AppError, match=message):
         generate(client, **change)
@@ -59,6 +60,7 @@ def test_malformed_trace_uploads_are_readable_errors(store, tmp_path, content, m
         handlers(store).load(str(path))
 
 
+@pytest.mark.slow
 def test_concurrent_clients_get_the_traces_they_get_alone(client):
     prompts = ["ROMEO:", "To be, or not to be", "JULIET:", "Now is the winter"]
     alone = {p: generate(client, prompt=p) for p in prompts}
@@ -130,6 +132,7 @@ def test_link_parameters_are_checked_like_the_form():
     assert len(values["prompt"]) == 4000
 
 
+@pytest.mark.slow
 def test_a_short_request_is_not_stuck_behind_another_sessions_long_lab_and_a_cancel_frees_the_slot(client):
     """Session A starts a long k sweep; session B's short /generate is served within seconds meanwhile (the labs
     have a slot of their own); A cancels (its browser closed) and session C's lab starts within seconds."""
@@ -179,3 +182,16 @@ def test_one_run_at_a_time_per_visitor():
     assert list(first) == [2]  # the first finishes, releasing the session
     assert list(gated(7, mine)) == [7, 8] and list(gated(9)) == [9, 10]  # no request (tests, scripts): not gated
     assert BUSY
+
+
+@pytest.mark.parametrize("name", ['<a href="https://x.test">win</a>', '<img src=x onerror=alert(1)>',
+                                  '<form action=x><input type=password></form>', "&lt;b&gt;"])
+def test_markup_from_a_link_never_reaches_a_toast(store, name):
+    """?gallery=NAME quotes NAME in its refusal: the toast (which renders HTML) shows it as text."""
+    import gradio as gr
+
+    with pytest.raises(gr.Error) as caught:
+        handlers(store).open_named(name)
+    message = caught.value.message
+    assert "no gallery run called" in message and "<a" not in message and "<img" not in message
+    assert "<form" not in message and "<input" not in message and "&lt;b&gt;" not in message  # escaped once

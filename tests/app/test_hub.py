@@ -34,6 +34,7 @@ def test_unreachable_hub_fails_fast_naming_the_bundled_models(online_mode, name)
     assert len(online_mode) == 1  # probed once
 
 
+@pytest.mark.slow
 def test_a_hanging_probe_is_cut_off_and_the_answer_remembered(monkeypatch, online_mode):
     calls = []
     monkeypatch.setattr(hub, "_probe_hub", lambda timeout: calls.append(1) or time.sleep(30) or True)

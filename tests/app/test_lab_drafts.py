@@ -33,6 +33,7 @@ def mine(store):
     return final[3]
 
 
+@pytest.mark.slow
 def test_trained_draft_is_named_and_kept_with_its_target(mine):
     (name, entry), = mine.items()
     assert name == "lab: KL 2s #1" and isinstance(entry, TrainedDraft) and entry.target == "tiny-target"
@@ -95,6 +96,7 @@ def test_draft_pickers_list_the_store_then_the_users_drafts(store, mine):
     assert h.draft_pickers({})[0]["choices"] == ["tiny", "prompt-lookup"]
 
 
+@pytest.mark.slow
 def test_app_wires_training_to_both_pickers(store):
     config = build_demo(store).config
     ids = {}

@@ -9,6 +9,7 @@ from gradio_client.exceptions import AppError
 
 from tests.helpers.app import generate
 
+pytestmark = pytest.mark.slow  # 200 requests in a row
 WARMUP, REQUESTS, BAD_AT = 20, 200, 100
 MAX_GROWTH_MB = float(os.environ.get("SOAK_MAX_GROWTH_MB", "150"))
 
@@ -26,6 +27,7 @@ def rss_mb() -> float:
         return kb / 1024
 
 
+@pytest.mark.slow
 def test_200_requests_in_a_row_keep_memory_flat(client):  # noqa: F811
     for i in range(WARMUP):
         assert len(generate(client, seed=i, max_new_tokens=1 + i % 4).new_tokens) == 1 + i % 4

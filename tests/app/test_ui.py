@@ -123,6 +123,7 @@ def test_replay_steps_clamp(store):
     assert "Round 1" in html and accept.data[0].y is not None and tree is None  # a chain: no tree to draw
 
 
+@pytest.mark.slow
 def test_tree_mode_runs_a_tree_then_its_chain_twin_and_draws_each_round(pair, store):
     from specviz.config import TreeConfig
 
@@ -153,6 +154,7 @@ def test_tree_mode_runs_a_tree_then_its_chain_twin_and_draws_each_round(pair, st
         last(h.run("ROMEO:", "tiny-target", "prompt-lookup", *settings.values(), False, {}, 0.0, "2,2", "auto"))
 
 
+@pytest.mark.slow
 def test_generate_endpoint_with_gradio_client(store):
     from gradio_client import Client
 

@@ -122,6 +122,7 @@ def test_a_model_drafts_stepper_feeds_tokens_another_draft_proposed_in_one_pass(
     torch.testing.assert_close(at_once([4, 7, 2]), full, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_hybrid_sampling_is_exact_with_the_table_in_use():
     """greedy_only=False: sampled drafts come from the n-gram where it is confident, the model elsewhere; the law
     of the first two tokens is still the target's (chi-square over 600 seeds), and the table did draft."""
@@ -188,3 +189,77 @@ def test_hybrid_with_lookup_is_the_targets_greedy_and_drafts_its_loops(lookup):
     late = trace.rounds[len(trace.rounds) // 2:]
     assert max(len(r.drafted) for r in late) == 6  # more than the one model draft a round: the lookup's
     assert sum(q == 1.0 for r in late for q in r.q) >= 10
+
+
+def reference_q(tokens: list[int], V: int, order: int, context: list[int], min_count: int = 1, d: float = 0.75):
+    """Absolute discounting by its recursive definition, over dicts of tuples (no keys at all)."""
+    counts = {}
+    for n in range(1, order + 1):
+        for i in range(len(tokens) - n + 1):
+            counts[tuple(tokens[i: i + n])] = counts.get(tuple(tokens[i: i + n]), 0) + 1
+    counts = {g: c for g, c in counts.items() if len(g) == 1 or c >= min_count}
+    q = {w: 1.0 + counts.get((w,), 0) for w in range(V)}
+    total = sum(q.values())
+    q = {w: v / total for w, v in q.items()}
+    for n in range(2, order + 1):
+        if len(context) < n - 1:
+            break
+        h = tuple(context[len(context) - n + 1:])
+        after = {g[-1]: c for g, c in counts.items() if len(g) == n and g[:-1] == h}
+        if after:
+            c_h = sum(after.values())
+            q = {w: max(after.get(w, 0) - d, 0) / c_h + d * len(after) / c_h * q[w] for w in range(V)}
+    return q
+
+
+@pytest.mark.parametrize("order", [4, 5])
+def test_a_big_vocabulary_keeps_every_order_exact(order):
+    """V = 262,144 (Gemma-3's): base-V codes of an order-4 gram pass 2^63; the keys here stay exact."""
+    V = 262_144
+    g = torch.Generator().manual_seed(1)
+    words = torch.tensor([5, 600, 70_000, 262_143, 131_072, 9])
+    tokens = words[torch.randint(0, len(words), (3000,), generator=g)].tolist()
+    tokens[100:110] = [262_143] * 10  # a context of the largest id
+    model = NGramModel.fit(torch.tensor(tokens), V, order=order, min_count=2)
+    assert all((k >= 0).all() for k in model.keys)
+    for context in (tokens[200:210], [262_143] * 6, [70_000, 9, 5, 600], [600]):
+        q = model.distribution(context).double()
+        ref = reference_q(tokens, V, order, context, min_count=2)
+        assert q.sum().item() == pytest.approx(1.0, abs=1e-6)
+        for w in words.tolist():
+            assert q[w].item() == pytest.approx(ref[w], rel=1e-5), (context, w)
+
+
+def test_a_big_vocabulary_round_trips_and_drafts(tmp_path):
+    V = 262_144
+    tokens = torch.tensor([30_000, 200_000, 262_143, 7, 200_000] * 40)
+    model = NGramModel.fit(tokens, V, order=5)
+    model.save(tmp_path)
+    back = NGramModel.load(tmp_path)
+    assert all(torch.equal(a, b) for a, b in zip(model.keys, back.keys))
+    q = back.distribution([30_000, 200_000, 262_143, 7])
+    assert int(q.argmax()) == 200_000 and q[200_000] > 0.5
+
+
+def test_files_with_base_v_codes_still_load(tmp_path):
+    """An n-gram saved with whole-gram base-V codes (no "keys" field in its json) reads the same."""
+    import json
+
+    from safetensors.torch import save_file
+
+    tokens = torch.randint(0, 30, (2000,), generator=torch.Generator().manual_seed(2))
+    model = NGramModel.fit(tokens, 30, order=3, min_count=2)
+    codes = []
+    for n in range(1, 4):
+        grams = tokens.unfold(0, n, 1).long()
+        code = torch.zeros(len(grams), dtype=torch.long)
+        for j in range(n):
+            code = code * 30 + grams[:, j]
+        k, c = torch.unique(code, sorted=True, return_counts=True)
+        codes.append(k if n == 1 else k[c >= 2])
+    save_file({f"keys_{n + 1}": k for n, k in enumerate(codes)} | {f"counts_{n + 1}": c for n, c in enumerate(model.counts)},
+              tmp_path / "ngram.safetensors")
+    (tmp_path / "ngram.json").write_text(json.dumps({"kind": "ngram", "vocab_size": 30, "order": 3, "discount": 0.75}))
+    old = NGramModel.load(tmp_path)
+    assert all(torch.equal(a, b) for a, b in zip(model.keys, old.keys))
+    assert torch.equal(model.distribution([4, 5]), old.distribution([4, 5]))

@@ -117,6 +117,7 @@ def test_a_feature_draft_drafts_what_its_training_unroll_computes():
     torch.testing.assert_close(second.q[0], draft_q(step1[0, -1], cfg, 64), atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_feature_draft_greedy_is_the_targets_greedy_and_sampling_keeps_its_law():
     target = tiny_llama(vocab=8, seed=11, sharpen=5)
     drafter = FeatureDrafter(head_for(target), target)
@@ -174,6 +175,7 @@ def test_a_hybrid_of_the_feature_draft_is_the_targets_greedy():
 
 @pytest.mark.parametrize("tree", [TreeConfig(shape=(2, 2, 1, 1)), TreeConfig(budget=10, depth=6, width=2),
                                   TreeConfig(budget=12, depth=8, width=2, threshold=0.2)])
+@pytest.mark.slow
 def test_a_hybrid_of_the_feature_draft_drafts_trees_from_both(tree, monkeypatch):
     """Token trees of the hybrid: a node's children from the n-gram where it is sure, else from the feature draft,
     which first takes (a level per pass) the nodes on the way that the n-gram drafted; greedy output is the
@@ -203,6 +205,7 @@ def test_a_hybrid_of_the_feature_draft_drafts_trees_from_both(tree, monkeypatch)
     assert calls["feature levels"] > 0 and calls["table"] > 0
 
 
+@pytest.mark.slow
 def test_a_hybrid_tree_that_mixes_n_gram_and_feature_nodes_keeps_the_targets_law():
     """Sampled trees with the n-gram on (greedy_only=False): each node's children are drawn from the q of the
     draft that drafted there, and the first two tokens keep the target's exact law."""
@@ -259,6 +262,7 @@ def trained_head(target, steps=150):
     return head.eval()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tree", [TreeConfig(shape=(3, 2, 2, 1)), TreeConfig(shape=(1,), budget=8, depth=4, width=2)])
 def test_feature_draft_trees_decode_the_targets_greedy(tree):
     target = tiny_llama(vocab=16, seed=11, sharpen=5)
@@ -269,6 +273,7 @@ def test_feature_draft_trees_decode_the_targets_greedy(tree):
     assert all(r.tree is not None for r in trace.rounds) and any(r.n_accepted for r in trace.rounds)
 
 
+@pytest.mark.slow
 def test_feature_draft_trees_keep_the_targets_law():
     target = tiny_llama(vocab=8, seed=11, sharpen=5)
     drafter = FeatureDrafter(head_for(target), target)
@@ -298,6 +303,7 @@ def test_a_saved_feature_draft_loads_and_drafts_for_a_copy_of_its_target(tmp_pat
         eagle.load(target, tmp_path / "elsewhere")
 
 
+@pytest.mark.slow
 def test_the_bundled_feature_draft_is_listed_and_sized():
     from specviz import models
     from specviz.app.store import load_bytes, model_free
@@ -316,6 +322,7 @@ def test_the_bundled_feature_draft_is_listed_and_sized():
         assert (drafter.model_steps, drafter.lookup) == (5, 4)
 
 
+@pytest.mark.slow
 def test_a_hybrid_tree_drafts_the_runs_own_loops_from_the_lookup():
     """With ``lookup`` on, a tree node whose path repeats an earlier stretch of the run gets one child, what followed
     that stretch (a point mass, q = 1), before the n-gram or the feature draft is asked; output stays greedy's."""

@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
-# The device the decoder tests run their models on: SPECVIZ_TEST_DEVICE=cuda (scripts/gpu_check.sh sets it
+# The device the decoder tests run their models on: SPECVIZ_TEST_DEVICE=cuda (scripts/measure/gpu_check.sh sets it
 # for the library's tests). Models and the prompt fixture go there; hand-built tensors stay on the CPU
 # (the decoder takes prompts as token lists, so either works).
 DEVICE = torch.device(os.environ.get("SPECVIZ_TEST_DEVICE", "cpu"))

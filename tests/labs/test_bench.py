@@ -9,6 +9,7 @@ from specviz.labs.bench import measure, methods, report, run_bench
 from tests.helpers.models import perturbed, tiny_llama
 
 
+@pytest.mark.slow
 def test_every_method_generates_the_same_number_of_tokens(prompt):
     target = tiny_llama(seed=3, sharpen=30)
     for draft in (perturbed(target, 0.3), PromptLookupDrafter()):
@@ -57,7 +58,7 @@ def test_hf_assisted_drafts_the_same_k_as_ours(prompt, stop):
 
 def test_the_floor_checks_acceptance_at_k_4_whatever_the_explorers_k():
     """With the explorer's k at 6, the default pair is measured for speed at k = 6 and for acceptance at k = 4
-    (the issue's floor) over many seeds, without timing; a missed speed line fails the verdict."""
+    (the floor's acceptance lines) over many seeds, without timing; a missed speed line fails the verdict."""
     from specviz.labs.bench import Measured
     from specviz.labs.floor import settings, verdicts
 
@@ -75,6 +76,7 @@ def test_the_floor_checks_acceptance_at_k_4_whatever_the_explorers_k():
     assert [ok for _, ok in verdicts(at6[0], inexact)] == [True, True, True, False, True]  # one run differed
 
 
+@pytest.mark.slow
 def test_the_bench_compares_every_greedy_run_with_the_targets_own_greedy_text(prompt, monkeypatch):
     from specviz.labs import bench
 

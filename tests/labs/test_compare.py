@@ -183,6 +183,7 @@ def store(pair):
     return tiny_store(pair, drafts={"itself": pair[0]}, default_draft="tiny")
 
 
+@pytest.mark.slow
 def test_compare_handler_streams_each_draft_then_the_disagreement(store, pair):
     h = handlers(store)
     outs = list(h.run_compare("tiny-target", ["tiny", "itself", "prompt-lookup"], "ROMEO:", 3, 0.0, 0, 1.0, 12, 0))
@@ -237,6 +238,7 @@ def test_batch_traces_equal_single_prompt_greedy(store, pair, monkeypatch):
         assert trace.new_tokens == want.new_tokens
 
 
+@pytest.mark.slow
 def test_bench_handler_builds_the_chart(store):
     status, fig, table = handlers(store).run_bench("tiny-target", "tiny", "ROMEO:\n\nTo be", 2)
     assert sorted(table.batch_size.unique()) == [1, 2, 4] and len(table) == 6
@@ -274,3 +276,23 @@ def test_tabs_are_in_the_app(store):
 
     labels = {c.get("props", {}).get("label") for c in build_demo(store).config["components"]}
     assert {"Compare drafts", "Batch"} <= labels
+
+
+def test_a_feature_draft_gives_its_q_at_a_context():
+    """Compare's disagreement reads each draft's q after a context: a feature draft reads the target's own
+    features there (attached as the decoder attaches it), and its q is its training unroll's first step."""
+    from specviz.drafts.drafter import draft_q
+    from specviz.drafts.eagle import FeatureHead, target_features, unroll
+    from specviz.drafts.self_drafts import FeatureDrafter
+    from specviz.labs.compare import distributions_at
+
+    target = tiny_llama(seed=3, layers=2, sharpen=5)
+    torch.manual_seed(0)
+    head = FeatureHead(target.config).eval()
+    context, cfg = list(range(5, 17)), DecodeConfig(k=3, temperature=1.0)
+    p, qs = distributions_at(target, {"feature": FeatureDrafter(head, target)}, context, cfg)
+    with torch.no_grad():
+        tokens = torch.tensor([context])
+        f, _ = target_features(target, tokens)
+        step = unroll(head, target, tokens, f, 1)[0]
+    torch.testing.assert_close(qs["feature"], draft_q(step[0, -1], cfg, 64), atol=1e-5, rtol=1e-4)

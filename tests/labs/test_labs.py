@@ -35,6 +35,7 @@ def test_iter_sweep_rows_equal_sweep(target, prompt):
     pd.testing.assert_frame_equal(streamed[cols], batch[cols])
 
 
+@pytest.mark.slow
 def test_per_position_draft_equal_target_accepts_everything(target, prompt):
     rows = []
     for row, trace in iter_sweep(target, {"itself": target}, [prompt], [1, 2, 4], GREEDY):
@@ -107,6 +108,7 @@ def test_estimate_scales_with_runs(target, prompt):
     assert costs.round("itself", 1) == pytest.approx(lo) and costs.round("itself", 4) == pytest.approx(hi)
 
 
+@pytest.mark.slow
 def test_distill_lab_lowers_kl_and_ce_runs_the_same_budget():
     target = tiny_llama(vocab=64, seed=5, sharpen=10)
     data = torch.randint(0, 64, (40, 16), generator=torch.Generator().manual_seed(0))
@@ -159,6 +161,7 @@ def test_sweep_handler_streams_and_writes_csv(store):
     assert list(policies.policy)[1:] == ["fixed k=2", "history", "heuristic", "stop < 0.4 (k ≤ 10)"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("compare", [False, True])
 def test_the_sweep_estimate_counts_every_run_it_makes(store, compare):
     """The estimate names the runs Run sweep will make, the policy comparison included when it is on: the same
@@ -200,6 +203,7 @@ def test_lossless_says_where_the_unprocessed_q_mistake_cannot_happen(store, draf
         assert says in status and "WRONG" not in raw_chart.layout.title.text
 
 
+@pytest.mark.slow
 def test_distill_handler_keeps_drafts_in_state(store):
     h = handlers(store)
     final = last(h.run_distill("tiny-target", "tiny", 2, False, 100, {}))  # checkpoints: start, end

@@ -22,6 +22,7 @@ def test_there_are_at_least_six_lessons_of_small_steps():
             assert len(step.choices) >= 2 and step.question.endswith("?")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lesson", LESSONS, ids=lambda lesson: lesson.title[:2])
 def test_every_step_runs_and_reveals_an_answer_from_its_run(lesson, lesson_pair):
     for step in lesson.steps:
@@ -62,6 +63,7 @@ def test_the_learn_tab_walks_a_lesson_and_reveals_from_a_run(store):
     assert "Answer (from this run):" in out and "target passes per token" in out
 
 
+@pytest.mark.slow
 def test_every_gallery_run_replays_with_its_baseline_and_the_recipe_reproduces_it(store):
     """Each shipped gallery file opens as a finished run with its speedup (no model work), and recording its
     recipe again gives the same tokens (the first entry, on the bundled models)."""

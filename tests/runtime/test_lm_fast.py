@@ -191,6 +191,7 @@ def bf16_matmuls_row_exact(model) -> bool:
                for m in mats for r in range(11))
 
 
+@pytest.mark.slow
 def test_lean_bf16_rows_are_bit_identical_however_many_a_pass_holds():
     """In bf16 a verify pass must give each row exactly the logits a one-token pass gives it (greedy == the target's
     greedy in bf16); sdpa's fused CPU kernel did not (1 vs 11 rows rounded differently past ~200 keys)."""
@@ -206,6 +207,7 @@ def test_lean_bf16_rows_are_bit_identical_however_many_a_pass_holds():
         assert torch.equal(many, one), (n, [i + 6 for i in range(len(one)) if not torch.equal(many[i], one[i])][:5])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tree", [None, "2,2,1"])
 def test_lean_bf16_greedy_speculative_equals_autoregressive(tree):
     target = bf16_llama(seed=4)

@@ -53,6 +53,7 @@ PROMPT = torch.tensor([[3, 5, 7, 11, 13]])
                                    lambda: pair(Qwen2Config(**COMMON, **LAYERS, sliding_window=8, use_sliding_window=True,
                                                             max_window_layers=0), Qwen2ForCausalLM)],
                          ids=["mistral", "gemma2", "qwen2-window"])
+@pytest.mark.slow
 def test_sliding_window_chains_roll_back_past_the_window(build):
     """Past an 8-token window a rejected draft must still be cropped: transformers' sliding layers refuse to crop
     unless they record the past (the cache raised a RuntimeError mid-run before)."""

@@ -61,6 +61,7 @@ def test_greedy_tree_equals_target_greedy(arch, tree, prompt):
 
 @pytest.mark.parametrize("tree", [TreeConfig(shape=(2, 2, 1)), TreeConfig(budget=8, depth=5, width=2)],
                          ids=["static", "dynamic"])
+@pytest.mark.slow
 def test_greedy_tree_with_ngram_hybrid_and_foreign_drafts(tree, prompt):
     target = SHARP["llama"]
     table = NGramModel.fit(torch.tensor(reference_greedy(target, prompt, 60)[:30]), 64, order=3)
@@ -99,6 +100,7 @@ def test_multi_candidate_rule_by_hand():
         assert point.p_adj[1] == pytest.approx(0.5 / 0.7)  # p without the rejected child, renormalised
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rule", ["iid", "distinct"])
 def test_sampled_children_follow_q(rule):
     q = torch.tensor([0.5, 0.25, 0.125, 0.125], dtype=torch.float64)
@@ -135,6 +137,7 @@ def _first_two_counts(cfg: DecodeConfig, prompt, drafter=LOSSLESS_DRAFT) -> tupl
 @pytest.mark.parametrize("rule,extra", [("iid", {}), ("distinct", {}), ("top", {}),
                                         ("iid", {"top_k": 5, "top_p": 0.9, "temperature": 0.8}),
                                         ("distinct", {"top_k": 6, "top_p": 0.95, "temperature": 1.2})])
+@pytest.mark.slow
 def test_sampled_trees_are_lossless(rule, extra):
     prompt = torch.tensor([[1, 2, 3]])
     cfg = DecodeConfig(max_new_tokens=3, tree=TreeConfig(shape=(3, 2), children=rule), **extra)
@@ -145,6 +148,7 @@ def test_sampled_trees_are_lossless(rule, extra):
 
 @pytest.mark.parametrize("draft,threshold,children", [("model", 0.0, "auto"), ("hybrid", 0.0, "auto"),
                                                       ("model", 0.05, "auto"), ("model", 0.0, "top")])
+@pytest.mark.slow
 def test_dynamic_sampled_tree_is_lossless(draft, threshold, children):
     """Sampled dynamic trees draw children without replacement ("auto") or take the top ones; with a threshold
     the tree a round drafts depends on the run's earlier verdicts (``tree_value``): the law must not."""
@@ -158,6 +162,7 @@ def test_dynamic_sampled_tree_is_lossless(draft, threshold, children):
     assert chi2_pvalue(counts, exact_first_two(LOSSLESS_TARGET, prompt, cfg)) > 1e-3
 
 
+@pytest.mark.slow
 def test_reusing_p_for_the_second_child_is_detected(monkeypatch):
     """The deliberate mistake: after a rejected child, try the next against p instead of the adjusted p'."""
     monkeypatch.setattr(sampling, "residual", lambda p, q: p)
@@ -233,6 +238,7 @@ def test_trees_refuse_policies_and_chain_only_drafters(prompt):
 
 
 # -- the tree lab: the table and its charts, through the app's handler ------------------------------------------
+@pytest.mark.slow
 def test_tree_lab_tab_measures_chains_and_trees(store):
     import gradio as gr
 

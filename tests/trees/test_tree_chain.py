@@ -22,6 +22,7 @@ def _split(nodes) -> tuple[list, list]:
     return list(nodes[:m]), list(nodes[m:])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
 @pytest.mark.parametrize("tree", CHAINS, ids=lambda t: t.label)
 def test_greedy_chain_with_siblings_equals_target_greedy(arch, tree, prompt):
@@ -37,6 +38,7 @@ def test_greedy_chain_with_siblings_equals_target_greedy(arch, tree, prompt):
     assert any(r.rejected for r in trace.rounds) and any(r.n_accepted >= 2 for r in trace.rounds)
 
 
+@pytest.mark.slow
 def test_siblings_rescue_rounds_the_chain_loses(prompt):
     """Greedy, the same draft: a sibling is accepted where the chain's token is not, so the chain with siblings
     needs fewer rounds than the bare chain of the same depth, and some round takes a sibling."""
@@ -82,6 +84,7 @@ def _first_two(cfg: DecodeConfig, prompt) -> tuple[torch.Tensor, int]:
     return counts, tried
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("extra", [{}, {"top_k": 6, "top_p": 0.95, "temperature": 1.2}])
 def test_sampled_chains_with_siblings_are_lossless(extra):
     """Siblings drawn from q without the chain's token, tried by recursive rejection sampling: the first two
@@ -119,6 +122,7 @@ def test_chain_config_reads_and_refuses():
         TreeConfig.parse("chain:12")
 
 
+@pytest.mark.slow
 def test_trying_the_sibling_against_p_instead_of_the_adjusted_p_is_detected(monkeypatch):
     """The deliberate mistake: after the chain's token is rejected, try its sibling against p, not p'."""
     from specviz import sampling

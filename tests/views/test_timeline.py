@@ -82,6 +82,7 @@ def test_fill_texts_covers_every_id():
     assert t.token_text[8] == "t8" and bytes.fromhex(t.token_bytes[8]) == b"t8"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("text", ["你好，世界。春眠不觉晓", "fire 🔥🔥 and ice ❄️ 🧊", "Ελληνικά και русский, café"])
 def test_multibyte_text_reads_whole_in_the_timeline_frame_and_tree(text):
     """Byte-level BPE splits these characters across tokens: every view shows the characters, never U+FFFD,
