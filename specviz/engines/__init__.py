@@ -1,0 +1,26 @@
+"""specviz.engines: bring your own engine's run. Read what vLLM, llama.cpp, SGLang or TensorRT-LLM reported
+about their speculative decoding (logs, /metrics scrapes, per-request metrics in responses, printed summaries, or
+a specviz trace), diagnose it and advise the k to run with.
+
+    run = read_engine_run("vllm.log")          # EngineRun: counts, the format named in run.source
+    rates(run)                                 # every rate, with its definition
+    diagnose(run, cost=CostModel(c=0.05))      # [Finding]: alpha, the per-position curve, cliff, mismatch, ...
+    advise(run, CostModel(c=0.05))             # Advice: the table of k, the best k, the flag that sets it
+
+Counts are what the engines report; a field one does not report is None, and whatever a parser derived is said
+in run.notes. The parsers cite the engine source they follow, one module per format. Imports the core only.
+"""
+from .advice import Advice, advice_text, advise
+from .cost import CostModel, parse_verify
+from .doctor import diagnose
+from .finding import Finding
+from .fit import AlphaFit, Positions, fit_alpha, positions
+from .llamabench import cost_from_llama_bench
+from .read import FORMATS, detect_format, read_engine_run
+from .run import EngineRun, Rate, rates, total
+
+__all__ = [
+    "EngineRun", "Rate", "rates", "total", "read_engine_run", "detect_format", "FORMATS",
+    "diagnose", "Finding", "fit_alpha", "positions", "AlphaFit", "Positions",
+    "advise", "Advice", "advice_text", "CostModel", "parse_verify", "cost_from_llama_bench",
+]

@@ -1,0 +1,139 @@
+"""JSON as engines hand it out: one response, a JSON list, JSONL (one response a line) or a server-sent-events
+stream (``data: {...}`` lines, ``data: [DONE]`` at the end). Errors name the line that failed."""
+from __future__ import annotations
+
+import json
+
+
+def looks_like_json(text: str) -> bool:
+    head = text.lstrip()[:5]
+    return head[:1] in ("{", "[") or head == "data:"
+
+
+def json_records(text: str) -> list[tuple[int, dict]]:
+    """(line number, object) for every JSON object in the text, in order."""
+    if text.lstrip().startswith("data:"):
+        return _sse_records(text)
+    try:
+        whole = json.loads(text)
+    except json.JSONDecodeError as error:
+        lines = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+        if len(lines) > 1 and _parses(lines[0][1]):
+            return _jsonl_records(lines)
+        raise ValueError(f"line {error.lineno}: not valid JSON ({error.msg} at column {error.colno}); a truncated "
+                         "file or a response cut short?") from error
+    except RecursionError as error:
+        raise ValueError("the JSON nests too deeply to be an engine response") from error
+    items = whole if isinstance(whole, list) else [whole]
+    return [(1, item) for item in items if isinstance(item, dict)]
+
+
+def _parses(line: str) -> bool:
+    try:
+        json.loads(line)
+        return True
+    except (json.JSONDecodeError, RecursionError):
+        return False
+
+
+def _jsonl_records(lines) -> list[tuple[int, dict]]:
+    out = []
+    for n, line in lines:
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"line {n}: not valid JSON ({error.msg}); each line of a JSONL file must be one whole "
+                             f"response: {line[:80]!r}") from error
+        if isinstance(item, dict):
+            out.append((n, item))
+    return out
+
+
+def _sse_records(text: str) -> list[tuple[int, dict]]:
+    out = []
+    for n, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line.startswith("data:"):
+            if line and not line.startswith((":", "event:", "id:", "retry:")):
+                raise ValueError(f"line {n}: a server-sent-events stream holds 'data:' lines, got {line[:80]!r}")
+            continue
+        payload = line[len("data:"):].strip()
+        if payload == "[DONE]":
+            continue
+        try:
+            item = json.loads(payload)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"line {n}: the event's JSON is cut short or broken ({error.msg}): "
+                             f"{payload[:80]!r}") from error
+        if isinstance(item, dict):
+            out.append((n, item))
+    return out
+
+
+def number(obj: dict, *keys, where: str = "") -> float | None:
+    """The first of ``keys`` present in obj as a number (None if none is); a non-number is an error."""
+    for key in keys:
+        if key in obj and obj[key] is not None:
+            value = obj[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"{where}{key} should be a number, got {value!r}")
+            return value
+    return None
+
+
+def whole(obj: dict, *keys, where: str = "") -> int | None:
+    """The first of ``keys`` present as a whole number (a count); 2.0 is read as 2, 2.5 is an error."""
+    value = number(obj, *keys, where=where)
+    if value is None:
+        return None
+    if value != int(value):
+        raise ValueError(f"{where}{keys[0]} should be a whole number of tokens, got {value!r}")
+    return int(value)
+
+
+def dense_histogram(value, where: str = "") -> tuple[int, ...] | None:
+    """An acceptance histogram, dense (list: [j] = steps accepting j drafts) or sparse ({"j": steps})."""
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        try:
+            pairs = {int(j): n for j, n in value.items()}
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"{where}acceptance histogram keys must be draft counts, got {list(value)}") from error
+        if any(j < 0 for j in pairs):
+            raise ValueError(f"{where}acceptance histogram has a negative draft count")
+        value = [pairs.get(j, 0) for j in range(max(pairs, default=-1) + 1)]
+    if not isinstance(value, list) or any(isinstance(n, bool) or not isinstance(n, (int, float)) or n != int(n)
+                                          for n in value):
+        raise ValueError(f"{where}acceptance histogram must hold whole step counts, got {value!r}")
+    return tuple(int(n) for n in value)
+
+
+def survival(histogram: tuple[int, ...]) -> tuple[int, ...]:
+    """Per-position accepted counts from an acceptance histogram: position i is accepted by every step that
+    accepted more than i drafts (TensorRT-LLM builds its histogram the other way round, from these)."""
+    return tuple(sum(histogram[j] for j in range(i + 1, len(histogram))) for i in range(len(histogram) - 1))
+
+
+def grouped(records, key) -> list[list[tuple[int, dict]]]:
+    """Records grouped by ``key(obj)`` (a response id: a stream's chunks share one), in first-seen order; a record
+    whose key is None stands alone."""
+    groups: dict[object, list] = {}
+    for n, obj in records:
+        name = key(obj)
+        groups.setdefault(name if name is not None else ("line", n), []).append((n, obj))
+    return list(groups.values())
+
+
+def choices(obj: dict) -> list[dict]:
+    """The response's choices that are objects (an OpenAI-compatible response or stream chunk)."""
+    value = obj.get("choices")
+    return [c for c in value if isinstance(c, dict)] if isinstance(value, list) else []
+
+
+def completion_tokens(group) -> int | None:
+    """Output tokens from a response's usage (a stream's last usage chunk counts them all)."""
+    counts = [whole(obj["usage"], "completion_tokens", where="usage.") for _, obj in group
+              if isinstance(obj.get("usage"), dict)]
+    counts = [c for c in counts if c is not None]
+    return max(counts) if counts else None

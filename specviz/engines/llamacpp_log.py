@@ -1,0 +1,115 @@
+"""llama.cpp's printed speculative-decoding figures: the server's log and the speculative examples' summaries.
+
+Server, tools/server/server-context.cpp, server_slot::print_timing() (once per finished task, after its "eval
+time = ... ms / N tokens" line):
+  "draft acceptance = %0.5f (%5d accepted / %5d generated), mean len = %5.2f"   mean = 1 + accepted / steps
+  "     acc per pos = (%s)"   (trace level: accepted_at_i / steps, "%.3f" each, n_max of them)
+older builds (tools/server/server.cpp, server_slot::print_timings): "draft acceptance rate = %0.5f (%5d accepted /
+%5d generated)", no mean, so no steps. Lines carry "slot print_timing: id  S | task T |"; each task is a request.
+Examples, examples/speculative-simple/speculative-simple.cpp and examples/speculative/speculative.cpp, at the end:
+  "n_draft   = %d" (the configured draft length), "n_predict = %d", "n_drafted = %d", "n_accept  = %d",
+  "accept    = %.3f%%"; every step adds its accepted drafts to n_accept and those plus one token to n_predict
+  (speculative-simple: n_accept += ids.size() - 1; n_predict += ids.size()), so steps = n_predict - n_accept.
+"""
+from __future__ import annotations
+
+import re
+
+from .lines import counted, failed_at, marked_lines, numbers
+from .rounding import half_unit, recover_steps
+from .run import EngineRun, total
+
+SERVER, SUMMARY = "llama.cpp server log", "llama-speculative summary"
+SERVER_MARKERS = ("draft acceptance = ", "draft acceptance rate = ")
+ACCEPTANCE = re.compile(r"draft acceptance(?: rate)? = ([\d.]+) \(\s*(\d+) accepted /\s*(\d+) generated\)"
+                        r"(?:, mean len =\s*([\d.]+))?")
+TASK = re.compile(r"\| task (-?\d+) \|")
+EVAL = re.compile(r"\beval time = .*/\s*(\d+) tokens")
+SUMMARY_LINE = re.compile(r"(?:^|\s)(n_draft|n_predict|n_drafted|n_accept|accept)\s+=\s+([-\d.]+)%?\s*$")
+
+
+def is_server_log(text: str) -> bool:
+    return bool(marked_lines(text, SERVER_MARKERS))
+
+
+def is_summary(text: str) -> bool:
+    keys = {m.group(1) for line in text.splitlines() if (m := SUMMARY_LINE.search(line.strip()))}
+    return {"n_drafted", "n_accept"} <= keys
+
+
+def parse_server_log(text: str) -> EngineRun:
+    lines = text.splitlines()
+    tasks = [m.group(1) if (m := TASK.search(line)) else None for line in lines]
+    runs = []
+    for i, line in enumerate(lines):
+        found = ACCEPTANCE.search(line)
+        if not found:
+            continue
+        near = [j for j in range(max(0, i - 12), min(len(lines), i + 3)) if tasks[j] == tasks[i]]
+        try:
+            runs.append(_task_run(found, [(j - i, lines[j]) for j in near]))
+        except ValueError as error:
+            raise failed_at(i + 1, line.strip(), error) from error
+    return total(runs, SERVER).with_notes(counted(len(runs), "finished task") + " summed")
+
+
+def _task_run(found, near: list[tuple[int, str]]) -> EngineRun:
+    """One task's figures: its acceptance line, the eval line before it, the per-position line after it (``near``:
+    (offset from the acceptance line, line) of the task's lines around it)."""
+    rate, accepted, drafted = float(found.group(1)), int(found.group(2)), int(found.group(3))
+    if drafted and abs(rate - accepted / drafted) > half_unit(5):
+        raise ValueError(f"the printed rate {rate} is not accepted / generated = {accepted} / {drafted}")
+    emitted = next((int(m.group(1)) for d, other in reversed(near) if d < 0 and (m := EVAL.search(other))), None)
+    per_pos_line = next((other for d, other in near if d > 0 and "acc per pos = (" in other), None)
+    rates = numbers(per_pos_line.split("acc per pos =", 1)[1], "acc per pos") if per_pos_line else ()
+    steps = per_pos = None
+    notes = []
+    if found.group(4) is not None:
+        got = recover_steps(accepted, float(found.group(4)), 2, rates, drafted)
+        steps, per_pos, notes = got.steps, got.accepted_per_pos, [got.note]
+    else:
+        notes.append("an older build's line: no mean length, so no steps")
+    return EngineRun(source=SERVER, drafted=drafted, accepted=accepted, steps=steps, emitted=emitted, requests=1,
+                     k=len(rates) or None, accepted_per_pos=per_pos, notes=tuple(notes))
+
+
+def parse_summary(text: str) -> EngineRun:
+    records, current, start = [], {}, 1
+    for n, line in enumerate(text.splitlines(), 1):
+        found = SUMMARY_LINE.search(line.strip())
+        if not found:
+            continue
+        key, value = found.group(1), found.group(2)
+        if key == "n_draft" and current:  # the next run's summary begins
+            records.append((start, current))
+            current = {}
+        if not current:
+            start = n
+        current[key] = value
+    records.append((start, current))
+    runs = []
+    for n, fields in records:
+        try:
+            runs.append(_summary_run(fields))
+        except ValueError as error:
+            raise failed_at(n, " ".join(f"{k} = {v}" for k, v in fields.items()), error) from error
+    return total(runs, SUMMARY).with_notes(f"{len(runs)} runs summed" if len(runs) > 1 else "")
+
+
+def _summary_run(fields: dict[str, str]) -> EngineRun:
+    missing = [key for key in ("n_predict", "n_drafted", "n_accept") if key not in fields]
+    if missing:
+        raise ValueError(f"the summary lacks {', '.join(missing)}")
+    values = {key: float(value) for key, value in fields.items()}
+    if any(v != int(v) for key, v in values.items() if key != "accept"):
+        raise ValueError("the summary's counts must be whole numbers")
+    emitted, drafted, accepted = int(values["n_predict"]), int(values["n_drafted"]), int(values["n_accept"])
+    if drafted and "accept" in values and abs(values["accept"] / 100 - accepted / drafted) > half_unit(5):
+        raise ValueError(f"the printed accept {fields['accept']}% is not n_accept / n_drafted")
+    if accepted > emitted:
+        raise ValueError(f"n_accept ({accepted}) exceeds n_predict ({emitted}): each accepted draft is a predicted "
+                         "token")
+    k = int(values["n_draft"]) if values.get("n_draft", 0) > 0 else None
+    return EngineRun(source=SUMMARY, drafted=drafted, accepted=accepted, steps=emitted - accepted, k=k,
+                     emitted=emitted, requests=1, notes=("steps = n_predict - n_accept (each step emits its "
+                                                         "accepted drafts and one more token)",))

@@ -1,0 +1,167 @@
+"""Prometheus text scrapes of an engine's /metrics, read with prometheus_client's own parser.
+
+vLLM, vllm/v1/spec_decode/metrics.py, SpecDecodingProm (per engine, labels model_name and engine):
+  vllm:spec_decode_num_drafts_total            verify steps      vllm:spec_decode_num_draft_tokens_total   drafted
+  vllm:spec_decode_num_accepted_tokens_total   accepted          ..._accepted_tokens_per_pos_total{position="i"}
+  (positions 0 .. num_speculative_tokens - 1), beside vllm:generation_tokens_total and vllm:request_success_total.
+llama.cpp, tools/server/server-task.cpp, server_task_result_metrics::to_metrics(): the same names under
+  llamacpp: (num_drafts = verification steps), per-position counters sized to the draft n_max, and
+  llamacpp:tokens_predicted_total. It prints values through a C++ stream (six significant digits), so counts above
+  a million arrive rounded.
+TensorRT-LLM: tensorrt_llm/metrics/collector.py (MetricsCollector) exports no speculative-decoding counter as read
+  (Dynamo re-exports its metrics prefixed trtllm_ / trtllm:); a build exporting these names under any prefix is
+  read the same way, which is not settled upstream.
+Counters are summed over engines; several models need ``model=``. Several scrapes (files, or one text where a
+metric's "# TYPE" line comes round again) give the counts between the first and the last, the deltas between
+consecutive ones forming the series.
+"""
+from __future__ import annotations
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from .run import EngineRun
+
+COUNTERS = {"spec_decode_num_drafts": "steps", "spec_decode_num_draft_tokens": "drafted",
+            "spec_decode_num_accepted_tokens": "accepted", "spec_decode_num_accepted_tokens_per_pos": "per_pos"}
+EXTRAS = {"vllm:generation_tokens": "emitted", "vllm:request_success": "requests",
+          "llamacpp:tokens_predicted": "emitted"}
+MODEL_LABELS = ("model_name", "model")
+
+
+def is_scrape(text: str) -> bool:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return bool(lines) and (any(line.startswith(("# HELP ", "# TYPE ")) for line in lines)
+                            or "spec_decode_num_" in lines[0].split(" ")[0])
+
+
+def split_scrapes(text: str) -> list[str]:
+    """One text per scrape: a scrape ends where a metric's "# TYPE" line comes round again."""
+    chunks, current, seen = [], [], set()
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            name = line.split()[2] if len(line.split()) > 2 else ""
+            if name in seen:
+                chunks.append("\n".join(current))
+                current, seen = [], set()
+            seen.add(name)
+        current.append(line)
+    chunks.append("\n".join(current))
+    return [c + "\n" for c in chunks if c.strip()]
+
+
+def scrape_counts(text: str) -> dict[str, dict]:
+    """{model: {field: value}} of one scrape; per_pos is {position: value}."""
+    try:
+        families = list(text_string_to_metric_families(text))
+    except ValueError as error:
+        raise ValueError(f"not a Prometheus text scrape ({error}); a log line or truncated scrape mixed in?") from error
+    out: dict[str, dict] = {}
+    prefixes = set()
+    for family in families:
+        field, prefix = _field_of(family.name)
+        if field is None:
+            continue
+        prefixes.add(prefix)
+        for sample in family.samples:
+            if sample.name not in (family.name, family.name + "_total"):
+                continue  # _created timestamps and the like
+            model = next((sample.labels[k] for k in MODEL_LABELS if k in sample.labels), "")
+            _add(out.setdefault(model, {"prefix": prefix}), field, sample)
+    if len(prefixes) > 1:
+        raise ValueError(f"counters of several engines in one scrape ({', '.join(sorted(prefixes))}): mixed files?")
+    return out
+
+
+def _field_of(name: str) -> tuple[str | None, str]:
+    if name in EXTRAS:
+        return EXTRAS[name], name.split(":")[0] + ":"
+    for suffix in sorted(COUNTERS, key=len, reverse=True):
+        if name.endswith(suffix):
+            return COUNTERS[suffix], name[: -len(suffix)]
+    return None, ""
+
+
+def _add(counts: dict, field: str, sample) -> None:
+    value = sample.value
+    if value != value or value < 0:
+        raise ValueError(f"{sample.name} = {value}: a counter is a count")
+    if field == "per_pos":
+        if "position" not in sample.labels or not sample.labels["position"].isdigit():
+            raise ValueError(f"{sample.name} needs a numeric position label, got {sample.labels}")
+        positions = counts.setdefault("per_pos", {})
+        position = int(sample.labels["position"])
+        positions[position] = positions.get(position, 0) + value
+    else:
+        counts[field] = counts.get(field, 0) + value
+
+
+def parse(texts, model: str | None = None) -> EngineRun:
+    """The counts of one scrape (since the server started), or between the first and last of several."""
+    scrapes = [chunk for text in texts for chunk in split_scrapes(text)]
+    counts = []
+    for i, chunk in enumerate(scrapes, 1):
+        try:
+            counts.append(scrape_counts(chunk))
+        except ValueError as error:
+            raise ValueError(f"scrape {i}: {error}") from error
+    chosen = _model(counts, model)
+    values = [c.get(chosen) for c in counts]
+    if any(v is None or "accepted" not in v for v in values):
+        raise ValueError("a scrape without spec_decode_num_accepted_tokens counters (speculative decoding off, or "
+                         f"another model): accepted names end in {', '.join(COUNTERS)}")
+    runs = [counts_run(v, chosen) for v in values]
+    if len(runs) == 1:
+        return runs[0].with_notes("one scrape: counts since the server started")
+    series = tuple(difference(b, a, i + 1) for i, (a, b) in enumerate(zip(runs, runs[1:]))) if len(runs) > 2 else ()
+    return difference(runs[-1], runs[0], 0, series).with_notes(
+        f"{len(runs)} scrapes: counts between the first and the last" + ("; the series holds each interval"
+                                                                        if series else ""))
+
+
+def _model(counts, model):
+    models = sorted({m for c in counts for m in c})
+    if model is not None:
+        if model not in models:
+            raise ValueError(f"no model {model!r} in the scrape (models: {', '.join(models) or 'none'})")
+        return model
+    if len(models) > 1:
+        raise ValueError(f"the scrape holds several models ({', '.join(models)}): choose one with model=...")
+    if not models:
+        raise ValueError("no speculative-decoding counters in the scrape (names ending in "
+                         f"{', '.join(COUNTERS)})")
+    return models[0]
+
+
+def counts_run(values: dict, model: str) -> EngineRun:
+    prefix = values["prefix"]
+    per_pos = values.get("per_pos") or {}
+    if sorted(per_pos) != list(range(len(per_pos))):
+        raise ValueError(f"per-position counters for positions {sorted(per_pos)}: expected 0 .. n-1")
+    whole = {name: round(values[name]) if name in values else None
+             for name in ("steps", "drafted", "accepted", "emitted", "requests")}
+    notes = ["llama.cpp prints counters to six significant digits: counts above a million are rounded"] \
+        if prefix == "llamacpp:" and max(v or 0 for v in whole.values()) >= 10**6 else []
+    return EngineRun(source=f"Prometheus scrape ({prefix.rstrip(':_')})", model=model or None,
+                     k=len(per_pos) or None, accepted_per_pos=tuple(round(per_pos[i]) for i in range(len(per_pos)))
+                     if per_pos else None, notes=tuple(notes), **whole)
+
+
+def difference(after: EngineRun, before: EngineRun, index: int, series=()) -> EngineRun:
+    """The counts between two scrapes (a counter that fell means the server restarted in between)."""
+    values = {}
+    for name in ("drafted", "accepted", "steps", "emitted", "requests"):
+        a, b = getattr(after, name), getattr(before, name)
+        if a is not None and b is not None and a < b:
+            where = f"between scrapes {index} and {index + 1}" if index else "between the first and last scrape"
+            raise ValueError(f"{name} fell from {b} to {a} {where}: the server restarted; use scrapes of one "
+                             "server lifetime")
+        values[name] = None if a is None or b is None else a - b
+    per_pos, earlier = after.accepted_per_pos, before.accepted_per_pos
+    if earlier is None and before.accepted == 0:  # llama.cpp prints no per-position counters before it drafts
+        earlier = (0,) * len(per_pos or ())
+    if per_pos is not None and earlier is not None:
+        per_pos = tuple(a - b for a, b in zip(per_pos, earlier))
+    else:
+        per_pos = None
+    return EngineRun(source=after.source, model=after.model, k=after.k, accepted_per_pos=per_pos, series=series,
+                     notes=after.notes, **values)

@@ -1,0 +1,147 @@
+"""read_engine_run: text, a file, or several files -> one EngineRun, the format detected and named.
+
+Anything that cannot be read (empty, binary, truncated JSON, two formats mixed, counts that cannot be) raises a
+ValueError that says why, names the line where it can, and lists the formats accepted.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+
+from . import llamacpp_json, llamacpp_log, prometheus, sglang, specviz_trace, trtllm, vllm_log, vllm_requests
+from .jsonio import json_records, looks_like_json
+from .lines import marked_lines
+from .run import EngineRun, total
+
+MAX_BYTES = 256 * 2**20
+FORMATS = (
+    "vLLM log lines ('SpecDecoding metrics: Mean acceptance length: ...', or the V0 'Speculative metrics: ...')",
+    "Prometheus text scrapes of /metrics with spec_decode_* counters (vLLM 'vllm:', llama.cpp 'llamacpp:')",
+    "vLLM responses with per-request metrics (metrics.speculative_decoding or speculative_decoding_stats)",
+    "SGLang responses with meta_info spec_verify_ct, spec_num_correct_drafts, ...",
+    "TensorRT-LLM responses with a per-choice speculative_decoding object",
+    "llama.cpp server responses with timings.draft_n / draft_n_accepted",
+    "llama.cpp server logs ('draft acceptance = ... (N accepted / M generated), mean len = ...')",
+    "llama-speculative(-simple) summaries (n_draft, n_predict, n_drafted, n_accept)",
+    "specviz trace JSON (Trace.to_json)",
+)
+JSON_KINDS = (vllm_requests, trtllm, sglang, llamacpp_json)  # each: carries(obj), parse(records), SOURCE
+LOG_KINDS = (("vllm log", lambda t: bool(marked_lines(t, vllm_log.MARKERS)), vllm_log.parse),
+             ("llama.cpp server log", llamacpp_log.is_server_log, llamacpp_log.parse_server_log),
+             ("llama-speculative summary", llamacpp_log.is_summary, llamacpp_log.parse_summary))
+
+
+def read_engine_run(source, *, temperature: float | None = None, model: str | None = None) -> EngineRun:
+    """An EngineRun from a text, a path, bytes, or a list of paths (several files of one format: a log's parts,
+    two Prometheus scrapes). ``temperature`` fills the sampling temperature the format does not report (vLLM's
+    and SGLang's responses do not echo it); ``model`` picks one model of a scrape that holds several."""
+    try:
+        texts = load_texts(source)
+    except ValueError as error:
+        raise unreadable("the input", error) from error
+    kinds = []
+    for name, text in texts:
+        try:
+            kinds.append(detect_format(text))
+        except ValueError as error:
+            raise unreadable(name, error) from error
+    if len(set(kinds)) > 1:
+        raise ValueError(f"the files hold different formats ({', '.join(sorted(set(kinds)))}): read each with "
+                         "read_engine_run and pass them to diagnose together")
+    try:
+        run = _parse(kinds[0], [text for _, text in texts], model)
+    except ValueError as error:
+        raise unreadable(texts[0][0] if len(texts) == 1 else f"{len(texts)} files", error) from error
+    return with_temperature(run, temperature)
+
+
+def unreadable(name: str, error: Exception) -> ValueError:
+    listed = "\n".join(f"  - {f}" for f in FORMATS)
+    return ValueError(f"could not read {name} as an engine run: {error}\nAccepted formats:\n{listed}")
+
+
+def with_temperature(run: EngineRun, temperature: float | None) -> EngineRun:
+    if temperature is None:
+        return run
+    if run.temperature is not None and abs(run.temperature - temperature) > 1e-9:
+        raise ValueError(f"the run reports temperature {run.temperature}, not the {temperature} given")
+    return replace(run, temperature=float(temperature)).with_notes(
+        "" if run.temperature is not None else f"temperature {temperature} as given (the source does not say)")
+
+
+def load_texts(source) -> list[tuple[str, str]]:
+    """(name, text) for each input: a text, bytes, a path, or a list of paths or texts."""
+    items = list(source) if isinstance(source, (list, tuple)) else [source]
+    if not items:
+        raise ValueError("no input given: pass a text, a file path or a list of paths")
+    return [_load(item, i) for i, item in enumerate(items, 1)]
+
+
+def _load(item, i: int) -> tuple[str, str]:
+    name = f"input {i}"
+    if isinstance(item, Path) or (isinstance(item, str) and "\n" not in item and len(item) < 4096
+                                  and os.path.isfile(item)):
+        path = Path(item)
+        if not path.is_file():
+            raise ValueError(f"{path}: no such file")
+        if path.stat().st_size > MAX_BYTES:
+            raise ValueError(f"{path} is {path.stat().st_size / 2**20:.0f} MiB; at most {MAX_BYTES // 2**20} MiB")
+        name, item = str(path), path.read_bytes()
+    if isinstance(item, (bytes, bytearray)):
+        if b"\0" in item:
+            raise ValueError(f"{name} is binary data (it holds NUL bytes), not an engine's text output")
+        try:
+            item = bytes(item).decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise ValueError(f"{name} is not UTF-8 text (byte {error.start}): a binary file?") from error
+    if not isinstance(item, str):
+        raise ValueError(f"{name}: expected a text, bytes or a path, got {type(item).__name__}")
+    if "\0" in item:
+        raise ValueError(f"{name} holds NUL characters: binary data, not an engine's text output")
+    if not item.strip():
+        raise ValueError(f"{name} is empty")
+    return name, item
+
+
+def detect_format(text: str) -> str:
+    """The format's key: "json", "prometheus", or one of the log formats' names."""
+    if looks_like_json(text):
+        return "json"
+    if prometheus.is_scrape(text):
+        return "prometheus"
+    found = [name for name, test, _ in LOG_KINDS if test(text)]
+    if len(found) > 1:
+        raise ValueError(f"two formats mixed in one text ({' and '.join(found)})")
+    if not found:
+        first = next(line.strip() for line in text.splitlines() if line.strip())
+        raise ValueError(f"no line of a known format (the first line: {first[:100]!r})")
+    return found[0]
+
+
+def _parse(kind: str, texts: list[str], model: str | None) -> EngineRun:
+    if kind == "prometheus":
+        return prometheus.parse(texts, model)
+    parse = _parse_json if kind == "json" else next(p for name, _, p in LOG_KINDS if name == kind)
+    runs = [parse(text) for text in texts]
+    return runs[0] if len(runs) == 1 else total(runs, runs[0].source).with_notes(f"{len(runs)} files summed")
+
+
+def _parse_json(text: str) -> EngineRun:
+    records = json_records(text)
+    if records and specviz_trace.is_trace(records[0][1]):
+        return specviz_trace.parse(text)
+    kinds = {}
+    for n, obj in records:
+        for module in JSON_KINDS:
+            if module.carries(obj):
+                kinds.setdefault(module, n)
+                break
+    if len(kinds) > 1:
+        raise ValueError("two formats mixed in one file: " + ", ".join(f"{m.SOURCE} (from line {n})"
+                                                                       for m, n in kinds.items()))
+    if not kinds:
+        raise ValueError(f"{len(records)} JSON objects, none with speculative-decoding statistics (was the server "
+                         "started with its per-request metrics on?)")
+    (module,) = kinds
+    return module.parse(records)

@@ -1,0 +1,219 @@
+"""EngineRun: what a serving engine's speculative decoder reported, as counts, and the rates derived from them.
+
+Notation as in ``specviz.theory``: k drafts per verify step (the configured number of speculative tokens), a
+step verifies its drafts in one target pass and emits the accepted ones plus one token (the resample at the
+first rejection, or the bonus when all are accepted). Counts are what engines report; every rate is derived
+here, with its definition, so rates of summed runs are pooled over their steps, never averaged.
+A field the source does not report is None. A field the parser derived (steps from a rounded mean, counts from
+rounded rates) says so in ``notes``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields, replace
+
+MAX_COUNT = 10**15  # more tokens than any engine has served: a unit mix-up or a corrupted counter
+
+
+@dataclass(frozen=True)
+class EngineRun:
+    source: str  # the detected format, e.g. "vLLM log", "Prometheus scrape (vllm:)"
+    drafted: int | None  # draft tokens proposed (None: the source does not say)
+    accepted: int  # draft tokens accepted (the bonus token excluded)
+    steps: int | None = None  # verify steps that checked at least one draft
+    k: int | None = None  # configured drafts per step (num_speculative_tokens, n_max, max_draft_len)
+    emitted: int | None = None  # output tokens (usage.completion_tokens, predicted_n, ...)
+    requests: int | None = None  # requests (or sequences) the counts cover
+    accepted_per_pos: tuple[int, ...] | None = None  # [i]: steps that accepted the draft at position i (0-based)
+    histogram: tuple[int, ...] | None = None  # [j]: steps that accepted exactly j drafts
+    temperature: float | None = None  # 0 = greedy
+    top_p: float | None = None
+    top_k: int | None = None
+    model: str | None = None
+    series: tuple[EngineRun, ...] = ()  # per interval (log lines, scrape deltas, requests), in order
+    notes: tuple[str, ...] = ()  # what was derived, and how
+
+    def __post_init__(self):
+        for name in ("accepted_per_pos", "histogram"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, tuple(value))
+        object.__setattr__(self, "series", tuple(self.series))
+        object.__setattr__(self, "notes", tuple(self.notes))
+        _check_counts(self)
+        _check_totals(self)
+        _check_positions(self)
+        _check_histogram(self)
+        _check_sampling(self)
+
+    def with_notes(self, *notes: str) -> EngineRun:
+        return replace(self, notes=self.notes + tuple(n for n in notes if n))
+
+
+def _check_count(name: str, value, low: int = 0) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be a whole number, got {value!r}")
+    if value < low:
+        raise ValueError(f"{name} must be at least {low}, got {value}")
+    if value > MAX_COUNT:
+        raise ValueError(f"{name} = {value} is absurd (more than {MAX_COUNT:.0e} tokens): check the units")
+
+
+def _check_counts(run: EngineRun) -> None:
+    if not isinstance(run.source, str) or not run.source:
+        raise ValueError("an engine run needs the name of its source format")
+    _check_count("accepted", run.accepted)
+    for name in ("drafted", "steps", "emitted", "requests"):
+        if getattr(run, name) is not None:
+            _check_count(name, getattr(run, name))
+    if run.k is not None:
+        _check_count("k (drafts per step)", run.k, low=1)
+    for name in ("accepted_per_pos", "histogram"):
+        for i, value in enumerate(getattr(run, name) or ()):
+            _check_count(f"{name}[{i}]", value)
+
+
+def _check_totals(run: EngineRun) -> None:
+    if run.drafted is not None and run.accepted > run.drafted:
+        raise ValueError(f"accepted ({run.accepted}) exceeds drafted ({run.drafted}): an engine cannot accept "
+                         "more draft tokens than it proposed")
+    if run.steps is None:
+        return
+    if run.steps == 0 and (run.accepted or run.drafted):
+        raise ValueError(f"no verify steps, yet {run.drafted} drafted and {run.accepted} accepted")
+    if run.k is not None:
+        for name in ("accepted", "drafted"):
+            value = getattr(run, name)
+            if value is not None and value > run.steps * run.k:
+                raise ValueError(f"{name} ({value}) exceeds steps x k = {run.steps} x {run.k}: a step proposes "
+                                 "at most k drafts")
+
+
+def _check_positions(run: EngineRun) -> None:
+    a = run.accepted_per_pos
+    if a is None:
+        return
+    for i in range(1, len(a)):
+        if a[i] > a[i - 1]:
+            raise ValueError(f"position {i} accepted more drafts ({a[i]}) than position {i - 1} ({a[i - 1]}): a "
+                             "draft is accepted only after every draft before it, so per-position counts cannot rise")
+    if sum(a) != run.accepted:
+        raise ValueError(f"per-position accepted counts sum to {sum(a)}, not to accepted = {run.accepted}")
+    if run.k is not None and len(a) > run.k:
+        raise ValueError(f"{len(a)} per-position counts for k = {run.k} drafts per step")
+    if run.steps is not None and a and a[0] > run.steps:
+        raise ValueError(f"position 0 accepted {a[0]} drafts in only {run.steps} steps")
+
+
+def _check_histogram(run: EngineRun) -> None:
+    h = run.histogram
+    if h is None:
+        return
+    if run.steps is not None and sum(h) != run.steps:
+        raise ValueError(f"the acceptance histogram counts {sum(h)} steps, not steps = {run.steps}")
+    if sum(j * n for j, n in enumerate(h)) != run.accepted:
+        raise ValueError(f"the acceptance histogram accounts for {sum(j * n for j, n in enumerate(h))} accepted "
+                         f"drafts, not accepted = {run.accepted}")
+    if run.k is not None and any(h[run.k + 1:]):
+        raise ValueError(f"the acceptance histogram has steps accepting more than k = {run.k} drafts")
+
+
+def _check_sampling(run: EngineRun) -> None:
+    for name in ("temperature", "top_p"):
+        value = getattr(run, name)
+        if value is not None and (not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0):
+            raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    if run.top_k is not None:
+        _check_count("top_k", run.top_k)
+
+
+# -- several runs as one --------------------------------------------------------------------------------------
+def total(runs, source: str | None = None, keep_series: bool = True) -> EngineRun:
+    """The runs summed (counts add, per-position counts add position by position); a count any run lacks is
+    None in the total; sampling settings are kept where all runs agree. The runs become the total's series."""
+    runs = list(runs)
+    if not runs:
+        raise ValueError("no runs to add up")
+    ks = {r.k for r in runs}
+    notes = [f"k differs between intervals ({sorted(ks, key=str)}): per-position totals dropped"] \
+        if len(ks) > 1 else []
+    summed = {name: _sum_or_none(getattr(r, name) for r in runs)
+              for name in ("drafted", "steps", "emitted", "requests")}
+    same_k = len(ks) == 1
+    per_pos = _sum_tuples([r.accepted_per_pos for r in runs]) if same_k else None
+    histogram = _sum_tuples([r.histogram for r in runs]) if same_k else None
+    shared = {name: _shared(getattr(r, name) for r in runs) for name in ("temperature", "top_p", "top_k", "model")}
+    inherited = _shared_notes(runs)
+    return EngineRun(source=source or runs[0].source, accepted=sum(r.accepted for r in runs),
+                     k=ks.pop() if same_k else None, accepted_per_pos=per_pos, histogram=histogram,
+                     series=tuple(runs) if keep_series and len(runs) > 1 else (),
+                     notes=inherited + tuple(notes), **summed, **shared)
+
+
+def _shared_notes(runs) -> tuple[str, ...]:
+    """The notes every run carries; that the rest are on the series, if there are any."""
+    shared = [n for n in runs[0].notes if all(n in r.notes for r in runs[1:])]
+    if any(n not in shared for r in runs for n in r.notes):
+        shared.append("each interval's own notes (how its counts were recovered) are on its entry in the series")
+    return tuple(shared)
+
+
+def _sum_or_none(values):
+    values = list(values)
+    return None if any(v is None for v in values) else sum(values)
+
+
+def _sum_tuples(rows):
+    if any(r is None for r in rows):
+        return None
+    n = max(len(r) for r in rows)
+    return tuple(sum(r[i] if i < len(r) else 0 for r in rows) for i in range(n))
+
+
+def _shared(values):
+    values = set(values)
+    return values.pop() if len(values) == 1 else None
+
+
+# -- rates, each with its definition --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Rate:
+    name: str
+    value: float
+    definition: str  # the formula, with the run's own counts in it
+
+
+def rates(run: EngineRun) -> tuple[Rate, ...]:
+    """Every rate the run's counts define (a rate whose counts are missing is left out)."""
+    out = []
+    if run.drafted:
+        out.append(Rate("acceptance rate", run.accepted / run.drafted,
+                        f"accepted / drafted = {run.accepted} / {run.drafted}"))
+    if run.steps:
+        out.append(Rate("mean acceptance length", 1 + run.accepted / run.steps,
+                        f"1 + accepted / steps = 1 + {run.accepted} / {run.steps} (vLLM's definition: the bonus "
+                        "or resampled token included)"))
+        if run.drafted is not None:
+            out.append(Rate("drafts per step", run.drafted / run.steps, f"drafted / steps = {run.drafted} / {run.steps}"))
+    if run.steps and run.emitted is not None:
+        out.append(Rate("tokens per step", run.emitted / run.steps, f"emitted / steps = {run.emitted} / {run.steps}"))
+    out += _position_rates(run)
+    return tuple(out)
+
+
+def _position_rates(run: EngineRun) -> list[Rate]:
+    a, n = run.accepted_per_pos, run.steps
+    if a is None or not n:
+        return []
+    out = [Rate(f"marginal rate at position {i + 1}", a_i / n, f"accepted_at_{i + 1} / steps = {a_i} / {n}")
+           for i, a_i in enumerate(a)]
+    reached = (n,) + a[:-1]
+    out += [Rate(f"conditional rate at position {i + 1}", a_i / r, f"accepted_at_{i + 1} / accepted_at_{i} = "
+                 f"{a_i} / {r}" + (" (steps)" if i == 0 else "")) for i, (a_i, r) in enumerate(zip(a, reached)) if r]
+    return out
+
+
+def count_fields() -> tuple[str, ...]:
+    """The names of the run's count fields, in order (for tables)."""
+    return tuple(f.name for f in fields(EngineRun) if f.name in ("drafted", "accepted", "steps", "k", "emitted",
+                                                                   "requests"))
