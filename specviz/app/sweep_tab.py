@@ -68,22 +68,44 @@ def policy_configs(cfg, fixed_k, stop) -> dict:
 def estimate(store: ModelStore, target, drafts, prompts_text, k_min, k_max, temperature, top_k, top_p, max_new, seed,
              compare=False, fixed_k=4, stop=0.4, with_seconds=False):
     """Markdown: the predicted duration of everything Run sweep will run (the sweep, and the policy comparison
-    when it is on), from a short timed pilot run of the baseline and each draft."""
+    when it is on) and its range, from a short timed pilot of the baseline and each draft (Run sweep states the
+    same estimate, from the same pilot, before it starts). ``with_seconds``: (note, Estimate, pricing), pricing
+    being (new tokens, ks, prompts) -> seconds, for what a refusal suggests."""
     form = (target, drafts, prompts_text, k_min, k_max, temperature, top_k, top_p, max_new, seed)
     model, drafts, prompts, ks, cfg = sweep_setup(store, *form)
     costs = est.measure_costs(model, drafts, prompts[0], ks, cfg)
     configs = policy_configs(cfg, fixed_k, stop) if compare else {}
     runs = est.sweep_runs(len(prompts), len(drafts), ks) + (est.policy_runs(len(prompts), len(configs)) if compare
                                                              else 0)
-    likely, lo, hi = (est.estimate_seconds(costs, len(prompts), ks, cfg.max_new_tokens, a)
-                      + (est.estimate_policy_seconds(costs, next(iter(drafts)), len(prompts), configs,
-                                                     cfg.max_new_tokens, a) if compare else 0.0)
-                      for a in (None, 1, 0))
-    note = (f"**Estimated ≈ {likely:.0f} s** ({lo:.0f}–{hi:.0f} s if drafts were always / never accepted) for "
-            f"{runs} runs{' (the policy comparison included)' if compare else ''}, from a pilot: "
-            f"{costs.token_s * 1e3:.1f} ms per baseline token; α "
-            + ", ".join(f"{a:.2f} ({n})" for n, a in costs.alpha.items()) + ".")
-    return (note, likely) if with_seconds else note
+
+    def pricing(n: int, ks: list[int], n_prompts: int) -> est.Estimate:
+        sweep = est.sweep_estimate(costs, n_prompts, ks, n)
+        if not compare:
+            return sweep
+        more = est.policy_estimate(costs, next(iter(drafts)), n_prompts, configs, n)
+        return est.Estimate(sweep.likely + more.likely, sweep.low + more.low, sweep.high + more.high)
+
+    time_of = pricing(cfg.max_new_tokens, list(ks), len(prompts))
+    note = (f"**Estimated {time_of}** for {runs} runs{' (the policy comparison included)' if compare else ''}, "
+            f"from a pilot on this machine as loaded now: {costs.token_s * 1e3:.1f} ms per baseline token, "
+            f"slow rounds {costs.spread:.1f}x the typical; α "
+            + ", ".join(f"{a:.2f} ± {2 * costs.alpha_se.get(n, 0):.2f} ({n})" for n, a in costs.alpha.items()) + ".")
+    return (note, time_of, pricing, cfg, list(ks), len(prompts)) if with_seconds else note
+
+
+def refusal(pricing, n: int, ks: list[int], n_prompts: int, budget_s: float, compare: bool = False) -> str:
+    """What to reduce, and to what, so that the likely duration fits the budget: new tokens, the largest k or the
+    prompts, each alone."""
+    options = []
+    if (tokens := est.fitting(lambda m: pricing(m, ks, n_prompts).likely, n, 1, budget_s)) is not None:
+        options.append(f"new tokens to {tokens}")
+    if (top := est.fitting(lambda m: pricing(n, ks[: m - ks[0] + 1], n_prompts).likely, ks[-1], ks[0],
+                           budget_s)) is not None and top < ks[-1]:
+        options.append(f"the largest k to {top}")
+    if (few := est.fitting(lambda m: pricing(n, ks, m).likely, n_prompts, 1, budget_s)) is not None:
+        options.append(f"the prompts to {few}")
+    return ("reduce " + ", or ".join(options) if options else "reduce the drafts, k values, prompts and new tokens "
+            "together") + (", or turn off the policy comparison" if compare else "")
 
 
 def _policy_step(model, drafts: dict, prompts, cfg, fixed_k, stop) -> tuple:
@@ -100,25 +122,32 @@ def run_sweep(store: ModelStore, target, drafts, prompts_text, k_min, k_max, tem
     """Streams (status, table, 4 charts, policy table, 2 policy charts, files)."""
     form = (target, drafts, prompts_text, k_min, k_max, temperature, top_k, top_p, max_new, seed)
     budget = Budget()
-    note, likely = estimate(store, *form, compare, fixed_k, stop, with_seconds=True)
-    budget.refuse_over(likely, "this sweep", "fewer prompts, drafts, k values or new tokens, or no policy comparison")
+    note, time_of, pricing, cfg, ks, n_prompts = estimate(store, *form, compare, fixed_k, stop, with_seconds=True)
+    if time_of.likely > budget.seconds:
+        budget.refuse_over(time_of.likely, "this sweep", f"its estimate {time_of}; " + refusal(
+            pricing, cfg.max_new_tokens, ks, n_prompts, budget.seconds - budget.elapsed, compare))
     model, drafts, prompts, ks, cfg = sweep_setup(store, *form)
     yield (note + "\n\n*Running…*", *(SKIP,) * 9)
     total, rows, positions, start, last = est.sweep_runs(len(prompts), len(drafts), ks), [], [], time.time(), 0.0
+    drawing, every = 0.0, 1.0  # seconds spent drawing the tables and charts as rows came in; seconds between draws
     for row, trace in iter_sweep(model, drafts, prompts, ks, cfg):
         budget.check()
         rows.append(row)
         if trace is not None:
             positions += position_rows(trace, draft=row["draft"], k=row["k"], prompt=row["prompt"])
-        if positions and (time.time() - last >= 1.0 or len(rows) == total):
-            last = time.time()
+        if positions and (time.time() - last >= every or len(rows) == total):
+            drawn = time.time()
             views = _sweep_views(pd.DataFrame(rows), pd.DataFrame(positions))
+            last, drawing = time.time(), drawing + time.time() - drawn
+            every = max(1.0, 4 * (last - drawn))  # redraw at most a fifth of the time: the runs come first
             left = (last - start) * (total - len(rows)) / len(rows)
             yield (f"{note}\n\n**{len(rows)} / {total} runs** in {last - start:.1f} s (about {left:.0f} s left)", *views,
                    *(SKIP,) * 4)
     runs = pd.DataFrame(rows)
     frames = dict(sweep_runs=runs, sweep_summary=summarize(runs), per_position=per_position(pd.DataFrame(positions)))
-    note += f"\n\n**Done: {total} runs in {time.time() - start:.1f} s** (measured; an idle CPU is faster)."
+    took = time.time() - start
+    note += (f"\n\n**Done: {total} runs in {est.seconds(took - drawing)} s**, and {est.seconds(drawing)} s drawing "
+             f"the charts (measured, on the machine as loaded).")
     if not compare:
         yield (note, *(SKIP,) * 8, write_csvs(frames))
         return

@@ -1,28 +1,59 @@
-"""How long will a sweep take? A short timed pilot, then tau(alpha, k) rounds per run.
+"""How long will a sweep take? A short timed pilot, then tau(alpha, k) rounds per run, with a stated range.
 
 Notation: alpha = E[beta] (mean acceptance probability), tau = tokens per round (``specviz.theory``).
+The pilot runs after an untimed warm-up (first calls allocate and pack weights), times every run from outside
+(set-up and prefill included, as a sweep's runs are), and keeps the spread of its rounds' times: the range
+prices the same work at the pilot's slow rounds and at alpha's interval, so a busy machine states a wider one.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import math
+import statistics
+import time
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from ..config import DecodeConfig
 from ..decoder import autoregressive_generate, speculative_generate
 from ..theory import expected_tokens
+from .sweep import warm_up
+
+SLOW_QUANTILE = 0.9  # the range's slow end prices every round at this quantile of the pilot's round times
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Seconds: the likely duration and the range it should fall in on the load the pilot saw."""
+
+    likely: float
+    low: float
+    high: float
+
+    def __str__(self) -> str:
+        return f"≈ {seconds(self.likely)} s ({seconds(self.low)}–{seconds(self.high)} s)"
+
+
+def seconds(x: float) -> str:
+    """Seconds to the precision that matters: 0.42, 4.2, 42."""
+    return f"{x:.2f}" if x < 1 else f"{x:.1f}" if x < 10 else f"{x:.0f}"
 
 
 @dataclass(frozen=True)
 class Costs:
     """From a short pilot run: seconds per baseline token, and per draft the seconds of a round at the
-    smallest and largest k and the acceptance (alpha) it showed."""
+    smallest and largest k and the acceptance (alpha) it showed; ``run_s``: one run's set-up and prefill;
+    ``spread``: the pilot's slow rounds over its typical ones (1.0 on a steady machine); ``alpha_se``: alpha's
+    standard error per draft (from the drafts the pilot verified)."""
 
     token_s: float
     k_lo: int
     k_hi: int
     round_s: dict  # draft name -> (seconds per round at k_lo, at k_hi)
     alpha: dict  # draft name -> alpha in the pilot
+    run_s: float = 0.0
+    spread: float = 1.0
+    alpha_se: dict = field(default_factory=dict)
 
     def round(self, name: str, k: int) -> float:
         """Seconds of one round with k drafts, interpolated between the two pilot runs."""
@@ -32,40 +63,96 @@ class Costs:
 
 def measure_costs(target, drafts: dict, ids: torch.Tensor, ks: list[int], cfg: DecodeConfig,
                   tokens: int = 12) -> Costs:
-    """A pilot at ``ids``: ``tokens`` autoregressive tokens, and per draft a run at the smallest and the
-    largest k (everything the real runs do, timed as they are)."""
+    """A pilot at ``ids``, after an untimed warm-up: ``tokens`` autoregressive tokens, and per draft a run at the
+    smallest and the largest k (everything the real runs do, timed as they are)."""
     pilot = replace(cfg, max_new_tokens=tokens, k_policy="fixed")
-    base = autoregressive_generate(target, ids, pilot)
-    round_s, alpha = {}, {}
+    warm_up(target, drafts, ids, pilot)
+    base, base_wall = _timed(autoregressive_generate, target, ids, pilot)
+    overheads, ratios = [base_wall - sum(r.wall_s for r in base.rounds)], _ratios(base)
+    round_s, alpha, alpha_se = {}, {}, {}
     for name, draft in drafts.items():
-        runs = [speculative_generate(target, draft, ids, replace(pilot, k=k)) for k in (min(ks), max(ks))]
-        round_s[name] = tuple(t.total_s / max(len(t.rounds), 1) for t in runs)
-        alpha[name] = min(sum(t.counts() for t in runs).alpha, 1.0)
-    return Costs(base.total_s / max(len(base.new_tokens), 1), min(ks), max(ks), round_s, alpha)
+        runs = [_timed(speculative_generate, target, draft, ids, replace(pilot, k=k)) for k in (min(ks), max(ks))]
+        round_s[name] = tuple(statistics.median([r.wall_s for r in t.rounds] or [0.0]) for t, _ in runs)
+        overheads += [wall - sum(r.wall_s for r in t.rounds) for t, wall in runs]
+        ratios += [x for t, _ in runs for x in _ratios(t)]
+        counts = sum(t.counts() for t, _ in runs)
+        alpha[name] = min(counts.alpha, 1.0)
+        alpha_se[name] = math.sqrt(alpha[name] * (1 - alpha[name]) / max(counts.drafted, 1))
+    spread = statistics.quantiles(ratios, n=10)[int(SLOW_QUANTILE * 10) - 1] if len(ratios) >= 2 else 1.0
+    token_s = statistics.median([r.wall_s for r in base.rounds[1:]] or [base.total_s / max(len(base.new_tokens), 1)])
+    return Costs(token_s, min(ks), max(ks), round_s, alpha, statistics.median(overheads), max(spread, 1.0), alpha_se)
+
+
+def _timed(fn, *args):
+    start = time.perf_counter()
+    trace = fn(*args)
+    return trace, time.perf_counter() - start
+
+
+def _ratios(trace) -> list[float]:
+    """Each round's wall time over the run's median round (the first round, the prefill's, left out)."""
+    walls = [r.wall_s for r in trace.rounds[1:]]
+    mid = statistics.median(walls) if walls else 0.0
+    return [w / mid for w in walls] if mid > 0 else []
 
 
 def estimate_seconds(costs: Costs, n_prompts: int, ks: list[int], max_new_tokens: int, alpha: float | None = None,
-                     repeats: int = 1) -> float:
-    """Predicted wall time of a sweep: per prompt, the baseline plus, per (draft, k), n / tau(alpha, k) rounds.
-    ``alpha`` None uses each draft's pilot alpha; 1.0 and 0.0 bound the estimate."""
+                     repeats: int = 1, slow: float = 1.0) -> float:
+    """Predicted wall time of a sweep: per prompt, the baseline plus, per (draft, k), n / tau(alpha, k) rounds
+    and each run's set-up. ``alpha`` None uses each draft's pilot alpha; a float sets every draft's; a dict, per
+    draft. ``slow`` scales every round's time (the range's slow end)."""
     n = max_new_tokens
-    total = n * costs.token_s
+    total = n * costs.token_s * slow + costs.run_s
     for name in costs.round_s:
-        a = costs.alpha[name] if alpha is None else alpha
-        total += sum(n / expected_tokens(a, k) * costs.round(name, k) for k in ks)
+        a = alpha.get(name, costs.alpha[name]) if isinstance(alpha, dict) else costs.alpha[name] if alpha is None \
+            else alpha
+        total += sum(n / expected_tokens(a, k) * costs.round(name, k) * slow + costs.run_s for k in ks)
     return total * n_prompts * repeats
 
 
+def sweep_estimate(costs: Costs, n_prompts: int, ks: list[int], max_new_tokens: int, repeats: int = 1) -> Estimate:
+    """The likely duration of a sweep and its range: fast at alpha's upper bound (2 standard errors) and the
+    pilot's typical rounds, slow at alpha's lower bound and the pilot's slow rounds (``Costs.spread``)."""
+    shift = {name: 2 * costs.alpha_se.get(name, 0.0) for name in costs.alpha}
+    fast = {name: min(a + shift[name], 1.0) for name, a in costs.alpha.items()}
+    slow = {name: max(a - shift[name], 0.0) for name, a in costs.alpha.items()}
+    args = (n_prompts, ks, max_new_tokens)
+    warm = (1 + len(costs.round_s)) * (costs.run_s + 4 * costs.token_s)  # iter_sweep's warm-up: 4 tokens a model
+    return Estimate(warm + estimate_seconds(costs, *args, None, repeats),
+                    warm + estimate_seconds(costs, *args, fast, repeats),
+                    warm * costs.spread + estimate_seconds(costs, *args, slow, repeats, slow=costs.spread))
+
+
+def fitting(estimate_of, value: int, lowest: int, budget_s: float) -> int | None:
+    """The largest setting in [lowest, value] whose estimate (``estimate_of(setting)``: seconds) fits the budget,
+    None if even the lowest does not: what a refusal tells the user to reduce a setting to."""
+    if estimate_of(lowest) > budget_s:
+        return None
+    lo, hi = lowest, value
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if estimate_of(mid) <= budget_s else (lo, mid - 1)
+    return lo
+
+
 def estimate_policy_seconds(costs: Costs, name: str, n_prompts: int, configs: dict, max_new_tokens: int,
-                            alpha: float | None = None) -> float:
+                            alpha: float | None = None, slow: float = 1.0) -> float:
     """Predicted wall time of the k-policy comparison with draft ``name``: per prompt, the baseline plus one run
     per config (an adaptive policy priced at its starting k, a confidence stop at its largest k: upper bounds)."""
     n, a = max_new_tokens, costs.alpha[name] if alpha is None else alpha
-    total = n * costs.token_s
+    total = n * costs.token_s * slow + costs.run_s
     for cfg in configs.values():
         k = cfg.max_k if cfg.draft_stop else cfg.k
-        total += n / expected_tokens(a, k) * max(costs.round(name, k), 0.0)
+        total += n / expected_tokens(a, k) * max(costs.round(name, k), 0.0) * slow + costs.run_s
     return total * n_prompts
+
+
+def policy_estimate(costs: Costs, name: str, n_prompts: int, configs: dict, max_new_tokens: int) -> Estimate:
+    """``sweep_estimate``'s range for the k-policy comparison."""
+    a, shift = costs.alpha[name], 2 * costs.alpha_se.get(name, 0.0)
+    args = (name, n_prompts, configs, max_new_tokens)
+    return Estimate(estimate_policy_seconds(costs, *args), estimate_policy_seconds(costs, *args, min(a + shift, 1.0)),
+                    estimate_policy_seconds(costs, *args, max(a - shift, 0.0), slow=costs.spread))
 
 
 def sweep_runs(n_prompts: int, n_drafts: int, ks: list[int], repeats: int = 1) -> int:

@@ -260,3 +260,34 @@ def test_temperature_lab_alpha_by_hand_and_through_the_tab(store):
     status, table, fig = last(handlers(store).run_temperature_lab("tiny-target", "tiny", "ROMEO:", "0, 1, 2", 3, 12, 0))
     assert list(table.temperature) == [0.0, 1.0, 2.0] and table.alpha_fixed.notna().all() and "Why:" in status
     assert table.acceptance.between(0, 1).all() and len(fig.data) == 3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("max_new", [6, 24])
+def test_the_sweeps_stated_range_holds_its_measured_duration(store, max_new):
+    """Run sweep states its estimate and range before it starts, from a pilot on the machine as loaded; the
+    sweep's own measured duration falls inside that range."""
+    import re
+
+    h = handlers(store)
+    form = ("tiny-target", ["tiny", "prompt-lookup"], "ROMEO:\n\nTo be, or not", 1, 4, 0.0, 0, 1.0, max_new, 0)
+    note = last(h.run_sweep(*form, False, 2, 0.4))[0]
+    low, high = (float(x) for x in re.search(r"\(([\d.]+)–([\d.]+) s\)", note).groups())
+    took = float(re.search(r"runs in ([\d.]+) s", note).group(1))
+    assert low <= took <= high, note
+
+
+def test_a_refusal_says_what_to_reduce_and_to_what():
+    from specviz.app.sweep_tab import refusal
+    from specviz.labs.estimate import Estimate
+
+    def pricing(n, ks, prompts):  # 10 ms per token, k value and prompt
+        s = n * len(ks) * prompts * 0.01
+        return Estimate(s, s, s)
+
+    assert refusal(pricing, 64, list(range(1, 9)), 2, 1.0) == "reduce new tokens to 6"
+    assert refusal(pricing, 8, list(range(1, 9)), 2, 1.0) == ("reduce new tokens to 6, or the largest k to 6, or "
+                                                              "the prompts to 1")
+    assert refusal(pricing, 8, [1, 2], 8, 1.0, compare=True) == ("reduce new tokens to 6, or the largest k to 1, or "
+                                                                "the prompts to 6, or turn off the policy comparison")
+    assert refusal(pricing, 512, [1, 2], 8, 0.01) == "reduce the drafts, k values, prompts and new tokens together"
