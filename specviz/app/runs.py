@@ -12,6 +12,7 @@ import torch
 from ..config import DEFAULTS, DecodeConfig
 from ..decoder import Decoding
 from ..trace import Trace
+from .budget import GRACE, Budget
 from .forms import encode, make_config
 from .store import ModelStore, user_pair
 from .tempfiles import fresh_folder
@@ -23,15 +24,25 @@ def stream_run(store: ModelStore, prompt: str, target: str, draft: str, cfg: Dec
                every_s: float = STREAM_EVERY_S, user_drafts: dict | None = None) -> Iterator[Trace]:
     """Speculative decoding as a stream of the growing trace: at most one yield per ``every_s``
     seconds, plus the finished trace. Token texts are filled in as rounds arrive. ``user_drafts``:
-    this user's trained drafts, picked by name before the store's."""
+    this user's trained drafts, picked by name before the store's. Every round checks the run's pace against the
+    server's budget (SPECVIZ_MAX_REQUEST_S): a run that would finish past it (with its grace) stops there, its
+    tokens so far kept, ``stop_reason`` "budget"."""
+    budget = Budget()
     model, tok, drafter = user_pair(store, target, draft, user_drafts)
     run = Decoding(model, drafter, encode(tok, prompt), cfg, target_name=target, draft_name=draft)
-    last = time.perf_counter()
+    last = started = time.perf_counter()
+    before = budget.elapsed  # loading the models: spent once, not per token
     for _ in run:
+        pace = (time.perf_counter() - started) / max(len(run.trace.new_tokens), 1)
+        if before + pace * cfg.max_new_tokens > budget.seconds * GRACE and len(run.trace.rounds) >= 2 \
+                and len(run.trace.new_tokens) < cfg.max_new_tokens:
+            run.trace.stop_reason = "budget"  # the tokens so far are kept and shown; the summary says why it ended
+            break
         if time.perf_counter() - last >= every_s:
             last = time.perf_counter()
             yield run.trace.fill_texts(tok)
     yield run.trace.fill_texts(tok)
+
 
 
 def generate(store: ModelStore, prompt: str, target: str, draft: str, cfg: DecodeConfig,
@@ -46,7 +57,10 @@ def generate(store: ModelStore, prompt: str, target: str, draft: str, cfg: Decod
 def baseline(store: ModelStore, trace: Trace) -> Trace:
     """The autoregressive run with the same target, prompt and settings: the speedup's denominator."""
     model, _ = store.target(trace.target_name)
-    return Decoding(model, None, torch.tensor([trace.prompt_ids]), trace.config, target_name=trace.target_name).run()
+    cfg = trace.config
+    if trace.stop_reason == "budget":  # as many tokens as the run made before the server stopped it
+        cfg = replace(cfg, max_new_tokens=max(len(trace.new_tokens), 1))
+    return Decoding(model, None, torch.tensor([trace.prompt_ids]), cfg, target_name=trace.target_name).run()
 
 
 PAIRS, PAIRS_BUDGET_S = 3, 6.0  # interleaved (speculative, baseline) pairs for the speedup's spread, if they fit

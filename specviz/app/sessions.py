@@ -39,7 +39,7 @@ def one_per_session(fn: Callable) -> Callable:
     request = inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None,
                                 annotation=gr.Request)
     gated.__signature__ = sig.replace(parameters=[*sig.parameters.values(), request])
-    gated.__annotations__ = {"request": gr.Request}
+    gated.__annotations__ = {**getattr(fn, "__annotations__", {}), "request": gr.Request}
     gated.__name__ = getattr(fn, "__name__", "gated")
     return gated
 

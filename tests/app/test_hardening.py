@@ -195,3 +195,24 @@ def test_markup_from_a_link_never_reaches_a_toast(store, name):
     message = caught.value.message
     assert "no gallery run called" in message and "<a" not in message and "<img" not in message
     assert "<form" not in message and "<input" not in message and "&lt;b&gt;" not in message  # escaped once
+
+
+def test_a_run_too_dear_for_the_budget_stops_within_its_first_rounds(store, monkeypatch):
+    """The explorer's Run and /generate pace every round against SPECVIZ_MAX_REQUEST_S: a run that would end past
+    it stops early, its tokens kept and its stop reason "budget"; the baseline then matches its length."""
+    import time
+
+    from specviz.app import runs
+    from specviz.config import DecodeConfig
+
+    cfg = DecodeConfig(k=2, temperature=0, max_new_tokens=120)
+    whole = runs.generate(store, "ROMEO:", "tiny-target", "tiny", cfg)
+    assert whole.stop_reason == "length" and len(whole.new_tokens) == 120
+    per_token = whole.total_s / 120
+    monkeypatch.setenv("SPECVIZ_MAX_REQUEST_S", str(per_token * 20))  # about a sixth of the run fits
+    t0 = time.perf_counter()
+    cut = runs.generate(store, "ROMEO:", "tiny-target", "tiny", cfg)
+    assert cut.stop_reason == "budget" and 0 < len(cut.new_tokens) < 120
+    assert cut.new_tokens == whole.new_tokens[: len(cut.new_tokens)]  # what it made is the same run, cut short
+    assert time.perf_counter() - t0 < whole.total_s  # stopped well before the whole run's time
+    assert len(runs.baseline(store, cut).new_tokens) == len(cut.new_tokens)
