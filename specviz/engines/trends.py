@@ -38,24 +38,29 @@ def drift(run: EngineRun) -> Finding | None:
 
 
 def temperature_collapse(runs) -> list[Finding]:
-    """High acceptance at greedy decoding and near none when sampling, with the same drafter."""
-    known = [(i, r) for i, r in enumerate(runs) if r.temperature is not None and (r.drafted or 0)
-             >= COLLAPSE_MIN_DRAFTS]
-    greedy = [(i, r) for i, r in known if r.temperature == 0]
-    sampled = [(i, r) for i, r in known if r.temperature > 0]
-    if not greedy or not sampled:
+    """High acceptance at greedy decoding and near none when sampling, with the same drafter: the runs pooled by
+    temperature (counts added), the greedy pool against each sampled one, one finding per sampled temperature."""
+    by_t: dict[float, list[int]] = {}
+    for i, r in enumerate(runs):
+        if r.temperature is not None and r.drafted:
+            by_t.setdefault(float(r.temperature), []).append(i)
+    pools = {t: (members, pooled([runs[i] for i in members])) for t, members in by_t.items()
+             if sum(runs[i].drafted for i in members) >= COLLAPSE_MIN_DRAFTS}
+    if 0.0 not in pools:
         return []
-    g_index, g = max(greedy, key=lambda item: pooled([item[1]]))
-    g_rate = pooled([g])
+    g_members, g_rate = pools[0.0]
     out = []
-    for s_index, s in sampled:
-        s_rate = pooled([s])
-        if g_rate >= COLLAPSE_GREEDY and s_rate <= max(COLLAPSE_FLOOR, COLLAPSE_SHARE * g_rate):
-            text = f"run {s_index + 1} against run {g_index + 1}: " + _collapse_text(g_rate, s_rate, s.temperature)
+    for temperature, (members, s_rate) in sorted(pools.items()):
+        if temperature > 0 and g_rate >= COLLAPSE_GREEDY and s_rate <= max(COLLAPSE_FLOOR, COLLAPSE_SHARE * g_rate):
+            text = f"{_runs(members)} against {_runs(g_members)}: " + _collapse_text(g_rate, s_rate, temperature)
             out.append(Finding("temperature_collapse", "problem", text,
-                               {"greedy_run": g_index, "sampled_run": s_index, "greedy_rate": g_rate,
-                                "sampled_rate": s_rate, "temperature": s.temperature}))
+                               {"greedy_runs": g_members, "sampled_runs": members, "greedy_rate": g_rate,
+                                "sampled_rate": s_rate, "temperature": temperature}))
     return out
+
+
+def _runs(members: list[int]) -> str:
+    return f"run {members[0] + 1}" if len(members) == 1 else "runs " + ", ".join(str(i + 1) for i in members)
 
 
 def _collapse_text(g_rate: float, s_rate: float, temperature: float) -> str:

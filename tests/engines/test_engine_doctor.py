@@ -74,7 +74,7 @@ def test_tokens_emitted_outside_steps_is_a_warning():
 def test_temperature_collapse_pairs(greedy, sampled):
     runs = [read_engine_run(FIXTURES / greedy, temperature=0), read_engine_run(FIXTURES / sampled, temperature=0.7)]
     found = finding(diagnose(runs), "temperature_collapse")
-    assert found.severity == "problem" and found.numbers["sampled_run"] == 1
+    assert found.severity == "problem" and found.numbers["sampled_runs"] == [1]
     assert "pass the draft's probabilities" in found.text and "min(1, p/q)" in found.text
     each = diagnose([read_engine_run(FIXTURES / greedy), read_engine_run(FIXTURES / sampled)])
     assert "temperature_collapse" not in codes(each)  # temperatures unknown: nothing to compare
@@ -89,6 +89,16 @@ def test_real_llamacpp_collapses_when_sampling():
     found = finding(diagnose([greedy, sampled]), "temperature_collapse")
     assert found.numbers["greedy_rate"] == pytest.approx(233 / 480)
     assert found.numbers["sampled_rate"] == pytest.approx(78 / 1343)
+
+
+def test_runs_are_pooled_by_temperature_for_one_finding_each():
+    """Ten responses, five greedy and five at T = 0.8, read one by one: one finding, the pools' own rates."""
+    greedy = [read_engine_run(p) for p in sorted(LLAMA.glob("completion-t0-p*.json"))]
+    sampled = [read_engine_run(p) for p in sorted(LLAMA.glob("completion-t0.8-p*.json"))]
+    found = [f for f in diagnose(greedy + sampled) if f.code == "temperature_collapse"]
+    assert len(found) == 1 and found[0].numbers["sampled_runs"] == [5, 6, 7, 8, 9]
+    assert found[0].numbers["greedy_rate"] == pytest.approx(233 / 480)
+    assert found[0].text.startswith("runs 6, 7, 8, 9, 10 against runs 1, 2, 3, 4, 5: ")
 
 
 def test_a_gentle_fall_with_temperature_is_no_collapse():
