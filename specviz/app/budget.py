@@ -45,7 +45,10 @@ class Budget:
 
 
 def token_seconds(model, ids, cfg, tokens: int = 8) -> float:
-    """Seconds per generated token of a short autoregressive pilot of ``model`` on ``ids`` with cfg's settings."""
+    """Seconds per generated token of a short autoregressive pilot of ``model`` on ``ids`` with cfg's settings,
+    after two untimed tokens (a model's first calls lay out and pack its weights: timed, they priced a
+    comparison of the bundled family at several times its real length)."""
+    autoregressive_generate(model, ids, replace(cfg, max_new_tokens=2, tree=None, record=False))
     t0 = time.perf_counter()
     trace = autoregressive_generate(model, ids, replace(cfg, max_new_tokens=tokens, tree=None))
     return (time.perf_counter() - t0) / max(1, len(trace.new_tokens))
