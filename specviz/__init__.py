@@ -12,10 +12,12 @@ from .drafts.cross import CrossDrafter, CrossTokenizerDrafter, IntersectionDraft
 from .drafts.distill import distill, iter_distill
 from .drafts.drafter import Drafter, ModelDrafter, PromptLookupDrafter, Proposal
 from .drafts.ngram import NGramDrafter, NGramModel
+from .engines import EngineRun, diagnose, read_engine_run
 from .labs.compare import compare
 from .labs.distill_lab import distill_lab, fresh_draft
 from .labs.lossless import fit_table, lossless_lab
 from .labs.policies import compare_policies, policy_summary
+from .labs.rules import rules_lab
 from .labs.sweep import best_k, iter_sweep, per_position, position_rows, summarize, sweep
 from .models import DEFAULT_DRAFT, DEFAULT_TARGET, check_tokenizers, list_drafters, list_models, load_drafter, load_model
 from .trace import Counts, Round, Summary, Trace
@@ -27,7 +29,7 @@ __all__ = [
     "Drafter", "ModelDrafter", "PromptLookupDrafter", "Proposal", "NGramDrafter", "NGramModel",
     "CrossTokenizerDrafter", "CrossDrafter", "IntersectionDrafter",
     "load_model", "load_drafter", "list_models", "list_drafters", "check_tokenizers", "DEFAULT_TARGET", "DEFAULT_DRAFT",
-    "Trace", "Round", "Summary", "Counts",
+    "Trace", "Round", "Summary", "Counts", "EngineRun", "read_engine_run", "diagnose",
     "sweep", "iter_sweep", "summarize", "best_k", "position_rows", "per_position", "compare_policies", "policy_summary",
-    "lossless_lab", "fit_table", "distill", "iter_distill", "distill_lab", "fresh_draft", "compare",
+    "lossless_lab", "fit_table", "distill", "iter_distill", "distill_lab", "fresh_draft", "compare", "rules_lab",
 ]

@@ -30,8 +30,9 @@ from collections.abc import Iterator
 import torch
 
 from .config import DecodeConfig
-from .decoder import accept, check_window, commit, eos_ids, prompt_list, record_round, run_names
+from .decoder import accept, check_window, commit, eos_ids, prompt_list, record_round, run_names, verified_q
 from .drafts.drafter import Drafter, ModelDrafter, Proposal, as_drafter, draft_step, draft_view
+from .drafts.pairing import check_fits
 from .runtime.batch_lm import BatchLM
 from .runtime.forwards import check_columns
 from .runtime.lm import Stopwatch
@@ -55,6 +56,8 @@ class BatchDecoding:
             raise ValueError("list_of_input_ids must be a non-empty list of [1, n] LongTensors, one per prompt")
         self.cfg, self.prompts = cfg, [prompt_list(ids) for ids in prompts]
         self.drafter: Drafter | None = None if draft is None else as_drafter(draft).fresh()  # this run's own copy
+        if self.drafter is not None:
+            check_fits(target, self.drafter)
         for prompt in self.prompts:
             check_window(prompt, cfg, target, self.drafter)
         check_columns([target, self.drafter.model if isinstance(self.drafter, ModelDrafter) else None],
@@ -127,7 +130,7 @@ class BatchDecoding:
         target_s = self._clock.take()
         decided = {}  # row -> what record_round() needs
         for b in self.live:
-            q, x = proposals[b].q_on(ps[b].shape[-1], ps[b].dtype), proposals[b].tokens
+            q, x = verified_q(cfg, proposals[b], ps[b].shape[-1], ps[b].dtype), proposals[b].tokens
             verdict = accept(cfg, ps[b], logits[b], q, x, self.generators[b])
             emitted = commit(self.committed[b], x[: verdict.n_accepted].tolist() + [verdict.next_token], self.traces[b])
             decided[b] = (index, ks[b], x, q, ps[b], verdict, emitted)

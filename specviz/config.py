@@ -4,6 +4,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 K_POLICIES = ("fixed", "history", "heuristic")
+# the accept step's rules (specviz.rules): Leviathan's is the default; LOSSY ones change what is emitted
+RULES = ("leviathan", "point_mass", "exact_match", "typical", "optimistic", "lenient")
+LOSSY = frozenset({"typical", "optimistic", "lenient"})
 TREE_CHILDREN = ("auto", "top", "iid", "distinct")
 MAX_TREE_NODES = 128  # nodes one verify pass may hold (a 128-token forward still costs a few one-token ones)
 EXAMPLE_PROMPTS = [  # in the style of the bundled models' corpus (Shakespeare and Milton)
@@ -171,6 +174,14 @@ class DecodeConfig:
     draft_stop: float = 0.0
     record: bool = True  # False keeps only what generation needs (benchmarks the recording overhead)
     tree: TreeConfig | None = None  # draft a tree (k then unused); None: a chain of k
+    # the accept step's rule (specviz.rules; lossy ones in LOSSY) and its parameters: Medusa's typical acceptance
+    # accepts x where p(x) > min(typical_epsilon, typical_delta * exp(-H(p))); lenient accepts with
+    # min(1, p / (lenience * q)). draft_greedy: the draft takes argmax q while the target samples (q is then onehot)
+    rule: str = "leviathan"
+    typical_epsilon: float = 0.09
+    typical_delta: float = 0.3
+    lenience: float = 0.5
+    draft_greedy: bool = False
 
     def __post_init__(self):
         if isinstance(self.tree, dict):  # as to_dict and the trace JSON write it
@@ -195,6 +206,7 @@ class DecodeConfig:
             raise ValueError(f"draft_stop must be in [0, 1) (0 = off), got {self.draft_stop!r}")
         if not isinstance(self.record, bool):
             raise ValueError(f"record must be True or False, got {type(self.record).__name__}")
+        _check_rule(self)
         if self.k_policy not in K_POLICIES:
             raise ValueError(f"k_policy must be one of {K_POLICIES}, got {self.k_policy!r}")
         if self.k_policy != "fixed" and not self.min_k <= self.k <= self.max_k:
@@ -213,6 +225,28 @@ class DecodeConfig:
 
 def _is_number(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and x == x  # rejects NaN
+
+
+def _check_rule(cfg: DecodeConfig) -> None:
+    """The accept rule and its parameters (an imported trace's too: no value is echoed unless it is a plain name)."""
+    if not isinstance(cfg.rule, str) or cfg.rule not in RULES:
+        shown = repr(cfg.rule) if isinstance(cfg.rule, str) and cfg.rule.isidentifier() else "something else"
+        raise ValueError(f"rule must be one of {', '.join(RULES)} (lossy: {', '.join(sorted(LOSSY))}), got {shown}")
+    if not _is_number(cfg.typical_epsilon) or not 0 < cfg.typical_epsilon < 1:
+        raise ValueError(f"typical_epsilon must be a number in (0, 1) (Medusa: 0.09), got {_shown(cfg.typical_epsilon)}")
+    if not _is_number(cfg.typical_delta) or not 0 < cfg.typical_delta < float("inf"):
+        raise ValueError(f"typical_delta must be a number > 0 (Medusa: 0.3), got {_shown(cfg.typical_delta)}")
+    if not _is_number(cfg.lenience) or not 0 < cfg.lenience <= 1:
+        raise ValueError(f"lenience must be a number in (0, 1] (1 = Leviathan's rule), got {_shown(cfg.lenience)}")
+    if not isinstance(cfg.draft_greedy, bool):
+        raise ValueError(f"draft_greedy must be True or False, got {type(cfg.draft_greedy).__name__}")
+    if cfg.tree is not None and (cfg.rule != "leviathan" or cfg.draft_greedy):
+        raise ValueError("a token tree is verified with Leviathan's rule and sampled drafts: use rule='leviathan' "
+                         "and draft_greedy=False with a tree, or a chain (tree=None) for the other rules")
+
+
+def _shown(x) -> str:
+    return f"{x:g}" if _is_number(x) else type(x).__name__
 
 
 def _check_int(name: str, value, low: int, hint: str = "") -> None:

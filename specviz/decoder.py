@@ -16,9 +16,11 @@ import torch
 
 from .config import DecodeConfig
 from .drafts.drafter import Drafter, Proposal, as_drafter, model_name
+from .drafts.pairing import check_fits
 from .kpolicy import make_policy
+from .rules import closed_forms, rule_of, verify_rule
 from .runtime.lm import CachedLM, Stopwatch, context_window
-from .sampling import Verdict, beta, logits_to_probs, residual_top, verify, verify_greedy
+from .sampling import Verdict, beta, logits_to_probs, point_mass, residual_top, verify, verify_greedy
 from .trace import Round, Trace
 from .trees.chain import grow_chain
 from .trees.round import check_tree_model, keep_path, record_tree_round, verify_tree
@@ -39,6 +41,8 @@ class Decoding:
         prompt = prompt_list(input_ids)
         shared = None if draft is None else as_drafter(draft)
         self.drafter: Drafter | None = None if shared is None else shared.fresh()  # this run's own copy
+        if self.drafter is not None:
+            check_fits(target, self.drafter)
         check_window(prompt, cfg, target, self.drafter)
         if cfg.tree is not None and self.drafter is not None:
             check_tree_model(target, "target")
@@ -96,7 +100,7 @@ class Decoding:
         with self._clock.running():
             p, logits = self._verify_pass(proposal.tokens)
         target_s = self._clock.take()
-        q, x = proposal.q_on(p.shape[-1], p.dtype), proposal.tokens
+        q, x = verified_q(self.cfg, proposal, p.shape[-1], p.dtype), proposal.tokens
         verdict = accept(self.cfg, p, logits, q, x, self.generator)
         emitted = commit(self.committed, x[: verdict.n_accepted].tolist() + [verdict.next_token], self.trace)
         return record_round(self.cfg, index, k, x, q, p, verdict, emitted, draft_s, target_s, time.perf_counter() - t0,
@@ -139,10 +143,21 @@ class Decoding:
 
 
 # -- the steps both decoders share (batch.py runs them per row) ----------------------------------------
+def verified_q(cfg: DecodeConfig, proposal: Proposal, vocab_size: int, dtype) -> torch.Tensor:
+    """q as the accept step takes it, (m, V): what each draft was drawn from; a draft that took its argmax while the
+    target samples (cfg.draft_greedy) drew from a point mass at it, whatever its q."""
+    if cfg.draft_greedy and not cfg.greedy:
+        return point_mass(proposal.tokens, vocab_size, dtype)
+    return proposal.q_on(vocab_size, dtype)
+
+
 def accept(cfg: DecodeConfig, p: torch.Tensor, logits: torch.Tensor, q: torch.Tensor, x: torch.Tensor,
            generator: torch.Generator | None) -> Verdict:
     """The accept step for drafts x (m,): greedy keeps x_i while it is the target's argmax (logits (m+1, V));
-    sampling keeps x_i while u_i < min(1, p_i(x_i) / q_i(x_i)), then draws the residual or bonus token."""
+    sampling keeps x_i while u_i < min(1, p_i(x_i) / q_i(x_i)), then draws the residual or bonus token. Another
+    cfg.rule (specviz.rules) replaces that test and what a rejection emits."""
+    if cfg.rule != "leviathan" and len(x):  # nothing drafted (autoregressive): the target's own token, any rule
+        return verify_rule(rule_of(cfg), p, q, x, generator, logits if cfg.greedy else None)
     if cfg.greedy:
         return verify_greedy(logits, x)
     return verify(p, q, x, generator)
@@ -180,13 +195,16 @@ def record_round(cfg: DecodeConfig, index, k, x, q, p, verdict, emitted, draft_s
     else:
         b = beta(p[:verified], q[:verified]).tolist()
     u = verdict.u[:verified].tolist() if verdict.u is not None else []
+    rule_accept, rule_tv = ([], []) if cfg.rule == "leviathan" else closed_forms(rule_of(cfg), p[:verified],
+                                                                                 q[:verified], cfg.greedy)
     return Round(
         index=index, k=k, drafted=tuple(x.tolist()), q=tuple(q[idx, x].tolist()), p=tuple(p[idx, x].tolist()),
         accept_prob=tuple(verdict.accept_prob.tolist()), u=_pad(u, m), beta=_pad(b, m), n_accepted=n,
         emitted=tuple(emitted), resampled=resampled, bonus=bonus, next_p=float(p[n, verdict.next_token]),
         residual_top=residual_top(verdict.residual, p[n], q[n] if n < m else None), draft_s=draft_s,
         target_s=target_s, wall_s=wall_s,
-        draft_view=draft_view,
+        draft_view=draft_view, rule_accept=_pad(rule_accept, m) if rule_accept else (),
+        rule_tv=_pad(rule_tv, m) if rule_tv else (),
     )
 
 

@@ -46,6 +46,9 @@ class Round:
     tree: TreeRecord | None = None
     # a draft with another tokenizer: its proposal in its own tokens (the drafted ids are the target tokens)
     draft_view: DraftTokens | None = None
+    # config.rule other than Leviathan's, per verified position: its P(accept) (specviz.rules), a lossy one's TV(law, p)
+    rule_accept: tuple[float | None, ...] = ()
+    rule_tv: tuple[float | None, ...] = ()
 
     @property
     def proposed(self) -> int:
@@ -154,7 +157,7 @@ class Trace:
     rounds: list[Round] = field(default_factory=list)
     prefill_s: float = 0.0
     total_s: float = 0.0
-    stop_reason: str = ""  # "eos", "length" or "" while running
+    stop_reason: str = ""  # "eos", "length", "budget" (a server stopped it at its time budget) or "" while running
     token_text: dict[int, str] = field(default_factory=dict)  # id -> text, for replay without a tokenizer
     token_bytes: dict[int, str] = field(default_factory=dict)  # id -> its bytes in hex (part of a character, maybe)
 

@@ -7,7 +7,7 @@ from .config import DecodeConfig
 from .records import NODE_STATUSES, DraftTokens, TreeNode, TreeRecord
 
 # -- the JSON schema: every field's kind, and what each kind admits ------------------------------------------
-MODES, STOP_REASONS = ("speculative", "autoregressive"), ("eos", "length", "")
+MODES, STOP_REASONS = ("speculative", "autoregressive"), ("eos", "length", "budget", "")
 TRACE_FIELDS = dict(prompt_ids="ids", config="object", mode="mode", target_name="string", draft_name="string",
                     eos_token_ids="ids", rounds="objects", prefill_s="number", total_s="number",
                     stop_reason="stop_reason", token_text="token_text",
@@ -15,7 +15,8 @@ TRACE_FIELDS = dict(prompt_ids="ids", config="object", mode="mode", target_name=
 ROUND_FIELDS = dict(index="count", k="count", drafted="ids", q="numbers", p="numbers", accept_prob="numbers",
                     u="numbers?", beta="numbers?", n_accepted="count", emitted="ids", resampled="id?", bonus="id?",
                     next_p="number", residual_top="residual_top", draft_s="number", target_s="number", wall_s="number",
-                    tree="object?", draft_view="object?")
+                    tree="object?", draft_view="object?", rule_accept="numbers?", rule_tv="numbers?")
+OPTIONAL_ROUND_FIELDS = ("tree", "draft_view", "rule_accept", "rule_tv")  # traces from before they were recorded
 VIEW_FIELDS = dict(ids="ids", texts="strings")
 TREE_FIELDS = dict(nodes="objects", path="ids", children="children")
 NODE_FIELDS = dict(parent="parent", depth="count", token="count", q="number", p="number", p_adj="number?",
@@ -92,11 +93,12 @@ def check_fields(d: dict, kinds: dict, where: str, required=()) -> None:
 def round_fields(d: dict, where: str, cfg: DecodeConfig) -> dict:
     """A round's JSON object checked (kinds, equal per-token lengths, n_accepted <= drafted <= k) and turned
     into Round's keyword arguments."""
-    check_fields(d, ROUND_FIELDS, where, required=[f for f in ROUND_FIELDS if f not in ("tree", "draft_view")])
+    check_fields(d, ROUND_FIELDS, where, required=[f for f in ROUND_FIELDS if f not in OPTIONAL_ROUND_FIELDS])
     m, n, k = len(d["drafted"]), d["n_accepted"], d["k"]
-    for name in ("q", "p", "accept_prob", "u", "beta"):  # one entry per drafted token (none if not recorded)
-        if len(d[name]) != m and (cfg.record or d[name]):
-            raise ValueError(f"malformed trace JSON: {where}{name} has {len(d[name])} entries, drafted has {m}")
+    for name in ("q", "p", "accept_prob", "u", "beta", "rule_accept", "rule_tv"):  # one per drafted token, or none
+        values, needed = d.get(name, ()), cfg.record and name not in OPTIONAL_ROUND_FIELDS
+        if len(values) != m and (needed or values):
+            raise ValueError(f"malformed trace JSON: {where}{name} has {len(values)} entries, drafted has {m}")
     if n > m or m > k:
         what = f"n_accepted ({n}) exceeds the drafted tokens ({m})" if n > m else f"drafted ({m}) exceeds k ({k})"
         raise ValueError(f"malformed trace JSON: {where}{what}")

@@ -37,7 +37,7 @@ MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
 FOLDERS = ("runtime", "trees", "drafts")  # the core's folders, one idea each
-BASE = {"config", "sampling", "theory", "texts", "records", "trace_schema", "trace"}  # the math and its records
+BASE = {"config", "sampling", "rules", "theory", "texts", "records", "trace_schema", "trace"}  # the math, its records
 LOOP = {"kpolicy", "decoder", "batch", "reference", "models"}  # the algorithm's loop over drafts and trees
 
 
@@ -84,6 +84,7 @@ def test_top_level_reads_as_the_algorithm():
     assert top == BASE | LOOP, f"top-level modules outside the map: {sorted(top ^ (BASE | LOOP))}"
 
 
+@pytest.mark.slow
 def test_no_tab_imports_another_tab():
     tabs = {n for n in MODULES if n.startswith("specviz.app.") and (n.endswith("_tab") or n.endswith(".explorer"))}
     assert len(tabs) >= 6

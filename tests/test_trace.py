@@ -150,7 +150,7 @@ def tampered(scope: str, field: str, value) -> str:
     ("round", "residual_top", [[7, "<img>", 0.3, 0.1]], r"rounds\[0\]\.residual_top must be a list of \[token"),
     ("round", "residual_top", [[7, 0.6, 0.3]], r"rounds\[0\]\.residual_top must be"),
     ("trace", "mode", "<img src=x onerror=alert(1)>", r"mode must be one of \('speculative', 'autoregressive'\)"),
-    ("trace", "stop_reason", "crashed", r"stop_reason must be one of \('eos', 'length', ''\), got str"),
+    ("trace", "stop_reason", "crashed", r"stop_reason must be one of \('eos', 'length', 'budget', ''\), got str"),
     ("trace", "target_name", ["<b>"], r"target_name must be a string, got list"),
     ("trace", "draft_name", 3, r"draft_name must be a string, got int"),
     ("trace", "prompt_ids", [0, "1"], r"prompt_ids must be a list of token ids"),

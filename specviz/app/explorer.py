@@ -15,8 +15,9 @@ from ..views.summary import summary_markdown
 from ..views.timeline import replay_html, timeline_html
 from ..views.tree_view import tree_figure
 from . import links, runs
-from .forms import as_int, make_config, number_in
+from .forms import RULE_CHOICES, as_int, make_config, number_in
 from .gpu import gpu_task
+from .sessions import one_per_session
 from .store import ModelStore, draft_choices
 from .widgets import MODEL_QUEUE, SKIP, bind, chart, draft_picker, friendly, target_picker
 
@@ -71,11 +72,12 @@ def all_views(trace: Trace | None, base: Trace | None) -> tuple:
 
 # -- handlers ------------------------------------------------------------------------------------------
 def run(store: ModelStore, prompt, target, draft, k, k_policy, temperature, top_k, top_p, max_new_tokens, seed,
-        with_baseline=True, user_drafts=None, draft_stop=0.0, shape="chain", children="auto"):
+        with_baseline=True, user_drafts=None, draft_stop=0.0, shape="chain", children="auto", rule="leviathan"):
     """Streams (trace, baseline, timeline, summary, slider, replay x4, charts x4). ``user_drafts``: this
     user's trained drafts ({name: TrainedDraft}), pickable by name. ``shape``: "chain" or a token tree
-    ("3,2,2,1", "dynamic:10,8,3"), whose run is followed by a chain of k with the same draft and seed."""
-    cfg = make_config(k, k_policy, temperature, top_k, top_p, max_new_tokens, seed, draft_stop, shape, children)
+    ("3,2,2,1", "dynamic:10,8,3"), whose run is followed by a chain of k with the same draft and seed. ``rule``: the
+    accept rule (forms.RULE_CHOICES: lossy ones change the text's law)."""
+    cfg = make_config(k, k_policy, temperature, top_k, top_p, max_new_tokens, seed, draft_stop, shape, children, rule)
     trace = None
     for trace in runs.stream_run(store, prompt, target, draft, cfg, user_drafts=user_drafts):
         yield trace, None, timeline_html(trace), summary_markdown(trace, None), *QUIET
@@ -149,7 +151,7 @@ def handlers(store: ModelStore):
     h = bind(store, models=dict(run=run, draft_pickers=draft_pickers),
              plain=dict(step=step, load=load, open_gallery=open_gallery, open_named=open_named, replay=replay_views,
                         export=runs.export_trace, what_if=what_if, from_run=from_run))
-    h.generate = gpu_task(friendly(runs.api_generate(store)))
+    h.generate = one_per_session(gpu_task(friendly(runs.api_generate(store))))  # one model job per visitor
     return h
 
 
@@ -176,7 +178,7 @@ def _controls(store: ModelStore) -> tuple[list, gr.Slider]:
 
 
 def _tree_controls() -> list:
-    """[shape, children]: a chain of k, or a token tree verified in one target pass."""
+    """[shape, children, rule]: a chain of k, or a token tree verified in one target pass; the accept rule."""
     shape = gr.Dropdown(SHAPES, value="chain", allow_custom_value=True, label="Draft shape", elem_id="shape",
                         info="chain: k drafts in a row · chain:DEPTH,SIBLINGS: that chain plus leaves where "
                              "earlier rounds say the draft's other choice wins most · a tree: children per depth "
@@ -185,7 +187,10 @@ def _tree_controls() -> list:
     children = gr.Radio(["auto", "top", "iid", "distinct"], value="auto", label="Tree children",
                         info="top: the draft's best tokens · iid / distinct: drawn from q with / without "
                              "replacement (auto: top when greedy, distinct when sampling)")
-    return [shape, children]
+    rule = gr.Dropdown(RULE_CHOICES, value="leviathan", label="Acceptance rule", elem_id="rule",
+                       info="how a draft is accepted: Leviathan's min(1, p/q), or what some engines do instead (the "
+                            "acceptance rule lab compares them); lossy rules change the text's law (chains only)")
+    return [shape, children, rule]
 
 
 def _replay_section() -> tuple:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from ..config import DecodeConfig, TreeConfig
+from ..config import LOSSY, RULES, DecodeConfig, TreeConfig
+from ..labs.rules import VARIANTS
 
 MAX_PROMPT_CHARS = 4000
 
@@ -35,7 +36,7 @@ LIMITS = dict(k=(1, 16), temperature=(0, 2), top_k=(0, 100_000), top_p=(0.01, 1)
 
 
 def make_config(k, k_policy, temperature, top_k, top_p, max_new_tokens, seed, draft_stop=0.0, shape="chain",
-                children="auto") -> DecodeConfig:
+                children="auto", rule="leviathan", rule_options=None) -> DecodeConfig:
     """A DecodeConfig from form values, each within LIMITS (an API call can send any number); ``shape`` "chain"
     (k drafts a round) or a tree (``parse_tree``). A temperature between 0 and 0.01 is refused: dividing logits
     by it overflows."""
@@ -46,8 +47,22 @@ def make_config(k, k_policy, temperature, top_k, top_p, max_new_tokens, seed, dr
         number_in(v[name], name, low, high)
     if 0 < v["temperature"] < 0.01:
         raise ValueError(f"temperature must be 0 (greedy) or at least 0.01, got {v['temperature']:g}")
+    rule, draft_greedy = parse_rule(rule)
     return DecodeConfig(**v, k_policy=k_policy or "fixed", seed=as_int(seed, "seed"), max_k=max(10, v["k"]),
-                        tree=parse_tree(shape, children))
+                        tree=parse_tree(shape, children), rule=rule, draft_greedy=draft_greedy, **(rule_options or {}))
+
+
+# the accept rules a form offers (the rule lab's variants), as (label, value): lossy ones say so
+RULE_CHOICES = [(v.replace("+argmax", ", argmax drafts") + (" (lossy)" if v in LOSSY else ""), v) for v in VARIANTS]
+
+
+def parse_rule(value) -> tuple[str, bool]:
+    """(rule, draft_greedy) from a form's rule: a rule name, "name+argmax", or a label ending in " (lossy)"."""
+    text = str(value or "leviathan").removesuffix(" (lossy)")
+    rule, plus, drafting = text.partition("+")
+    if rule not in RULES or (plus and drafting != "argmax"):
+        raise ValueError(f"unknown acceptance rule: choose one of {', '.join(RULES)}, optionally with +argmax")
+    return rule, bool(plus)
 
 
 def parse_tree(shape, children="auto") -> TreeConfig | None:

@@ -6,7 +6,7 @@ import time
 
 import gradio as gr
 
-from ..config import EXAMPLE_PROMPTS
+from ..config import EXAMPLE_PROMPTS, LOSSY, RULES
 from ..labs import lossless
 from ..views import lab_plots
 from .budget import Budget
@@ -37,8 +37,11 @@ def title(variant: str, raw_note: str | None = None) -> str:
     return f"WRONG ({variant[7:]}): biased"
 
 
-def run_lossless(store: ModelStore, target, draft, prompt, extra, temperature, top_k, top_p, seed, draws, batch):
-    """Streams (status, test table, three emitted-token charts, decomposition chart)."""
+def run_lossless(store: ModelStore, target, draft, prompt, extra, temperature, top_k, top_p, seed, draws, batch,
+                 rule="leviathan"):
+    """Streams (status, test table, three emitted-token charts, decomposition chart); the correct column under
+    ``rule``, a lossless accept rule (a lossy one is refused: it is not correct)."""
+    lossless.check_correct_rule(rule)
     extra, draws = int(number_in(extra, "generated tokens", 0, 256)), int(number_in(draws, "draws", 100, 1_000_000))
     cfg = make_config(1, "fixed", temperature, top_k, top_p, max(extra, 1), seed)
     model, tok = store.target(target)
@@ -46,7 +49,7 @@ def run_lossless(store: ModelStore, target, draft, prompt, extra, temperature, t
     labels, raw_note = TokenLabels(tok), lossless.raw_mistake_note(d, cfg)
     decomp = lab_plots.decomposition_bars(lossless.decomposition(d.p, d.q), labels)
     start, budget = time.perf_counter(), Budget()
-    for frame in lossless.iter_lossless(d, draws, int(number_in(batch, "batch", 100, draws)), seed=cfg.seed):
+    for frame in lossless.iter_lossless(d, draws, int(number_in(batch, "batch", 100, draws)), seed=cfg.seed, rule=rule):
         table = lossless.fit_table(frame)
         rate = table.draws[0] * len(table) / (time.perf_counter() - start)
         # the first batch measures the rate: the whole request's time follows from it
@@ -78,6 +81,8 @@ def build(store: ModelStore) -> None:
         draws = gr.Number(5000, precision=0, label="draws")
         batch = gr.Number(500, precision=0, label="draws per update")
     sampling = sampling_controls(0.7)
+    rule = gr.Dropdown([r for r in RULES if r not in LOSSY], value="leviathan", label="Rule of the correct column",
+                       info="lossless rules only (lossy ones: the acceptance rule lab)")
     run_btn = gr.Button("Draw", variant="primary")
     status = gr.Markdown()
     table = gr.Dataframe(label="Goodness of fit against p", interactive=False)
@@ -85,5 +90,5 @@ def build(store: ModelStore) -> None:
         right, decomp = chart("Correct: the bars follow p."), chart("min(p, q) + (1 − β)·residual = p, token by token.")
     with gr.Row():
         wrong_a, wrong_b = chart("WRONG residual max(0, p − q(x))."), chart("WRONG q from the raw logits.")
-    run_btn.click(h.run_lossless, [target, draft, prompt, extra, *sampling, seed, draws, batch],
+    run_btn.click(h.run_lossless, [target, draft, prompt, extra, *sampling, seed, draws, batch, rule],
                   [status, table, right, wrong_a, wrong_b, decomp], api_visibility="undocumented", **LAB_QUEUE)

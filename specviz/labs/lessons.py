@@ -6,8 +6,8 @@ an ``answer`` rule that reads the correct choice off that run's numbers (never a
 and a ``reveal`` text whose {placeholders} are the run's numbers. Actions:
   run    one speculative run (and its baseline with "baseline": true) of the step's settings
   exact  a greedy speculative run beside the target's own greedy run: how many tokens agree
-  vary   the same settings with ``param`` set to each of ``values`` (k, temperature, draft, shape); numbers get
-         a suffix _0, _1, ... per value
+  vary   the same settings with ``param`` set to each of ``values`` (k, temperature, draft, shape, rule: an accept
+         rule or "rule+argmax", argmax drafts); numbers get a suffix _0, _1, ... per value
 Answer rules: "threshold" (metric below / above / equal to ``at``), "direction" (up / down / about the same from the
 first value to the last, 5% either way counting as the same), "highest" (the choice whose value scored most).
 """
@@ -21,8 +21,10 @@ from .. import theory
 from ..config import DecodeConfig, TreeConfig
 from ..decoder import autoregressive_generate, speculative_generate
 from ..models import ASSETS
+from ..rules import run_closed_forms
 from ..trace import Trace
 from .gallery import FOLDER
+from .rules import variant_config
 
 LESSONS = ASSETS.parent / "lessons"
 KINDS, RULES = ("run", "exact", "vary"), ("threshold", "direction", "highest")
@@ -103,6 +105,7 @@ def _one(pair, settings: dict, action: dict) -> dict:
     cfg = DecodeConfig(k=int(settings.get("k", 4)), temperature=float(settings.get("temperature", 0.8)),
                        max_new_tokens=int(settings.get("max_new_tokens", 48)), seed=int(settings.get("seed", 0)),
                        tree=None if shape == "chain" else TreeConfig.parse(shape))
+    cfg = variant_config(cfg, str(settings.get("rule", "leviathan")))  # an accept rule, "+argmax": argmax drafts
     trace = speculative_generate(target, draft, ids, cfg)
     numbers = metrics(trace)
     if action["kind"] == "exact" or action.get("baseline"):
@@ -116,6 +119,7 @@ def metrics(trace) -> dict:
     full = sum(bool(r.drafted) and not r.rejected for r in rounds)
     k = theory.mean_k(trace)
     return dict(tau=c.tau, acceptance=c.acceptance_rate, alpha=c.alpha, forwards_per_token=c.target_forwards_per_token,
+                tv=run_closed_forms(rounds)[1] or 0.0,
                 tokens_per_pass=1 / c.target_forwards_per_token if c.target_forwards_per_token else 0.0,
                 all_accepted_share=full / len(rounds) if rounds else 0.0, c=theory.cost_ratio(trace),
                 theory_tau=theory.expected_tokens(min(c.alpha, 1.0), round(k)) if k else 1.0)

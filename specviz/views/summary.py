@@ -12,6 +12,7 @@ import statistics
 from .. import theory
 from ..drafts import eagle, early_exit
 from ..models import HYBRIDS
+from ..rules import rule_of, run_closed_forms
 from ..trace import Trace
 
 MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_{}\[\]()#+\-.!|~])")
@@ -34,7 +35,9 @@ def summary_markdown(trace: Trace | None, base: Trace | None, chain: Trace | Non
         return tree_summary(trace, base, chain) + spread_note(spread)
     s = trace.summary()
     c, k, v = theory.cost_ratio(trace, base), theory.mean_k(trace), theory.verify_cost(trace, base)
-    predicted = theory.expected_speedup(s.alpha, k, c, v) if trace.mode == "speculative" else 1.0
+    closed = run_closed_forms(trace.rounds)[0]  # the run's rule's P(accept); Leviathan's is mean beta
+    alpha = min(s.alpha if closed is None else closed, 1.0)
+    predicted = theory.expected_speedup(alpha, k, c, v) if trace.mode == "speculative" else 1.0
     measured = theory.measured_speedup(trace, base)
     measured_txt = f"**{measured:.2f}×**" if measured else "*(no baseline: run the models to measure it)*"
     base_txt = f"{base.summary().tokens_per_s:.1f} tokens/s" if base else "–"
@@ -47,12 +50,29 @@ def summary_markdown(trace: Trace | None, base: Trace | None, chain: Trace | Non
         f"| {s.acceptance_rate:.2f} | {s.alpha:.2f} | {s.tau:.2f} | {s.target_forwards_per_token:.2f} | "
         f"{s.tokens_per_s:.1f} | {base_txt} |\n\n"
         f"**Speedup on this machine** measured {measured_txt} (tokens/s against an autoregressive run of the same target and "
-        f"settings) · predicted **{predicted:.2f}×** by (1 − α^(k+1)) / ((1 − α)(k c + v)) with α = {s.alpha:.2f}, "
+        f"settings) · predicted **{predicted:.2f}×** by (1 − α^(k+1)) / ((1 − α)(k c + v)) with α = {alpha:.2f}, "
         f"k = {k:.2f} (mean drafts per round), c = {c:.3f} (a draft step over one target forward) and "
         + (f"v = {v:.2f} (a verify pass over one target forward), both measured in these two runs."
            if base is not None else "v = 1 (Leviathan's assumption: the verify pass costs one forward; the "
            "baseline measures both), c over this run's verify pass.")
-    ) + draft_note(trace) + spread_note(spread)
+    ) + rule_note(trace, measured) + draft_note(trace) + spread_note(spread)
+
+
+def rule_note(trace: Trace, measured: float | None) -> str:
+    """The accept rule, where it is not Leviathan's with sampled drafts; a lossy one's cost in truth beside its speedup."""
+    cfg = trace.config
+    if trace.mode != "speculative" or (cfg.rule == "leviathan" and not cfg.draft_greedy):
+        return ""
+    alpha, tv = run_closed_forms(trace.rounds)
+    how = " with argmax drafts (q a point mass)" if cfg.draft_greedy and not cfg.greedy else ""
+    head = f"\n\n*Acceptance rule*: **{esc(cfg.rule)}**{how}"
+    if rule_of(cfg).lossless:
+        told = f"; its chance of accepting a verified draft {alpha:.2f} in closed form" if alpha is not None else ""
+        return head + f", lossless: the text keeps the target's law{told}."
+    speed = f"{measured:.2f}×" if measured else "(no baseline yet)"
+    return (head + f" (**lossy**): speedup {speed} at a cost in truth of TV = **{tv or 0.0:.3f}** per token (the total "
+            "variation between the law of each emitted token and the target's p, averaged over the positions "
+            "verified): the text is no longer the target's sample.")
 
 
 def draft_note(trace: Trace) -> str:

@@ -83,19 +83,39 @@ def _num(x) -> str:
     return "–" if x is None else f"{x:.3g}"
 
 
-def decision(r: Round, i: int, greedy: bool) -> str:
-    """The verify step's decision at drafted position i, in words, with the recorded numbers."""
+RULE_TESTS = {  # rule -> (its test: the bar u must pass, or the test in words; what a rejection emits)
+    "leviathan": ("min(1, p/q)", "a token is resampled from norm(max(0, p − q))"),
+    "point_mass": ("p (q taken as 1)", "a token is drawn from p without the draft"),
+    "lenient": ("min(1, p/(l·q))", "a token is resampled from norm(max(0, p − q))"),
+    "exact_match": ("the target draws its own token at u and keeps the draft if they are equal",
+                    "the target's own token is emitted"),
+    "typical": ("Medusa's typical acceptance: p above min(ε, δ·e^(−H(p)))", "the target's argmax is emitted"),
+    "optimistic": ("optimistic: every draft passes", "never"),
+}
+
+
+def decision(r: Round, i: int, greedy: bool, rule: str = "leviathan") -> str:
+    """The verify step's decision at drafted position i under the run's rule, in words, with the recorded numbers;
+    under another rule than Leviathan's, also what Leviathan's would have done with the same u."""
     status = _status(r, i)
     if status == "discarded":
         why = "an accepted EOS ended the run" if i < r.n_accepted else "an earlier draft in this round was rejected"
         return f"not verified: {why}; discarded"
     if greedy:
+        if rule == "optimistic":
+            return "accepted unchecked (optimistic: every draft passes)"
         return ("draft = target argmax: accepted" if status == "accepted"
                 else "draft ≠ target argmax: rejected; the target's argmax is appended instead")
-    a, u = r.accept_prob[i], r.u[i]
-    if status == "accepted":
-        return f"u = {_num(u)} < min(1, p/q) = {_num(a)}: accepted"
-    return f"u = {_num(u)} ≥ min(1, p/q) = {_num(a)}: rejected; a token is resampled from norm(max(0, p − q))"
+    (test, emitted), a, u = RULE_TESTS.get(rule, RULE_TESTS["leviathan"]), r.accept_prob[i], r.u[i]
+    verdict = "accepted" if status == "accepted" else f"rejected; {emitted}"
+    if rule in ("leviathan", "point_mass", "lenient"):
+        said = f"u = {_num(u)} {'<' if status == 'accepted' else '≥'} {test} = {_num(a)}: {verdict}"
+    else:
+        said = f"{test}: {verdict} (P(accept | x) = {_num(a)}, u = {_num(u)})"
+    if rule == "leviathan" or u is None:
+        return said
+    bar = min(1.0, r.p[i] / r.q[i]) if r.q[i] else 0.0
+    return f"{said} · Leviathan's rule, same u: {'accepted' if u < bar else 'rejected'} (min(1, p/q) = {_num(bar)})"
 
 
 def _status(r: Round, i: int) -> str:
@@ -113,7 +133,7 @@ def _draft_title(trace: Trace, r: Round, i: int, text: str) -> str:
     ratio = p / q if q else None
     return (f"{quoted(trace, r.drafted[i], text)}  round {r.index}, draft {i + 1} of {len(r.drafted)}\n"
             f"p = {_num(p)}   q = {_num(q)}   p/q = {_num(ratio)}   u = {_num(u)}   beta = {_num(b)}\n"
-            f"{decision(r, i, trace.config.greedy)}")
+            f"{decision(r, i, trace.config.greedy, trace.config.rule)}")
 
 
 def _next_title(trace: Trace, r: Round, status: str, token: int, text: str) -> str:
@@ -123,6 +143,8 @@ def _next_title(trace: Trace, r: Round, status: str, token: int, text: str) -> s
                 else "no drafts (autoregressive)" if r.k == 0 else "the drafter proposed nothing: one target token")
     elif trace.config.greedy:
         what = "after the rejection: the target's argmax"
+    elif trace.config.rule != "leviathan":
+        what = f"after the rejection ({trace.config.rule}): {RULE_TESTS[trace.config.rule][1]}"
     else:
         what = "after the rejection: drawn from the residual norm(max(0, p − q))"
     return f"{quoted(trace, token, text)}  {pos}\np = {_num(r.next_p)}\n{what}"
@@ -189,7 +211,7 @@ def replay_html(trace: Trace | None, index: int) -> str:
         ratio = r.p[i] / r.q[i] if r.q[i] else None
         cells = "".join(f"<td>{esc(_num(v))}</td>" for v in (r.q[i], r.p[i], ratio, r.accept_prob[i], r.u[i], r.beta[i]))
         span = token_span(texts.drafted[i], _status(r, i), _draft_title(trace, r, i, texts.drafted[i]))
-        verdict = esc(decision(r, i, trace.config.greedy))
+        verdict = esc(decision(r, i, trace.config.greedy, trace.config.rule))
         rows.append(f'<tr><td class="sv-left">{span}'
                     f'</td><td>{i + 1}</td>{cells}<td class="sv-left sv-decision">{verdict}</td></tr>')
     table = (f'<table class="sv-table"><tr><th class="sv-left">draft</th>{head}<th class="sv-left">decision</th></tr>'

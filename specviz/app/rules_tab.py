@@ -1,0 +1,100 @@
+"""The acceptance-rule lab's tab: the same prompts and seed under every rule engines use, what each costs in
+acceptance and in truth, and which rule each engine runs by default. Handlers take the store (``handlers(store)``
+binds them). Notation: p target, q draft, TV the total variation of the emitted token's law from p."""
+from __future__ import annotations
+
+import time
+
+import gradio as gr
+
+from ..config import EXAMPLE_PROMPTS
+from ..labs.rule_presets import presets_frame
+from ..labs.rules import TEMPERATURES, VARIANTS, rules_lab, variant_config
+from ..views import rule_plots
+from .budget import Budget, token_seconds
+from .forms import RULE_CHOICES, as_float, encode, make_config, split_prompts
+from .store import ModelStore
+from .widgets import LAB_QUEUE, SKIP, bind, chart, lab_inputs
+
+WHY = ("Why: Leviathan's rule accepts with min(1, p/q), so its acceptance is Σ min(p, q), which rises as T flattens "
+       "both models. An engine that drafts the argmax, or ignores q (a point mass), accepts with p(x) for that one "
+       "token: as T flattens p, p(x) falls, and so does acceptance. Both keep the target's law (TV 0). Lossy rules "
+       "(typical, optimistic, lenient) accept more by changing the law: their TV column is what that costs.")
+LABELS = dict((value, label) for label, value in RULE_CHOICES)
+
+
+def parse_temperatures(text) -> list[float]:
+    """Comma-separated temperatures, each 0 (greedy) or in [0.01, 2], 1 to 8 of them."""
+    try:
+        values = [float(v) for v in str(text or "").replace(" ", "").split(",") if v]
+    except ValueError:
+        raise ValueError(f"temperatures must be numbers separated by commas, got {text!r}") from None
+    if not values or len(values) > 8 or any(not (v == 0 or 0.01 <= v <= 2) for v in values):
+        raise ValueError("give 1 to 8 temperatures, each 0 (greedy) or between 0.01 and 2")
+    return values
+
+
+def rule_options(epsilon, delta, lenience) -> dict:
+    """The lossy rules' parameters, checked by DecodeConfig (epsilon in (0, 1), delta > 0, lenience in (0, 1])."""
+    return dict(typical_epsilon=as_float(epsilon, "typical epsilon"), typical_delta=as_float(delta, "typical delta"),
+                lenience=as_float(lenience, "lenience"))
+
+
+def run_lab(store: ModelStore, target, draft, prompts_text, temperatures_text, variants, k, max_new, seed,
+            epsilon=0.09, delta=0.3, lenience=0.5, draws=4000):
+    """Streams (status, table, acceptance chart, TV chart, speedup chart)."""
+    temperatures, variants = parse_temperatures(temperatures_text), list(variants or [])
+    if not variants:
+        raise ValueError("pick at least one acceptance rule")
+    cfg = make_config(k, "fixed", 1.0, 0, 1.0, max_new, seed, rule_options=rule_options(epsilon, delta, lenience))
+    for v in variants:
+        variant_config(cfg, v)  # a bad name fails here, before any model work
+    model, tok, drafter = store.pair(target, draft)
+    prompts = [encode(tok, p) for p in split_prompts(prompts_text)][:3]
+    budget, runs = Budget(), len(temperatures) * (len(variants) + 1) * len(prompts)
+    token_s = token_seconds(model, prompts[0], cfg)
+    budget.refuse_over(runs * cfg.max_new_tokens * token_s, f"this rule lab ({runs} runs)",
+                       "fewer temperatures, rules, prompts or new tokens")
+    yield f"*Running {runs} runs…*", SKIP, SKIP, SKIP, SKIP
+    start = time.time()
+    lab = rules_lab(model, drafter, prompts, temperatures, cfg, variants, int(as_float(draws, "draws")), tok,
+                    check=budget.check)
+    yield (f"**Done: {runs} runs in {time.time() - start:.1f} s.** {WHY}", lab.round(3),
+           rule_plots.acceptance_vs_temperature(lab), rule_plots.tv_vs_temperature(lab),
+           rule_plots.speedup_by_rule(lab))
+
+
+def handlers(store: ModelStore):
+    return bind(store, models=dict(run_rules_lab=run_lab))
+
+
+def build(store: ModelStore) -> None:
+    h = handlers(store)
+    gr.Markdown("The same prompts (at most 3), k and seed decoded under each acceptance rule, beside its closed form; "
+                "lossy rules also show their total variation from the target's p. The table below says which rule "
+                "each engine uses by default, read from its source.")
+    target, draft, prompts = lab_inputs(store, EXAMPLE_PROMPTS[:2], model=True)
+    if "lite" in store.list_drafters():
+        draft.value = "lite"  # a draft model: q is its own distribution, so the rules differ
+    with gr.Row():
+        temperatures = gr.Textbox(", ".join(f"{t:g}" for t in TEMPERATURES), label="Temperatures")
+        k = gr.Number(4, precision=0, label="k")
+        max_new = gr.Number(24, precision=0, label="new tokens per run")
+        seed = gr.Number(0, precision=0, label="seed")
+    variants = gr.CheckboxGroup([(LABELS[v], v) for v in VARIANTS], value=list(VARIANTS), label="Rules")
+    with gr.Row():
+        epsilon = gr.Number(0.09, label="typical ε (Medusa: 0.09)")
+        delta = gr.Number(0.3, label="typical δ (Medusa: 0.3)")
+        lenience = gr.Number(0.5, label="lenience l (1 = Leviathan)")
+        draws = gr.Number(4000, precision=0, label="draws at one context (Monte Carlo)")
+    run_btn = gr.Button("Run acceptance rule lab", variant="primary")
+    status = gr.Markdown("*Press Run acceptance rule lab.*")
+    table = gr.Dataframe(label="Per rule and temperature", interactive=False)
+    with gr.Row():
+        acceptance = chart("Measured acceptance per rule (solid) beside its closed form over the same contexts (dashed).")
+        tv = chart("Lossy rules: what they change, TV of the emitted token's law from p (×: one context, sampled).")
+    speed = chart("Expected speedup τ / (k c + v) per rule, with this machine's measured c and v.")
+    gr.Dataframe(presets_frame(), label="Engines' default rules (from their source)", interactive=False, wrap=True)
+    run_btn.click(h.run_rules_lab, [target, draft, prompts, temperatures, variants, k, max_new, seed, epsilon, delta,
+                                    lenience, draws], [status, table, acceptance, tv, speed],
+                  api_visibility="undocumented", **LAB_QUEUE)

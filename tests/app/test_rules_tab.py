@@ -1,0 +1,68 @@
+"""The acceptance-rule lab's tab and the rule in the explorer, through the bound handlers on tiny models: the lab's
+table and charts, bad settings as readable gr.Errors, a lossy rule's summary with its TV, the replay's Leviathan
+comparison, and the losslessness lab refusing a lossy rule in its correct column."""
+import gradio as gr
+import pytest
+
+from specviz.app import explorer, forms, lossless_tab, rules_tab
+from tests.helpers.models import last
+
+LAB = dict(target="tiny-target", draft="tiny", prompts_text="ROMEO:", temperatures_text="0, 1", k=2, max_new=6, seed=0)
+
+
+def test_the_tab_runs_the_lab_and_draws_its_charts(store):
+    h = rules_tab.handlers(store)
+    status, table, acceptance, tv, speed = last(h.run_rules_lab(**LAB, variants=["leviathan", "typical",
+                                                                                "exact_match+argmax"], draws=500))
+    assert "Done: 8 runs" in status and len(table) == 6 and set(table.rule) == {"leviathan", "typical",
+                                                                                 "exact_match+argmax"}
+    assert acceptance.data and tv.data and speed.data
+    assert any("typical" in t.name for t in tv.data) and not any("leviathan" in t.name for t in tv.data)
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(variants=["medusa"]), "rule must be one of"),
+    (dict(variants=[]), "pick at least one"),
+    (dict(temperatures_text="hot"), "temperatures must be numbers"),
+    (dict(temperatures_text="3"), "between 0.01 and 2"),
+    (dict(epsilon=1.5), "typical_epsilon must be a number in"),
+    (dict(delta=0), "typical_delta must be a number > 0"),
+    (dict(lenience=0), "lenience must be a number in"),
+])
+def test_bad_settings_are_readable_errors(store, change, message):
+    h = rules_tab.handlers(store)
+    with pytest.raises(gr.Error, match=message):
+        last(h.run_rules_lab(**{**LAB, "variants": ["leviathan"], **change}))
+
+
+def test_the_explorer_runs_a_lossy_rule_and_says_what_it_costs(store):
+    h = explorer.handlers(store)
+    out = last(h.run("ROMEO:", "tiny-target", "tiny", 3, "fixed", 1.0, 0, 1.0, 10, 3, False, None, 0.0, "chain",
+                     "auto", "typical"))
+    trace, summary, replay = out[0], out[3], out[5]
+    assert trace.config.rule == "typical" and "(**lossy**)" in summary and "TV = **" in summary
+    assert "Leviathan&#x27;s rule, same u:" in replay  # escaped HTML
+    chain = last(h.run("ROMEO:", "tiny-target", "tiny", 3, "fixed", 1.0, 0, 1.0, 10, 3, False, None, 0.0, "chain",
+                       "auto", "exact_match+argmax"))
+    assert chain[0].config.draft_greedy and "lossless" in chain[3] and "argmax drafts" in chain[3]
+    with pytest.raises(gr.Error, match="a token tree is verified with Leviathan's rule"):
+        last(h.run("ROMEO:", "tiny-target", "tiny", 3, "fixed", 1.0, 0, 1.0, 10, 3, False, None, 0.0, "3,2",
+                   "auto", "typical"))
+
+
+def test_rule_choices_label_lossy_rules():
+    labels = dict(forms.RULE_CHOICES)
+    assert labels["typical (lossy)"] == "typical" and labels["leviathan"] == "leviathan"
+    assert forms.parse_rule("lenient (lossy)") == ("lenient", False)
+    assert forms.parse_rule("exact_match+argmax") == ("exact_match", True)
+    with pytest.raises(ValueError, match="unknown acceptance rule"):
+        forms.parse_rule("leviathan+sampled")
+
+
+def test_the_losslessness_lab_refuses_a_lossy_rule_as_correct(store):
+    h = lossless_tab.handlers(store)
+    args = ("tiny-target", "tiny", "ROMEO:", 0, 0.8, 0, 1.0, 0, 200, 200)
+    with pytest.raises(gr.Error, match="typical is lossy"):
+        last(h.run_lossless(*args, "typical"))
+    status, table, *_ = last(h.run_lossless(*args, "exact_match"))
+    assert "draws per variant" in status and len(table) == 3
