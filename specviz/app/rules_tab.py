@@ -9,7 +9,7 @@ import gradio as gr
 
 from ..config import EXAMPLE_PROMPTS
 from ..labs.rule_presets import presets_frame
-from ..labs.rules import TEMPERATURES, VARIANTS, rules_lab, variant_config
+from ..labs.rules import VARIANTS, rules_lab, variant_config
 from ..views import rule_plots
 from .budget import Budget, token_seconds
 from .forms import RULE_CHOICES, as_float, encode, make_config, split_prompts
@@ -21,6 +21,7 @@ WHY = ("Why: Leviathan's rule accepts with min(1, p/q), so its acceptance is Σ 
        "token: as T flattens p, p(x) falls, and so does acceptance. Both keep the target's law (TV 0). Lossy rules "
        "(typical, optimistic, lenient) accept more by changing the law: their TV column is what that costs.")
 LABELS = dict((value, label) for label, value in RULE_CHOICES)
+TAB_TEMPERATURES = (0.0, 0.7, 1.0)  # the tab's default: greedy, where engines' rules start to cost, and T = 1
 
 
 def parse_temperatures(text) -> list[float]:
@@ -77,7 +78,7 @@ def build(store: ModelStore) -> None:
     if "lite" in store.list_drafters():
         draft.value = "lite"  # a draft model: q is its own distribution, so the rules differ
     with gr.Row():
-        temperatures = gr.Textbox(", ".join(f"{t:g}" for t in TEMPERATURES), label="Temperatures")
+        temperatures = gr.Textbox(", ".join(f"{t:g}" for t in TAB_TEMPERATURES), label="Temperatures")
         k = gr.Number(4, precision=0, label="k")
         max_new = gr.Number(24, precision=0, label="new tokens per run")
         seed = gr.Number(0, precision=0, label="seed")
