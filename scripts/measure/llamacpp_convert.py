@@ -6,9 +6,10 @@ pre-tokenizer, and check the result against specviz (tokenization and greedy con
 
 Needs: a llama.cpp source tree with its built binaries (``build/bin/llama-server``; default: the one vendored in
 /work/ext/llama_cpp_python-*/vendor/llama.cpp) and its gguf-py installed in this venv
-(``pip install -e <llama.cpp>/gguf-py``). Takes about 1 minute (2 CPU cores): loading and saving the two models, the
-conversion, and the check (a llama-server started on the target). Writes, under --out: ``<name>-hf/`` (a plain fp32
-Hugging Face folder with the family's tokenizer) and ``<name>-f32.gguf`` for each model.
+(``pip install -e <llama.cpp>/gguf-py``; the converter also imports sentencepiece). Takes about 15 seconds (2 CPU
+cores): loading and saving the two models, the conversion, and the check (a llama-server started on the target).
+Writes, under --out: ``<name>-hf/`` (a plain fp32 Hugging Face folder with the family's tokenizer) and
+``<name>-f32.gguf`` for each model.
 
 How the tokenizer is registered. The converter recognises a BPE tokenizer's pre-tokenizer by a hash: it encodes a
 fixed check text (``chktxt``, the ``CHK_TXT`` of ``convert_hf_to_gguf_update.py``), takes sha256 of ``str(ids)``,
@@ -118,18 +119,24 @@ def post(url: str, body: dict) -> dict:
         return json.loads(r.read())
 
 
-def start_server(bin_dir: Path, model: Path, port: int, extra=(), log=None) -> subprocess.Popen:
-    proc = subprocess.Popen([str(bin_dir / "llama-server"), "-m", str(model), "--port", str(port), "-t", "2",
-                             "-c", "512", "-np", "1", *extra], stdout=log or subprocess.DEVNULL,
+def server_command(bin_dir: Path, model: Path, port: int, threads: int = 2, extra=()) -> list[str]:
+    """llama-server on one slot, context 512, the given threads, /metrics on, no web UI."""
+    return [str(bin_dir / "llama-server"), "-m", str(model), "--port", str(port), "-t", str(threads), "-c", "512",
+            "-np", "1", "--metrics", "--no-webui", *extra]
+
+
+def start_server(bin_dir: Path, model: Path, port: int, extra=(), log=None, threads: int = 2) -> subprocess.Popen:
+    """Start llama-server and wait until /health answers."""
+    proc = subprocess.Popen(server_command(bin_dir, model, port, threads, extra), stdout=log or subprocess.DEVNULL,
                             stderr=subprocess.STDOUT if log else subprocess.DEVNULL)
     for _ in range(300):
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
                 if r.status == 200:
                     return proc
-        except Exception:
+        except Exception as e:
             if proc.poll() is not None:
-                raise RuntimeError(f"llama-server exited ({proc.returncode})")
+                raise RuntimeError(f"llama-server exited ({proc.returncode})") from e
             time.sleep(0.5)
     proc.terminate()
     raise RuntimeError("llama-server did not come up")
