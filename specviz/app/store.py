@@ -15,6 +15,7 @@ import torch
 from .. import models
 from ..drafts import eagle, early_exit
 from ..drafts.cross import drafting_through
+from ..drafts.pairing import vocab_fingerprint
 from ..runtime.local import EXTRA_ENV, extra_models
 
 CACHE_ENV = "SPECVIZ_MODEL_CACHE_GB"
@@ -57,6 +58,7 @@ class ModelStore:
         self.limit_bytes = cache_limit_bytes() if limit_bytes is None else limit_bytes
         self._cache: OrderedDict[tuple[str, str], tuple[object, int]] = OrderedDict()  # oldest use first
         self._pairs_ok: dict[tuple[str, str], object] = {}  # checked pairs: None, or the draft's other tokenizer
+        self._digests: dict[str, str | None] = {}  # a target's tokenizer digest, read once (drafts_for)
         self._lock = threading.Lock()
 
     def default_target(self) -> str | None:
@@ -103,6 +105,26 @@ class ModelStore:
         elif hasattr(drafter, "for_target"):  # a bundled draft with its own tokenizer (cross.py)
             drafter = drafter.for_target(tok)
         return model, tok, drafter
+
+    def drafts_for(self, target: str) -> list[str]:
+        """The drafts that fit ``target``: every one for a target with the bundled family's tokenizer; for another
+        (an operator's local model), those that draft through its tokenizer or read its own tokens (model drafts,
+        wrapped as in ``pair``; prompt lookup; its own early exits), not the family's n-grams, hybrids and exits."""
+        names = self.list_drafters()
+        if target in models.list_models() or self._load_tokenizer is None or target not in self.list_targets():
+            return names
+        if self._digest(target) == self._digest(models.DEFAULT_TARGET):
+            return names
+        family = set(models.list_ngrams()) | set(models.list_hybrids())
+        return [d for d in names if d not in family and models.self_draft_base(d) in (None, target)]
+
+    def _digest(self, name: str) -> str | None:
+        if name not in self._digests:
+            try:
+                self._digests[name] = vocab_fingerprint(self._load_tokenizer(name))
+            except ValueError:
+                self._digests[name] = None
+        return self._digests[name]
 
     def cached(self) -> list[tuple[str, str]]:
         """(kind, name) of the models held, least recently used first."""

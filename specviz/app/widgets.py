@@ -92,6 +92,14 @@ def draft_picker(store: ModelStore, label: str = "Draft", model: bool = False) -
     return gr.Dropdown(store.list_drafters(), value=store.default_draft(model), label=label)
 
 
+def drafts_for(store: ModelStore, target, user_drafts, current):
+    """The explorer's draft choices for a newly picked target: only the drafts that fit it (its vocabulary), the
+    current one kept where it still fits, else the store's default or the first that fits."""
+    choices = store.drafts_for(target) + [n for n in (user_drafts or {}) if n not in store.list_drafters()]
+    keep = current if current in choices else store.default_draft() if store.default_draft() in choices else None
+    return gr.update(choices=choices, value=keep or (choices[0] if choices else None))
+
+
 def lab_inputs(store: ModelStore, prompts: list[str], multi: bool = False, lines: int = 4, model: bool = False) -> tuple:
     """A lab's (target, draft or drafts, prompts) pickers: the models in one row, the prompts below (``model``: the
     default draft model selected, for labs that need one)."""
