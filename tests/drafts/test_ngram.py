@@ -263,3 +263,37 @@ def test_files_with_base_v_codes_still_load(tmp_path):
     old = NGramModel.load(tmp_path)
     assert all(torch.equal(a, b) for a, b in zip(model.keys, old.keys))
     assert torch.equal(model.distribution([4, 5]), old.distribution([4, 5]))
+
+
+@pytest.mark.slow
+def test_fit_ngram_fits_any_models_own_greedy_text(tmp_path):
+    """scripts/train/fit_ngram.py --target: a model of any vocabulary, its own greedy text, its tokenizer's digest;
+    the table then drafts for that model with greedy output equal to the model's own."""
+    import json
+    import subprocess
+    import sys
+
+    from transformers import AutoTokenizer
+
+    from specviz import load_model, speculative_generate
+    from specviz.models import ASSETS
+    from tests.helpers.models import tiny_llama
+
+    tiny_llama(vocab=4096, seed=2, sharpen=20).save_pretrained(tmp_path / "m")
+    AutoTokenizer.from_pretrained(ASSETS / "tokenizer").save_pretrained(tmp_path / "m")
+    (tmp_path / "prompts.txt").write_text("ROMEO:\n\nTo be, or not to be")
+    script = ASSETS.parents[1] / "scripts" / "train" / "fit_ngram.py"
+    subprocess.run([sys.executable, str(script), "--target", str(tmp_path / "m"), "--prompts",
+                    str(tmp_path / "prompts.txt"), "--minutes", "0", "--new-tokens", "24", "--order", "4",
+                    "--min-count", "1", "--out", str(tmp_path / "table")], check=True, capture_output=True)
+    info = json.loads((tmp_path / "table" / "ngram.json").read_text())
+    target, tok = load_model(str(tmp_path / "m"))
+    assert info["vocab_size"] == 4096 and info["tokenizer"] == target.specviz_vocab
+    table = NGramModel.load(tmp_path / "table")
+    ids = tok("ROMEO:", return_tensors="pt").input_ids
+    cfg = DecodeConfig(k=4, temperature=0, max_new_tokens=24)
+    trace = speculative_generate(target, NGramDrafter(table), ids, cfg)
+    from specviz import autoregressive_generate
+
+    assert trace.new_tokens == autoregressive_generate(target, ids, cfg).new_tokens
+    assert trace.summary().acceptance_rate > 0.5  # its own greedy text: the table knows what comes next
