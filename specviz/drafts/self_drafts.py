@@ -43,7 +43,7 @@ class ExitDrafter(ModelDrafter):
 
     def attach(self, target: CachedLM) -> None:
         same = getattr(self.model, "exit_of", None) is target.model
-        self.target_lm = target if self.shared and same and target.path == "lean" else None
+        self.target_lm = target if self.shared and same and isinstance(target.cache, LeanLlama) else None
 
     def start(self, prompt, cfg, vocab_size, device):
         if self.target_lm is None or cfg.tree is not None:  # its own cache, as any draft model
@@ -129,7 +129,7 @@ class FeatureDrafter(Drafter):
     def attach(self, target: CachedLM) -> None:
         if target.model is not self.target_model and _same_weights(target.model, self.target_model):
             self.target_model = target.model  # the same target loaded twice: draft for the copy in use
-        if target.model is not self.target_model or target.path != "lean":
+        if target.model is not self.target_model or not isinstance(target.cache, LeanLlama):
             raise ValueError(f"{self.name} drafts from its own target's hidden states: it needs that target "
                              "(a Llama model) on the lean forward path")
         self.target_lm = target

@@ -142,7 +142,7 @@ def _relayout(model) -> Weights:
                    _t(head), head.bias.detach() if getattr(head, "bias", None) is not None else None)
 
 
-def _linear(x: torch.Tensor, w_t: torch.Tensor, b: torch.Tensor | None, residual: torch.Tensor | None = None):
+def linear(x: torch.Tensor, w_t: torch.Tensor, b: torch.Tensor | None, residual: torch.Tensor | None = None):
     """residual + x @ W_t + b, the addends folded into the matmul (addmm); several rows on an fp32 CPU go through
     oneDNN with the weight packed once (``packed_linear``: 0.5-0.7x MKL's GEMM there)."""
     out = packed_linear.linear(x, w_t, b, residual)
@@ -159,7 +159,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return F.rms_norm(x.float(), weight.shape, None, eps).to(x.dtype) * weight
 
 
-def _rope_(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+def rope_(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """apply_rotary_pos_emb in place and bit for bit on x (n, heads, hd), cos and sin (n, 1, hd):
     x cos + rotate_half(x) sin, where rotate_half(x) sin = roll(x, hd/2) sin_signed and
     sin_signed = (-sin[:hd/2], sin[hd/2:]) (negation is exact)."""
@@ -235,7 +235,7 @@ class LeanLlama:
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         """The LM head over normed hidden states h (n, d): (n, V)."""
-        return _linear(h, self.w.head_t, self.w.head_b)
+        return linear(h, self.w.head_t, self.w.head_b)
 
     def layers(self, x: torch.Tensor, start: int, stack, positions: torch.Tensor | None = None,
                visible: torch.Tensor | None = None) -> torch.Tensor:
@@ -253,11 +253,11 @@ class LeanLlama:
         elif n > 1:  # rows follow the packed queries in _attend: group member r, token i at row r n + i
             mask = (self.cols[:end] <= self.cols[start:end, None]).repeat(self.nh // self.nkv, 1)  # (g n, end)
         for blk, kv in stack:
-            attn = self._attend(_linear(rms_norm(x, blk.ln1, self.eps), blk.qkv_t, blk.qkv_b), kv, start, mask,
+            attn = self._attend(linear(rms_norm(x, blk.ln1, self.eps), blk.qkv_t, blk.qkv_b), kv, start, mask,
                                 cos, sin)
-            x = _linear(attn, blk.o_t, blk.o_b, residual=x)
-            gate_up = _linear(rms_norm(x, blk.ln2, self.eps), blk.gu_t, blk.gu_b)  # (n, 2 I)
-            x = _linear(F.silu(gate_up[:, : self.inter]) * gate_up[:, self.inter:], blk.down_t, blk.down_b, residual=x)
+            x = linear(attn, blk.o_t, blk.o_b, residual=x)
+            gate_up = linear(rms_norm(x, blk.ln2, self.eps), blk.gu_t, blk.gu_b)  # (n, 2 I)
+            x = linear(F.silu(gate_up[:, : self.inter]) * gate_up[:, self.inter:], blk.down_t, blk.down_b, residual=x)
         return x
 
     def _attend(self, qkv: torch.Tensor, kv: torch.Tensor, start: int, mask, cos, sin) -> torch.Tensor:
@@ -265,7 +265,7 @@ class LeanLlama:
         positions [0, start + n), after writing their keys and values to kv (2 nkv, capacity, hd)."""
         n, nh, nkv, hd = qkv.shape[0], self.nh, self.nkv, self.hd
         qkv = qkv.view(n, nh + 2 * nkv, hd)  # heads: nh queries, nkv keys, nkv values
-        _rope_(qkv[:, : nh + nkv], cos, sin)
+        rope_(qkv[:, : nh + nkv], cos, sin)
         kv[:, start: start + n] = qkv[:, nh:].transpose(0, 1)  # keys and values side by side: one write
         # the g = nh / nkv query heads sharing a key/value head are packed as g n rows of one head, as
         # transformers' pack_gqa does: no repeated keys, and sdpa's fused CPU kernel takes 4-D input
@@ -293,4 +293,4 @@ class LeanLlama:
         with torch.inference_mode():
             cos, sin = self.rotary(embed, self.cols[None])  # (1, cap, hd) each, in the model's dtype
         half = self.hd // 2
-        self.cos, self.sin = cos[0], torch.cat((-sin[0, :, :half], sin[0, :, half:]), dim=-1)  # sin signed for _rope_
+        self.cos, self.sin = cos[0], torch.cat((-sin[0, :, :half], sin[0, :, half:]), dim=-1)  # sin signed for rope_

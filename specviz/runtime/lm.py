@@ -13,7 +13,7 @@ from contextlib import contextmanager
 
 import torch
 
-from . import lean_llama
+from . import lean_gemma, lean_llama
 from .forwards import DynamicForward, StaticForward, model_device, sliding_window
 from .tree_mask import tree_attention
 
@@ -151,7 +151,7 @@ def choose_path(model, path: str) -> str:
     if path not in PATHS:
         raise ValueError(f"path must be one of {PATHS}, got {path!r}")
     if path in ("auto", "lean"):
-        return "lean" if lean_llama.supports(model) else "dynamic"
+        return "lean" if lean_llama.supports(model) or lean_gemma.supports(model) else "dynamic"
     if path == "static" and (not getattr(model, "_can_compile_fullgraph", False) or sliding_window(model)):
         return "dynamic"  # StaticCache needs a model written for it (transformers' compile-ready ones), no window
     return path
@@ -159,7 +159,7 @@ def choose_path(model, path: str) -> str:
 
 def make_cache(model, path: str, cache_kw: str):
     if path == "lean":
-        return lean_llama.LeanLlama(model)
+        return lean_gemma.LeanGemma3(model) if lean_gemma.supports(model) else lean_llama.LeanLlama(model)
     return StaticForward(model, cache_kw) if path == "static" else DynamicForward(model, cache_kw)
 
 

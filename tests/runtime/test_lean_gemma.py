@@ -1,0 +1,66 @@
+"""The lean Gemma-3 forward against transformers' on tiny random models (no download): the logits of a prefill, of
+one token at a time past the sliding window, and of a verify pass after a rollback; greedy speculative output equal
+to the model's own greedy output on the lean path."""
+import pytest
+import torch
+from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+from specviz import DecodeConfig, PromptLookupDrafter, autoregressive_generate, speculative_generate
+from specviz.runtime import lean_gemma
+from specviz.runtime.lm import CachedLM
+
+
+def tiny_gemma(seed=0, window=6, layers=4, heads=4, kv_heads=1):
+    torch.manual_seed(seed)
+    cfg = Gemma3TextConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
+                           num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=16,
+                           max_position_embeddings=256, sliding_window=window, query_pre_attn_scalar=16,
+                           layer_types=["sliding_attention"] * (layers - 1) + ["full_attention"],
+                           bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    model = Gemma3ForCausalLM(cfg).eval()
+    with torch.no_grad():  # Gemma's norms start at zero (scale 1): give them some shape
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.normal_(0, 0.3)
+    return model
+
+
+def reference_logits(model, ids: list[int]) -> torch.Tensor:
+    with torch.no_grad():
+        return model(torch.tensor([ids])).logits[0]
+
+
+@pytest.mark.parametrize("kv_heads", [1, 2])
+def test_lean_logits_match_transformers_past_the_window(kv_heads):
+    model = tiny_gemma(kv_heads=kv_heads)
+    assert lean_gemma.supports(model)
+    ids = torch.randint(0, 96, (20,), generator=torch.Generator().manual_seed(1)).tolist()
+    want = reference_logits(model, ids)
+    lean = lean_gemma.LeanGemma3(model)
+    got = lean.forward(torch.tensor(ids[:9]))  # a prefill past the window of 6
+    for i in range(9, 14):  # one token at a time
+        got = torch.cat([got, lean.forward(torch.tensor([ids[i]]))])
+    lean.crop(12)  # a rollback, then a verify pass of several rows
+    got = torch.cat([got[:12], lean.forward(torch.tensor(ids[12:20]))])
+    torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-4)
+
+
+def test_cached_lm_takes_the_lean_path_and_greedy_speculation_is_exact():
+    model = tiny_gemma(seed=3)
+    assert CachedLM(model).path == "lean"
+    ids = torch.tensor([[5, 9, 11, 5, 9, 11, 5, 9, 11, 3]])
+    cfg = DecodeConfig(k=4, temperature=0, max_new_tokens=30)
+    own = autoregressive_generate(model, ids, cfg).new_tokens
+    seq = ids[0].tolist()
+    for _ in range(30):  # the same greedy text by full forwards, no cache at all
+        seq.append(int(reference_logits(model, seq)[-1].argmax()))
+    assert own == seq[ids.shape[1]:]
+    assert speculative_generate(model, PromptLookupDrafter(), ids, cfg).new_tokens == own
+
+
+def test_what_the_lean_path_does_not_take():
+    model = tiny_gemma()
+    model.config.final_logit_softcapping = 30.0
+    assert not lean_gemma.supports(model)
+    with pytest.raises(ValueError, match="cannot score a token tree"):
+        lean_gemma.LeanGemma3(tiny_gemma()).forward(torch.tensor([1, 2]), positions=torch.tensor([0, 1]))
