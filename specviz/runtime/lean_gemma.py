@@ -21,7 +21,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .lean_llama import FIRST_CAPACITY, instrumented, linear, rope_
+from .lean_common import instrumented, linear, rope_
+from .lean_llama import FIRST_CAPACITY
 
 KINDS = ("sliding_attention", "full_attention")
 

@@ -11,15 +11,12 @@ so the logits match transformers' to ~1e-5 in fp32 (the bundled target) and ~1e-
 Rollback is overwrite-by-position: ``crop`` only moves the write position back.
 
 Exactness of batched verification: fp32 kernels round a row differently with 1 or 5 rows (several rows go
-through oneDNN over packed weights, ``packed_linear``), yet over 3100 verify rows of the bundled target (MKL's
-GEMM) and its greedy runs since (oneDNN) no argmax changed. In bf16 (on a CPU with AVX512-BF16) the GEMMs
-at the bundled target's shapes are row-exact but sdpa is not: the greedy text of the bundled pair left
-the target's own bf16 greedy text in 7 of 10 prompts (256 tokens). Half precision therefore attends
-through ``row_exact_attention`` (plain matmuls, softmax in float32): 0 of 10. bf16 is not the default: on
-such a CPU (2026-12-01) its rows are cheap (10 rows 1.3x one, fp32 1.4-2.1x) but a one-token pass is no faster
-than fp32's, so the pair was no faster end to end; on CPUs without native bf16 it is slower.
-Supported: ``model_type == "llama"`` (LlamaForCausalLM) with SiLU MLPs and a RoPE whose frequencies
-do not change with the sequence length (not "dynamic" / "longrope"), on one device, not instrumented
+through oneDNN over packed weights, ``packed_linear``), yet over 3100 verify rows of the bundled target no argmax
+changed. In bf16 (AVX512-BF16) the GEMMs at the bundled shapes are row-exact but sdpa is not (the bundled pair's
+greedy text left the target's own in 7 of 10 prompts), so half precision attends through ``row_exact_attention``
+(0 of 10). bf16 is not the default: its rows are cheap (10 rows 1.3x one) but a one-token pass is no faster.
+Supported: ``model_type`` llama, qwen2 or mistral (one block layout) with SiLU MLPs, no sliding window, a RoPE
+whose frequencies do not change with the length (not "dynamic" / "longrope"), on one device, not instrumented
 with hooks; ``supports`` says whether a model qualifies, and CachedLM uses transformers otherwise.
 """
 from __future__ import annotations
@@ -29,9 +26,8 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch.nn.modules import module as nn_module
 
-from . import packed_linear
+from .lean_common import instrumented, linear, rms_norm, rope_, row_exact_attention  # noqa: F401 (rms_norm: part of this API)
 
 FIRST_CAPACITY = 256  # cached positions allocated up front; doubled whenever a feed needs more
 
@@ -42,19 +38,22 @@ def supports(model) -> bool:
     cfg = getattr(model, "config", None)
     rope = getattr(cfg, "rope_parameters", None) or {}
     devices = set((getattr(model, "hf_device_map", None) or {}).values())
-    return (getattr(cfg, "model_type", None) == "llama" and getattr(cfg, "hidden_act", None) == "silu"
+    return (getattr(cfg, "model_type", None) in LLAMA_LIKE and not _window(cfg)
+            and getattr(cfg, "hidden_act", None) == "silu"
             and rope.get("rope_type", "default") not in ("dynamic", "longrope")
             and getattr(cfg, "pretraining_tp", 1) == 1 and len(devices) <= 1
             and hasattr(model, "model") and hasattr(model.model, "rotary_emb") and not instrumented(model))
 
 
-def instrumented(model) -> bool:
-    """Whether calling the model runs anything beyond its modules' own forwards (transformers' output-capture
-    hooks do nothing unless hidden states or attentions are asked for, which CachedLM never does)."""
-    hooks = [*nn_module._global_forward_hooks.values(), *nn_module._global_forward_pre_hooks.values()]
-    for m in model.modules():
-        hooks += [*m._forward_hooks.values(), *m._forward_pre_hooks.values()]
-    return "forward" in vars(model) or any(getattr(h, "__name__", "") != "output_capturing_hook" for h in hooks)
+LLAMA_LIKE = ("llama", "qwen2", "mistral")  # one block layout: Qwen2 adds q/k/v biases, SmolLM is a Llama
+
+
+def _window(cfg) -> int | None:
+    """The sliding window a Llama-like config turns on (Mistral's ``sliding_window``, Qwen2's when
+    ``use_sliding_window``): the lean path attends over every position, so such a model takes transformers'."""
+    if getattr(cfg, "model_type", None) == "qwen2" and not getattr(cfg, "use_sliding_window", False):
+        return None
+    return getattr(cfg, "sliding_window", None)
 
 
 @dataclass(frozen=True)
@@ -140,43 +139,6 @@ def _relayout(model) -> Weights:
     head = model.get_output_embeddings()
     return Weights(model.model.embed_tokens.weight.detach(), tuple(blocks), model.model.norm.weight.detach(),
                    _t(head), head.bias.detach() if getattr(head, "bias", None) is not None else None)
-
-
-def linear(x: torch.Tensor, w_t: torch.Tensor, b: torch.Tensor | None, residual: torch.Tensor | None = None):
-    """residual + x @ W_t + b, the addends folded into the matmul (addmm); several rows on an fp32 CPU go through
-    oneDNN with the weight packed once (``packed_linear``: 0.5-0.7x MKL's GEMM there)."""
-    out = packed_linear.linear(x, w_t, b, residual)
-    if out is not None:
-        return out
-    addend = residual if b is None else (b if residual is None else residual + b)
-    return x @ w_t if addend is None else torch.addmm(addend, x, w_t)
-
-
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """LlamaRMSNorm bit for bit (normalised in float32, cast back, then scaled) in 1-3 ops instead of 7."""
-    if x.dtype == torch.float32:
-        return F.rms_norm(x, weight.shape, weight, eps)
-    return F.rms_norm(x.float(), weight.shape, None, eps).to(x.dtype) * weight
-
-
-def rope_(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """apply_rotary_pos_emb in place and bit for bit on x (n, heads, hd), cos and sin (n, 1, hd):
-    x cos + rotate_half(x) sin, where rotate_half(x) sin = roll(x, hd/2) sin_signed and
-    sin_signed = (-sin[:hd/2], sin[hd/2:]) (negation is exact)."""
-    rotated = x.roll(x.shape[-1] // 2, -1) * sin
-    return x.mul_(cos).add_(rotated)
-
-
-def row_exact_attention(q, k, v, mask, scale: float) -> torch.Tensor:
-    """Attention whose every row is bit-identical however many rows a call holds and wherever the masked keys
-    sit (a verify pass, a token tree, one token at a time): scores and the value sum as plain half-precision
-    matmuls (row-exact where the CPU's bf16 matmuls are: the bundled target's shapes with AVX512-BF16, not every
-    shape or CPU), the softmax in float32, row by row. sdpa's fused CPU kernel is not: in bf16 it rounded a row
-    differently with 1 or 11 rows, which changed the bundled pair's greedy text in 7 of 10 prompts."""
-    scores = (q @ k.transpose(-1, -2)).float().mul_(scale)
-    if mask is not None:
-        scores.masked_fill_(~mask, float("-inf"))
-    return scores.softmax(-1).to(v.dtype) @ v
 
 
 class LeanLlama:

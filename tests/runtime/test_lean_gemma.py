@@ -64,3 +64,27 @@ def test_what_the_lean_path_does_not_take():
     assert not lean_gemma.supports(model)
     with pytest.raises(ValueError, match="cannot score a token tree"):
         lean_gemma.LeanGemma3(tiny_gemma()).forward(torch.tensor([1, 2]), positions=torch.tensor([0, 1]))
+
+
+@pytest.mark.parametrize("family", ["qwen2", "mistral"])
+def test_llama_like_families_take_the_lean_path_with_transformers_logits(family):
+    from transformers import MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    from specviz.runtime import lean_llama
+
+    common = dict(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=256, bos_token_id=None, eos_token_id=None,
+                  pad_token_id=None, tie_word_embeddings=False)
+    torch.manual_seed(0)
+    if family == "qwen2":
+        model = Qwen2ForCausalLM(Qwen2Config(**common)).eval()  # q/k/v with biases
+        assert model.model.layers[0].self_attn.q_proj.bias is not None
+    else:
+        model = MistralForCausalLM(MistralConfig(**common, sliding_window=None)).eval()
+    assert lean_llama.supports(model) and CachedLM(model).path == "lean"
+    ids = torch.randint(0, 96, (16,), generator=torch.Generator().manual_seed(2)).tolist()
+    lean = lean_llama.LeanLlama(model)
+    got = torch.cat([lean.forward(torch.tensor(ids[:10])), *(lean.forward(torch.tensor([i])) for i in ids[10:])])
+    torch.testing.assert_close(got, reference_logits(model, ids), atol=2e-5, rtol=1e-4)
+    windowed = MistralForCausalLM(MistralConfig(**common, sliding_window=8)).eval()
+    assert not lean_llama.supports(windowed)  # a window the lean path does not keep: transformers' forward
