@@ -14,7 +14,7 @@ from ..views.runs import batch_rows_frame, batch_rows_html
 from .forms import as_int, encode, make_config, split_prompts
 from .runs import STREAM_EVERY_S
 from .store import ModelStore
-from .widgets import LAB_QUEUE, bind, chart, draft_picker, run_settings, target_picker
+from .widgets import LAB_QUEUE, bind, chart, draft_picker, follow_target, run_settings, target_picker
 
 MAX_BATCH = 8  # rows one Batch run decodes together
 BENCH_SIZES, BENCH_TOKENS = (1, 2, 4), 12  # the small-scale benchmark: a few tokens per row, < ~30 s
@@ -66,6 +66,7 @@ def build(store: ModelStore) -> None:
                 f"own number of drafts. Row b uses seed + b. At most {MAX_BATCH} prompts.")
     with gr.Row():
         target, draft = target_picker(store), draft_picker(store, model=True)
+    follow_target(store, target, draft)
     prompts = gr.Textbox("\n\n".join(EXAMPLE_PROMPTS[:3]), lines=6, label="Prompts (separate with an empty line)")
     form = run_settings(32)
     with gr.Row():

@@ -15,7 +15,7 @@ from ..views.runs import compare_timelines_html
 from .budget import Budget, token_seconds
 from .forms import as_int, encode, make_config
 from .store import ModelStore, user_pair
-from .widgets import LAB_QUEUE, SKIP, bind, chart, run_settings, target_picker
+from .widgets import LAB_QUEUE, SKIP, bind, chart, follow_target, run_settings, target_picker
 
 
 def table_views(table: pd.DataFrame) -> tuple:
@@ -91,6 +91,7 @@ def build(store: ModelStore, user_drafts: gr.State) -> gr.CheckboxGroup:
     with gr.Row():
         target = target_picker(store)
         drafts = gr.CheckboxGroup(store.list_drafters(), value=store.list_drafters(), label="Drafts")
+    follow_target(store, target, drafts, user_drafts)
     prompt = gr.Textbox(EXAMPLE_PROMPTS[1], lines=2, label="Prompt")
     form = run_settings(48)
     draft_stop = gr.Number(0, minimum=0, maximum=0.99, label="stop drafting below draft confidence q(x) (0 = off; "

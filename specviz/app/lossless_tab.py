@@ -12,7 +12,7 @@ from ..views import lab_plots
 from .budget import Budget
 from .forms import encode, make_config, number_in
 from .store import ModelStore
-from .widgets import LAB_QUEUE, bind, chart, draft_picker, sampling_controls, target_picker
+from .widgets import LAB_QUEUE, bind, chart, draft_picker, follow_target, sampling_controls, target_picker
 
 
 class TokenLabels(dict):
@@ -74,6 +74,7 @@ def build(store: ModelStore) -> None:
                 "from unprocessed logits while the draft samples from processed ones.")
     with gr.Row():
         target, draft = target_picker(store), draft_picker(store, model=True)
+    follow_target(store, target, draft)
     prompt = gr.Textbox(EXAMPLE_PROMPTS[0], lines=2, label="Context")
     with gr.Row():
         extra = gr.Number(0, precision=0, label="then generate this many tokens with the target")

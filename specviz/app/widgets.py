@@ -100,6 +100,23 @@ def drafts_for(store: ModelStore, target, user_drafts, current):
     return gr.update(choices=choices, value=keep or (choices[0] if choices else None))
 
 
+def fitting_update(store: ModelStore, target, current, mine=None):
+    """A draft picker's new choices for a picked target: the drafts that fit it, the user's own after them, the
+    current value (one, or several) kept where it still fits."""
+    choices = store.drafts_for(target) + [n for n in (mine or {}) if n not in store.list_drafters()]
+    if isinstance(current, list):
+        return gr.update(choices=choices, value=[c for c in current if c in choices] or choices[:1])
+    return gr.update(choices=choices, value=current if current in choices else (choices[0] if choices else None))
+
+
+def follow_target(store: ModelStore, target, draft, user_drafts=None) -> None:
+    """Keep a draft picker (a dropdown, multiselect or checkboxes) to the drafts that fit the target picked
+    (``ModelStore.drafts_for``): no tab offers a draft whose vocabulary cannot be the target's."""
+    states = [user_drafts] if user_drafts is not None else []
+    target.input(functools.partial(fitting_update, store), [target, draft, *states], [draft],
+                 api_visibility="private")
+
+
 def lab_inputs(store: ModelStore, prompts: list[str], multi: bool = False, lines: int = 4, model: bool = False) -> tuple:
     """A lab's (target, draft or drafts, prompts) pickers: the models in one row, the prompts below (``model``: the
     default draft model selected, for labs that need one)."""
@@ -110,6 +127,7 @@ def lab_inputs(store: ModelStore, prompts: list[str], multi: bool = False, lines
                                 label="Drafts")
         else:
             draft = draft_picker(store, model=model)
+    follow_target(store, target, draft)
     text = gr.Textbox("\n\n".join(prompts), lines=lines, label="Prompts (separate with an empty line)")
     return target, draft, text
 

@@ -105,3 +105,19 @@ def test_the_app_offers_only_drafts_that_fit_a_local_model_of_another_tokenizer(
     assert store.drafts_for("target") == store.list_drafters()  # the family's own target: every draft
     update = drafts_for(store, "words", {}, "ngram-target")  # the explorer's dropdown on picking the target
     assert update["value"] in fit and update["choices"] == fit
+
+
+def test_every_tabs_draft_picker_follows_the_target(tmp_path, monkeypatch):
+    from specviz.app.store import ModelStore
+    from specviz.app.widgets import fitting_update
+
+    tiny_llama(vocab=64, layers=4).save_pretrained(tmp_path / "words")
+    _write_tokenizer(tmp_path / "words", 64)
+    monkeypatch.setenv("SPECVIZ_EXTRA_MODELS", f"words={tmp_path / 'words'}")
+    store = ModelStore()
+    several = fitting_update(store, "words", ["ngram", "lite", "prompt-lookup"])  # a multiselect or checkboxes
+    assert several["value"] == ["lite", "prompt-lookup"]
+    assert fitting_update(store, "words", "target@6")["value"] in store.drafts_for("words")
+    assert fitting_update(store, "target", "target@6")["value"] == "target@6"
+    mine = fitting_update(store, "words", "prompt-lookup", {"my-draft": object()})
+    assert mine["choices"][-1] == "my-draft" and mine["value"] == "prompt-lookup"
