@@ -9,7 +9,20 @@ import os
 import gradio as gr
 
 from ..views.timeline import CSS
-from . import batch_tab, compare_tab, distill_tab, explorer, learn_tab, links, lossless_tab, sweep_tab, temperature_tab, tree_tab
+from . import (
+    batch_tab,
+    compare_tab,
+    distill_tab,
+    engine_tab,
+    explorer,
+    learn_tab,
+    links,
+    lossless_tab,
+    rules_tab,
+    sweep_tab,
+    temperature_tab,
+    tree_tab,
+)
 from .store import ModelStore
 
 TITLE = "specviz: see speculative decoding"
@@ -18,7 +31,8 @@ INTRO = ("# specviz: see speculative decoding\nA small **draft** guesses k token
 
 
 def build_demo(store: ModelStore | None = None) -> gr.Blocks:
-    """Top-level tabs: the explorer, the labs (k sweep, trees, losslessness, distillation), compare drafts, batch."""
+    """Top-level tabs: the explorer, the labs (k sweep, trees, losslessness, distillation), compare drafts, batch,
+    your engine's run."""
     store = store or ModelStore()
     # gradio's copies of served files and uploads go after an hour (checked every 10 minutes)
     with gr.Blocks(title=TITLE, delete_cache=(600, 3600)) as demo:
@@ -40,6 +54,8 @@ def build_demo(store: ModelStore | None = None) -> gr.Blocks:
                     tree_tab.build(store)
                 with gr.Tab("Temperature lab"):
                     temperature_tab.build(store)
+                with gr.Tab("Acceptance rule lab"):
+                    rules_tab.build(store)
                 with gr.Tab("Losslessness lab"):
                     lossless_tab.build(store)
                 with gr.Tab("Distillation lab"):
@@ -48,6 +64,8 @@ def build_demo(store: ModelStore | None = None) -> gr.Blocks:
                 compare_drafts = compare_tab.build(store, user_drafts)
             with gr.Tab("Batch", id="batch"):
                 batch_tab.build(store)
+            with gr.Tab("Your engine", id="engine"):
+                engine_tab.build(store)
         trained.then(h.draft_pickers, [user_drafts], [explorer_draft, compare_drafts], api_visibility="undocumented")
         demo.load(links.page_loader(store), None, h.link_fields, api_visibility="private")
         demo.load(links.gallery_loader(h.open_named, len(h.run_outputs)), None, h.run_outputs,

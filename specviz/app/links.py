@@ -14,7 +14,7 @@ FIELDS = ["prompt", "target", "draft", "k", "k_policy", "temperature", "top_k", 
 NUMBERS = {"k": int, "temperature": float, "top_k": int, "top_p": float, "max_new_tokens": int, "seed": int}
 
 
-TABS = ("explorer", "learn", "labs", "compare", "batch")
+TABS = ("explorer", "learn", "labs", "compare", "batch", "engine")
 
 
 def query(*values) -> str:

@@ -1,0 +1,188 @@
+"""What the "Your engine" tab reads, below the tab: pasted text and uploaded files as EngineRuns (grouped into
+runs, temperatures filled in), the cost model from one of three sources, and a specviz run to put beside them.
+Inputs are held to the trace import's size limit; every error is a ValueError that says what to change (the
+library's, with the uploaded files' temporary paths shown as their names)."""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from ..config import EXAMPLE_PROMPTS
+from ..decoder import speculative_generate
+from ..engines import CostModel, EngineRun, cost_from_llama_bench, parse_verify, read_engine_run, total
+from ..engines.read import with_temperature
+from ..engines.specviz_trace import trace_run
+from ..labs import hardware
+from ..trace import MAX_TRACE_BYTES
+from .budget import Budget, token_seconds
+from .forms import encode, make_config, number_in
+from .runs import import_trace
+from .store import ModelStore
+
+ONE_RUN, PER_FILE, PER_TEMPERATURE = ("one run (the parts of a log, two scrapes)", "one run per file",
+                                      "one run per temperature")
+GROUPINGS = (ONE_RUN, PER_FILE, PER_TEMPERATURE)
+TYPED, BENCH, MEASURE = "typed c and v", "llama-bench output", "measure here"
+COSTS = (TYPED, BENCH, MEASURE)
+MAX_FILES = 32
+PASTED = "the pasted text"
+
+
+def file_paths(files) -> list[str]:
+    """gradio's upload value (None, one path, a list of paths or of file objects) as paths."""
+    if not files:
+        return []
+    items = files if isinstance(files, (list, tuple)) else [files]
+    return [str(getattr(f, "name", f)) for f in items]
+
+
+def inputs(text, files) -> tuple[list, dict[str, str]]:
+    """The items to read (the pasted text as bytes, never taken for a path; uploads by path) and how to name
+    each in a message, after the size checks: each input, and all together, at most the trace import's limit."""
+    paths, items, names = file_paths(files), [], {}
+    if len(paths) > MAX_FILES:
+        raise ValueError(f"{len(paths)} files: at most {MAX_FILES} at once")
+    if text and str(text).strip():
+        items.append(str(text).encode("utf-8"))
+        names[f"input {len(items)}"] = PASTED
+    for path in paths:
+        items.append(path)
+        names[path] = Path(path).name
+    if not items:
+        raise ValueError("nothing to read: paste a log excerpt, a /metrics scrape or JSON responses, or upload files")
+    sizes = {names.get(f"input {i}", names.get(str(item), str(item))): size_of(item) for i, item in enumerate(items, 1)}
+    for name, size in list(sizes.items()) + [("all the inputs together", sum(sizes.values()))]:
+        if size > MAX_TRACE_BYTES:
+            raise ValueError(f"{name} is {size / 2**20:.1f} MiB; at most {MAX_TRACE_BYTES / 2**20:.0f} MiB (the "
+                             "trace import's limit): paste an excerpt, or the scrapes around the interval you want")
+    return items, names
+
+
+def size_of(item) -> int:
+    if isinstance(item, bytes):
+        return len(item)
+    try:
+        return Path(item).stat().st_size
+    except OSError as error:
+        raise ValueError(f"could not read the upload {Path(item).name}: {error.strerror}") from None
+
+
+def renamed(error: Exception, names: dict[str, str]) -> ValueError:
+    message = str(error)
+    for raw, shown in sorted(names.items(), key=lambda item: -len(item[0])):
+        message = message.replace(raw, shown)
+    return ValueError(message)
+
+
+def read_runs(text, files, grouping: str, temperatures: str = "") -> list[EngineRun]:
+    """EngineRuns from the inputs: all as one run, one per input, or the inputs' runs summed per temperature (and
+    format); then the typed temperatures filled in where the formats do not say (one for all runs, or one each)."""
+    items, names = inputs(text, files)
+    if grouping not in GROUPINGS:
+        raise ValueError(f"grouping must be one of {GROUPINGS}, got {grouping!r}")
+    try:
+        if grouping == ONE_RUN:
+            runs = [read_engine_run(items if len(items) > 1 else items[0])]
+        else:
+            runs = [read_engine_run(item) for item in items]  # the pasted text, read alone, is "input 1" too
+        if grouping == PER_TEMPERATURE:
+            runs = by_temperature(runs)
+        return typed_temperatures(runs, temperatures)
+    except ValueError as error:
+        raise renamed(error, names) from None
+
+
+def by_temperature(runs: list[EngineRun]) -> list[EngineRun]:
+    """Runs of one format and temperature summed, in the order first met (a temperature not reported: one group)."""
+    groups: dict[tuple, list[EngineRun]] = {}
+    for run in runs:
+        key = (run.source, None if run.temperature is None else round(run.temperature, 3))
+        groups.setdefault(key, []).append(run)
+    return [g[0] if len(g) == 1 else total(g, g[0].source).with_notes(f"{len(g)} inputs summed (same format and "
+                                                                       "temperature)") for g in groups.values()]
+
+
+def typed_temperatures(runs: list[EngineRun], text: str) -> list[EngineRun]:
+    if not str(text or "").strip():
+        return runs
+    try:
+        values = [float(v) for v in str(text).replace(" ", "").split(",") if v]
+    except ValueError:
+        raise ValueError(f"temperatures must be numbers separated by commas, got {text!r}") from None
+    if len(values) == 1:
+        values *= len(runs)
+    if len(values) != len(runs):
+        raise ValueError(f"{len(values)} temperatures for {len(runs)} runs: give one for all, or one per run")
+    return [with_temperature(run, number_in(t, "temperature", 0, 100)) for run, t in zip(runs, values)]
+
+
+def labels(runs: list[EngineRun]) -> list[str]:
+    """What the charts and tables call each run ("" for a lone run)."""
+    if len(runs) == 1:
+        return [runs[0].source]
+    return [f"run {i}: {r.source}" + (f", T = {r.temperature:g}" if r.temperature is not None else "")
+            for i, r in enumerate(runs, 1)]
+
+
+# -- the cost model ---------------------------------------------------------------------------------------------
+def typed_cost(c, v) -> CostModel:
+    return CostModel(c=number_in(c, "c (a draft step over a target forward)", 0, 100),
+                     verify=parse_verify(str(v or "1")), source="typed")
+
+
+def bench_cost(text, file, c) -> CostModel:
+    """From pasted or uploaded llama-bench output; the typed c where it benched only the target."""
+    path = file_paths(file)
+    if path and Path(path[0]).stat().st_size > MAX_TRACE_BYTES:
+        raise ValueError(f"the llama-bench file is over {MAX_TRACE_BYTES / 2**20:.0f} MiB: not llama-bench output")
+    if not path and not str(text or "").strip():
+        raise ValueError("paste llama-bench output (llama-bench -m TARGET.gguf -m DRAFT.gguf -p 1,2,4,8,16 -n 64, "
+                         "its table, -o json or -o csv) or upload it, or pick another cost source")
+    source = path[0] if path else str(text).encode("utf-8")
+    if not path and len(source) > MAX_TRACE_BYTES:
+        raise ValueError(f"the pasted llama-bench output is over {MAX_TRACE_BYTES / 2**20:.0f} MiB")
+    names = {path[0]: Path(path[0]).name} if path else {"input 1": PASTED}
+    try:
+        try:
+            cost = cost_from_llama_bench(source)
+        except ValueError as error:
+            if "give c" not in str(error) or c is None or str(c).strip() == "":
+                raise
+            cost = cost_from_llama_bench(source, c=number_in(c, "c", 0, 100))
+    except ValueError as error:
+        raise renamed(error, names) from None
+    return replace(cost, source=str(renamed(ValueError(cost.source), names)))
+
+
+def measured_cost(store: ModelStore, target: str, draft: str, repeats: int = 5) -> hardware.Hardware:
+    """The hardware lab on a pair from the store, refused up front when its pilot says it would overrun the
+    request's budget, checked between repeats."""
+    budget = Budget()
+    model, tok, drafter = store.pair(target, draft)
+    prompt = encode(tok, EXAMPLE_PROMPTS[0])[0].tolist()
+    budget.refuse_over(hardware.pilot_seconds(model, prompt, repeats=repeats), "measuring this machine's costs",
+                       "type c and v, or paste llama-bench output")
+    return hardware.measure(model, drafter, prompt, repeats=repeats, check=budget.check)
+
+
+# -- a specviz run beside the engine's -----------------------------------------------------------------------------
+def imported_run(path) -> EngineRun:
+    if file_paths(path) and Path(file_paths(path)[0]).stat().st_size > MAX_TRACE_BYTES:
+        raise ValueError(f"the trace is over {MAX_TRACE_BYTES / 2**20:.0f} MiB: at most that much")
+    trace, _ = import_trace(file_paths(path)[0] if file_paths(path) else None)
+    return trace_run(trace)
+
+
+def pair_run(store: ModelStore, target: str, draft: str, k, temperature, max_new, seed=0) -> EngineRun:
+    """The pair at this k and temperature over the example prompts, within the request's budget."""
+    budget = Budget()
+    cfg = make_config(k, "fixed", temperature, 0, 1.0, max_new, seed)
+    model, tok, drafter = store.pair(target, draft)
+    prompts = [encode(tok, p) for p in EXAMPLE_PROMPTS]
+    budget.refuse_over(len(prompts) * cfg.max_new_tokens * token_seconds(model, prompts[0], cfg),
+                       f"running {target} + {draft} on {len(prompts)} prompts", "fewer new tokens")
+    runs = []
+    for ids in prompts:
+        budget.check()
+        runs.append(trace_run(speculative_generate(model, drafter, ids, cfg)))
+    return total(runs, keep_series=False).with_notes(f"{len(runs)} example prompts summed")

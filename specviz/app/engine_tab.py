@@ -1,0 +1,163 @@
+"""The "Your engine" tab: an engine's speculative-decoding counts (vLLM, llama.cpp, SGLang, TensorRT-LLM or a
+specviz trace), pasted or uploaded, read (``specviz.engines``), diagnosed and advised under a cost model that is
+typed, read from llama-bench output or measured here (``specviz.labs.hardware``); a specviz run optionally beside
+it. Handlers are module-level functions taking the store (``handlers(store)`` binds them); ``build`` lays out."""
+from __future__ import annotations
+
+import gradio as gr
+import pandas as pd
+
+from ..engines import FORMATS, Advice, advise, diagnose, fit_alpha
+from ..views import engine_plots as plots
+from ..views import engine_report as report
+from . import engine_inputs as inputs
+from .store import ModelStore
+from .widgets import LAB_QUEUE, bind, chart, draft_picker, target_picker
+
+NOTHING, TRACE, PAIR = "nothing", "an imported specviz trace", "the chosen pair at this k and temperature"
+BESIDE = (NOTHING, TRACE, PAIR)
+ACCEPTED = "Accepted: " + "; ".join(f.split(" (")[0] for f in FORMATS) + "."
+PLACEHOLDER = ("INFO 12-02 10:00:00 [metrics.py:96] SpecDecoding metrics: Mean acceptance length: 2.40, Accepted "
+               "throughput: 28.00 tokens/s, Drafted throughput: 60.00 tokens/s, Accepted: 280 tokens, Drafted: 600 "
+               "tokens, Per-position acceptance rate: 0.700, 0.470, 0.230, Avg Draft acceptance rate: 46.7%")
+
+
+def cost_model(store: ModelStore, source, c, v, bench_text, bench_file, target, draft):
+    """(CostModel, the hardware lab's table or None) from the chosen source."""
+    if source == inputs.MEASURE:
+        hw = inputs.measured_cost(store, target, draft)
+        return hw.cost, hw
+    if source == inputs.BENCH:
+        return inputs.bench_cost(bench_text, bench_file, c), None
+    if source == inputs.TYPED:
+        return inputs.typed_cost(c, v), None
+    raise ValueError(f"the cost source must be one of {inputs.COSTS}, got {source!r}")
+
+
+def beside_run(store: ModelStore, beside, trace_file, target, draft, k, temperature, max_new):
+    """(label, EngineRun) of the specviz run to show beside the engine's, or None."""
+    if beside == TRACE:
+        run = inputs.imported_run(trace_file)
+        return f"specviz trace: {run.model or 'a run'}, k = {run.k}", run
+    if beside == PAIR:
+        run = inputs.pair_run(store, target, draft, k, temperature, max_new)
+        return f"specviz: {target} + {draft}, k = {run.k}, T = {run.temperature:g}", run
+    if beside != NOTHING:
+        raise ValueError(f"beside must be one of {BESIDE}, got {beside!r}")
+    return None
+
+
+def advice_views(runs, names, cost) -> tuple[str, pd.DataFrame, object]:
+    """(Markdown of each run's advice, their tables in one, the first advice's chart)."""
+    texts, tables, first = [], [], None
+    for name, run in zip(names, runs):
+        try:
+            advice: Advice = advise(run, cost)
+        except ValueError as error:
+            texts.append(f"No advice for {report.md(name)}: {report.md(error)}")
+            continue
+        texts.append(report.advice_markdown(advice, run.source, name if len(runs) > 1 else ""))
+        tables.append(advice.table.assign(run=name) if len(runs) > 1 else advice.table)
+        first = first or (advice, name)
+    table = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
+    figure = plots.advice_chart(first[0].table, first[1]) if first else plots.message_figure("No advice")
+    return "\n\n".join(texts), table, figure
+
+
+def cost_chart(cost, hw, runs):
+    """v(n) and the speedup it implies at the first run's alpha: measured here, or the cost model's points."""
+    fit = next((f for f in (fit_alpha(r) for r in runs) if f is not None), None)
+    if hw is not None:
+        table = hw.table
+    elif len(cost.verify) > 1:
+        rows, v = zip(*cost.verify)
+        table = pd.DataFrame(dict(rows=rows, v=v, v_min=v, v_max=v))
+    else:
+        return plots.message_figure(f"v = {cost.verify[0][1]:g} for every pass: no curve to draw")
+    return plots.verify_cost_chart(table, fit.alpha if fit else 0.7, cost.c)
+
+
+def analyse(store: ModelStore, text, files, grouping, temperatures, cost_source, c, v, bench_text, bench_file,
+            target, draft, beside, trace_file, k, temperature, max_new):
+    """(status, runs, findings, advice, advice table, cost, 5 charts, the specviz run beside)."""
+    runs = inputs.read_runs(text, files, grouping, temperatures)
+    cost, hw = cost_model(store, cost_source, c, v, bench_text, bench_file, target, draft)
+    extra = beside_run(store, beside, trace_file, target, draft, k, temperature, max_new)
+    names = inputs.labels(runs)
+    findings = diagnose(runs if len(runs) > 1 else runs[0], cost)
+    advice_text, table, advice_figure = advice_views(runs, names, cost)
+    shown = dict(zip(names, runs)) | (dict([extra]) if extra else {})
+    status = (f"**Read {len(runs)} run{'s' if len(runs) > 1 else ''}**: "
+              + "; ".join(report.md(r.source) for r in runs) + f". {len(findings)} findings.")
+    runs_text = "\n\n".join(report.run_markdown(r, n if len(runs) > 1 else "") for r, n in zip(runs, names))
+    beside_text = report.run_markdown(extra[1], extra[0]) if extra else ""
+    return (status, runs_text, report.findings_markdown(findings), advice_text, table,
+            report.cost_markdown(cost, hw.free_rows if hw else None),
+            plots.positions_chart(plots.positions_frame(shown)), plots.histogram_chart(plots.histogram_frame(shown)),
+            advice_figure, plots.series_chart(plots.series_frame(shown)), cost_chart(cost, hw, runs), beside_text)
+
+
+def handlers(store: ModelStore):
+    return bind(store, models=dict(read_engine=analyse))
+
+
+def _cost_inputs(store: ModelStore) -> list:
+    with gr.Row():
+        source = gr.Radio(list(inputs.COSTS), value=inputs.TYPED, label="Cost source", elem_id="engine-cost")
+        c = gr.Number(0.1, label="c: a draft step over a target forward")
+        v = gr.Textbox("1", label="v: one number, or rows:cost like 1:1,2:1.05,8:1.3")
+    with gr.Accordion("llama-bench output (-p 1,2,4,8,16 -n 64, both models)", open=False):
+        bench_text = gr.Textbox(lines=4, label="Paste its table, -o json or -o csv")
+        bench_file = gr.File(label="...or upload it", file_count="single")
+    with gr.Row():
+        target, draft = target_picker(store), draft_picker(store, model=True)
+    return [source, c, v, bench_text, bench_file, target, draft]
+
+
+def _beside_inputs() -> list:
+    with gr.Accordion("A specviz run beside it", open=False):
+        beside = gr.Radio(list(BESIDE), value=NOTHING, label="Beside the engine's run")
+        trace_file = gr.File(label="specviz trace JSON (the explorer's export)", file_count="single")
+        with gr.Row():
+            k = gr.Number(4, precision=0, label="k")
+            temperature = gr.Number(0, label="temperature")
+            max_new = gr.Number(32, precision=0, label="new tokens per prompt")
+    return [beside, trace_file, k, temperature, max_new]
+
+
+def build(store: ModelStore) -> None:
+    h = handlers(store)
+    gr.Markdown("Bring your engine's run: paste a log excerpt, a `/metrics` scrape or JSON responses, or upload "
+                "files. The tab names the format it detected, every rate with its definition, what the doctor "
+                "finds, and the k to run with under a cost model. " + report.md(ACCEPTED))
+    with gr.Row():
+        text = gr.Textbox(lines=8, label="Paste engine output", placeholder=PLACEHOLDER, elem_id="engine-text")
+        files = gr.File(label="...or upload files", file_count="multiple", elem_id="engine-files")
+    with gr.Row():
+        grouping = gr.Radio(list(inputs.GROUPINGS), value=inputs.ONE_RUN, label="Several inputs are")
+        temperatures = gr.Textbox("", label="Temperatures where the format does not say (one, or one per run)")
+    cost = _cost_inputs(store)
+    beside = _beside_inputs()
+    read_btn = gr.Button("Read and diagnose", variant="primary", elem_id="engine-read")
+    status = gr.Markdown("*Paste or upload, then Read and diagnose.*", elem_id="engine-status")
+    runs_md = gr.Markdown(elem_id="engine-runs")
+    findings = gr.Markdown(elem_id="engine-findings")
+    with gr.Row():
+        positions = chart("Per position: accepted / steps (left), accepted / reached (right); dashed: Leviathan's "
+                          "i.i.d. model at the fitted α (α^i and α).", elem_id="engine-positions")
+        histogram = chart("Steps by how many drafts they accepted, beside the model's truncated geometric.",
+                          elem_id="engine-histogram")
+    advice_md = gr.Markdown(elem_id="engine-advice")
+    with gr.Row():
+        advice_plot = chart("Expected speedup per k: the i.i.d. fit with α's interval, the measured curve's points.",
+                            elem_id="engine-advice-plot")
+        verify_plot = chart("What a verify pass of n rows costs (v), and the speedup it implies.",
+                            elem_id="engine-verify-plot")
+    advice_table = gr.Dataframe(label="Advice per k", interactive=False)
+    cost_md = gr.Markdown(elem_id="engine-cost-model")
+    series = chart("Over the run: each interval's acceptance (log lines, scrape deltas, requests).",
+                   elem_id="engine-series")
+    beside_md = gr.Markdown(elem_id="engine-beside")
+    read_btn.click(h.read_engine, [text, files, grouping, temperatures, *cost, *beside],
+                   [status, runs_md, findings, advice_md, advice_table, cost_md, positions, histogram, advice_plot,
+                    series, verify_plot, beside_md], api_visibility="undocumented", **LAB_QUEUE)

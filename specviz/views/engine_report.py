@@ -1,0 +1,94 @@
+"""An engine's run in words: its format, counts, rates, the doctor's findings, the advice and the cost model, as
+Markdown. Every string an engine (or a visitor) provided goes through ``md``: each character through ``timeline.esc`` (no
+markup), Markdown's own punctuation as entities (no links, emphasis, table cells or LaTeX from input)."""
+from __future__ import annotations
+
+from ..engines import Advice, CostModel, EngineRun, Finding, rates
+from ..engines.flags import engine_of, flag_for
+from ..engines.run import count_fields
+from .timeline import esc
+
+MARKDOWN = {c: f"&#{ord(c)};" for c in "\\`*_[]|#~$:@"}  # emphasis, code, links, tables, LaTeX, autolinks
+SEVERITY = {"problem": "**Problem**", "warning": "**Worth a look**", "info": "Measured"}
+ENGINES = ("vllm", "llama.cpp", "sglang", "tensorrt-llm")
+
+
+def md(text) -> str:
+    """``text`` inert in Markdown and HTML: it renders as itself."""
+    return "".join(MARKDOWN.get(ch) or esc(ch) for ch in str(text))
+
+
+def run_markdown(run: EngineRun, label: str = "") -> str:
+    """The detected format, the counts as reported, what the reader derived (the run's notes), every rate with
+    its definition."""
+    head = f"### {md(label)}\n" if label else ""
+    settings = [f"model {md(run.model)}" if run.model else "",
+                f"temperature {run.temperature:g}" if run.temperature is not None else "temperature not reported"]
+    lines = [f"{head}**Detected format: {md(run.source)}** ({', '.join(s for s in settings if s)})", "",
+             "| count | value |", "| --- | --- |"]
+    lines += [f"| {name} | {getattr(run, name):,} |" for name in count_fields() if getattr(run, name) is not None]
+    missing = [name for name in count_fields() if getattr(run, name) is None]
+    if run.accepted_per_pos is not None:
+        lines.append(f"| accepted per position | {', '.join(map(str, run.accepted_per_pos))} |")
+    if run.histogram is not None:
+        lines.append(f"| steps by drafts accepted (0, 1, ...) | {', '.join(map(str, run.histogram))} |")
+    lines.append("")
+    lines.append("Counts above are as the engine reported them"
+                 + (f"; not reported: {', '.join(missing)}." if missing else "."))
+    if run.notes:
+        lines += ["", "**Derived, not reported** (how the reader recovered them):"]
+        lines += [f"- {md(n)}" for n in run.notes]
+    if run.series:
+        lines += ["", f"A series of {len(run.series)} intervals (log lines, scrape deltas or requests), in order."]
+    lines += ["", "| rate (derived) | value | definition |", "| --- | --- | --- |"]
+    lines += [f"| {md(r.name)} | {r.value:.4g} | {md(r.definition)} |" for r in rates(run)]
+    return "\n".join(lines)
+
+
+def findings_markdown(findings: list[Finding]) -> str:
+    if not findings:
+        return "The doctor found nothing to report."
+    order = {"problem": 0, "warning": 1, "info": 2}
+    out = ["#### What the doctor finds"]
+    for f in sorted(findings, key=lambda f: order[f.severity]):
+        numbers = ", ".join(f"{md(k)} = {_number(v)}" for k, v in f.numbers.items() if not isinstance(v, list))
+        out.append(f"- {SEVERITY[f.severity]} ({md(f.code)}): {md(f.text)}" + (f"  \n  *{numbers}*" if numbers else ""))
+    return "\n".join(out)
+
+
+def _number(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return md(value)
+
+
+def advice_markdown(advice: Advice, source: str, label: str = "") -> str:
+    """The best k with its range over alpha's interval, the measured curve's best, the flag for this run's engine,
+    and how each engine sets that k."""
+    lo, hi = advice.best_k_range
+    head = f"#### The k to run with{' (' + md(label) + ')' if label else ''}\n"
+    if not advice.best_k:
+        return head + f"No k pays at this cost: {md(advice.flag)}.\n\n" + "\n".join(f"- {md(n)}" for n in advice.notes)
+    span = f" (best somewhere in {lo} to {hi} over alpha's interval)" if lo != hi else ""
+    measured = (f"; the measured curve's best (up to the run's own k): k = {advice.best_k_measured}"
+                if advice.best_k_measured is not None else "")
+    lines = [head + f"**Best k = {advice.best_k}**{span}{measured}.", "",
+             f"Set it with: <code>{md(advice.flag)}</code>", ""]
+    lines += [f"- {md(n)}" for n in advice.notes]
+    lines += ["", f"| engine | how to run k = {advice.best_k} |", "| --- | --- |"]
+    here = engine_of(source)
+    lines += [f"| {e}{' (this run)' if e == here else ''} | <code>{md(flag_for(e, advice.best_k))}</code> |"
+              for e in ENGINES]
+    return "\n".join(lines)
+
+
+def cost_markdown(cost: CostModel, free_rows: int | None = None) -> str:
+    """The cost model the advice used: c, v's points (the first few where there are many) and its notes."""
+    points = cost.verify if len(cost.verify) <= 8 else cost.verify[:4] + (("...", None),) + cost.verify[-2:]
+    shown = ", ".join(f"v({n}) = {v:.3g}" if v is not None else "..." for n, v in points)
+    lines = [f"**Cost model** ({md(cost.source)}): c = {cost.c:.3g}; {md(shown)}"]
+    if free_rows is not None:
+        lines.append(f"Extra verify rows are free here up to n = {free_rows}"
+                     + (" (none: a second row already costs more than 10% of one)" if free_rows <= 1 else ""))
+    lines += [f"- {md(n)}" for n in cost.notes]
+    return "\n\n".join(lines[:2]) + ("\n" + "\n".join(lines[2:]) if lines[2:] else "")
