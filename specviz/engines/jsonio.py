@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 
+from .lines import counted, failed_at
+from .run import EngineRun, total
+
 
 def looks_like_json(text: str) -> bool:
     head = text.lstrip()[:5]
@@ -137,3 +140,19 @@ def completion_tokens(group) -> int | None:
               if isinstance(obj.get("usage"), dict)]
     counts = [c for c in counts if c is not None]
     return max(counts) if counts else None
+
+
+def per_request(records, stats_of, request_run, source: str) -> EngineRun:
+    """Per-request statistics summed: the records grouped by response id (a stream's chunks share one), each
+    statistics object a run (``request_run(stats, emitted)``; emitted tokens only where one object per response),
+    a failure naming the record's line."""
+    runs = []
+    for group in grouped(records, lambda obj: obj.get("id")):
+        carrying = [(n, s) for n, obj in group for s in stats_of(obj)]
+        emitted = completion_tokens(group) if len(carrying) == 1 else None
+        for n, stats in carrying:
+            try:
+                runs.append(request_run(stats, emitted))
+            except ValueError as error:
+                raise failed_at(n, str(stats), error) from error
+    return total(runs, source).with_notes(counted(len(runs), "request") + " summed")

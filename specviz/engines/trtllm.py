@@ -16,9 +16,8 @@ speculative-decoding counters, as read; see ``specviz.engines.prometheus``.
 """
 from __future__ import annotations
 
-from .jsonio import choices, completion_tokens, dense_histogram, grouped, number, survival, whole
-from .lines import counted, failed_at
-from .run import EngineRun, total
+from .jsonio import choices, dense_histogram, number, per_request, survival, whole
+from .run import EngineRun
 
 SOURCE = "TensorRT-LLM per-request stats"
 SIGNATURE = ("total_accepted_draft_tokens", "total_draft_tokens")  # names no other engine uses
@@ -34,16 +33,7 @@ def carries(obj: dict) -> bool:
 
 
 def parse(records) -> EngineRun:
-    runs = []
-    for group in grouped(records, lambda obj: obj.get("id")):
-        carrying = [(n, s) for n, obj in group for s in stats_of(obj)]
-        emitted = completion_tokens(group) if len(carrying) == 1 else None
-        for n, stats in carrying:
-            try:
-                runs.append(request_run(stats, emitted))
-            except ValueError as error:
-                raise failed_at(n, str(stats), error) from error
-    return total(runs, SOURCE).with_notes(counted(len(runs), "request") + " summed")
+    return per_request(records, stats_of, request_run, SOURCE)
 
 
 def request_run(stats: dict, emitted: int | None) -> EngineRun:
