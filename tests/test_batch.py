@@ -24,6 +24,7 @@ def strip(trace):  # what a trace decided (timings differ run to run)
     return [(r.k, r.drafted, r.n_accepted, r.emitted, r.resampled, r.bonus) for r in trace.rounds]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pair", list(PAIRS))
 @pytest.mark.parametrize("k", [1, 3])
 def test_greedy_rows_equal_their_single_prompt_greedy(pair, k):
@@ -62,6 +63,7 @@ def test_batch_of_one_equals_the_single_prompt_decoder(temperature):
     assert strip(batched) == strip(speculative_generate(target, draft, PROMPTS[1], cfg))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stop", [0.0, 0.5])
 def test_sampled_rows_reproduce_single_prompt_traces_seeded_seed_plus_row(stop):
     target, draft = PAIRS["llama"]
@@ -124,6 +126,7 @@ def assert_caches_match_recompute(run):
             torch.testing.assert_close(outs[s][-1], full)
 
 
+@pytest.mark.slow
 def test_caches_equal_full_recompute_after_rejections_and_row_drops():
     target = tiny_llama(seed=3, sharpen=30)
     run = BatchDecoding(target, perturbed(target, 0.5), PROMPTS, DecodeConfig(k=4, max_new_tokens=40))
@@ -150,6 +153,7 @@ def test_prefill_serves_the_first_round():
     assert all(t.summary().target_forwards_per_token == pytest.approx(9 / 10) for t in traces)
 
 
+@pytest.mark.slow
 def test_eos_in_one_row_stops_that_row_only():
     target = tiny_llama(seed=3, sharpen=30)
     refs = [reference_greedy(target, ids, 30) for ids in PROMPTS]
@@ -228,6 +232,7 @@ def test_padded_vocabularies_work_over_the_shared_range(draft_vocab):
     assert [t.new_tokens for t in traces] == [reference_greedy(target, ids, 20) for ids in PROMPTS]
 
 
+@pytest.mark.slow
 def test_time_axis_may_outgrow_the_window_positions_do_not():
     target = tiny_gpt2(seed=4, sharpen=30, window=48)  # 12 + 30 positions fit; the holes make the axis longer
     run = BatchDecoding(target, tiny_gpt2(seed=9, layers=1, sharpen=30), PROMPTS,

@@ -19,6 +19,7 @@ DRAFTS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", [SHARP_LLAMA, SHARP_GPT2], ids=["llama", "gpt2"])
 @pytest.mark.parametrize("draft", list(DRAFTS))
 @pytest.mark.parametrize("k", [1, 3, 7])
@@ -321,6 +322,7 @@ def test_a_slow_consumer_does_not_count_as_decoding_time(llama, prompt, batched)
     assert rounds >= 3 and slow < quick + 0.02 * rounds + 0.05  # sleeping would add 0.05 s a round
 
 
+@pytest.mark.slow
 def test_concurrent_runs_sharing_one_drafter_do_not_mix(prompt):
     """Two visitors' runs share the store's drafter object: each run works on its own copy (Drafter.fresh), so
     runs with different settings interleaved round by round give exactly what each gives alone."""

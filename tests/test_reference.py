@@ -20,6 +20,7 @@ CONFIGS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config", list(CONFIGS))
 @pytest.mark.parametrize("pair", list(PAIRS))
 def test_reference_emits_what_the_decoder_emits(pair, config):

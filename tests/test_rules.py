@@ -85,6 +85,7 @@ def test_closed_forms_by_hand():
     assert float(Leviathan().acceptance(P[None], point[None])) == pytest.approx(float(P[1]))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rule", RULE_OBJECTS, ids=IDS)
 def test_verify_rule_emits_the_closed_form_law(rule):
     """The decoder's accept step with one draft: the token it emits at the position follows rule.law."""

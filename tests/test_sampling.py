@@ -95,6 +95,7 @@ def test_emitted_token_law_is_p(point):
     assert chi2_pvalue(counts, p) > 1e-3
 
 
+@pytest.mark.slow
 def test_wrong_residual_is_detected():
     """The tutorial's residual max(0, p - q(x)) with the scalar q(x) biases the law; the same test sees it."""
     p, q = P[1], Q[1]

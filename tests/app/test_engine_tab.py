@@ -33,6 +33,7 @@ def read(h, text="", files=None, **change):
 
 
 
+@pytest.mark.slow
 def test_a_vllm_log_pasted(h):
     out = read(h, (FIXTURES / "vllm_healthy.log").read_text())
     assert "Detected format: vLLM log" in out["runs"] and "12 logging intervals" in out["runs"]  # a derived note
@@ -53,6 +54,7 @@ def test_a_vllm_log_pasted(h):
     (["llamacpp/metrics-before.txt", "llamacpp/metrics-after-t0.txt"], "Prometheus scrape (llamacpp)", True),
     (["llamacpp/server.log"], "llama.cpp server log", False),  # steps, but neither k nor per-position counts
 ])
+@pytest.mark.slow
 def test_each_format_uploaded(h, files, source, advised):
     out = read(h, files=[str(FIXTURES / f) for f in files])
     assert f"**Detected format: {md(source)}**" in out["runs"] and "What the doctor finds" in out["findings"]
@@ -161,6 +163,7 @@ BAD = {  # case: (form changes, words the message must hold); "files" given as (
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", BAD)
 def test_bad_input_is_a_readable_error_and_the_next_call_works(h, tmp_path, case):
     change, words = BAD[case]

@@ -39,6 +39,7 @@ def test_bad_input_is_a_readable_error_and_the_server_keeps_serving(client, chan
     assert len(generate(client, max_new_tokens=3).new_tokens) == 3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("prompt", ["<script>alert(1)</script>", '<img src=x onerror="alert(1)">'])
 def test_markup_in_prompts_is_text(client, store, prompt):  # noqa: F811
     assert len(generate(client, prompt=prompt, max_new_tokens=4).new_tokens) == 4
@@ -197,6 +198,7 @@ def test_markup_from_a_link_never_reaches_a_toast(store, name):
     assert "<form" not in message and "<input" not in message and "&lt;b&gt;" not in message  # escaped once
 
 
+@pytest.mark.slow
 def test_a_run_too_dear_for_the_budget_stops_within_its_first_rounds(store, monkeypatch):
     """The explorer's Run and /generate pace every round against SPECVIZ_MAX_REQUEST_S: a run that would end past
     it stops early, its tokens kept and its stop reason "budget"; the baseline then matches its length."""

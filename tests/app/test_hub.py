@@ -56,6 +56,7 @@ def save_model(folder, words, seed=0):
     return str(folder)
 
 
+@pytest.mark.slow
 def test_load_pair_checks_tokenizers_and_never_trusts_remote_code(tmp_path, monkeypatch):
     target = save_model(tmp_path / "t", ["<unk>", "a", "b", "c"])
     good = save_model(tmp_path / "d", ["<unk>", "a", "b", "c"], seed=1)

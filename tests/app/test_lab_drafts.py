@@ -39,6 +39,7 @@ def test_trained_draft_is_named_and_kept_with_its_target(mine):
     assert name == "lab: KL 2s #1" and isinstance(entry, TrainedDraft) and entry.target == "tiny-target"
 
 
+@pytest.mark.slow
 def test_explorer_runs_the_users_trained_draft(pair, store, mine):
     big, _, tok = pair
     name = next(iter(mine))
@@ -51,6 +52,7 @@ def test_explorer_runs_the_users_trained_draft(pair, store, mine):
     assert "sv-tok" in html and name.replace("#", "\\#") in summary  # names are Markdown-escaped text
 
 
+@pytest.mark.slow
 def test_compare_runs_the_users_trained_draft(pair, store, mine, monkeypatch):
     import specviz.app.compare_tab as ui_compare
 

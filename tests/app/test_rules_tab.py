@@ -10,6 +10,7 @@ from tests.helpers.models import last
 LAB = dict(target="tiny-target", draft="tiny", prompts_text="ROMEO:", temperatures_text="0, 1", k=2, max_new=6, seed=0)
 
 
+@pytest.mark.slow
 def test_the_tab_runs_the_lab_and_draws_its_charts(store):
     h = rules_tab.handlers(store)
     status, table, acceptance, tv, speed = last(h.run_rules_lab(**LAB, variants=["leviathan", "typical",
@@ -35,6 +36,7 @@ def test_bad_settings_are_readable_errors(store, change, message):
         last(h.run_rules_lab(**{**LAB, "variants": ["leviathan"], **change}))
 
 
+@pytest.mark.slow
 def test_the_explorer_runs_a_lossy_rule_and_says_what_it_costs(store):
     h = explorer.handlers(store)
     out = last(h.run("ROMEO:", "tiny-target", "tiny", 3, "fixed", 1.0, 0, 1.0, 10, 3, False, None, 0.0, "chain",

@@ -11,6 +11,7 @@ from tests.helpers.app import SETTINGS, free_port, handlers
 from tests.helpers.models import last
 
 
+@pytest.mark.slow
 def test_run_and_generate_match_speculative_generate(pair, store):
     target, draft, tok = pair
     ids = tok("ROMEO:", return_tensors="pt").input_ids
@@ -26,6 +27,7 @@ def test_run_and_generate_match_speculative_generate(pair, store):
     assert api.new_tokens == want
 
 
+@pytest.mark.slow
 def test_draft_stop_control_reaches_the_decoder(pair, store):
     target, draft, tok = pair
     ids = tok("ROMEO:", return_tensors="pt").input_ids
@@ -44,6 +46,7 @@ def test_default_draft_falls_back_to_first_available(store):
     assert store.default_target() == "tiny-target"
 
 
+@pytest.mark.slow
 def test_run_with_baseline_reports_measured_and_predicted_speedup(store):
     outs = last(handlers(store).run("To be, or not to be", "tiny-target", "prompt-lookup", *SETTINGS.values(), True))
     base = outs[1]
@@ -78,6 +81,7 @@ def test_out_of_range_settings_raise_gr_error(store, change, message):
         last(handlers(store).run("ROMEO:", "tiny-target", "tiny", *settings.values(), False))
 
 
+@pytest.mark.slow
 def test_json_export_import_round_trip(store, tmp_path):
     h = handlers(store)
     trace = last(h.run("ROMEO:", "tiny-target", "tiny", *SETTINGS.values(), False))[0]
@@ -94,6 +98,7 @@ def test_json_export_import_round_trip(store, tmp_path):
         h.export(None)
 
 
+@pytest.mark.slow
 def test_an_exported_run_keeps_its_baseline_and_its_speedup(store):
     """Export a run with its baseline; the import restores both, and the summary shows the measured speedup
     again (the same figure as before the export)."""
@@ -114,6 +119,7 @@ def test_an_exported_run_keeps_its_baseline_and_its_speedup(store):
         h.load(path)
 
 
+@pytest.mark.slow
 def test_replay_steps_clamp(store):
     h = handlers(store)
     trace = last(h.run("ROMEO:", "tiny-target", "tiny", *SETTINGS.values(), False))[0]
@@ -169,6 +175,7 @@ def test_generate_endpoint_with_gradio_client(store):
         demo.close()
 
 
+@pytest.mark.slow
 def test_theory_explorer_draws_leviathan_and_takes_the_runs_numbers(store):
     h = handlers(store)
     fig = h.what_if(0.8, 4, 0.1, 1.2)

@@ -193,6 +193,7 @@ def test_a_trace_with_a_malformed_draft_view_is_refused():
         Trace.from_json(json.dumps(data))
 
 
+@pytest.mark.slow
 def test_cross_drafter_picks_the_exact_rule_per_run_and_binds_to_a_target():
     """Greedy runs re-tokenize (output = the target's greedy); sampled runs draft from the shared-token q (every
     drafted token in the intersection); an unbound drafter refuses to start."""

@@ -66,6 +66,7 @@ def test_an_exit_on_the_lean_path_reuses_the_targets_laid_out_weights():
     torch.testing.assert_close(adapted.blocks[1].qkv_t, full.blocks[1].qkv_t)  # a copy of layer 2, laid out anew
 
 
+@pytest.mark.slow
 def test_the_app_builds_an_exit_on_the_target_it_holds():
     """No second copy of the target: the store's exit draft shares the very model the store serves."""
     from specviz import models

@@ -51,6 +51,7 @@ def test_counts_are_stored_in_16_bits_where_they_fit_and_load_exactly(tmp_path):
     assert all(torch.equal(a.long(), b.long()) and b.dtype == torch.int32 for a, b in zip(model.counts, back.counts))
 
 
+@pytest.mark.slow
 def test_drives_the_decoder_exactly(prompt):
     target = tiny_llama(seed=3, sharpen=30)
     corpus = target.generate(prompt, do_sample=True, max_new_tokens=200)[0]  # text the target likes
@@ -91,6 +92,7 @@ def _hybrid_setup():
     return target, draft, ids, NGramModel.fit(text, 16, order=3, min_count=1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("confidence", [0.0, 0.6, 1.01])  # always the table, mixed, never the table
 def test_hybrid_greedy_equals_the_targets_greedy(confidence):
     from specviz.drafts.hybrid import HybridDrafter
@@ -103,6 +105,7 @@ def test_hybrid_greedy_equals_the_targets_greedy(confidence):
     assert any(r.n_accepted for r in trace.rounds)
 
 
+@pytest.mark.slow
 def test_a_model_drafts_stepper_feeds_tokens_another_draft_proposed_in_one_pass():
     from specviz.drafts.drafter import ModelDrafter
 
@@ -143,6 +146,7 @@ def test_hybrid_sampling_is_exact_with_the_table_in_use():
     assert chi2_pvalue(counts, exact) > 1e-3
 
 
+@pytest.mark.slow
 def test_a_hybrid_spends_at_most_model_steps_model_drafts_a_round():
     """model_steps caps the model's drafts per round, not the n-gram's: never the table -> at most 2 drafts a round;
     always the table -> k drafts a round; greedy output is the target's either way."""
@@ -157,6 +161,7 @@ def test_a_hybrid_spends_at_most_model_steps_model_drafts_a_round():
         assert max(len(r.drafted) for r in trace.rounds) == most
 
 
+@pytest.mark.slow
 def test_lookup_proposes_what_followed_the_latest_earlier_match():
     """By hand: the last 2 tokens of committed + drafted, their latest earlier occurrence in committed, the token
     after it; none without a match; a different text is indexed anew."""
@@ -175,6 +180,7 @@ def test_lookup_proposes_what_followed_the_latest_earlier_match():
         HybridDrafter(table, draft, lookup=-1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lookup", [1, 3])
 def test_hybrid_with_lookup_is_the_targets_greedy_and_drafts_its_loops(lookup):
     """The target's greedy text loops; with a lookup the hybrid proposes the loop as point masses (q = 1) even
@@ -212,6 +218,7 @@ def reference_q(tokens: list[int], V: int, order: int, context: list[int], min_c
     return q
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("order", [4, 5])
 def test_a_big_vocabulary_keeps_every_order_exact(order):
     """V = 262,144 (Gemma-3's): base-V codes of an order-4 gram pass 2^63; the keys here stay exact."""

@@ -21,6 +21,7 @@ def exits(target):
     return [early_exit(target, 1), early_exit(target, 2), early_exit(target, 1, adapter)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which", [0, 1, 2])
 def test_an_exit_sharing_the_targets_cache_drafts_what_its_own_cache_drafts(which):
     """Same proposals, token for token, round for round, as the exit with a cache of its own; greedy output is the
@@ -157,6 +158,7 @@ def test_a_feature_drafts_stepper_catches_up_on_tokens_another_draft_proposed():
     torch.testing.assert_close(at_once([3, 9, 21, 40]), one_by_one([3, 9, 21, 40]), atol=1e-6, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_a_hybrid_of_the_feature_draft_is_the_targets_greedy():
     """The n-gram of the target's greedy text drafts where it is sure, the feature draft elsewhere (after the
     n-gram's tokens, within one round): the output is the target's own greedy decode."""

@@ -142,6 +142,7 @@ def test_draft_size_of_each_kind(target, drafts):
     assert draft_size(HybridDrafter(table, target)) == draft_size(target)  # a hybrid counts its model
 
 
+@pytest.mark.slow
 def test_draft_facts_say_tokenizer_and_extra_memory(target):
     """Extra memory: an LM's parameter bytes, an n-gram's tables, nothing for an early exit or a rule; the
     tokenizer column names a draft with its own tokenizer and the share of the target's vocabulary it holds."""
@@ -271,6 +272,7 @@ def test_disagree_out_of_range_position(store):
         h.disagree(state, 6)
 
 
+@pytest.mark.slow
 def test_tabs_are_in_the_app(store):
     from specviz.app import build_demo
 

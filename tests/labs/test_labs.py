@@ -147,6 +147,7 @@ def store():
 
 
 
+@pytest.mark.slow
 def test_sweep_handler_streams_and_writes_csv(store):
     h = handlers(store)
     outs = list(h.run_sweep("tiny-target", ["tiny"], "ROMEO:\n\nTo be, or not", 1, 2, 0.0, 0, 1.0, 8, 0, True, 2))
@@ -178,6 +179,7 @@ def test_the_sweep_estimate_counts_every_run_it_makes(store, compare):
     assert ("policy comparison included" in note) == compare
 
 
+@pytest.mark.slow
 def test_lossless_handler_streams_batches(store):
     h = handlers(store)
     outs = list(h.run_lossless("tiny-target", "tiny", "ROMEO:", 2, 0.7, 0, 1.0, 0, 2000, 500))
@@ -233,6 +235,7 @@ def test_bad_input_raises_readable_gr_error(store, call, message):
         call(handlers(store))
 
 
+@pytest.mark.slow
 def test_lab_tabs_are_in_the_app(store):
     from specviz.app import build_demo
 

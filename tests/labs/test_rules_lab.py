@@ -24,6 +24,7 @@ def lab():
     return rules_lab(TARGET, DRAFT, PROMPTS, temperatures=[0, 1.0], cfg=cfg, draws=6000)
 
 
+@pytest.mark.slow
 def test_one_row_per_rule_and_temperature(lab):
     assert list(lab.columns) == COLUMNS and len(lab) == len(VARIANTS) * 2
     assert set(zip(lab.rule, lab.temperature)) == {(v, t) for v in VARIANTS for t in (0.0, 1.0)}

@@ -89,6 +89,7 @@ def test_cached_logits_after_rollback_equal_full_recompute(path, small_capacity)
     torch.testing.assert_close(lm.feed(ids[3:40]), full_logits(model, ids)[3:], **TOL[torch.float64])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", ["dynamic"] + FAST)
 @pytest.mark.parametrize("k", [1, 4])
 def test_greedy_speculative_equals_target_greedy(path, k, prompt, monkeypatch):

@@ -94,6 +94,7 @@ def test_batch_refuses_trees_instead_of_drafting_chains_silently():
                                    DecodeConfig(k=4, max_new_tokens=8, tree=TreeConfig.parse("2,1")))
 
 
+@pytest.mark.slow
 def test_batch_within_a_sliding_window_is_exact_and_refused_where_the_window_binds():
     prompts = [PROMPT, torch.tensor([[2, 4]])]
     target, draft = mistral(400)
@@ -107,6 +108,7 @@ def test_batch_within_a_sliding_window_is_exact_and_refused_where_the_window_bin
         autoregressive_generate_batch(target, prompts, DecodeConfig(temperature=0.0, max_new_tokens=60))
 
 
+@pytest.mark.slow
 def test_padded_batch_with_non_finite_logits_is_refused():
     """Gemma 2's eager attention turns fully masked padding rows into NaN, which reach the real rows: the batch says
     so instead of emitting garbage; the same prompts decode exactly one at a time."""

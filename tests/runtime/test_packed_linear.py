@@ -63,6 +63,7 @@ def test_lean_rows_agree_with_one_row_passes():
     assert any(p() is not None and v is not None for p, v in packed_linear._PACKED.values())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tree", [None, "3,2,1", "chain:6,2"])
 def test_fp32_greedy_speculative_equals_autoregressive(tree):
     target = gqa_llama(seed=8, layers=3, dtype=torch.float32, tied=True, sharpen=3.0)

@@ -48,6 +48,7 @@ def test_every_node_sees_exactly_its_path(arch, path, parents):
 
 
 # -- greedy: exactly the target's greedy decode ---------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
 @pytest.mark.parametrize("tree", SHAPES, ids=lambda t: f"b{t.budget}" if t.dynamic else "x".join(map(str, t.shape)))
 def test_greedy_tree_equals_target_greedy(arch, tree, prompt):
