@@ -36,6 +36,13 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return F.rms_norm(x.float(), weight.shape, None, eps).to(x.dtype) * weight
 
 
+def rope_tables(cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A rotary embedding's (1, n, hd) cos and sin as ``rope_`` takes them: (n, hd) each, sin signed
+    (-sin[:hd/2], sin[hd/2:]) so that rotate_half becomes a roll."""
+    half = sin.shape[-1] // 2
+    return cos[0], torch.cat((-sin[0, :, :half], sin[0, :, half:]), dim=-1)
+
+
 def rope_(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """apply_rotary_pos_emb in place and bit for bit on x (n, heads, hd), cos and sin (n, 1, hd):
     x cos + rotate_half(x) sin, where rotate_half(x) sin = roll(x, hd/2) sin_signed and

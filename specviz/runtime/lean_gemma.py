@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .lean_common import instrumented, linear, rope_
+from .lean_common import instrumented, linear, rope_, rope_tables
 from .lean_llama import FIRST_CAPACITY
 
 KINDS = ("sliding_attention", "full_attention")
@@ -181,8 +181,6 @@ class LeanGemma3:
             kv[..., : self.length, :] = self.kv[..., : self.length, :]
         self.kv, self.capacity = kv, cap
         self.cols = torch.arange(cap, device=embed.device)
-        half, self.rope = self.hd // 2, {}
         with torch.inference_mode():
-            for sliding, kind in ((True, "sliding_attention"), (False, "full_attention")):
-                cos, sin = self.rotary(embed, self.cols[None], kind)
-                self.rope[sliding] = (cos[0], torch.cat((-sin[0, :, :half], sin[0, :, half:]), dim=-1))
+            self.rope = {sliding: rope_tables(*self.rotary(embed, self.cols[None], kind))
+                         for sliding, kind in ((True, "sliding_attention"), (False, "full_attention"))}

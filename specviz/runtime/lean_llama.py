@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .lean_common import instrumented, linear, rms_norm, rope_, row_exact_attention  # noqa: F401 (rms_norm: part of this API)
+from .lean_common import instrumented, linear, rms_norm, rope_, rope_tables, row_exact_attention  # noqa: F401 (rms_norm: part of this API)
 
 FIRST_CAPACITY = 256  # cached positions allocated up front; doubled whenever a feed needs more
 
@@ -253,6 +253,4 @@ class LeanLlama:
         self.kv, self.capacity = kv, cap
         self.cols = torch.arange(cap, device=embed.device)
         with torch.inference_mode():
-            cos, sin = self.rotary(embed, self.cols[None])  # (1, cap, hd) each, in the model's dtype
-        half = self.hd // 2
-        self.cos, self.sin = cos[0], torch.cat((-sin[0, :, :half], sin[0, :, half:]), dim=-1)  # sin signed for rope_
+            self.cos, self.sin = rope_tables(*self.rotary(embed, self.cols[None]))  # in the model's dtype
