@@ -3,8 +3,6 @@ the round replay; the run's charts; export and import. Handlers are module-level
 binds them); ``build`` lays the tab out and wires them."""
 from __future__ import annotations
 
-import functools
-
 import gradio as gr
 
 from .. import theory
@@ -21,7 +19,7 @@ from .forms import RULE_CHOICES, as_int, make_config, number_in
 from .gpu import gpu_task
 from .sessions import one_per_session
 from .store import ModelStore, draft_choices
-from .widgets import MODEL_QUEUE, SKIP, bind, chart, draft_picker, drafts_for, friendly, target_picker
+from .widgets import MODEL_QUEUE, SKIP, bind, chart, draft_picker, follow_target, friendly, target_picker
 
 QUIET = (SKIP,) * 9  # slider, replay x4, charts x4 stay as they are while a run streams
 GLOSSARY = """
@@ -151,7 +149,7 @@ def draft_pickers(store: ModelStore, user_drafts):
 def handlers(store: ModelStore):
     """The tab's handlers, bound to ``store`` and ready to wire (tests call them the same way)."""
     h = bind(store, models=dict(run=run, draft_pickers=draft_pickers),
-             plain=dict(drafts_for=functools.partial(drafts_for, store), step=step, load=load, open_gallery=open_gallery,
+             plain=dict(step=step, load=load, open_gallery=open_gallery,
                         open_named=open_named, replay=replay_views, export=runs.export_trace, what_if=what_if,
                         from_run=from_run))
     h.generate = one_per_session(gpu_task(friendly(runs.api_generate(store))))  # one model job per visitor
@@ -273,7 +271,7 @@ def build(store: ModelStore, user_drafts: gr.State) -> tuple[gr.Dropdown, object
     outputs = [trace_state, base_state, timeline, summary, round_slider, replay, accept, residual, tree, *charts]
     run_btn.click(h.run, inputs + [user_drafts, draft_stop, *tree_inputs], outputs, api_visibility="undocumented", **MODEL_QUEUE)
     upload.upload(h.load, [upload], outputs, api_visibility="undocumented")
-    inputs[1].input(h.drafts_for, [inputs[1], user_drafts, inputs[2]], [inputs[2]], api_visibility="private")
+    follow_target(store, inputs[1], inputs[2], user_drafts)
     shown.input(h.open_gallery, [shown], outputs, api_visibility="private")
     round_slider.change(h.replay, [trace_state, round_slider], [replay, accept, residual, tree],
                         api_visibility="undocumented")

@@ -92,21 +92,14 @@ def draft_picker(store: ModelStore, label: str = "Draft", model: bool = False) -
     return gr.Dropdown(store.list_drafters(), value=store.default_draft(model), label=label)
 
 
-def drafts_for(store: ModelStore, target, user_drafts, current):
-    """The explorer's draft choices for a newly picked target: only the drafts that fit it (its vocabulary), the
-    current one kept where it still fits, else the store's default or the first that fits."""
-    choices = store.drafts_for(target) + [n for n in (user_drafts or {}) if n not in store.list_drafters()]
-    keep = current if current in choices else store.default_draft() if store.default_draft() in choices else None
-    return gr.update(choices=choices, value=keep or (choices[0] if choices else None))
-
-
 def fitting_update(store: ModelStore, target, current, mine=None):
     """A draft picker's new choices for a picked target: the drafts that fit it, the user's own after them, the
-    current value (one, or several) kept where it still fits."""
+    current value (one, or several) kept where it still fits, else the store's default draft or the first."""
     choices = store.drafts_for(target) + [n for n in (mine or {}) if n not in store.list_drafters()]
+    fallback = store.default_draft() if store.default_draft() in choices else (choices[0] if choices else None)
     if isinstance(current, list):
         return gr.update(choices=choices, value=[c for c in current if c in choices] or choices[:1])
-    return gr.update(choices=choices, value=current if current in choices else (choices[0] if choices else None))
+    return gr.update(choices=choices, value=current if current in choices else fallback)
 
 
 def follow_target(store: ModelStore, target, draft, user_drafts=None) -> None:

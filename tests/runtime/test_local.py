@@ -92,7 +92,7 @@ def test_gguf_files_are_found_and_bad_ones_refused(tmp_path, monkeypatch):
 
 def test_the_app_offers_only_drafts_that_fit_a_local_model_of_another_tokenizer(tmp_path, monkeypatch):
     from specviz.app.store import ModelStore
-    from specviz.app.widgets import drafts_for
+    from specviz.app.widgets import fitting_update
 
     tiny_llama(vocab=64, layers=4).save_pretrained(tmp_path / "words")
     _write_tokenizer(tmp_path / "words", 64)
@@ -103,7 +103,7 @@ def test_the_app_offers_only_drafts_that_fit_a_local_model_of_another_tokenizer(
     assert not {"ngram", "ngram-target", "target@6", "target+eagle", "target+eagle+ngram-target"} & set(fit)
     assert "lite" in fit  # a draft model drafts through the target's tokenizer (wrapped as a CrossDrafter)
     assert store.drafts_for("target") == store.list_drafters()  # the family's own target: every draft
-    update = drafts_for(store, "words", {}, "ngram-target")  # the explorer's dropdown on picking the target
+    update = fitting_update(store, "words", "ngram-target", {})  # the explorer's dropdown on picking the target
     assert update["value"] in fit and update["choices"] == fit
 
 
