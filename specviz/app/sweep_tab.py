@@ -66,13 +66,17 @@ def policy_configs(cfg, fixed_k, stop) -> dict:
 
 
 def estimate(store: ModelStore, target, drafts, prompts_text, k_min, k_max, temperature, top_k, top_p, max_new, seed,
-             compare=False, fixed_k=4, stop=0.4, with_seconds=False):
+             compare=False, fixed_k=4, stop=0.4):
     """Markdown: the predicted duration of everything Run sweep will run (the sweep, and the policy comparison
     when it is on) and its range, from a short timed pilot of the baseline and each draft (Run sweep states the
-    same estimate, from the same pilot, before it starts). ``with_seconds``: (note, Estimate, pricing), pricing
-    being (new tokens, ks, prompts) -> seconds, for what a refusal suggests."""
-    form = (target, drafts, prompts_text, k_min, k_max, temperature, top_k, top_p, max_new, seed)
-    model, drafts, prompts, ks, cfg = sweep_setup(store, *form)
+    same estimate, from the same pilot, before it starts)."""
+    setup = sweep_setup(store, target, drafts, prompts_text, k_min, k_max, temperature, top_k, top_p, max_new, seed)
+    return pilot(*setup, compare, fixed_k, stop)[0]
+
+
+def pilot(model, drafts: dict, prompts, ks, cfg, compare, fixed_k, stop) -> tuple:
+    """(note, Estimate, pricing): the pilot's estimate in words and seconds, and pricing, (new tokens, ks,
+    prompts) -> Estimate, for what a refusal suggests."""
     costs = est.measure_costs(model, drafts, prompts[0], ks, cfg)
     configs = policy_configs(cfg, fixed_k, stop) if compare else {}
     runs = est.sweep_runs(len(prompts), len(drafts), ks) + (est.policy_runs(len(prompts), len(configs)) if compare
@@ -90,7 +94,7 @@ def estimate(store: ModelStore, target, drafts, prompts_text, k_min, k_max, temp
             f"from a pilot on this machine as loaded now: {costs.token_s * 1e3:.1f} ms per baseline token, "
             f"slow rounds {costs.spread:.1f}x the typical; α "
             + ", ".join(f"{a:.2f} ± {2 * costs.alpha_se.get(n, 0):.2f} ({n})" for n, a in costs.alpha.items()) + ".")
-    return (note, time_of, pricing, cfg, list(ks), len(prompts)) if with_seconds else note
+    return note, time_of, pricing
 
 
 def refusal(pricing, n: int, ks: list[int], n_prompts: int, budget_s: float, compare: bool = False) -> str:
@@ -122,11 +126,11 @@ def run_sweep(store: ModelStore, target, drafts, prompts_text, k_min, k_max, tem
     """Streams (status, table, 4 charts, policy table, 2 policy charts, files)."""
     form = (target, drafts, prompts_text, k_min, k_max, temperature, top_k, top_p, max_new, seed)
     budget = Budget()
-    note, time_of, pricing, cfg, ks, n_prompts = estimate(store, *form, compare, fixed_k, stop, with_seconds=True)
+    model, drafts, prompts, ks, cfg = sweep_setup(store, *form)
+    note, time_of, pricing = pilot(model, drafts, prompts, ks, cfg, compare, fixed_k, stop)
     if time_of.likely > budget.seconds:
         budget.refuse_over(time_of.likely, "this sweep", f"its estimate {time_of}; " + refusal(
-            pricing, cfg.max_new_tokens, ks, n_prompts, budget.seconds - budget.elapsed, compare))
-    model, drafts, prompts, ks, cfg = sweep_setup(store, *form)
+            pricing, cfg.max_new_tokens, list(ks), len(prompts), budget.seconds - budget.elapsed, compare))
     yield (note + "\n\n*Running…*", *(SKIP,) * 9)
     total, rows, positions, start, last = est.sweep_runs(len(prompts), len(drafts), ks), [], [], time.time(), 0.0
     drawing, every = 0.0, 1.0  # seconds spent drawing the tables and charts as rows came in; seconds between draws
