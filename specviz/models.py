@@ -95,8 +95,11 @@ def allow_policy() -> str:
     return policy
 
 
-def load_drafter(name: str, device: str | None = None):
-    """A draft by name: prompt lookup, a bundled n-gram, or a causal LM (bundled, hub ID or path)."""
+def load_drafter(name: str, device: str | None = None, vocab=None):
+    """A draft by name: prompt lookup, a bundled n-gram, or a causal LM (bundled, hub ID or path). ``vocab`` (token
+    ids) gives an early exit ("target@4") a head over those tokens only (``early_exit.early_exit``)."""
+    if vocab is not None and not early_exit.parse(name):
+        raise ValueError(f"vocab= prunes an early exit's head (a name like 'target@4'), not {name!r}")
     if name == PROMPT_LOOKUP:
         from .drafts.drafter import PromptLookupDrafter
 
@@ -112,7 +115,7 @@ def load_drafter(name: str, device: str | None = None):
         return CrossDrafter(model, tokenizer, load_tokenizer(DEFAULT_TARGET), name=name)
     if base := self_draft_base(name):  # "target@2", "target+eagle": made of the target, the very one loaded
         target = LOADED.get((base, device))
-        return self_draft(target if target is not None else load_model(base, device=device)[0], base, name)
+        return self_draft(target if target is not None else load_model(base, device=device)[0], base, name, vocab)
     if name in list_hybrids():
         from .drafts.hybrid import HybridDrafter
         from .drafts.ngram import NGramModel
@@ -220,7 +223,7 @@ def self_draft_base(name: str) -> str | None:
     return exit_of.base if exit_of else eagle.parse(name)
 
 
-def self_draft(target, target_name: str, name: str):
+def self_draft(target, target_name: str, name: str, vocab=None):
     """The early exit (a causal LM sharing the target's weights) or feature draft (a drafter) ``name`` of ``target``,
     a model loaded as ``target_name``, built on that very model."""
     if name in HYBRIDS:
@@ -231,7 +234,7 @@ def self_draft(target, target_name: str, name: str):
         return HybridDrafter(NGramModel.load(ASSETS / table), self_draft(target, target_name, model), name=name,
                              **options)
     if exit_of := early_exit.parse(name):
-        return early_exit.load_exit(target, model_folder(target_name), exit_of)
+        return early_exit.load_exit(target, model_folder(target_name), exit_of, vocab)
     return eagle.drafter(target, model_folder(target_name), name)
 
 

@@ -6,7 +6,11 @@ decoder, the trace and the views treat it like any draft. Named "TARGET@L" (``pa
 An exit adapter (``ADAPTER``: "target@4+adapter") is one more decoder layer after the first L, trained to make the
 exit's distribution the full target's (``scripts/train/train_exit_adapter.py``: KL to the target on its own text, the
 target frozen). It starts as a copy of layer L + 1, so untrained it is the exit at L + 1; it is the draft's only
-weights of its own (``extra_parameters``), saved beside the target as ``exit_adapter_L.safetensors``."""
+weights of its own (``extra_parameters``), saved beside the target as ``exit_adapter_L.safetensors``.
+
+A pruned head (``vocab=``: the token ids the exit may propose, e.g. ``pruned_head.frequent_tokens`` of the target's
+own text) scores only those rows of the target's LM head: q is zero outside them and the verify keeps the full
+vocabulary, so decoding stays exact while the exit's step reads a fraction of a big vocabulary's head."""
 from __future__ import annotations
 
 import copy
@@ -16,6 +20,7 @@ from typing import NamedTuple
 
 import torch
 
+from ..runtime.pruned_head import PrunedHead
 from .self_drafts import ExitDrafter
 
 ADAPTER = "+adapter"
@@ -53,9 +58,10 @@ def exit_names(folder: Path, name: str) -> list[str]:
     return plain + [f"{name}@{n}{ADAPTER}" for n in range(1, depth) if adapter_file(folder, n).is_file()]
 
 
-def early_exit(model, layers: int, adapter: torch.nn.Module | None = None):
+def early_exit(model, layers: int, adapter: torch.nn.Module | None = None, vocab=None):
     """The model's first ``layers`` decoder layers (then ``adapter``, a decoder layer of its own, if given), final
-    norm and LM head as a causal LM sharing the model's weights."""
+    norm and LM head as a causal LM sharing the model's weights; with ``vocab`` (token ids), a head of those rows
+    only (``PrunedHead``: logits -inf elsewhere)."""
     path, stack_name = _stack(model)
     chain = [model]  # the model, then each module on the way to the stack's owner
     for name in path:
@@ -79,6 +85,10 @@ def early_exit(model, layers: int, adapter: torch.nn.Module | None = None):
         if hasattr(twin, "config"):
             twin.config = cfg
     suffix = ADAPTER if adapter is not None else ""
+    if vocab is not None:
+        head = PrunedHead(model.get_output_embeddings(), vocab)
+        draft.set_output_embeddings(head)  # on the twin: the target keeps its own head
+        suffix += f" (head of {head.ids.numel()} tokens)"
     cfg._name_or_path = f"{getattr(model.config, '_name_or_path', '') or type(model).__name__}@{layers}{suffix}"
     # what it shares its weights with, kept out of its submodules (``extra_parameters`` counts only the adapter)
     object.__setattr__(draft, "exit_of", model)
@@ -100,10 +110,10 @@ def new_adapter(model, layers: int) -> torch.nn.Module:
     return adapter
 
 
-def load_exit(model, folder: Path, spec: Exit):
-    """The exit a parsed name asks for, with its saved adapter where it has one."""
+def load_exit(model, folder: Path, spec: Exit, vocab=None):
+    """The exit a parsed name asks for, with its saved adapter where it has one (and a pruned head, given ``vocab``)."""
     if not spec.adapter:
-        return early_exit(model, spec.layers)
+        return early_exit(model, spec.layers, vocab=vocab)
     from safetensors.torch import load_file
 
     from ..runtime.int8 import unpack
@@ -115,7 +125,7 @@ def load_exit(model, folder: Path, spec: Exit):
     adapter = new_adapter(model, spec.layers)
     dtype = next(model.parameters()).dtype
     adapter.load_state_dict(unpack(load_file(str(path)), dtype))  # 8-bit rows or plain tensors
-    return early_exit(model, spec.layers, adapter.eval())
+    return early_exit(model, spec.layers, adapter.eval(), vocab=vocab)
 
 
 def own_parameters(draft) -> list | None:

@@ -11,7 +11,9 @@ query_pre_attn_scalar^-1/2; a GELU-tanh MLP; layers of two kinds, "sliding_atten
 its own RoPE base). The logits match transformers' to float32 rounding (tests/runtime/test_lean_gemma.py).
 
 Supported: ``model_type == "gemma3_text"`` with GELU-tanh MLPs, default RoPE, no logit soft-capping, causal attention,
-on one device, not instrumented, not an early exit (an exit of Gemma runs on transformers' forward).
+on one device, not instrumented. An early exit ("gemma@4", ``specviz.drafts.early_exit``) runs here on its target's
+re-laid-out layers, embedding and head (no copy; its own cache), or on a pruned head (``pruned_head``); an exit with
+an adapter layer runs on transformers' forward.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ import torch.nn.functional as F
 
 from .lean_common import instrumented, linear, rope_, rope_tables
 from .lean_llama import FIRST_CAPACITY
+from .pruned_head import PrunedHead, scatter
 
 KINDS = ("sliding_attention", "full_attention")
 
@@ -35,7 +38,7 @@ def supports(model) -> bool:
             and not cfg.final_logit_softcapping and not cfg.attn_logit_softcapping
             and not getattr(cfg, "use_bidirectional_attention", False) and set(cfg.layer_types) <= set(KINDS)
             and all((rope.get(kind) or {}).get("rope_type", "default") == "default" for kind in KINDS)
-            and len(devices) <= 1 and getattr(model, "exit_of", None) is None and not instrumented(model))
+            and len(devices) <= 1 and getattr(model, "exit_adapter", None) is None and not instrumented(model))
 
 
 @dataclass(frozen=True)
@@ -60,7 +63,9 @@ class Weights:
     scale: torch.Tensor  # sqrt(d) in the model's dtype, as Gemma3TextScaledWordEmbedding multiplies
     blocks: tuple[Block, ...]
     norm: torch.Tensor
-    head_t: torch.Tensor
+    head_t: torch.Tensor  # (d, V), or (d, V') for a pruned head
+    head_ids: torch.Tensor | None = None  # a pruned head's token ids: its logits go there, -inf elsewhere
+    vocab: int = 0
 
 
 _WEIGHTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -74,6 +79,13 @@ def gemma_norm(x: torch.Tensor, scale: torch.Tensor, eps: float) -> torch.Tensor
 
 @torch.no_grad()
 def lean_weights(model) -> Weights:
+    source = getattr(model, "exit_of", None)
+    if source is not None:  # an early exit: the target's first layers, laid out once for both
+        base, head = lean_weights(source), model.get_output_embeddings()
+        blocks = base.blocks[: len(model.model.layers)]
+        if isinstance(head, PrunedHead):
+            return Weights(base.embed, base.scale, blocks, base.norm, head.rows_t, head.ids, head.vocab_size)
+        return Weights(base.embed, base.scale, blocks, base.norm, base.head_t)
     fingerprint = tuple((p.data_ptr(), p._version, p.dtype) for p in model.parameters())
     hit = _WEIGHTS.get(model)
     if hit is None or hit[0] != fingerprint:
@@ -135,7 +147,8 @@ class LeanGemma3:
         for blk, kv in zip(self.w.blocks, self.kv):
             x = self._layer(x, blk, kv, start, masks[blk.sliding])
         self.length = end
-        return linear(gemma_norm(x, self.w.norm, self.eps), self.w.head_t, None)
+        logits = linear(gemma_norm(x, self.w.norm, self.eps), self.w.head_t, None)
+        return logits if self.w.head_ids is None else scatter(logits, self.w.head_ids, self.w.vocab)
 
     def _masks(self, start: int, end: int) -> dict:
         """{sliding: mask} for the new rows (g n, end), packed as ``_attend`` packs the query heads; None where a

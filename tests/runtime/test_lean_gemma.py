@@ -10,12 +10,12 @@ from specviz.runtime import lean_gemma
 from specviz.runtime.lm import CachedLM
 
 
-def tiny_gemma(seed=0, window=6, layers=4, heads=4, kv_heads=1):
+def tiny_gemma(seed=0, window=6, layers=4, heads=4, kv_heads=1, kinds=None):
     torch.manual_seed(seed)
     cfg = Gemma3TextConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
                            num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=16,
                            max_position_embeddings=256, sliding_window=window, query_pre_attn_scalar=16,
-                           layer_types=["sliding_attention"] * (layers - 1) + ["full_attention"],
+                           layer_types=kinds or ["sliding_attention"] * (layers - 1) + ["full_attention"],
                            bos_token_id=None, eos_token_id=None, pad_token_id=None)
     model = Gemma3ForCausalLM(cfg).eval()
     with torch.no_grad():  # Gemma's norms start at zero (scale 1): give them some shape
@@ -88,3 +88,26 @@ def test_llama_like_families_take_the_lean_path_with_transformers_logits(family)
     torch.testing.assert_close(got, reference_logits(model, ids), atol=2e-5, rtol=1e-4)
     windowed = MistralForCausalLM(MistralConfig(**common, sliding_window=8)).eval()
     assert not lean_llama.supports(windowed)  # a window the lean path does not keep: transformers' forward
+
+
+def test_an_exit_of_gemma_runs_lean_on_its_targets_weights_with_a_full_or_pruned_head():
+    """An early exit (the first layers of kinds sliding and full) on the lean path: transformers' logits of the same
+    exit, the target's very laid-out tensors, and a pruned head's logits those of its rows (-inf elsewhere)."""
+    from specviz.drafts.early_exit import early_exit
+
+    model = tiny_gemma(seed=4, layers=5, kinds=["sliding_attention", "full_attention"] * 2 + ["full_attention"])
+    ids = torch.randint(0, 96, (14,), generator=torch.Generator().manual_seed(5)).tolist()
+    exit_ = early_exit(model, 3)
+    assert lean_gemma.supports(exit_) and CachedLM(exit_).path == "lean"
+    got = CachedLM(exit_).feed(ids)
+    torch.testing.assert_close(got, CachedLM(exit_, path="dynamic").feed(ids), atol=2e-5, rtol=1e-4)
+    full, own = lean_gemma.lean_weights(model), lean_gemma.lean_weights(exit_)
+    assert own.head_t is full.head_t and all(a is b for a, b in zip(own.blocks, full.blocks)) and len(own.blocks) == 3
+    keep = torch.tensor([2, 7, 40, 95])
+    pruned = CachedLM(early_exit(model, 3, vocab=keep)).feed(ids)
+    torch.testing.assert_close(pruned[:, keep], got[:, keep], atol=1e-6, rtol=1e-6)
+    assert torch.isneginf(pruned).sum() == pruned.shape[0] * (96 - 4)
+    prompt = torch.tensor([[5, 9, 11, 5, 9, 11, 5, 9, 11, 3]])
+    cfg = DecodeConfig(k=3, temperature=0, max_new_tokens=24)
+    own_greedy = autoregressive_generate(model, prompt, cfg).new_tokens
+    assert speculative_generate(model, early_exit(model, 2, vocab=keep), prompt, cfg).new_tokens == own_greedy
