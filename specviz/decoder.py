@@ -46,7 +46,7 @@ class Decoding:
         check_window(prompt, cfg, target, self.drafter)
         if cfg.tree is not None and self.drafter is not None:
             check_tree_model(target, "target")
-        self.target = CachedLM(target)
+        self.target = CachedLM(target, trees=cfg.tree is not None)
         self.generator = torch.Generator(device=self.target.device).manual_seed(cfg.seed)
         self.committed = list(prompt)
         names = run_names(target, self.drafter, target_name, draft_name)

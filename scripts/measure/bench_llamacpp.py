@@ -12,10 +12,17 @@ Methods, on the 5 example and 5 held-out prompts (specviz.config: EXAMPLE_PROMPT
 specviz.labs.bench's "all"), interleaved prompt by prompt and repeat by repeat in an order rotated each turn:
   lc-ar            llama-server on the target alone
   lc-spec-kK       llama-server with `lite` as draft (--spec-type draft-simple --spec-draft-n-max K), one server a K
+  lc-NGRAM-k6      llama-server with a model-free draft (--spec-type NGRAM: ngram-simple, ngram-cache; --lc-ngram)
+  lc-lite+NGRAM-k6 both (--spec-type draft-simple,NGRAM with `lite`): the best llama.cpp can run is the fastest lc-*
   ours-ar          specviz.autoregressive_generate (the lean forward path: the decoder's default)
   ours-default     specviz.speculative_generate with specviz.models.DEFAULT_DRAFT at the default k (DecodeConfig.k)
   ours-lite-k6     specviz.speculative_generate with `lite` at k = 6
-All greedy, the same prompt ids (the bundled tokenizer's, BOS included, sent to llama.cpp as token ids), the same
+  lcfwd-*          the same three with the target's (and lite's) forward run by llama.cpp itself, through
+                   llama-cpp-python (specviz.runtime.llamacpp: the same libllama as the servers, LLAMA_CPP_LIB_PATH
+                   set to their build), specviz keeping every decision; the feature draft reads llama.cpp's hidden
+                   states
+  *-t0.8           (--temperatures 0.8) ours and lcfwd rows at T = 0.8 (plain temperature sampling, seed per call)
+All greedy unless marked, the same prompt ids (the bundled tokenizer's, BOS included, sent to llama.cpp as token ids), the same
 token budget, EOS honoured by both, the same threads (torch.set_num_threads; llama.cpp -t and -td). Ours run with
 DecodeConfig(record=False) (what generation needs; llama.cpp records nothing either). A call's tokens/s is its
 tokens over its wall time: for llama.cpp the HTTP round trip of one /completion (prefill + decode; the server's own
@@ -29,6 +36,7 @@ position, over its drafts), specviz's on the same prompts, and specviz's with it
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import statistics
 import sys
@@ -103,6 +111,10 @@ def main(argv=None) -> None:
     ap.add_argument("--gguf", type=Path, default=Path("/work/ext/gguf"))
     ap.add_argument("--llama-cpp", type=Path, default=default_llama_cpp())
     ap.add_argument("--port", type=int, default=18440)
+    ap.add_argument("--lc-ngram", nargs="*", default=["ngram-simple", "ngram-cache"],
+                    help="llama.cpp's model-free --spec-type values also run (alone and beside lite), k = 6")
+    ap.add_argument("--temperatures", type=float, nargs="*", default=[0.8],
+                    help="sampled runs of ours and lcfwd beside the greedy ones (none: greedy only)")
     args = ap.parse_args(argv)
     if 6 not in args.ks:
         args.ks.append(6)
@@ -112,8 +124,12 @@ def main(argv=None) -> None:
     from specviz import autoregressive_generate, speculative_generate
     from specviz.config import EXAMPLE_PROMPTS, HELDOUT_PROMPTS, DecodeConfig
     from specviz.models import DEFAULT_DRAFT, DEFAULT_TARGET, drafter_for, load_model
+    from specviz.runtime import llamacpp, lm
 
+    os.environ.setdefault("LLAMA_CPP_LIB_PATH", str(args.llama_cpp / "build" / "bin"))  # the servers' own libllama
     torch.set_num_threads(args.threads)
+    if llamacpp.available():
+        sys.exit(llamacpp.available())
     n = args.max_new_tokens
     target, tok = load_model(DEFAULT_TARGET, device="cpu")
     default_draft = drafter_for(target, DEFAULT_TARGET, DEFAULT_DRAFT, device="cpu")
@@ -128,6 +144,11 @@ def main(argv=None) -> None:
     for i, k in enumerate(sorted(args.ks)):
         servers[f"lc-spec-k{k}"] = (args.port + 1 + i, ["-md", str(dft), "--spec-type", "draft-simple",
                                                        "--spec-draft-n-max", str(k), "-td", str(args.threads)])
+    for i, kind in enumerate(args.lc_ngram):  # llama.cpp's model-free drafts, and each beside lite
+        for j, (label, extra) in enumerate(((f"lc-{kind}-k6", []), (f"lc-lite+{kind}-k6", ["-md", str(dft), "-td",
+                                                                                        str(args.threads)]))):
+            types = kind if not extra else f"draft-simple,{kind}"
+            servers[label] = (args.port + 20 + 2 * i + j, extra + ["--spec-type", types, "--spec-draft-n-max", "6"])
     print("llama.cpp servers:")
     for name, (port, extra) in servers.items():
         print(f"  {name}: {' '.join(server_command(bin_dir, tgt, port, args.threads, extra))}")
@@ -148,22 +169,32 @@ def main(argv=None) -> None:
                 (t.get("draft_n", 0), t.get("draft_n_accepted", 0))
         return run
 
-    def ours(draft, k):
-        cfg = DecodeConfig(k=k, temperature=0.0, max_new_tokens=n, record=False)
+    def ours(draft, k, forward="auto", temperature=0.0):
+        cfg = DecodeConfig(k=k, temperature=temperature, max_new_tokens=n, record=False)
 
         def run(ids):
-            t0 = time.perf_counter()
-            with torch.inference_mode():
-                tr = autoregressive_generate(target, ids, cfg) if draft is None else \
-                    speculative_generate(target, draft, ids, cfg)
-            s = time.perf_counter() - t0
+            lm.DEFAULT_PATH = forward
+            try:
+                t0 = time.perf_counter()
+                with torch.inference_mode():
+                    tr = autoregressive_generate(target, ids, cfg) if draft is None else \
+                        speculative_generate(target, draft, ids, cfg)
+                s = time.perf_counter() - t0
+            finally:
+                lm.DEFAULT_PATH = "auto"
             c = tr.counts()
             return list(tr.new_tokens), s, None, (c.drafted, c.accepted)
         return run
 
     fns = {name: lc(name) for name in servers}
-    fns |= {"ours-ar": ours(None, k_default), f"ours-default-k{k_default}": ours(default_draft, k_default),
-            "ours-lite-k6": ours(lite, 6)}
+    sampled: set[str] = set()  # rows at T > 0: not compared with the greedy text
+    for temp in [0.0] + [t for t in args.temperatures if t]:
+        tag = "" if temp == 0 else f"-t{temp:g}"
+        for pre, forward in (("ours", "auto"), ("lcfwd", "llamacpp")):
+            fns |= {f"{pre}-ar{tag}": ours(None, k_default, forward, temp),
+                    f"{pre}-default-k{k_default}{tag}": ours(default_draft, k_default, forward, temp),
+                    f"{pre}-lite-k6{tag}": ours(lite, 6, forward, temp)}
+            sampled |= {name for name in fns if tag and name.endswith(tag)}
     rows = {name: Row() for name in fns}
     lc_per_prompt: list[tuple[int, int]] = []  # lc-spec-k6's (drafted, accepted) per prompt, first repeat
     try:
@@ -188,7 +219,7 @@ def main(argv=None) -> None:
                     if rep == 0 and name == "lc-spec-k6":
                         lc_per_prompt.append((d, a))
                 for name, toks in outs.items():
-                    if name != "ours-ar":
+                    if name != "ours-ar" and name not in sampled:
                         rows[name].compared += 1
                         rows[name].differing += toks != outs["ours-ar"]
             print(f"repeat {rep + 1}/{args.repeats} done at {time.perf_counter() - t_start:.0f} s", flush=True)
@@ -214,16 +245,24 @@ def main(argv=None) -> None:
         print(f"  {what:<44}{ra.median / rb.median:6.2f}x (medians)  {ra.tok_s / rb.tok_s:6.2f}x (totals)")
 
     print("ratios:")
-    ratio("ours-ar", "lc-ar", "specviz AR / llama.cpp AR")
-    ratio("ours-lite-k6", "lc-spec-k6", "specviz spec lite k6 / llama.cpp spec lite k6")
-    ratio(f"ours-default-k{k_default}", "lc-spec-k6", f"specviz spec {DEFAULT_DRAFT} k{k_default} / llama.cpp k6")
+    dk = f"default-k{k_default}"
+    ratio("ours-ar", "lc-ar", "specviz AR (torch) / llama.cpp AR")
+    ratio("lcfwd-ar", "lc-ar", "specviz AR (llama.cpp forward) / llama.cpp AR")
     best = max((nm for nm in servers if nm != "lc-ar"), key=lambda nm: rows[nm].median)
-    ratio(f"ours-default-k{k_default}", best, f"specviz default / llama.cpp's best ({best})")
+    for pre, what in (("ours", "torch"), ("lcfwd", "llama.cpp forward")):
+        ratio(f"{pre}-lite-k6", "lc-spec-k6", f"specviz spec lite k6 ({what}) / llama.cpp spec lite k6")
+        ratio(f"{pre}-{dk}", best, f"specviz default ({what}) / llama.cpp's best ({best})")
     for name in servers:
         if name != "lc-ar":
             ratio(name, "lc-ar", f"{name} / lc-ar")
-    ratio("ours-lite-k6", "ours-ar", "ours-lite-k6 / ours-ar")
-    ratio(f"ours-default-k{k_default}", "ours-ar", f"ours-default-k{k_default} / ours-ar")
+    fastest = max(("ours-ar", "lcfwd-ar"), key=lambda nm: rows[nm].median)
+    print(f"speedups over the fastest specviz baseline ({fastest}: "
+          f"{'the llama.cpp forward' if fastest == 'lcfwd-ar' else 'the torch forward'}):")
+    for temp_tag in [""] + sorted({"-t" + nm.rsplit("-t", 1)[1] for nm in sampled}):
+        base = fastest + temp_tag
+        for pre in ("ours", "lcfwd"):
+            for what in ("lite-k6", dk):
+                ratio(f"{pre}-{what}{temp_tag}", base, f"{pre}-{what}{temp_tag} / {base}")
 
     # per-position acceptance at greedy, lite, k = 6
     b, a = before["lc-spec-k6"], after["lc-spec-k6"]

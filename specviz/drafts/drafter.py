@@ -158,7 +158,7 @@ class ModelDrafter(Drafter):
         super().start(prompt, cfg, vocab_size, device)
         if cfg.tree is not None and not cfg.tree.chained:  # a chain with siblings is drafted as a chain
             check_tree_model(self.model, f"draft {self.name}")
-        self.lm = CachedLM(self.model)
+        self.lm = CachedLM(self.model, trees=cfg.tree is not None and not cfg.tree.chained)
         self.n_embed = self.model.get_input_embeddings().weight.shape[0]
 
     def prefill(self, prompt):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..runtime.lean_llama import LeanLlama, Weights, layer_weights, lean_weights, rms_norm
+from ..runtime.lean_llama import LeanLlama, Weights, head_logits, layer_weights, lean_weights, rms_norm
 from ..runtime.lm import CachedLM, common_prefix
 from ..runtime.tree_mask import tree_attention
 from ..trees.tree import ROOT
@@ -51,7 +51,8 @@ class ExitDrafter(ModelDrafter):
             return super().start(prompt, cfg, vocab_size, device)
         Drafter.start(self, prompt, cfg, vocab_size, device)
         self.lean = self.target_lm.cache
-        own = lean_weights(self.model).blocks
+        self.own = lean_weights(self.model)  # the target's layers and head (or the exit's pruned head)
+        own = self.own.blocks
         self.depth = len(own) - (getattr(self.model, "exit_adapter", None) is not None)  # the target's layers it runs
         self.adapter = own[self.depth:]  # an exit adapter's layer: the exit's only cache of its own, to prefill
         self.adapter_kv = self.lean.kv.new_zeros(len(self.adapter), *self.lean.kv.shape[1:])
@@ -94,7 +95,7 @@ class ExitDrafter(ModelDrafter):
         x = lean.layers(x, start, stack)
         del self.ids[start:]
         self.ids += tokens
-        return lean.logits(rms_norm(x, lean.w.norm, lean.eps))
+        return head_logits(self.own, rms_norm(x, lean.w.norm, lean.eps))
 
     def _reserve(self, n: int) -> None:
         self.lean._reserve(n)
@@ -117,8 +118,12 @@ class FeatureDrafter(Drafter):
     verified) or the draft's h (for the tokens it drafts this round). Each round it feeds again, with their true
     features, the positions it had drafted over, then drafts one position per pass."""
 
-    def __init__(self, head, target, name: str | None = None):
+    def __init__(self, head, target, name: str | None = None, vocab=None):
+        """``vocab`` (token ids): draft over those rows of the target's LM head only (q zero elsewhere, the verify
+        keeps the full vocabulary: exact), as an early exit's pruned head (``runtime.pruned_head``)."""
         self.head = head.to(next(target.parameters()).dtype)  # (in place) the target's dtype
+        self.vocab = None if vocab is None else torch.as_tensor(vocab, dtype=torch.long).flatten().unique()
+        self._pruned: dict = {}  # "head": (the target's laid-out head it was cut from, the pruned head); shared by runs
         self.target_model = target
         self._laid_out: dict = {}  # fingerprint of the head's parameters -> their lean layout; one dict that every
         # run's copy of this drafter (``fresh``) shares
@@ -129,9 +134,9 @@ class FeatureDrafter(Drafter):
     def attach(self, target: CachedLM) -> None:
         if target.model is not self.target_model and _same_weights(target.model, self.target_model):
             self.target_model = target.model  # the same target loaded twice: draft for the copy in use
-        if target.model is not self.target_model or not isinstance(target.cache, LeanLlama):
+        if target.model is not self.target_model or not hasattr(target.cache, "keep_features"):
             raise ValueError(f"{self.name} drafts from its own target's hidden states: it needs that target "
-                             "(a Llama model) on the lean forward path")
+                             "(a Llama model) on the lean or llama.cpp forward path")
         self.target_lm = target
         target.cache.keep_features()
 
@@ -145,10 +150,25 @@ class FeatureDrafter(Drafter):
             self.target_lm.cache.features_from = 0
             self.target_lm.feed(ids)
         base, (block, self.fc_t) = lean_weights(self.target_model), self._layout()
-        own = Weights(base.embed, (block,), self.head.norm.weight.detach(), base.head_t, base.head_b)
+        own = Weights(base.embed, (block,), self.head.norm.weight.detach(), *self._head(base))
         self.lm = LeanLlama(self.target_model, own)
         self.ids: list[int] = []  # tokens whose entries are in the draft's cache
         self.true = 0  # entries [0, true) were made from the target's features
+
+    def _head(self, base: Weights) -> tuple:
+        """(head_t, head_b, head_ids, vocab) of the draft's LM head: the target's, or its rows in ``vocab`` (taken once
+        per laid-out target head; runs of one drafter share them)."""
+        if self.vocab is None:
+            return base.head_t, base.head_b, None, 0
+        cached = self._pruned.get("head")
+        if cached is None or cached[0] is not base.head_t:
+            if int(self.vocab[0]) < 0 or int(self.vocab[-1]) >= base.head_t.shape[1]:
+                raise ValueError(f"{self.name}: vocab ids must lie in [0, {base.head_t.shape[1]})")
+            ids = self.vocab.to(base.head_t.device)
+            bias = None if base.head_b is None else base.head_b[ids].contiguous()
+            cached = self._pruned["head"] = (base.head_t, (base.head_t[:, ids].contiguous(), bias, ids,
+                                                              base.head_t.shape[1]))
+        return cached[1]
 
     def _layout(self):
         """The head's layer and fc re-laid out for the lean forward, redone only when a parameter changed (as

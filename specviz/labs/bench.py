@@ -9,6 +9,7 @@ Methods, interleaved prompt by prompt and repeat by repeat so that machine noise
   hf-plain       target.generate()
   hf-assisted    target.generate(assistant_model=draft, same k, constant schedule, same confidence stop)
                  (a prompt-lookup draft is compared with generate(prompt_lookup_num_tokens=k))
+  ours-ar-torch  with --forward llamacpp (ours on llama.cpp's forward): the baseline on the torch forward too
 Tokens/s is total generated tokens over total wall time per method; ratios are taken within the run.
 """
 from __future__ import annotations
@@ -27,7 +28,7 @@ from ..config import EXAMPLE_PROMPTS, HELDOUT_PROMPTS, DecodeConfig, TreeConfig
 from ..decoder import autoregressive_generate, speculative_generate
 from ..drafts.drafter import Drafter, PromptLookupDrafter
 from ..models import DEFAULT_DRAFT, DEFAULT_TARGET, drafter_for, load_model
-from ..runtime import packed_linear
+from ..runtime import llamacpp, lm, packed_linear
 from ..trace import Counts, Trace
 
 PROMPT_SETS = {"example": EXAMPLE_PROMPTS, "heldout": HELDOUT_PROMPTS, "all": EXAMPLE_PROMPTS + HELDOUT_PROMPTS}
@@ -90,6 +91,9 @@ def methods(target, draft, cfg: DecodeConfig, plain_too: bool = False) -> dict:
         "ours-norecord": lambda ids, seed: speculative_generate(target, draft, ids, replace(cfg, seed=seed, record=False)),
         "hf-plain": hf({}),
     }
+    if lm.DEFAULT_PATH == "llamacpp":
+        fns["ours-ar-torch"] = lambda ids, seed: lm.on_path("auto", autoregressive_generate, target, ids,
+                                                            replace(cfg, seed=seed))
     if plain_too:
         fns["ours-spec-plain"] = lambda ids, seed: packed_linear.without(
             speculative_generate, target, draft, ids, replace(cfg, seed=seed, record=False))
@@ -99,11 +103,8 @@ def methods(target, draft, cfg: DecodeConfig, plain_too: bool = False) -> dict:
 @contextmanager
 def assistant_settings(draft, k: int, stop: float = 0.0):
     """Make transformers' assistant draft as ours does: k tokens a round, stopping early only where
-    DecodeConfig.draft_stop does (its assistant_confidence_threshold; 0 = never).
-
-    transformers reads these settings from the ASSISTANT's generation_config, not from generate()'s
-    keyword arguments; its defaults (20 tokens, stop once the draft's probability of its token falls
-    below 0.4) would compare a different drafting rule, not the same pair at the same k."""
+    DecodeConfig.draft_stop does (its assistant_confidence_threshold; 0 = never). transformers reads these from the
+    ASSISTANT's generation_config; its defaults (20 tokens, stop below 0.4) would compare a different rule."""
     if draft is None:
         yield
         return
@@ -169,7 +170,8 @@ def run_order(names: list[str], turn: int) -> list[str]:
 
 @dataclass(frozen=True)
 class Measured:
-    """What one benchmark run measured, side by side: the speedup of ours-spec over ours-ar, the decoder's own
+    """What one benchmark run measured, side by side: the speedup of ours-spec over the fastest of our baselines, the
+    target passes per token (the hardware-free figure), the decoder's own
     figures (acceptance rate, alpha, tau, c and v against the baseline's forward), Leviathan's prediction from
     them, and the ratios against transformers' assisted generation and against not recording."""
 
@@ -182,6 +184,8 @@ class Measured:
     predicted: float
     vs_assisted: float | None  # ours-spec tokens/s over hf-assisted's (None: no transformers counterpart)
     recording_overhead: float  # median over paired runs of (ours-spec time / ours-norecord time - 1)
+    baseline: str = "ours-ar"  # the fastest of our baselines the speedup divides by (ours-ar-torch: the torch forward)
+    passes_per_token: float = 0.0  # target passes per generated token of ours-spec: the hardware-free figure
     differing: int = 0  # greedy: runs of ours whose text differed from ours-ar's (the target's own greedy text)
     compared: int = 0  # greedy: runs of ours compared (0: sampled, nothing to compare)
 
@@ -192,12 +196,14 @@ class Measured:
 
 def measure(tallies: dict[str, Tally]) -> Measured:
     spec, base = tallies["ours-spec"], tallies["ours-ar"]
+    fastest = max((n for n in ("ours-ar", "ours-ar-torch") if n in tallies), key=lambda n: tallies[n].tokens_per_s)
     c, v, k = theory.cost_ratio(spec.counts, base.counts), theory.verify_cost(spec.counts, base.counts), \
         theory.mean_k(spec.counts)
     assisted = tallies.get("hf-assisted")
     paired = statistics.median(n / s for s, n in zip(spec.per_call, tallies["ours-norecord"].per_call))
     return Measured(
-        speedup=spec.tokens_per_s / base.tokens_per_s, acceptance_rate=spec.counts.acceptance_rate,
+        speedup=spec.tokens_per_s / tallies[fastest].tokens_per_s, baseline=fastest,
+        passes_per_token=spec.counts.target_forwards_per_token, acceptance_rate=spec.counts.acceptance_rate,
         alpha=spec.counts.alpha, tau=spec.counts.tau, c=c, v=v,
         predicted=theory.expected_speedup(min(spec.counts.alpha, 1.0), k, c, v),
         vs_assisted=spec.tokens_per_s / assisted.tokens_per_s if assisted else None, recording_overhead=paired - 1,
@@ -211,7 +217,8 @@ def report(tallies: dict[str, Tally]) -> str:
         lines.append(f"{name:<15}{t.tokens:>8}{t.seconds:>9.2f}{t.tokens_per_s:>9.1f}"
                      f"{statistics.median(t.per_call):>9.1f}{t.tokens_per_s / base:>11.2f}x")
     m, norec, plain = measure(tallies), tallies["ours-norecord"].tokens_per_s, tallies["hf-plain"].tokens_per_s
-    lines.append(f"speedup of ours-spec over ours-ar: {m.speedup:.2f}x (acceptance {m.acceptance_rate:.3f}, alpha "
+    lines.append(f"target passes per token of ours-spec: {m.passes_per_token:.3f} (ours-ar: 1)")
+    lines.append(f"speedup of ours-spec over {m.baseline}: {m.speedup:.2f}x (acceptance {m.acceptance_rate:.3f}, alpha "
                  f"{m.alpha:.3f}, tau {m.tau:.2f}, c {m.c:.3f}, verify v {m.v:.2f}: predicted {m.predicted:.2f}x, "
                  f"measured / predicted {m.of_predicted:.2f})")
     if m.vs_assisted is not None:
@@ -223,11 +230,19 @@ def report(tallies: dict[str, Tally]) -> str:
     if "ours-spec-plain" in tallies:
         lines.append(f"packed matmuls (ours-norecord) vs plain (ours-spec-plain): "
                      f"{norec / tallies['ours-spec-plain'].tokens_per_s:.2f}x")
+    fastest = max((n for n in ("ours-ar", "ours-ar-torch", "hf-plain") if n in tallies),
+                  key=lambda n: tallies[n].tokens_per_s)
+    lines.append(f"speedup of ours-spec over the fastest baseline here ({fastest}, {BASELINES[fastest]}): "
+                 f"{spec / tallies[fastest].tokens_per_s:.2f}x")
     lines += [f"ours-ar vs hf-plain: {base / plain:.2f}x",
               f"recording overhead (ours-spec time / ours-norecord time - 1): {100 * (norec / spec - 1):+.1f}% in total, "
               f"{100 * m.recording_overhead:+.1f}% median over paired runs (same prompt and repeat; robust to one-off "
               "stalls)"]
     return "\n".join(lines)
+
+
+BASELINES = {"ours-ar": "the target alone, this run's forward", "ours-ar-torch": "the target alone, torch forward",
+             "hf-plain": "transformers' generate"}
 
 
 def common_args(ap: argparse.ArgumentParser, max_new_tokens: int, repeats: int, threads: int) -> None:
@@ -238,13 +253,12 @@ def common_args(ap: argparse.ArgumentParser, max_new_tokens: int, repeats: int, 
     ap.add_argument("--repeats", type=int, default=repeats)
     ap.add_argument("--threads", type=int, default=threads, help="torch threads (0: torch's default)")
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="auto",
-                    help="the models' precision (auto: what load_model picks for the device)")
-    ap.add_argument("--prompts", choices=sorted(PROMPT_SETS), default="all",
-                    help="the 5 example prompts, 5 held-out ones, or all 10")
-    ap.add_argument("--matmul", choices=("packed", "plain", "both"), default="packed",
-                    help="several-row matmuls of the lean path: oneDNN over packed weights, MKL's GEMM as before, or "
-                         "(the bench) both side by side: an extra method ours-spec-plain")
+    ap.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="auto", help="the models' precision")
+    ap.add_argument("--prompts", choices=sorted(PROMPT_SETS), default="all", help="5 example, 5 held-out, or all 10")
+    ap.add_argument("--matmul", choices=("packed", "plain", "both"), default="packed", help="several-row matmuls "
+                    "of the lean path: oneDNN, packed; MKL's GEMM; or both side by side (the bench: ours-spec-plain)")
+    ap.add_argument("--forward", choices=("auto", "llamacpp"), default="auto", help="the models' forward: torch "
+                    "(lean or transformers) or llama.cpp's (llama-cpp-python), specviz keeping every decision")
 
 
 def target_and_prompts(args) -> tuple:
@@ -252,8 +266,11 @@ def target_and_prompts(args) -> tuple:
     if args.threads:
         torch.set_num_threads(args.threads)
     packed_linear.set_enabled(getattr(args, "matmul", "packed") != "plain")
+    lm.DEFAULT_PATH = getattr(args, "forward", "auto")
     dtype = None if args.dtype == "auto" else getattr(torch, args.dtype)
     target, tok = load_model(args.target, device=args.device, dtype=dtype)
+    if lm.DEFAULT_PATH == "llamacpp" and (reason := llamacpp.supports(target)):
+        raise SystemExit(f"--forward llamacpp: {reason}")
     texts = PROMPT_SETS[getattr(args, "prompts", "example")]
     return target, tok, [tok(p, return_tensors="pt").input_ids.to(args.device) for p in texts]
 
@@ -266,8 +283,7 @@ def main(argv=None) -> None:
     ap.add_argument("--tree", type=TreeConfig.parse, default=None,
                     help='draft a token tree: a static shape ("3,2,2,1"), "dynamic:BUDGET,DEPTH,WIDTH[,THRESHOLD]" or '
                          '"chain:DEPTH,SIBLINGS[,THRESHOLD]" (k unused)')
-    ap.add_argument("--draft-stop", type=float, default=0.0,
-                    help="stop drafting below this draft confidence (transformers' default is 0.4; 0 = off)")
+    ap.add_argument("--draft-stop", type=float, default=0.0, help="stop drafting below this draft confidence (0 = off)")
     args = ap.parse_args(argv)
     target, tok, prompts = target_and_prompts(args)
     draft = drafter_for(target, args.target, args.draft, device=args.device)
@@ -276,7 +292,7 @@ def main(argv=None) -> None:
     print(f"target={args.target} draft={args.draft} k={args.k} tree={args.tree.label if args.tree else None} "
           f"draft_stop={args.draft_stop} temperature={args.temperature} "
           f"max_new_tokens={args.max_new_tokens} repeats={args.repeats} prompts={len(prompts)} "
-          f"threads={torch.get_num_threads()} device={args.device}")
+          f"threads={torch.get_num_threads()} device={args.device} forward={args.forward}")
     print(report(run_bench(target, draft, prompts, cfg, args.repeats, plain_too=args.matmul == "both")))
 
 

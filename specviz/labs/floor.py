@@ -78,7 +78,7 @@ def acceptance(target, draft, prompts, cfg: DecodeConfig, seeds: int) -> tuple[f
 def verdicts(s: Setting, m: Measured) -> list[tuple[str, bool]]:
     """(what, held) for every speed line a timed setting is measured against (acceptance lines: ``acceptance``)."""
     out = [] if s.floor is None else [
-        (f"speedup {m.speedup:.2f}x >= {s.floor}x", m.speedup >= s.floor),
+        (f"speedup {m.speedup:.2f}x over {m.baseline} (the fastest baseline run) >= {s.floor}x", m.speedup >= s.floor),
         (f"measured / predicted {m.of_predicted:.2f} >= 0.85", m.of_predicted >= 0.85),
         (f"recording overhead {100 * m.recording_overhead:+.1f}% <= 5%", m.recording_overhead <= 0.05)]
 
@@ -103,7 +103,8 @@ def main(argv=None) -> bool:
     args = ap.parse_args(argv)
     target, _, prompts = target_and_prompts(args)
     held, best = True, {}  # best: length -> the best candidates' verdict lines so far
-    print(f"target={args.target} prompts={len(prompts)} repeats={args.repeats} threads={torch.get_num_threads()}")
+    print(f"target={args.target} prompts={len(prompts)} repeats={args.repeats} threads={torch.get_num_threads()} "
+          f"forward={args.forward}")
     for s in settings(args.draft, args.k, args.best_draft, args.best_k):
         draft = drafter_for(target, args.target, s.draft, device=args.device)
         for n in (args.lengths if s.floor is not None else args.lengths[:1]):
@@ -117,7 +118,8 @@ def main(argv=None) -> bool:
                 best[n] = max(best.get(n, (0.0, [])), (m.speedup, lines), key=lambda b: b[0])
             else:
                 held &= all(ok for _, ok in lines)
-            print(f"\n{s.label}: draft={s.draft} k={s.k} T={s.temperature:g} tokens={n}: tau {m.tau:.2f}, alpha "
+            print(f"\n{s.label}: draft={s.draft} k={s.k} T={s.temperature:g} tokens={n}: target passes per token "
+                  f"{m.passes_per_token:.3f}, tau {m.tau:.2f}, alpha "
                   f"{m.alpha:.3f}, c {m.c:.3f}, v {m.v:.2f}, predicted {m.predicted:.2f}x")
             print("\n".join(f"  {'PASS' if ok else 'FAIL'}  {what}" for what, ok in lines), flush=True)
     for n, (speedup, lines) in best.items():

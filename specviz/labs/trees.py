@@ -153,7 +153,7 @@ def keep_costs(target, context: int = 128, path: int = 4, nodes: int = 16, reps:
     keys and values in place (what the decoder does) and cropping to the prefix, then feeding the path again."""
     from ..runtime.lm import CachedLM
 
-    lm = CachedLM(target)
+    lm = CachedLM(target, trees=True)
     ids = [i % lm.vocab_size for i in range(1, context + 1)]
     parents = [-1] + list(range(path - 1)) + [-1] * (nodes - path)
     times = {"gather": [], "crop and re-feed": []}

@@ -3,17 +3,19 @@
 Three forward paths behind one cache interface (``forward(ids)`` appends and returns logits,
 ``crop(keep)`` rolls back, ``get_seq_length()``): transformers' forward with a DynamicCache (any model;
 rollback by the cache's own crop), with a StaticCache (rollback by moving the write position), or
-``lean_llama.LeanLlama`` (Llama only, the fastest on a CPU; rollback by moving the write position).
+``lean_llama.LeanLlama`` / ``lean_gemma.LeanGemma3`` (Llama, Mistral, Qwen2/3, Phi-3 and Gemma-3, the fastest on a CPU;
+rollback by moving the write position).
 """
 from __future__ import annotations
 
 import inspect
+import os
 import time
 from contextlib import contextmanager
 
 import torch
 
-from . import lean_gemma, lean_llama
+from . import lean_gemma, lean_llama, llamacpp
 from .forwards import DynamicForward, StaticForward, model_device, sliding_window
 from .tree_mask import tree_attention
 
@@ -35,12 +37,16 @@ class CachedLM:
     "dynamic" (transformers' forward, DynamicCache, rollback by crop), "static" (transformers' forward,
     StaticCache written in place, masks sliced from one table) or "lean" (``lean_llama.LeanLlama``: the
     model's weights re-laid out, no transformers code per call). "auto" (``DEFAULT_PATH``) takes "lean"
-    where ``lean_llama.supports(model)`` (Llama models on one device) and "dynamic" otherwise."""
+    where ``lean_llama.supports(model)`` (the families of ``lean_families``, on one device) or
+    ``lean_gemma.supports(model)``, and "dynamic" otherwise."""
 
-    def __init__(self, model, path: str | None = None):
+    def __init__(self, model, path: str | None = None, trees: bool = False):
         self.model = model
         self.device = model_device(model)
-        self.path = choose_path(model, path or DEFAULT_PATH)
+        default = default_path()
+        if trees and default == "llamacpp":  # token trees need attention masks: the torch forward runs them
+            default = "auto"
+        self.path = choose_path(model, path or default, strict=path is not None)
         self.ids: list[int] = []
         self.last_logits: torch.Tensor | None = None
         self.tree_parents: list[int] = []  # a token tree cached after ids (tree_forward), until keep_path
@@ -141,15 +147,43 @@ def common_prefix(a: list[int], b: list[int], start: int = 0) -> int:
     return n
 
 
-PATHS = ("auto", "dynamic", "static", "lean")
+PATHS = ("auto", "dynamic", "static", "lean", "llamacpp")
 DEFAULT_PATH = "auto"  # what CachedLM(model) uses; set to "dynamic" to run every model through transformers
+PATH_ENV = "SPECVIZ_FORWARD"  # the default path from the environment (say llamacpp), where DEFAULT_PATH is "auto"
 
 
-def choose_path(model, path: str) -> str:
+def default_path() -> str:
+    """DEFAULT_PATH, or where it is "auto", SPECVIZ_FORWARD (checked: a readable error for an unknown one)."""
+    path = DEFAULT_PATH if DEFAULT_PATH != "auto" else (os.environ.get(PATH_ENV) or "auto")
+    if path not in PATHS:
+        raise ValueError(f"{PATH_ENV} must be one of {PATHS}, got {path!r}")
+    return path
+
+
+def on_path(path: str, fn, *args):
+    """fn(*args) with DEFAULT_PATH set to ``path`` (a benchmark's side-by-side forwards), then as it was."""
+    global DEFAULT_PATH
+    before, DEFAULT_PATH = DEFAULT_PATH, path
+    try:
+        return fn(*args)
+    finally:
+        DEFAULT_PATH = before
+
+
+def choose_path(model, path: str, strict: bool = False) -> str:
     """The forward path for model: "auto" is "lean" where LeanLlama supports it, else "dynamic"; an
-    explicit "lean" or "static" falls back to "dynamic" for models they cannot run (no error)."""
+    explicit "lean" or "static" falls back to "dynamic" for models they cannot run (no error). "llamacpp"
+    (``llamacpp.LlamaCppForward``) runs the models it supports; for others it is "auto" as a default and a
+    ValueError saying why when asked for (``strict``: CachedLM(model, "llamacpp"))."""
     if path not in PATHS:
         raise ValueError(f"path must be one of {PATHS}, got {path!r}")
+    if path == "llamacpp":
+        reason = llamacpp.supports(model)
+        if reason is None:
+            return path
+        if strict:
+            raise ValueError(reason)
+        path = "auto"
     if path in ("auto", "lean"):
         return "lean" if lean_llama.supports(model) or lean_gemma.supports(model) else "dynamic"
     if path == "static" and (not getattr(model, "_can_compile_fullgraph", False) or sliding_window(model)):
@@ -158,6 +192,8 @@ def choose_path(model, path: str) -> str:
 
 
 def make_cache(model, path: str, cache_kw: str):
+    if path == "llamacpp":
+        return llamacpp.LlamaCppForward(model)
     if path == "lean":
         return lean_gemma.LeanGemma3(model) if lean_gemma.supports(model) else lean_llama.LeanLlama(model)
     return StaticForward(model, cache_kw) if path == "static" else DynamicForward(model, cache_kw)

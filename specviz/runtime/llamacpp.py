@@ -1,0 +1,155 @@
+"""The forward pass run by llama.cpp (optional: ``pip install llama-cpp-python gguf``), behind the cache interface
+``CachedLM`` uses: ``forward(ids)`` appends tokens and returns every row's logits, ``crop(keep)`` rolls back by
+removing the sequence's positions from ``keep`` on in llama.cpp's KV cache, ``get_seq_length()``.
+
+specviz keeps every decision and record: llama.cpp computes logits (and, for a feature draft, the final normed hidden
+states: its "embeddings" with no pooling), the decoder samples, accepts and rolls back in torch as on any other
+path. The weights are the model's own, written once to a GGUF (``gguf_write``: float32, no tokenizer); the KV cache
+is float32 too. Chains only: a token tree needs attention masks this path does not take (use the lean path).
+
+Contexts are pooled per model: a CachedLM takes one (its memory cleared) and gives it back when it is collected.
+``LLAMA_CPP_LIB_PATH`` points llama-cpp-python at another build of libllama (llama-cpp-python's own variable).
+"""
+from __future__ import annotations
+
+import ctypes
+import weakref
+
+import numpy as np
+import torch
+
+from . import gguf_write
+
+_MODELS: dict[str, object] = {}  # GGUF path -> llama_model pointer, loaded once per process
+_POOLS: dict[str, list] = {}     # GGUF path -> free llama_context pointers
+_state: dict = {}
+
+
+def available() -> str | None:
+    """None where llama-cpp-python and gguf import, else what to install."""
+    try:
+        _lib()
+        import gguf  # noqa: F401
+    except (ImportError, OSError) as e:
+        return f"the llama.cpp forward needs llama-cpp-python and gguf (pip install llama-cpp-python gguf): {e}"
+    return None
+
+
+def supports(model) -> str | None:
+    """None where ``model`` can run on llama.cpp here, else the reason."""
+    return available() or gguf_write.supports(model)
+
+
+def _lib():
+    if "lib" not in _state:
+        import llama_cpp
+
+        llama_cpp.llama_backend_init()
+        _state["quiet"] = llama_cpp.llama_log_callback(lambda level, text, data: None)  # kept: ctypes calls it
+        llama_cpp.llama_log_set(_state["quiet"], ctypes.c_void_p())
+        _state["lib"] = llama_cpp
+    return _state["lib"]
+
+
+def _model(path: str):
+    lc = _lib()
+    if path not in _MODELS:
+        params = lc.llama_model_default_params()
+        params.n_gpu_layers = 0
+        ptr = lc.llama_model_load_from_file(path.encode(), params)
+        if not ptr:
+            raise ValueError(f"llama.cpp could not load {path}")
+        _MODELS[path] = ptr
+    return _MODELS[path]
+
+
+def _context(path: str, n_ctx: int, threads: int):
+    pool = _POOLS.setdefault(path, [])
+    lc = _lib()
+    while pool:
+        ctx, size = pool.pop()
+        if size >= n_ctx:
+            lc.llama_set_n_threads(ctx, threads, threads)
+            lc.llama_memory_clear(lc.llama_get_memory(ctx), False)
+            return ctx, size
+        lc.llama_free(ctx)
+    p = lc.llama_context_default_params()
+    p.n_ctx = p.n_batch = n_ctx
+    p.n_ubatch = min(n_ctx, 512)
+    p.n_seq_max, p.n_threads, p.n_threads_batch = 1, threads, threads
+    p.type_k = p.type_v = lc.GGML_TYPE_F32
+    p.embeddings = True  # the final normed hidden state beside the logits (pooling "none" for a causal model)
+    p.pooling_type = lc.LLAMA_POOLING_TYPE_NONE
+    p.no_perf = True
+    ctx = lc.llama_init_from_model(_model(path), p)
+    if not ctx:
+        raise ValueError(f"llama.cpp could not make a context of {n_ctx} positions for {path}")
+    return ctx, n_ctx
+
+
+def _give_back(path: str, ctx, size: int) -> None:
+    _POOLS.setdefault(path, []).append((ctx, size))
+
+
+class LlamaCppForward:
+    """One sequence in a llama.cpp context over ``model``'s weights. ``features`` (kept once ``keep_features`` is
+    called, as ``lean_llama.LeanLlama`` keeps them) are the final normed hidden states a feature draft reads."""
+
+    def __init__(self, model):
+        reason = supports(model)
+        if reason:
+            raise ValueError(reason)
+        self.lc = _lib()
+        self.path = str(gguf_write.gguf_for_cached(model))
+        self.capacity = int(model.config.max_position_embeddings)
+        self.ctx, size = _context(self.path, self.capacity, torch.get_num_threads())
+        weakref.finalize(self, _give_back, self.path, self.ctx, size)
+        self.mem = self.lc.llama_get_memory(self.ctx)
+        self.vocab, self.d = int(model.config.vocab_size), int(model.config.hidden_size)
+        self.batch = self.lc.llama_batch_init(self.capacity, 0, 1)
+        weakref.finalize(self, self.lc.llama_batch_free, self.batch)
+        self.length = 0
+        self.features: torch.Tensor | None = None
+        self.features_from = 0
+
+    def keep_features(self) -> None:
+        if self.features is None:
+            self.features = torch.zeros(self.capacity, self.d)
+            self.features_from = self.length
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def crop(self, keep: int) -> None:
+        if keep < self.length:
+            self.lc.llama_memory_seq_rm(self.mem, 0, keep, -1)
+            self.length = keep
+
+    def keep(self, start: int, slots: list[int]) -> None:
+        raise ValueError("token trees need the torch forward (path 'lean' or 'dynamic'): llama.cpp runs chains here")
+
+    def _reserve(self, n: int) -> None:
+        if n > self.capacity:
+            raise ValueError(f"this context holds {self.capacity} positions (the model's max_position_embeddings); "
+                             f"{n} asked")
+
+    def forward(self, ids: torch.Tensor, positions=None, visible=None) -> torch.Tensor:
+        """Append ids (n,); the logits after each, (n, V), from ONE llama_decode of all n rows."""
+        if visible is not None:
+            self.keep(0, [])
+        n, start = int(ids.shape[-1]), self.length
+        self._reserve(start + n)
+        b = self.batch
+        b.n_tokens = n
+        for i, t in enumerate(ids.tolist()):
+            b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = t, start + i, 1, 1
+            b.seq_id[i][0] = 0
+        rc = self.lc.llama_decode(self.ctx, b)
+        if rc != 0:
+            raise ValueError(f"llama.cpp's decode failed (code {rc}) at {start + n} positions")
+        self.length = start + n
+        logits = torch.from_numpy(np.ctypeslib.as_array(self.lc.llama_get_logits(self.ctx), (n, self.vocab)).copy())
+        if self.features is not None:
+            h = np.ctypeslib.as_array(self.lc.llama_get_embeddings(self.ctx), (n, self.d))
+            self.features[start: start + n] = torch.from_numpy(h)
+        return logits

@@ -1,0 +1,104 @@
+"""The llama.cpp forward: the GGUF it writes (read back by transformers' own GGUF loader), its logits against
+torch's, its rollback, greedy equality of speculative decoding on it, and its refusals."""
+import importlib.util
+from dataclasses import replace
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+
+from specviz import DecodeConfig, TreeConfig, autoregressive_generate, speculative_generate
+from specviz.drafts.drafter import ModelDrafter
+from specviz.runtime import gguf_write, llamacpp, lm
+from tests.helpers.models import tiny_gpt2
+
+needs_gguf = pytest.mark.skipif(importlib.util.find_spec("gguf") is None, reason="the gguf package is not installed")
+needs_llamacpp = pytest.mark.skipif(llamacpp.available() is not None,
+                                    reason="llama-cpp-python is not installed (pip install llama-cpp-python gguf)")
+
+
+def llama(heads=4, kv_heads=2, tied=False, seed=0, vocab=96, layers=2):
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=64, intermediate_size=96, num_hidden_layers=layers,
+                      num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=128,
+                      bos_token_id=None, eos_token_id=None, pad_token_id=None, tie_word_embeddings=tied)
+    model = LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():  # sharper than random init, so that greedy choices are not near-ties
+        model.lm_head.weight.mul_(8.0)
+    return model
+
+
+@pytest.fixture(autouse=True)
+def cache_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv(gguf_write.CACHE_ENV, str(tmp_path / "gguf"))
+
+
+@needs_gguf
+@pytest.mark.parametrize("heads, kv_heads, tied", [(4, 2, False), (4, 4, True)])
+def test_written_gguf_reads_back_as_the_same_model(tmp_path, heads, kv_heads, tied):
+    """transformers' GGUF loader undoes llama.cpp's q/k permutation: the model read back gives the same logits."""
+    model = llama(heads, kv_heads, tied)
+    gguf_write.write(model, tmp_path / "m.gguf")
+    back = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file="m.gguf").eval()
+    ids = torch.tensor([[3, 17, 5, 60, 2, 9]])
+    with torch.no_grad():
+        assert torch.allclose(model(ids).logits, back(ids).logits, atol=1e-5)
+
+
+def test_unsupported_models_and_paths_are_refused(monkeypatch):
+    reason = llamacpp.supports(tiny_gpt2())
+    assert reason and ("llama-cpp-python" in reason or "Llama models" in reason)
+    with pytest.raises(ValueError, match="llama"):
+        lm.CachedLM(tiny_gpt2(), "llamacpp")
+    assert lm.CachedLM(tiny_gpt2()).path == "dynamic"  # as a default it applies only where it can
+    monkeypatch.setenv(lm.PATH_ENV, "llamacpp")
+    assert lm.CachedLM(tiny_gpt2()).path == "dynamic"
+    monkeypatch.setenv(lm.PATH_ENV, "vulkan")
+    with pytest.raises(ValueError, match="SPECVIZ_FORWARD must be one of"):
+        lm.CachedLM(tiny_gpt2())
+
+
+@needs_llamacpp
+def test_logits_rows_and_rollback_match_torch():
+    model = llama()
+    ours, theirs = lm.CachedLM(model, "lean"), lm.CachedLM(model, "llamacpp")
+    assert theirs.path == "llamacpp"
+    prompt = [5, 1, 40, 7, 7, 33]
+    close = dict(atol=2e-3, rtol=1e-3)
+    assert torch.allclose(ours.feed(prompt), theirs.feed(prompt), **close)
+    assert torch.allclose(ours.feed([8, 9, 10, 11]), theirs.feed([8, 9, 10, 11]), **close)  # several rows at once
+    ours.rollback(7), theirs.rollback(7)  # drop positions 7.. from llama.cpp's cache
+    assert theirs.cache.get_seq_length() == 7
+    assert torch.allclose(ours.feed([50, 51]), theirs.feed([50, 51]), **close)
+    with pytest.raises(ValueError, match="token trees"):
+        theirs.tree_forward([], [1, 2], [-1, -1])
+
+
+@needs_llamacpp
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_speculative_on_llamacpp_equals_its_own_autoregressive_decode(monkeypatch, temperature):
+    target, draft = llama(seed=0), llama(seed=1)
+    with torch.no_grad():  # a draft that agrees often: the draft is the target plus a little noise
+        for p, q in zip(draft.parameters(), target.parameters()):
+            if p.shape == q.shape:
+                p.copy_(q + 0.02 * torch.randn_like(q))
+    monkeypatch.setattr(lm, "DEFAULT_PATH", "llamacpp")
+    cfg = DecodeConfig(k=4, temperature=temperature, max_new_tokens=40, seed=3)
+    prompt = torch.tensor([[4, 8, 15, 16, 23, 42]])
+    spec = speculative_generate(target, ModelDrafter(draft), prompt, cfg)
+    assert spec.counts().accepted > 0
+    if temperature == 0.0:
+        assert list(spec.new_tokens) == list(autoregressive_generate(target, prompt, cfg).new_tokens)
+
+
+@needs_llamacpp
+def test_token_trees_run_on_the_torch_forward_when_llamacpp_is_the_default(monkeypatch):
+    """A tree needs attention masks: with llama.cpp as the default forward, a tree run's target and draft take the
+    torch forward (and a chain run beside it llama.cpp's); both give the target's own greedy text."""
+    target, draft = llama(seed=0), llama(seed=1)
+    monkeypatch.setattr(lm, "DEFAULT_PATH", "llamacpp")
+    assert lm.CachedLM(target).path == "llamacpp" and lm.CachedLM(target, trees=True).path == "lean"
+    prompt = torch.tensor([[4, 8, 15, 16, 23, 42]])
+    cfg = DecodeConfig(temperature=0.0, max_new_tokens=24, tree=TreeConfig.parse("2,2,1"))
+    reference = autoregressive_generate(target, prompt, replace(cfg, tree=None)).new_tokens
+    assert list(speculative_generate(target, ModelDrafter(draft), prompt, cfg).new_tokens) == list(reference)
