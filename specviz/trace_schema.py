@@ -1,14 +1,22 @@
 """The trace JSON's schema: every field's kind and what each kind admits, checked on import (imported traces
 are rendered into HTML, so nothing unchecked gets that far). ``Trace.from_json`` calls these; a violation is a
-ValueError that names the field and its type, never its value (it may be markup)."""
+ValueError that names the field and its type, never its value (it may be markup).
+
+What an import may hold is bounded by what it makes the app render and keep: token ids and counts below 2**31,
+finite numbers, texts of valid Unicode (a lone surrogate breaks the response stream) of at most
+``MAX_TEXT_CHARS`` characters, at most ``MAX_PROMPT_IDS`` prompt ids, ``MAX_ROUNDS`` rounds and
+``MAX_TREE_NODES_TOTAL`` tree nodes."""
 from __future__ import annotations
 
-from .config import DecodeConfig
+import json
+import math
+
+from .config import MAX_TREE_NODES, DecodeConfig
 from .records import NODE_STATUSES, DraftTokens, TreeNode, TreeRecord
 
 # -- the JSON schema: every field's kind, and what each kind admits ------------------------------------------
 MODES, STOP_REASONS = ("speculative", "autoregressive"), ("eos", "length", "budget", "")
-TRACE_FIELDS = dict(prompt_ids="ids", config="object", mode="mode", target_name="string", draft_name="string",
+TRACE_FIELDS = dict(prompt_ids="prompt", config="object", mode="mode", target_name="string", draft_name="string",
                     eos_token_ids="ids", rounds="objects", prefill_s="number", total_s="number",
                     stop_reason="stop_reason", token_text="token_text",
                     token_bytes="token_bytes")
@@ -24,12 +32,42 @@ NODE_FIELDS = dict(parent="parent", depth="count", token="count", q="number", p=
 NODE_REQUIRED = tuple(name for name in NODE_FIELDS if name != "value")  # traces from before it was recorded
 
 
+MAX_ID = 2**31  # token ids, indices and counts lie below it (a larger one overflows a tensor)
+MAX_TEXT_CHARS = 256  # a token's text, a model's name: longer is no token's (token_bytes holds at most 128 bytes)
+MAX_PROMPT_IDS = 32768  # prompt ids read (the timeline shows the last views.timeline.PROMPT_SHOWN of them)
+
+
 def _is_count(v) -> bool:  # an index, a count or a token id
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < MAX_ID
 
 
 def _is_num(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    return abs(v) < 2**63 if isinstance(v, int) else math.isfinite(v)
+
+
+def _is_text(v) -> bool:
+    """A string of valid Unicode (no lone surrogate) of at most MAX_TEXT_CHARS characters."""
+    return isinstance(v, str) and len(v) <= MAX_TEXT_CHARS and _encodes(v)
+
+
+def _plain(v) -> bool:
+    """An object of valid Unicode and finite numbers, its integers below 2**63 in size (a config's values)."""
+    if isinstance(v, dict):
+        return all(_encodes(k) and _plain(x) for k, x in v.items())
+    if isinstance(v, list):
+        return all(map(_plain, v))
+    return v is None or isinstance(v, bool) or _is_num(v) or isinstance(v, str) and _encodes(v)
+
+
+def _encodes(v) -> bool:
+    """Whether v (a string, or an object of strings, numbers and lists) is valid Unicode throughout."""
+    try:
+        (v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)).encode("utf-8")
+    except (UnicodeEncodeError, TypeError, ValueError):
+        return False
+    return True
 
 
 def _is_hex(h: str) -> bool:
@@ -40,27 +78,32 @@ def _list_of(ok):
     return lambda v: isinstance(v, list) and all(ok(x) for x in v)
 
 
+TEXT = f"valid Unicode of at most {MAX_TEXT_CHARS} characters"
 KINDS = {  # kind: (check, what the message says it must be)
-    "count": (_is_count, "an integer >= 0"),
+    "count": (_is_count, "an integer in [0, 2**31)"),
     "id?": (lambda v: v is None or _is_count(v), "a token id or null"),
-    "number": (_is_num, "a number"),
-    "string": (lambda v: isinstance(v, str), "a string"),
-    "object": (lambda v: isinstance(v, dict), "an object"),
-    "object?": (lambda v: v is None or isinstance(v, dict), "an object or null"),
-    "number?": (lambda v: v is None or _is_num(v), "a number or null"),
-    "parent": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= -1, "an integer >= -1"),
+    "number": (_is_num, "a finite number"),
+    "string": (_is_text, f"a string of {TEXT}"),
+    "object": (lambda v: isinstance(v, dict) and _plain(v), "an object of valid Unicode and numbers below 2**63"),
+    "object?": (lambda v: v is None or isinstance(v, dict) and _plain(v),
+                "an object of valid Unicode and numbers below 2**63, or null"),
+    "number?": (lambda v: v is None or _is_num(v), "a finite number or null"),
+    "parent": (lambda v: isinstance(v, int) and not isinstance(v, bool) and -1 <= v < MAX_ID, "an integer >= -1"),
     "children": (lambda v: v in ("top", "iid", "distinct"), "one of top, iid, distinct"),
     "node_status": (lambda v: v in NODE_STATUSES, f"one of {NODE_STATUSES}"),
     "ids": (_list_of(_is_count), "a list of token ids"),
-    "numbers": (_list_of(_is_num), "a list of numbers"),
-    "strings": (_list_of(lambda v: isinstance(v, str)), "a list of strings"),
-    "numbers?": (_list_of(lambda x: x is None or _is_num(x)), "a list of numbers or nulls"),
+    "prompt": (lambda v: _list_of(_is_count)(v) and len(v) <= MAX_PROMPT_IDS,
+               f"a list of at most {MAX_PROMPT_IDS} token ids"),
+    "numbers": (_list_of(_is_num), "a list of finite numbers"),
+    "strings": (_list_of(_is_text), f"a list of strings of {TEXT}"),
+    "numbers?": (_list_of(lambda x: x is None or _is_num(x)), "a list of finite numbers or nulls"),
     "objects": (_list_of(lambda v: isinstance(v, dict)), "a list of objects"),
     "mode": (lambda v: v in MODES, f"one of {MODES}"),
     "stop_reason": (lambda v: v in STOP_REASONS, f"one of {STOP_REASONS}"),
-    "token_text": (lambda v: isinstance(v, dict) and all(k.isascii() and k.isdigit() and isinstance(s, str)
-                                                         for k, s in v.items()), 'an object {"token id": "text"}'),
-    "token_bytes": (lambda v: isinstance(v, dict) and all(k.isascii() and k.isdigit() and isinstance(h, str)
+    "token_text": (lambda v: isinstance(v, dict) and all(k.isascii() and k.isdigit() and len(k) < 11 and _is_text(s)
+                                                         for k, s in v.items()),
+                   f'an object {{"token id": "text"}}, each text {TEXT}'),
+    "token_bytes": (lambda v: isinstance(v, dict) and all(k.isascii() and k.isdigit() and len(k) < 11 and isinstance(h, str)
                                                           and len(h) <= 256 and _is_hex(h) for k, h in v.items()),
                     'an object {"token id": "hex bytes"}'),
     "residual_top": (_list_of(lambda r: isinstance(r, list) and len(r) == 4 and _is_count(r[0])
@@ -69,21 +112,24 @@ KINDS = {  # kind: (check, what the message says it must be)
 
 
 MAX_ROUNDS, MAX_TREE_NODES_TOTAL = 4096, 65536  # a trace with more is refused before anything is built
+MAX_TREE_NODES_ROUND = 8 * MAX_TREE_NODES  # a round's tree: a run verifies at most MAX_TREE_NODES in one pass
 
 
 def check_sizes(rounds: list, where: str) -> None:
-    """At most MAX_ROUNDS rounds and MAX_TREE_NODES_TOTAL tree nodes: a ValueError before any is built."""
-    nodes = sum(len(r["tree"].get("nodes", ())) for r in rounds if isinstance(r.get("tree"), dict))
-    if len(rounds) > MAX_ROUNDS or nodes > MAX_TREE_NODES_TOTAL:
+    """At most MAX_ROUNDS rounds and MAX_TREE_NODES_TOTAL tree nodes (MAX_TREE_NODES_ROUND in one round): a
+    ValueError before any is built."""
+    trees = [len(r["tree"].get("nodes", ())) for r in rounds if isinstance(r, dict) and isinstance(r.get("tree"), dict)]
+    if len(rounds) > MAX_ROUNDS or sum(trees) > MAX_TREE_NODES_TOTAL or max(trees, default=0) > MAX_TREE_NODES_ROUND:
         raise ValueError(f"malformed trace JSON: {where}rounds: at most {MAX_ROUNDS} rounds and "
-                         f"{MAX_TREE_NODES_TOTAL} tree nodes are read")
+                         f"{MAX_TREE_NODES_TOTAL} tree nodes, {MAX_TREE_NODES_ROUND} in one round, are read")
 
 
 def check_fields(d: dict, kinds: dict, where: str, required=()) -> None:
     unexpected, missing = sorted(set(d) - set(kinds)), sorted(set(required) - set(d))
-    if unexpected or missing:
-        where = where or "trace "
-        raise ValueError(f"malformed trace JSON: {where}fields differ: missing {missing}, unexpected {unexpected}")
+    if unexpected or missing:  # ascii(): a name is shown escaped (it may hold markup or a lone surrogate)
+        where, unexpected = where or "trace ", [ascii(name[:MAX_TEXT_CHARS]) for name in unexpected[:8]]
+        raise ValueError(f"malformed trace JSON: {where}fields differ: missing {missing}, unexpected "
+                         f"[{', '.join(unexpected)}]")
     for name, value in d.items():
         ok, what = KINDS[kinds[name]]
         if not ok(value):  # the type, never the value, goes into the message: it may be markup

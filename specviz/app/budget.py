@@ -1,6 +1,7 @@
 """One request's work budget (SPECVIZ_MAX_REQUEST_S, default 120 s: a free 2-vCPU Space stays responsive): a
 request whose estimate is over it is refused at once, saying the estimate and what to reduce, and a running one
-is stopped at its next check (between runs, or between a lab's batches) once its time is spent."""
+is stopped at its next check (between runs, or between a lab's batches) once its time is spent, or once the
+visitor who asked for it has left (``sessions.check_left``)."""
 from __future__ import annotations
 
 import os
@@ -8,6 +9,7 @@ import time
 from dataclasses import replace
 
 from ..decoder import autoregressive_generate
+from .sessions import check_left
 
 ENV, DEFAULT_S = "SPECVIZ_MAX_REQUEST_S", 120.0
 GRACE = 1.5  # a running request may overrun its estimate by this factor before it is stopped
@@ -38,7 +40,9 @@ class Budget:
                              f"{self.seconds:.0f} s per request ({ENV}): {reduce}")
 
     def check(self) -> None:
-        """ValueError once the request has run past its budget (with some grace): the work stops here."""
+        """ValueError once the request has run past its budget (with some grace), or its visitor has left: the
+        work stops here."""
+        check_left()
         if self.elapsed > self.seconds * GRACE:
             raise ValueError(f"stopped after {self.elapsed:.0f} s: over this server's {self.seconds:.0f} s per "
                              f"request ({ENV}); ask for less")

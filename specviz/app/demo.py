@@ -11,6 +11,7 @@ import gradio as gr
 from ..views.timeline import CSS
 from . import (
     batch_tab,
+    clients,
     compare_tab,
     distill_tab,
     engine_tab,
@@ -24,6 +25,7 @@ from . import (
     tree_tab,
 )
 from .store import ModelStore
+from .uploads import UploadLimits
 
 TITLE = "specviz: see speculative decoding"
 INTRO = ("# specviz: see speculative decoding\nA small **draft** guesses k tokens, the **target** checks them all "
@@ -35,7 +37,7 @@ def build_demo(store: ModelStore | None = None) -> gr.Blocks:
     your engine's run."""
     store = store or ModelStore()
     # gradio's copies of served files and uploads go after an hour (checked every 10 minutes)
-    with gr.Blocks(title=TITLE, delete_cache=(600, 3600)) as demo:
+    with App(title=TITLE, delete_cache=(600, 3600)) as demo:
         # this user's trained drafts (name -> TrainedDraft): theirs alone, freed 2 h after their last change
         user_drafts = gr.State({}, time_to_live=7200)
         gr.Markdown(INTRO)
@@ -72,13 +74,38 @@ def build_demo(store: ModelStore | None = None) -> gr.Blocks:
                   api_visibility="private")
         demo.load(lambda t: learn.step_view(t, 0), [lesson], lesson_views, api_visibility="private")
         demo.load(links.tab_loader(), None, [tabs], api_visibility="private")
+        demo.unload(_forget_session)  # a closed page's traces and the views it last showed go at once
     return demo
+
+
+def _forget_session(request: gr.Request):
+    app = getattr(getattr(request, "request", None), "app", None)  # the server, which holds every session's state
+    clients.forget(getattr(app, "state_holder", None), getattr(request, "session_hash", None))
+
+
+class App(gr.Blocks):
+    """gr.Blocks whose queue has per-client limits (``clients.guard``) and whose server bounds uploads
+    (``uploads.UploadLimits``), however it is queued and launched."""
+
+    def queue(self, *args, max_size: int | None = None, **kwargs):
+        super().queue(*args, max_size=None, **kwargs)
+        clients.guard(self._queue, clients.Limits.from_env(model_queue=max_size or QUEUE_SIZE))
+        return self
+
+    def launch(self, *args, app_kwargs: dict | None = None, **kwargs):
+        from gradio.utils import get_upload_folder
+        from starlette.middleware import Middleware
+
+        limits = self._queue._specviz_limits
+        upload = Middleware(UploadLimits, mb_per_min=limits.upload_mb_per_min, folder=get_upload_folder())
+        app_kwargs = {**(app_kwargs or {}), "middleware": [*(app_kwargs or {}).get("middleware", []), upload]}
+        return super().launch(*args, app_kwargs=app_kwargs, **kwargs)
 
 
 # on the app's outermost element inside gradio's container (gradio scopes custom CSS to it)
 PRESENTER_JS = ("(on) => { document.querySelectorAll('.gradio-container .contain > *')"
                 ".forEach(e => e.classList.toggle('sv-presenter', on)); return []; }")
-QUEUE_SIZE = 32  # waiting events beyond this are turned away with gradio's "queue is full" message
+QUEUE_SIZE = 32  # model jobs waiting beyond this are turned away (per-client limits: clients.Limits)
 MAX_UPLOAD = "4mb"  # a trace file larger than this is refused before it is read (MAX_TRACE_BYTES in core)
 
 

@@ -18,6 +18,7 @@ from .budget import Budget, token_seconds
 from .forms import encode, make_config, number_in
 from .runs import import_trace
 from .store import ModelStore
+from .tempfiles import discard
 
 ONE_RUN, PER_FILE, PER_TEMPERATURE = ("one run (the parts of a log, two scrapes)", "one run per file",
                                       "one run per temperature")
@@ -47,15 +48,28 @@ def inputs(text, files) -> tuple[list, dict[str, str]]:
         names[f"input {len(items)}"] = PASTED
     for path in paths:
         items.append(path)
-        names[path] = Path(path).name
+        names[f"input {len(items)}"] = Path(path).name
     if not items:
         raise ValueError("nothing to read: paste a log excerpt, a /metrics scrape or JSON responses, or upload files")
-    sizes = {names.get(f"input {i}", names.get(str(item), str(item))): size_of(item) for i, item in enumerate(items, 1)}
-    for name, size in list(sizes.items()) + [("all the inputs together", sum(sizes.values()))]:
-        if size > MAX_TRACE_BYTES:
-            raise ValueError(f"{name} is {size / 2**20:.1f} MiB; at most {MAX_TRACE_BYTES / 2**20:.0f} MiB (the "
-                             "trace import's limit): paste an excerpt, or the scrapes around the interval you want")
-    return items, names
+    try:
+        sizes = {names[f"input {i}"]: size_of(item) for i, item in enumerate(items, 1)}
+        for name, size in list(sizes.items()) + [("all the inputs together", sum(sizes.values()))]:
+            if size > MAX_TRACE_BYTES:
+                raise ValueError(f"{name} is {size / 2**20:.1f} MiB; at most {MAX_TRACE_BYTES / 2**20:.0f} MiB (the "
+                                 "trace import's limit): paste an excerpt, or the scrapes around the interval you want")
+        return [item if isinstance(item, bytes) else read_upload(item) for item in items], names
+    finally:
+        for path in paths:  # read or refused, an upload is not kept
+            discard(path)
+
+
+def read_upload(path) -> bytes:
+    """An upload's bytes (the caller deletes the file once read: a public server keeps no upload)."""
+    try:
+        return Path(path).read_bytes()
+    except OSError as error:
+        raise ValueError(f"could not read the upload {Path(path).name}: {error.strerror} (uploads are deleted once "
+                         "read: upload it again)") from None
 
 
 def size_of(item) -> int:
@@ -64,7 +78,8 @@ def size_of(item) -> int:
     try:
         return Path(item).stat().st_size
     except OSError as error:
-        raise ValueError(f"could not read the upload {Path(item).name}: {error.strerror}") from None
+        raise ValueError(f"could not read the upload {Path(item).name}: {error.strerror} (uploads are deleted once "
+                         "read: upload it again)") from None
 
 
 def renamed(error: Exception, names: dict[str, str]) -> ValueError:
@@ -133,15 +148,24 @@ def typed_cost(c, v) -> CostModel:
 def bench_cost(text, file, c) -> CostModel:
     """From pasted or uploaded llama-bench output; the typed c where it benched only the target."""
     path = file_paths(file)
-    if path and Path(path[0]).stat().st_size > MAX_TRACE_BYTES:
-        raise ValueError(f"the llama-bench file is over {MAX_TRACE_BYTES / 2**20:.0f} MiB: not llama-bench output")
-    if not path and not str(text or "").strip():
+    if path:
+        try:
+            if size_of(path[0]) > MAX_TRACE_BYTES:
+                raise ValueError(f"the llama-bench file is over {MAX_TRACE_BYTES / 2**20:.0f} MiB: not llama-bench "
+                                 "output")
+            source, name = read_upload(path[0]), Path(path[0]).name
+        finally:
+            discard(path[0])
+        return _bench_cost(source, c, {"input 1": name})
+    return _bench_cost(str(text or "").encode("utf-8"), c, {"input 1": PASTED})
+
+
+def _bench_cost(source: bytes, c, names: dict[str, str]) -> CostModel:
+    if not source.strip():
         raise ValueError("paste llama-bench output (llama-bench -m TARGET.gguf -m DRAFT.gguf -p 1,2,4,8,16 -n 64, "
                          "its table, -o json or -o csv) or upload it, or pick another cost source")
-    source = path[0] if path else str(text).encode("utf-8")
-    if not path and len(source) > MAX_TRACE_BYTES:
-        raise ValueError(f"the pasted llama-bench output is over {MAX_TRACE_BYTES / 2**20:.0f} MiB")
-    names = {path[0]: Path(path[0]).name} if path else {"input 1": PASTED}
+    if len(source) > MAX_TRACE_BYTES:
+        raise ValueError(f"the llama-bench output is over {MAX_TRACE_BYTES / 2**20:.0f} MiB")
     try:
         try:
             cost = cost_from_llama_bench(source)

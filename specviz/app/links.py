@@ -44,7 +44,7 @@ def _value(name: str, raw: str, targets: list[str], drafts: list[str]):
     if name in NUMBERS:
         try:
             value = NUMBERS[name](float(raw)) if NUMBERS[name] is int else float(raw)
-        except ValueError:
+        except (ValueError, OverflowError):  # not a number, or an infinite one ("1e999")
             return gr.skip()
         low, high = LIMITS.get(name, (0, 2**63 - 1))
         return value if low <= value <= high else gr.skip()

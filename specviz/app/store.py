@@ -84,6 +84,7 @@ class ModelStore:
         tokenizers, before the draft's weights load; remembered per pair) drafts through the target's tokenizer
         (``specviz.drafts.cross.CrossDrafter``, exact at any temperature); a draft of another tokenizer that is not a
         causal LM is refused with a ValueError."""
+        name_of("draft", draft)
         model, tok = self.target(target)
         local = target in models.list_models() or target in extra_models()
         if models.self_draft_base(draft) == target and local and draft in self.list_drafters():
@@ -131,6 +132,7 @@ class ModelStore:
         return list(self._cache)
 
     def _get(self, kind: str, name: str, allowed: list[str], load: Callable):
+        name_of(kind, name)
         if name not in allowed and not (self.allow == "any" and models.is_hub_id(name)):
             raise ValueError(f"unknown {kind} {name!r}: choose one of {', '.join(allowed) or '(none available)'}. "
                              f"This server loads only these; its operator can serve a local model by name with "
@@ -168,6 +170,13 @@ class ModelStore:
             dropped = True
         if dropped and torch.cuda.is_available():
             torch.cuda.empty_cache()  # handlers still running keep their own references
+
+
+def name_of(kind: str, name) -> str:
+    """A model's name as a form or the API gives it: a string, else a ValueError saying so."""
+    if not isinstance(name, str):
+        raise ValueError(f"the {kind} must be a model's name (a string), got {type(name).__name__}")
+    return name
 
 
 def model_free(draft: str) -> bool:

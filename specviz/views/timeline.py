@@ -3,13 +3,27 @@
 Pure functions of a Trace; every piece of text (token, prompt, number) goes through ``esc``
 (html.escape with quote=True), because the UI shows this HTML unsanitized.
 Notation: p target probability, q draft probability, u the uniform draw, beta = sum min(p, q).
+
+What they render is bounded before any HTML is built, whatever the trace: a token shows at most ``TOKEN_SHOWN``
+characters (its hover ``TITLE_CHARS``), the timeline the prompt's last ``PROMPT_SHOWN`` tokens and rounds until
+its markup reaches ``TIMELINE_CHARS``, the plain text ``PLAIN_CHARS``; a note says where something was cut. The
+replay reads one round (and the few tokens before it), so moving the slider costs the same on any trace.
 """
 from __future__ import annotations
 
 import html
+import re
+from dataclasses import replace
 
-from ..texts import RoundTexts, shown
+from ..texts import RoundTexts, Texts, position_texts, shown
 from ..trace import Round, Trace
+
+TOKEN_SHOWN, TITLE_CHARS = 128, 600  # characters of a token's text on screen (a token holds at most 128 bytes); of a hover
+PROMPT_SHOWN = 512  # the prompt's last tokens the timeline shows
+TIMELINE_CHARS = 2_000_000  # the timeline's markup adds no round past this (about 2 MB)
+PLAIN_CHARS = 100_000  # the plain-text view's characters
+CONTEXT = 8  # tokens before a cut whose bytes may complete a character after it
+SPECIAL = re.compile(r"<\|[^<>|]{1,40}\|>|</?s>|<(?:pad|unk|bos|eos|mask)>")  # control tokens' texts
 
 STATUSES = ("prompt", "accepted", "rejected", "resampled", "bonus", "discarded", "generated")
 LEGEND = {
@@ -74,9 +88,15 @@ def visible(text: str) -> str:
     return out.replace("\n", '<span class="sv-ws">↵</span>\n')
 
 
+def cut(text: str, chars: int = TOKEN_SHOWN) -> str:
+    """At most ``chars`` characters of text, an ellipsis where it was cut."""
+    return text if len(text) <= chars else text[:chars] + "…"
+
+
 def token_span(text: str, status: str, title: str = "") -> str:
     """A token by fate; one that completes no character (part of a multi-byte one) shows ◌."""
-    return f'<span class="sv-tok sv-{status}" data-status="{esc(status)}" title="{esc(title)}">{visible(shown(text))}</span>'
+    return (f'<span class="sv-tok sv-{status}" data-status="{esc(status)}" title="{esc(cut(title, TITLE_CHARS))}">'
+            f'{visible(shown(cut(text)))}</span>')
 
 
 def _num(x) -> str:
@@ -178,15 +198,66 @@ def legend() -> str:
     return f'<div class="sv-legend">{items}<span>{hint}</span></div>'
 
 
+def bounded_texts(trace: Trace, prompt: list[int], rounds) -> Texts:
+    """Texts at their places for ``prompt`` (a tail of the trace's, or the tokens before a round) then ``rounds``,
+    each token's bytes from the trace (a text without bytes read to at most TITLE_CHARS characters)."""
+    def bytes_of(t: int) -> bytes:
+        hexed = trace.token_bytes.get(t)
+        return bytes.fromhex(hexed) if hexed is not None else trace.text(t)[:TITLE_CHARS].encode("utf-8", "replace")
+    return position_texts(prompt, rounds, bytes_of)
+
+
+def one_round(trace: Trace, i: int) -> Trace:
+    """Round i alone, the CONTEXT tokens committed before it as its prompt: what the replay of round i reads (its
+    texts, its rows), at the same cost on any trace."""
+    before, j = [], i - 1
+    while j >= 0 and len(before) < CONTEXT:
+        before[:0] = trace.rounds[j].emitted
+        j -= 1
+    if len(before) < CONTEXT:
+        before[:0] = trace.prompt_ids[-CONTEXT:]
+    return replace(trace, prompt_ids=before[-CONTEXT:], rounds=[trace.rounds[i]])
+
+
+def _note(text: str) -> str:
+    return f'<p class="sv-cut"><i>{esc(text)}</i></p>'
+
+
+def _plain(trace: Trace, prompt_ids: list[int], texts: Texts) -> str:
+    """The text as a reader reads it: control tokens (EOS, ``<|bos|>`` and their kind) left out, at most
+    PLAIN_CHARS characters."""
+    eos = set(trace.eos_token_ids)
+    def keep(t: int, text: str) -> bool:
+        return t not in eos and not SPECIAL.fullmatch(text)
+    parts = [x for t, x in zip(prompt_ids, texts.prompt) if keep(t, x)]
+    parts += [x for r, rt in zip(trace.rounds, texts.rounds) for t, x in zip(r.emitted, rt.emitted) if keep(t, x)]
+    plain = "".join(parts)
+    return esc(cut(plain, PLAIN_CHARS)) + (_note(f"(the first {PLAIN_CHARS:,} characters)") if len(plain) > PLAIN_CHARS
+                                          else "")
+
+
 def timeline_html(trace: Trace | None) -> str:
-    """The hero view: prompt, then every round's tokens coloured by fate."""
+    """The hero view: prompt, then every round's tokens coloured by fate (within the bounds above)."""
     if trace is None:
         return f'{legend()}<div class="sv-timeline"><i>Run a prompt, or import a trace, to see it here.</i></div>'
-    texts = trace.texts()
-    prompt = "".join(token_span(text, "prompt", f"prompt token {t}") for t, text in zip(trace.prompt_ids, texts.prompt))
-    rounds = "".join(round_spans(trace, r, t) for r, t in zip(trace.rounds, texts.rounds))
-    plain = esc("".join(texts.prompt) + "".join(t for r in texts.rounds for t in r.emitted))
-    return (f'{legend()}<div class="sv-timeline">{prompt}{rounds}</div>'
+    hidden = max(0, len(trace.prompt_ids) - PROMPT_SHOWN)
+    context, ids = list(trace.prompt_ids[max(0, hidden - CONTEXT):hidden]), list(trace.prompt_ids[hidden:])
+    texts = bounded_texts(trace, context + ids, trace.rounds)
+    texts.prompt = texts.prompt[len(context):]
+    notes = [f"The first {hidden:,} prompt tokens are not shown (the last {PROMPT_SHOWN} are)."] if hidden else []
+    prompt = "".join(token_span(text, "prompt", f"prompt token {t}") for t, text in zip(ids, texts.prompt))
+    rounds, size = [], len(prompt)
+    for r, t in zip(trace.rounds, texts.rounds):
+        if size > TIMELINE_CHARS:
+            notes.append(f"Rounds {r.index}–{trace.rounds[-1].index} are not shown: the timeline stops at "
+                         f"{TIMELINE_CHARS / 1e6:.0f} MB of markup (the round replay shows every round).")
+            break
+        rounds.append(round_spans(trace, r, t))
+        size += len(rounds[-1])
+    if any(len(x) > TOKEN_SHOWN for x in trace.token_text.values()):
+        notes.append(f"Token texts longer than {TOKEN_SHOWN} characters are cut (…).")
+    plain = _plain(trace, ids, texts)
+    return (f'{legend()}{"".join(map(_note, notes))}<div class="sv-timeline">{prompt}{"".join(rounds)}</div>'
             f'<details class="sv-plain-box" open><summary>Plain text</summary><div class="sv-plain">{plain}</div></details>')
 
 
@@ -204,7 +275,7 @@ def replay_html(trace: Trace | None, index: int) -> str:
     if trace is None or not trace.rounds:
         return "<p><i>No rounds yet.</i></p>"
     i = max(0, min(int(index), len(trace.rounds) - 1))
-    r, texts = trace.rounds[i], trace.texts().rounds[i]
+    r, texts = trace.rounds[i], one_round(trace, i).texts().rounds[0]
     head = "".join(f"<th>{h}</th>" for h in ("#", "q", "p", "p/q", "min(1, p/q)", "u", "beta"))
     rows = []
     for i, x in enumerate(r.drafted):

@@ -103,3 +103,60 @@ def test_a_crafted_trace_is_refused_or_shown_as_text_and_never_runs(page, app_ur
         page.locator("#upload input[type=file]").set_input_files(str(bad))
         sync_api.expect(page.get_by_text("malformed trace JSON").first).to_be_visible(timeout=15_000)
     assert page.evaluate("typeof window.__pwned") == "undefined" and dialogs == []
+
+
+INJECTED = ("img", "form", "a", "input[type=password]", "script", "iframe")
+MARKUP = ('<a href="https://x.test/">win</a><img src="https://x.test/t.png" onerror="window.__pwned=3">'
+          '<form action="https://x.test/"><input type="password"></form>')
+
+
+def elements(page) -> list[int]:
+    """How many of each INJECTED kind the page holds, outside the upload box (which links the file it holds)."""
+    return page.evaluate(f"() => {list(INJECTED)}.map(s => [...document.querySelectorAll(s)]"
+                         ".filter(e => !e.closest('#upload')).length)")
+
+
+def opened(page, url) -> list[int]:
+    page.goto(url)
+    sync_api.expect(page.locator("#run")).to_be_visible(timeout=30_000)
+    page.wait_for_timeout(1500)  # the page-load events have run
+    return elements(page)
+
+
+def test_crafted_links_inject_no_element(page, app_url):
+    """?gallery=MARKUP quotes it in its toast, ?shape=MARKUP in the toast of the run it makes: as text, and the
+    page's count of img, form, a, password, script and iframe elements stays what a plain page has."""
+    from urllib.parse import urlencode
+
+    plain = opened(page, app_url)
+    assert opened(page, f"{app_url}?{urlencode({'gallery': MARKUP})}") == plain
+    toast = page.get_by_text("no gallery run called").first
+    sync_api.expect(toast).to_be_visible(timeout=30_000)
+    assert "<form" in toast.inner_text() and elements(page) == plain
+    assert opened(page, f"{app_url}?{urlencode({'shape': MARKUP, 'prompt': MARKUP})}") == plain
+    page.locator("#run").click()
+    toast = page.get_by_text("unreadable tree").first
+    sync_api.expect(toast).to_be_visible(timeout=30_000)
+    page.wait_for_timeout(300)
+    assert "<img" in toast.inner_text() and elements(page) == plain
+    assert page.evaluate("typeof window.__pwned") == "undefined"
+
+
+def test_markup_in_a_traces_config_injects_no_element(page, app_url, tmp_path):
+    """Markup in a config value or name is refused with a readable toast that shows it as text."""
+    import json
+
+    from tests.helpers.traces import sample_trace
+
+    plain = opened(page, app_url)
+    for change in ({"rule": MARKUP}, {"k_policy": MARKUP}, {MARKUP[:60]: 1}):
+        data = json.loads(sample_trace().to_json())
+        data["config"].update(change)
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps(data))
+        opened(page, app_url)
+        page.locator("#upload input[type=file]").set_input_files(str(path))
+        sync_api.expect(page.locator(".toast-body").first).to_be_visible(timeout=15_000)
+        page.wait_for_timeout(300)
+        assert elements(page) == plain, change
+    assert page.evaluate("typeof window.__pwned") == "undefined"

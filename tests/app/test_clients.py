@@ -1,0 +1,181 @@
+"""A queue no visitor can fill, and no job past its visitor's leaving: per-client limits on gradio's queue
+(specviz/app/clients.py), one model job per client across every endpoint, and a disconnect that frees the slot
+(specviz/app/sessions.py). The served tests speak gradio's queue over plain HTTP (tests/helpers/http.py)."""
+import json
+import time
+from types import SimpleNamespace
+
+import gradio as gr
+import httpx
+import pytest
+
+from specviz.app import build_demo
+from tests.helpers.app import serve, tiny_store
+from tests.helpers.http import call, fn_index, join, session, stream, until, upload
+from tests.helpers.traces import sample_trace
+
+ATTACKER, VISITOR, OTHER = "203.0.113.66", "198.51.100.7", "198.51.100.8"
+GENERATE = ["ROMEO:", "tiny-target", "tiny", 3, 0.8, 0, 1.0, 8, 0, 0.0, "chain", "auto"]  # /generate's 12 inputs
+
+
+def generate_args(tokens: int, tree: str = "chain") -> list:
+    return [*GENERATE[:7], tokens, 0, 0.0, tree, "auto"]
+
+
+@pytest.fixture(scope="module")
+def served():
+    demo = build_demo(tiny_store())
+    with serve(demo) as url:
+        yield url, demo
+
+
+@pytest.fixture(scope="module")
+def long_served():
+    """A served demo whose target's window takes 512 new tokens (long runs to leave)."""
+    from tests.helpers.models import ui_models
+
+    demo = build_demo(tiny_store(ui_models(window=1024)))
+    with serve(demo) as url:
+        yield url, demo
+
+
+def test_one_client_is_one_visitor_however_many_sessions_it_opens():
+    from specviz.app.clients import client_key
+    from specviz.app.sessions import one_per_session
+
+    def req(session_hash, peer, forwarded=None):
+        headers = {"x-forwarded-for": forwarded} if forwarded else {}
+        return SimpleNamespace(session_hash=session_hash, client=SimpleNamespace(host=peer), headers=headers)
+
+    assert client_key(req("a", "10.0.0.2", "203.0.113.9, 10.0.0.1")) == "203.0.113.9"  # behind the Space's proxy
+    assert client_key(req("a", "8.8.8.8", "6.6.6.6")) == "8.8.8.8"  # a public peer cannot claim another address
+    assert client_key(req("a", "127.0.0.1"), "a") == "a"  # a local peer that forwards nothing: one visitor a session
+
+    def slow(x):
+        yield x
+        yield x + 1
+
+    gated = one_per_session(slow)
+    first = gated(1, req("a", "10.0.0.2", ATTACKER))
+    assert next(first) == 1
+    with pytest.raises(gr.Error, match="one run at a time per visitor"):  # another tab (session) of the same client
+        next(gated(5, req("b", "10.0.0.2", ATTACKER)))
+    assert list(gated(5, req("c", "10.0.0.2", VISITOR))) == [5, 6]  # another client
+    assert list(first) == [2]
+
+
+@pytest.mark.slow
+def test_forty_sessions_of_one_client_cannot_lock_out_another_visitor(served, tmp_path):
+    url, demo = served
+    gen = fn_index(demo, "generate")
+    refused = []
+    for _ in range(40):  # one client, 40 sessions, each queuing a model job
+        r = join(url, gen, generate_args(64, "dynamic:16,6,4"), session(), ATTACKER)
+        if r.status_code != 200:
+            refused.append(r)
+        from specviz.app.clients import _events, client_key
+        held = [e for e, _ in _events(demo._queue) if client_key(e.request) == ATTACKER]
+        assert len(held) <= 2  # at any moment, at most two of its model jobs queued or running
+    assert len(refused) >= 30 and all(r.status_code == 400 for r in refused)
+    assert "at most 2 per visitor" in refused[0].json()["detail"]
+
+    t0 = time.perf_counter()
+    assert httpx.get(url, headers={"x-forwarded-for": VISITOR}, timeout=30).status_code == 200  # the page
+    for index in [i for i, fn in demo.fns.items() if any(t[1] == "load" for t in fn.targets)]:  # its load events
+        done = call(url, index, [c.value for c in demo.fns[index].inputs], VISITOR, timeout=60)
+        assert done["success"], done
+    path = tmp_path / "trace.json"
+    path.write_text(sample_trace().to_json())
+    served_path = upload(url, "trace.json", path.read_bytes(), VISITOR).json()[0]
+    imported = call(url, fn_index(demo, "load"), [{"path": served_path, "orig_name": "trace.json",
+                                                   "meta": {"_type": "gradio.FileData"}}], VISITOR, timeout=60)
+    assert imported["success"], imported
+    light_s = time.perf_counter() - t0
+    done = call(url, gen, generate_args(4), VISITOR, timeout=120)
+    assert done["success"], done
+    trace = json.loads(done["output"]["data"][0])
+    assert len([t for r in trace["rounds"] for t in r["emitted"]]) == 4
+    print(f"\nanother visitor beside a 40-session client: page load + import in {light_s:.2f} s, "
+          f"/generate in {time.perf_counter() - t0 - light_s:.2f} s")
+    assert light_s < 30
+
+
+def _freed_after_leaving(url, demo, job: tuple, probe: tuple) -> float:
+    """Start ``job`` (api name, data) as ATTACKER, leave once it runs, and return the seconds until VISITOR's
+    ``probe`` starts (it shares the job's slot)."""
+    sh = session()
+    assert join(url, fn_index(demo, job[0]), job[1], sh, ATTACKER).status_code == 200
+    with stream(url, sh, ATTACKER) as messages:
+        until(messages, "process_starts")
+        time.sleep(1.0)  # well into the run
+    left = time.perf_counter()
+    sh2 = session()
+    assert join(url, fn_index(demo, probe[0]), probe[1], sh2, VISITOR).status_code == 200
+    with stream(url, sh2, VISITOR) as messages:
+        until(messages, "process_starts")
+        freed = time.perf_counter() - left
+        assert until(messages, "process_completed")["success"]
+    return freed
+
+
+LONG_TREE = "dynamic:128,16,16"  # 512 tokens of it: about 15 s of the tiny models' work on a shared 2-core host
+RUN = ["ROMEO:", "tiny-target", "tiny", 8, "fixed", 0.8, 0, 1.0, 512, 0, False, None, 0.0, LONG_TREE, "auto",
+       "leviathan"]  # the explorer's Run: 16 inputs
+SWEEP = ["tiny-target", ["tiny", "prompt-lookup"], "ROMEO:\n\nJULIET:\n\nTo be, or not to be", 1, 16, 0.8, 0, 1.0, 64, 0,
+         False, 4, 0.4]
+TREE_LAB = ["tiny-target", "tiny", "ROMEO:", "2", "", 0.0, 0, 1.0, 8, 1, 0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("job, probe", [
+    (("generate", generate_args(512, LONG_TREE)), ("generate", generate_args(4))),
+    (("run", RUN), ("generate", generate_args(4))),
+    (("run_sweep", SWEEP), ("run_tree_lab", TREE_LAB)),
+], ids=["generate", "explorer-run", "k-sweep"])
+def test_leaving_mid_run_frees_the_slot_within_about_a_second(long_served, job, probe):
+    url, demo = long_served
+    freed = _freed_after_leaving(url, demo, job, probe)
+    print(f"\n{job[0]}: the slot freed {freed:.2f} s after its visitor left")
+    assert freed < 5.0
+    again = call(url, fn_index(demo, "generate"), generate_args(4), ATTACKER)  # and the visitor may run again
+    assert again["success"], again
+
+
+def _import_in(url, demo, sh: str, path) -> None:
+    served_path = upload(url, "trace.json", path.read_bytes(), VISITOR).json()[0]
+    data = [{"path": served_path, "orig_name": "trace.json", "meta": {"_type": "gradio.FileData"}}]
+    assert join(url, fn_index(demo, "load"), data, sh, VISITOR).status_code == 200
+    with stream(url, sh, VISITOR) as messages:
+        assert until(messages, "process_completed")["success"]
+
+
+@pytest.mark.slow
+def test_a_closed_page_frees_its_state_at_once(served, tmp_path):
+    url, demo = served
+    path = tmp_path / "trace.json"
+    path.write_text(sample_trace().to_json())
+    sh = session()
+    with httpx.Client(timeout=30) as client, client.stream("GET", f"{url}gradio_api/heartbeat/{sh}") as beat:
+        lines = beat.iter_lines()  # kept: a dropped iterator closes the stream
+        next(lines)  # the page is open
+        _import_in(url, demo, sh, path)
+        assert demo.state_holder.session_data[sh].state_data  # its trace, kept for its slider
+    deadline = time.time() + 10
+    while sh in demo.state_holder.session_data and time.time() < deadline:
+        time.sleep(0.1)
+    assert sh not in demo.state_holder.session_data
+
+
+def test_an_api_clients_idle_session_is_forgotten_after_its_time_to_live():
+    import datetime
+
+    from gradio.state_holder import StateHolder
+
+    from specviz.app.clients import forget_idle
+
+    holder = StateHolder()
+    holder.session_data.update(old=object(), new=object())
+    holder.time_last_used.update(old=datetime.datetime.now() - datetime.timedelta(hours=1),
+                                 new=datetime.datetime.now())
+    assert forget_idle(holder, ttl_s=1800) == 1
+    assert list(holder.session_data) == ["new"] and list(holder.time_last_used) == ["new"]
