@@ -19,7 +19,7 @@ MODES, STOP_REASONS = ("speculative", "autoregressive"), ("eos", "length", "budg
 TRACE_FIELDS = dict(prompt_ids="prompt", config="object", mode="mode", target_name="string", draft_name="string",
                     eos_token_ids="ids", rounds="objects", prefill_s="number", total_s="number",
                     stop_reason="stop_reason", token_text="token_text",
-                    token_bytes="token_bytes")
+                    token_bytes="token_bytes", forward="string")
 ROUND_FIELDS = dict(index="count", k="count", drafted="ids", q="numbers", p="numbers", accept_prob="numbers",
                     u="numbers?", beta="numbers?", n_accepted="count", emitted="ids", resampled="id?", bonus="id?",
                     next_p="number", residual_top="residual_top", draft_s="number", target_s="number", wall_s="number",
