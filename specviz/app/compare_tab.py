@@ -12,6 +12,7 @@ from ..config import EXAMPLE_PROMPTS
 from ..labs.compare import BASELINE, compare_table, context_at, disagreement, divergence_frame, draft_facts, iter_compare
 from ..views import compare_plots
 from ..views.runs import compare_timelines_html
+from ..views.tables import readable
 from .budget import Budget, token_seconds
 from .forms import as_int, encode, make_config
 from .store import ModelStore, user_pair
@@ -22,7 +23,7 @@ def table_views(table: pd.DataFrame) -> tuple:
     """The comparison table (rounded) and its three charts (None while no draft has finished)."""
     if table.empty:
         return table, None, None, None
-    return (table.round(3), compare_plots.acceptance_by_position(table), compare_plots.speedup_bars(table),
+    return (readable(table), compare_plots.acceptance_by_position(table), compare_plots.speedup_bars(table),
             compare_plots.tau_bars(table))
 
 
@@ -99,7 +100,9 @@ def build(store: ModelStore, user_drafts: gr.State) -> gr.CheckboxGroup:
     run_btn = gr.Button("Compare", variant="primary")
     status = gr.Markdown()
     timelines = gr.HTML(elem_id="compare-timelines")
-    table = gr.Dataframe(label="Per draft (size: parameters; n-gram: stored n-grams; 0: model-free)",
+    table = gr.Dataframe(pd.DataFrame(columns=["draft", "size", "acceptance rate", "τ (tokens / round)",
+                                                "target passes / token", "tokens/s", "speedup"]),
+                         label="Per draft (size: parameters; n-gram: stored n-grams; 0: model-free)",
                          interactive=False)
     with gr.Row():
         acc = chart("Acceptance per draft position: each later position needs the earlier ones accepted.")

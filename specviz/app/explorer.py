@@ -3,54 +3,45 @@ the round replay; the run's charts; export and import. Handlers are module-level
 binds them); ``build`` lays the tab out and wires them."""
 from __future__ import annotations
 
+import functools
+
 import gradio as gr
 
-from .. import theory
 from ..config import DEFAULTS, EXAMPLE_PROMPTS, K_POLICIES
 from ..labs import gallery
 from ..trace import Trace
 from ..views import plots
 from ..views.alignment_view import alignment_html
-from ..views.summary import summary_markdown
-from ..views.timeline import replay_html, timeline_html
+from ..views.summary import GLOSSARY, HERE, summary_markdown
+from ..views.timeline import one_round, replay_html, timeline_html
 from ..views.tree_view import tree_figure
 from . import links, runs
-from .forms import RULE_CHOICES, as_int, make_config, number_in
+from .forms import RULE_CHOICES, make_config
 from .gpu import gpu_task
 from .sessions import one_per_session
 from .store import ModelStore, draft_choices
 from .widgets import MODEL_QUEUE, SKIP, bind, chart, draft_picker, follow_target, friendly, target_picker
 
 QUIET = (SKIP,) * 9  # slider, replay x4, charts x4 stay as they are while a run streams
-GLOSSARY = """
-| symbol | meaning |
-|---|---|
-| **p** | the target's probability of a token (after temperature, top-k, top-p) |
-| **q** | the draft's probability of the token it proposed, under the same transforms |
-| **u** | the coin: a uniform draw in [0, 1); a draft is accepted when u < min(1, p/q) |
-| **β** | Σ min(p, q) over the vocabulary: the chance that position is accepted |
-| **α** | the mean of β: the acceptance rate the theory uses |
-| **k** | drafts per round (a tree: nodes per round) |
-| **τ** | tokens a round emits: the accepted drafts plus one (the resample or the bonus); E[τ] = (1 − α^(k+1)) / (1 − α) |
-| **c** | one draft step's time over one target forward's |
-| **v** | one verify pass's time (the target over all drafts) over one target forward's |
-| **speedup** | E[τ] / (k c + v): tokens per round over the round's cost in target forwards |
-| **residual** | norm(max(0, p − q)): what a token is drawn from after a rejection, so the output keeps the target's law |
-"""
+RUN_LABEL = "Run"
+READY = gr.update(value=RUN_LABEL, interactive=True)  # the Run button once a run has ended (or failed)
 SHAPES = ["chain", "chain:12,1", "chain:12,3,0.08", "3,2,2,1", "2,1,1,1,1,1", "4,2,1,1", "dynamic:10,8,3", "dynamic:16,6,4",
           "dynamic:12,10,2,0.3"]
 
 
 # -- views: a Trace in, component values out ----------------------------------------------------------
 def replay_views(trace: Trace | None, index) -> tuple:
-    """Round ``index`` in detail: its table, its accept-line chart, its residual chart and (a tree round) its tree."""
+    """Round ``index`` in detail: its table, its accept-line chart, its residual chart and its tree (shown only for a
+    tree round: a chain's round has no tree to draw)."""
     if trace is None or not trace.rounds:
-        return replay_html(trace, 0), None, None, None
+        return replay_html(trace, 0), None, None, gr.update(value=None, visible=False)
     i = max(0, min(int(index or 0), len(trace.rounds) - 1))
-    tokens, r = trace.to_frame(), trace.rounds[i]
-    chain = tokens[(tokens["round"] == i) & tokens["node"].isna()]
-    tree = tree_figure(trace, r) if r.tree is not None else None
-    html = replay_html(trace, i) + alignment_html(r, trace.texts().rounds[i])  # "" unless cross-tokenizer
+    r, alone = trace.rounds[i], one_round(trace, i)  # round i and the tokens before it: the same cost on any trace
+    tokens = alone.to_frame()
+    chain = tokens[tokens["node"].isna()]
+    tree = (gr.update(value=tree_figure(trace, r), visible=True) if r.tree is not None else
+            gr.update(value=None, visible=False))
+    html = replay_html(trace, i) + alignment_html(r, alone.texts().rounds[0])  # "" unless cross-tokenizer
     return (html, plots.accept_line(chain), plots.residual_bars(plots.residual_frame(trace, i)), tree)
 
 
@@ -62,54 +53,43 @@ def chart_views(trace: Trace | None) -> tuple:
             plots.round_times(rounds))
 
 
-def all_views(trace: Trace | None, base: Trace | None) -> tuple:
-    """Every output of a finished run or an import, in OUTPUT order after the two states."""
+def all_views(trace: Trace | None, base: Trace | None, where: str = HERE) -> tuple:
+    """Every output of a finished run or an import, in OUTPUT order after the two states (``where``: where and when
+    its speeds were measured)."""
     n = len(trace.rounds) if trace else 0
     slider = gr.Slider(minimum=0, maximum=max(1, n - 1), value=0, step=1, interactive=n > 1)
-    return (timeline_html(trace), summary_markdown(trace, base), slider,
+    return (timeline_html(trace), summary_markdown(trace, base, where=where), slider,
             *replay_views(trace, 0), *chart_views(trace))
 
 
 # -- handlers ------------------------------------------------------------------------------------------
 def run(store: ModelStore, prompt, target, draft, k, k_policy, temperature, top_k, top_p, max_new_tokens, seed,
         with_baseline=True, user_drafts=None, draft_stop=0.0, shape="chain", children="auto", rule="leviathan"):
-    """Streams (trace, baseline, timeline, summary, slider, replay x4, charts x4). ``user_drafts``: this
+    """Streams (trace, baseline, timeline, summary, slider, replay x4, charts x4, the Run button: disabled and
+    naming the phase, decoding, the baseline, the spread, until the run ends). ``user_drafts``: this
     user's trained drafts ({name: TrainedDraft}), pickable by name. ``shape``: "chain" or a token tree
     ("3,2,2,1", "dynamic:10,8,3"), whose run is followed by a chain of k with the same draft and seed. ``rule``: the
     accept rule (forms.RULE_CHOICES: lossy ones change the text's law)."""
     cfg = make_config(k, k_policy, temperature, top_k, top_p, max_new_tokens, seed, draft_stop, shape, children, rule)
-    trace = None
+    trace, decoding = None, busy("decoding")
     for trace in runs.stream_run(store, prompt, target, draft, cfg, user_drafts=user_drafts):
-        yield trace, None, timeline_html(trace), summary_markdown(trace, None), *QUIET
-    yield trace, None, *all_views(trace, None)
-    if with_baseline:
-        yield trace, None, SKIP, summary_markdown(trace, None) + "\n\n*Running the baseline…*", *QUIET
-        base = runs.baseline(store, trace)
-        chain = None
-        yield trace, base, SKIP, summary_markdown(trace, base) + "\n\n*Measuring the spread…*", *QUIET
-        if cfg.tree is not None:
-            chain = runs.chain_twin(store, trace, user_drafts)
-        spread = runs.speed_pairs(store, trace, base, user_drafts)
-        yield trace, base, SKIP, summary_markdown(trace, base, chain, spread), *QUIET
+        yield trace, None, timeline_html(trace), summary_markdown(trace, None), *QUIET, decoding
+    if not with_baseline:
+        yield trace, None, *all_views(trace, None), READY
+        return
+    yield trace, None, *all_views(trace, None), busy("running the baseline")
+    yield trace, None, SKIP, summary_markdown(trace, None) + "\n\n*Running the baseline…*", *QUIET, SKIP
+    base = runs.baseline(store, trace)
+    yield trace, base, SKIP, summary_markdown(trace, base) + "\n\n*Measuring the spread…*", *QUIET, \
+        busy("measuring the spread")
+    chain = runs.chain_twin(store, trace, user_drafts) if cfg.tree is not None else None
+    spread, skipped = runs.speed_pairs(store, trace, base, user_drafts)
+    yield trace, base, SKIP, summary_markdown(trace, base, chain, spread, skipped=skipped), *QUIET, READY
 
 
-def what_if(alpha, k, c, v, trace=None, base=None):
-    """The theory explorer: Leviathan's curves for the sliders' alpha, k, c, v, with the run's measured point."""
-    alpha, c, v = number_in(alpha, "α", 0, 1), number_in(c, "c", 0, 5), number_in(v, "v", 0.5, 5)
-    k = as_int(number_in(k, "k", 1, 16), "k")
-    point = None
-    if trace is not None and trace.mode == "speculative" and base is not None and trace.config.tree is None:
-        point = (theory.mean_k(trace), theory.measured_speedup(trace, base) or 0.0)
-    return plots.theory_curves(alpha, k, c, v, point)
-
-
-def from_run(trace, base):
-    """The theory explorer's sliders set to what a run measured: its alpha, k, c and v."""
-    if trace is None or trace.mode != "speculative":
-        raise ValueError("run speculative decoding first: its alpha, k, c and v fill the sliders")
-    s = trace.summary()
-    return (round(min(s.alpha, 1.0), 3), max(1, min(16, round(theory.mean_k(trace)))),
-            round(min(theory.cost_ratio(trace, base), 5.0), 3), round(min(max(theory.verify_cost(trace, base), 0.5), 5.0), 3))
+def busy(phase: str) -> dict:
+    """The Run button while a run goes on: disabled, saying what the run is doing (a click there would be lost)."""
+    return gr.update(value=f"Running… ({phase})", interactive=False)
 
 
 def step(trace, index, delta):
@@ -118,10 +98,13 @@ def step(trace, index, delta):
     return max(0, min(int(index or 0) + delta, n - 1)) if n else 0
 
 
-def load(path):
+IMPORTED = "where it was recorded (an imported trace: its file does not say on which machine or when)"
+
+
+def load(path, where: str = IMPORTED):
     """An uploaded JSON trace, shown as a finished run, with the baseline run it was exported with (if any)."""
     trace, base = runs.import_trace(path)
-    return trace, base, *all_views(trace, base)
+    return trace, base, *all_views(trace, base, where)
 
 
 def open_gallery(title):
@@ -129,7 +112,7 @@ def open_gallery(title):
     entry = gallery.entries().get(title)
     if entry is None:
         raise ValueError(f"no gallery run called {title!r}")
-    return load(str(gallery.FOLDER / f"{entry.name}.json"))
+    return load(str(gallery.FOLDER / f"{entry.name}.json"), gallery.RECORDED)
 
 
 def open_named(name):
@@ -138,6 +121,14 @@ def open_named(name):
     if name not in titles:
         raise ValueError(f"no gallery run called {name!r}: choose one of {', '.join(titles)}")
     return open_gallery(titles[name])
+
+
+def form_of(store: ModelStore, trace: Trace | None) -> tuple:
+    """The explorer's form (links.FIELDS) set to an opened run's settings, so that Run makes the run shown."""
+    if trace is None:
+        return (SKIP,) * 11
+    values = runs.form_values(trace, store.list_targets(), store.list_drafters())
+    return tuple(SKIP if v is None else v for v in values)
 
 
 def draft_pickers(store: ModelStore, user_drafts):
@@ -150,9 +141,11 @@ def handlers(store: ModelStore):
     """The tab's handlers, bound to ``store`` and ready to wire (tests call them the same way)."""
     h = bind(store, models=dict(run=run, draft_pickers=draft_pickers),
              plain=dict(step=step, load=load, open_gallery=open_gallery,
-                        open_named=open_named, replay=replay_views, export=runs.export_trace, what_if=what_if,
-                        from_run=from_run))
+                        open_named=open_named, replay=replay_views, export=runs.export_trace, what_if=runs.what_if,
+                        from_run=runs.from_run))
     h.generate = one_per_session(gpu_task(friendly(runs.api_generate(store))))  # one model job per visitor
+    h.form_of = friendly(functools.partial(form_of, store))
+    h.form_of.__name__ = "form_of"  # gradio names the event's endpoint after it
     return h
 
 
@@ -161,8 +154,7 @@ def _controls(store: ModelStore) -> tuple[list, gr.Slider]:
     """The run's inputs in the handler's order, and the draft-stop slider (passed after the user's drafts)."""
     prompt = gr.Textbox(label="Prompt", value=EXAMPLE_PROMPTS[0], lines=3, elem_id="prompt")
     gr.Examples(examples=[[e] for e in EXAMPLE_PROMPTS], inputs=[prompt], label="Examples")
-    with gr.Row():
-        target, draft = target_picker(store), draft_picker(store)
+    target, draft = target_picker(store), draft_picker(store)  # a row each: the draft's full name stays readable
     k = gr.Slider(1, 10, value=DEFAULTS.k, step=1, label="k (drafts per round)")
     k_policy = gr.Radio(list(K_POLICIES), value=DEFAULTS.k_policy, label="k policy")
     draft_stop = gr.Slider(0, 0.95, value=0, step=0.05, label="Stop drafting below draft confidence q(x) (0 = off)",
@@ -251,7 +243,7 @@ def build(store: ModelStore, user_drafts: gr.State) -> tuple[gr.Dropdown, object
         with gr.Column(scale=1, min_width=320):
             inputs, draft_stop = _controls(store)
             tree_inputs = _tree_controls()
-            run_btn = gr.Button("Run", variant="primary", elem_id="run")
+            run_btn = gr.Button(RUN_LABEL, variant="primary", elem_id="run")
         with gr.Column(scale=3):
             timeline = gr.HTML(timeline_html(None), elem_id="timeline")
             summary = gr.Markdown(summary_markdown(None, None), elem_id="summary")
@@ -269,10 +261,17 @@ def build(store: ModelStore, user_drafts: gr.State) -> tuple[gr.Dropdown, object
                         elem_id="gallery")
 
     outputs = [trace_state, base_state, timeline, summary, round_slider, replay, accept, residual, tree, *charts]
-    run_btn.click(h.run, inputs + [user_drafts, draft_stop, *tree_inputs], outputs, api_visibility="undocumented", **MODEL_QUEUE)
-    upload.upload(h.load, [upload], outputs, api_visibility="undocumented")
+    # the button says what the run is doing and takes no click until it ends (gradio drops a click on a busy event)
+    run_btn.click(lambda: busy("waiting for the models"), None, [run_btn], queue=False, api_visibility="private").then(
+        h.run, inputs + [user_drafts, draft_stop, *tree_inputs], outputs + [run_btn], api_visibility="undocumented",
+        **MODEL_QUEUE).then(lambda: READY, None, [run_btn], queue=False, api_visibility="private")
+    link_fields = [*inputs[:10], tree_inputs[0]]  # links.FIELDS: prompt .. seed, then the draft shape
+    # an opened run sets the form to its settings: Run then makes the run shown
+    upload.upload(h.load, [upload], outputs, api_visibility="undocumented").then(
+        h.form_of, [trace_state], link_fields, api_visibility="private")
     follow_target(store, inputs[1], inputs[2], user_drafts)
-    shown.input(h.open_gallery, [shown], outputs, api_visibility="private")
+    shown.input(h.open_gallery, [shown], outputs, api_visibility="private").then(
+        h.form_of, [trace_state], link_fields, api_visibility="private")
     round_slider.change(h.replay, [trace_state, round_slider], [replay, accept, residual, tree],
                         api_visibility="undocumented")
     prev_btn.click(lambda t, i: h.step(t, i, -1), [trace_state, round_slider], [round_slider],
@@ -280,7 +279,6 @@ def build(store: ModelStore, user_drafts: gr.State) -> tuple[gr.Dropdown, object
     next_btn.click(lambda t, i: h.step(t, i, +1), [trace_state, round_slider], [round_slider],
                    api_visibility="undocumented")
     export_btn.click(h.export, [trace_state, base_state], [files], api_visibility="undocumented")
-    link_fields = [*inputs[:10], tree_inputs[0]]  # links.FIELDS: prompt .. seed, then the draft shape
     with gr.Row():
         link_btn = gr.Button("Link to these settings", elem_id="link-btn", scale=0)
         link = gr.Textbox(label="Link (opens the explorer with these settings)", elem_id="link", buttons=["copy"],

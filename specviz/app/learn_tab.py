@@ -10,12 +10,14 @@ from .widgets import MODEL_QUEUE, bind
 
 
 def step_view(lesson_title, index) -> tuple:
-    """(step Markdown, the choices radio, step index) of a lesson's step, clamped to its steps."""
+    """(step Markdown, the choices radio, step index, the answer cleared, the ready-run button: shown only where the
+    step names a ready run) of a lesson's step, clamped to its steps."""
     lesson = _lesson(lesson_title)
     i = max(0, min(int(index or 0), len(lesson.steps) - 1))
     step = lesson.steps[i]
     text = f"### {lesson.title}: step {i + 1} of {len(lesson.steps)}\n\n{step.text}\n\n**Predict:** {step.question}"
-    return text, gr.Radio(choices=list(step.choices), value=None, label="Your prediction"), i, ""
+    ready = gr.update(visible=lessons.has_ready_run(step))
+    return text, gr.Radio(choices=list(step.choices), value=None, label="Your prediction"), i, "", ready
 
 
 def move(lesson_title, index, delta) -> tuple:
@@ -29,7 +31,8 @@ def reveal(store: ModelStore, lesson_title, index, picked):
     def pair(target, draft):
         return store.pair(target or store.default_target(), draft or store.default_draft())
 
-    yield "*Running it on the models…*"
+    yield ("*Running it on the models: several interleaved sets, so a busy machine's slow moments fall on every run "
+           "alike…*" if step.action["kind"] == "race" else "*Running it on the models…*")
     yield lessons.reveal(step, lessons.run_action(step, pair), picked)
 
 
@@ -63,10 +66,10 @@ def build(store: ModelStore) -> tuple:
     with gr.Row():
         prev_btn = gr.Button("◀ previous step", scale=0)
         reveal_btn = gr.Button("Reveal: run it", variant="primary", elem_id="lesson-reveal")
-        ready_btn = gr.Button("Reveal from a ready run (instant)", elem_id="lesson-ready", scale=0)
+        ready_btn = gr.Button("Reveal from a ready run (instant)", elem_id="lesson-ready", scale=0, visible=False)
         next_btn = gr.Button("next step ▶", scale=0)
     answer = gr.Markdown(elem_id="lesson-answer")
-    views = [text, picked, index, answer]
+    views = [text, picked, index, answer, ready_btn]
     lesson.change(lambda t: h.step_view(t, 0), [lesson], views, api_visibility="private")
     prev_btn.click(lambda t, i: h.move(t, i, -1), [lesson, index], views, api_visibility="private")
     next_btn.click(lambda t, i: h.move(t, i, +1), [lesson, index], views, api_visibility="private")

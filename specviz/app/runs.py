@@ -1,5 +1,6 @@
 """What the explorer's events run, without gradio: a decode as a throttled stream of traces, its
-autoregressive baseline, and traces exported to and imported from files."""
+autoregressive baseline and the speedup's interleaved pairs, the theory explorer's curves, an opened run's form
+values, and traces exported to and imported from files."""
 from __future__ import annotations
 
 import time
@@ -9,13 +10,15 @@ from pathlib import Path
 
 import torch
 
+from .. import theory
 from ..config import DEFAULTS, DecodeConfig
 from ..decoder import Decoding
 from ..trace import Trace
+from ..views import plots
 from .budget import GRACE, Budget
-from .forms import encode, make_config
+from .forms import as_int, encode, make_config, number_in
 from .store import ModelStore, user_pair
-from .tempfiles import fresh_folder
+from .tempfiles import discard, fresh_folder
 
 STREAM_EVERY_S = 0.25  # faster UI updates freeze the browser (gradio issue 6847)
 
@@ -33,6 +36,7 @@ def stream_run(store: ModelStore, prompt: str, target: str, draft: str, cfg: Dec
     last = started = time.perf_counter()
     before = budget.elapsed  # loading the models: spent once, not per token
     for _ in run:
+        budget.check()  # stops here once the visitor has left (or far past the budget)
         pace = (time.perf_counter() - started) / max(len(run.trace.new_tokens), 1)
         if before + pace * cfg.max_new_tokens > budget.seconds * GRACE and len(run.trace.rounds) >= 2 \
                 and len(run.trace.new_tokens) < cfg.max_new_tokens:
@@ -66,19 +70,23 @@ def baseline(store: ModelStore, trace: Trace) -> Trace:
 PAIRS, PAIRS_BUDGET_S = 3, 6.0  # interleaved (speculative, baseline) pairs for the speedup's spread, if they fit
 
 
-def speed_pairs(store: ModelStore, trace: Trace, base: Trace, user_drafts: dict | None = None) -> list[float]:
-    """Speedups of interleaved pairs (the run and its baseline first, then reruns of each in turn, the same
-    settings and seed) while they fit the time budget: one noisy wall-clock number becomes a median and a range."""
+def speed_pairs(store: ModelStore, trace: Trace, base: Trace, user_drafts: dict | None = None
+                ) -> tuple[list[float], str | None]:
+    """(speedups, why there is only one): speedups of interleaved pairs (the run and its baseline first, then reruns
+    of each in turn, the same settings and seed) where they fit the time set aside for them: one noisy wall-clock
+    number becomes a median and a range."""
     speedups = [trace.summary().tokens_per_s / base.summary().tokens_per_s]
-    if (trace.total_s + base.total_s) * (PAIRS - 1) > PAIRS_BUDGET_S:
-        return speedups
+    more = (trace.total_s + base.total_s) * (PAIRS - 1)
+    if more > PAIRS_BUDGET_S:
+        return speedups, (f"{PAIRS - 1} more pairs would take about {more:.0f} s, over the {PAIRS_BUDGET_S:.0f} s a run "
+                          "sets aside for them: fewer new tokens give a median and range")
     model, _, drafter = user_pair(store, trace.target_name, trace.draft_name, user_drafts)
     ids = torch.tensor([trace.prompt_ids])
     for _ in range(PAIRS - 1):
         again = Decoding(model, drafter, ids, trace.config, target_name=trace.target_name).run()
         slow = baseline(store, trace)
         speedups.append(again.summary().tokens_per_s / slow.summary().tokens_per_s)
-    return speedups
+    return speedups, None
 
 
 def chain_twin(store: ModelStore, trace: Trace, user_drafts: dict | None = None) -> Trace:
@@ -89,6 +97,36 @@ def chain_twin(store: ModelStore, trace: Trace, user_drafts: dict | None = None)
     cfg = replace(trace.config, tree=None, k=tree.depth if tree is not None and tree.chained else trace.config.k)
     return Decoding(model, drafter, torch.tensor([trace.prompt_ids]), cfg, target_name=trace.target_name,
                     draft_name=trace.draft_name).run()
+
+
+def form_values(trace: Trace, targets: list[str], drafts: list[str]) -> tuple:
+    """An opened run's settings in the explorer form's order (links.FIELDS: prompt, target, draft, k, k policy,
+    temperature, top-k, top-p, new tokens, seed, draft shape); None for a model this server does not offer."""
+    cfg, ids = trace.config, list(trace.prompt_ids)
+    if ids and trace.text(ids[0]).startswith("<|"):  # a special start token: the tokenizer adds it again
+        ids = ids[1:]
+    return ("".join(trace.text(t) for t in ids), trace.target_name if trace.target_name in targets else None,
+            trace.draft_name if trace.draft_name in drafts else None, cfg.k, cfg.k_policy, cfg.temperature, cfg.top_k,
+            cfg.top_p, cfg.max_new_tokens, cfg.seed, cfg.tree.label if cfg.tree is not None else "chain")
+
+
+def what_if(alpha, k, c, v, trace=None, base=None):
+    """The theory explorer: Leviathan's curves for the sliders' alpha, k, c, v, with the run's measured point."""
+    alpha, c, v = number_in(alpha, "α", 0, 1), number_in(c, "c", 0, 5), number_in(v, "v", 0.5, 5)
+    k = as_int(number_in(k, "k", 1, 16), "k")
+    point = None
+    if trace is not None and trace.mode == "speculative" and base is not None and trace.config.tree is None:
+        point = (theory.mean_k(trace), theory.measured_speedup(trace, base) or 0.0)
+    return plots.theory_curves(alpha, k, c, v, point)
+
+
+def from_run(trace, base):
+    """The theory explorer's sliders set to what a run measured: its alpha, k, c and v."""
+    if trace is None or trace.mode != "speculative":
+        raise ValueError("run speculative decoding first: its alpha, k, c and v fill the sliders")
+    s = trace.summary()
+    return (round(min(s.alpha, 1.0), 3), max(1, min(16, round(theory.mean_k(trace)))),
+            round(min(theory.cost_ratio(trace, base), 5.0), 3), round(min(max(theory.verify_cost(trace, base), 0.5), 5.0), 3))
 
 
 def export_trace(trace: Trace | None, base: Trace | None = None) -> list[str]:
@@ -112,6 +150,8 @@ def import_trace(path) -> tuple[Trace, Trace | None]:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise ValueError(f"could not read the uploaded file: {e}") from e
+    finally:
+        discard(path)  # an upload is deleted once read (anything else is left alone)
     trace, base = Trace.run_from_json(text)
     for r in trace.rounds:
         if not len(r.drafted) == len(r.p) == len(r.q) == len(r.u) == len(r.beta) == len(r.accept_prob):

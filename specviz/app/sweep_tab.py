@@ -13,6 +13,7 @@ from ..labs import estimate as est
 from ..labs import policies
 from ..labs.sweep import iter_sweep, per_position, position_rows, summarize
 from ..views import lab_plots
+from ..views.tables import readable
 from .budget import Budget
 from .forms import as_int, encode, make_config, number_in, split_prompts
 from .store import ModelStore
@@ -41,7 +42,7 @@ def _collect(stream) -> tuple[pd.DataFrame, pd.DataFrame]:
 def _sweep_views(runs: pd.DataFrame, positions: pd.DataFrame) -> tuple:
     """The summary table and the four charts against k."""
     summary, pos = summarize(runs), per_position(positions)
-    return (summary.round(3), lab_plots.acceptance_vs_k(summary), lab_plots.tau_vs_k(summary),
+    return (readable(summary), lab_plots.acceptance_vs_k(summary), lab_plots.tau_vs_k(summary),
             lab_plots.speedup_vs_k(summary), lab_plots.position_heatmaps(pos))
 
 
@@ -157,7 +158,7 @@ def run_sweep(store: ModelStore, target, drafts, prompts_text, k_min, k_max, tem
         return
     yield (note + " *Comparing k policies…*", *(SKIP,) * 9)
     first, more, summary, bars, ks_chart = _policy_step(model, drafts, prompts, cfg, fixed_k, stop)
-    yield (note + f" Policies compared with draft {first!r}.", *(SKIP,) * 5, summary.round(3), bars, ks_chart,
+    yield (note + f" Policies compared with draft {first!r}.", *(SKIP,) * 5, readable(summary), bars, ks_chart,
            write_csvs(frames | more))
 
 
@@ -185,14 +186,16 @@ def build(store: ModelStore) -> None:
         est_btn = gr.Button("Estimate time")
         run_btn = gr.Button("Run sweep", variant="primary")
     status = gr.Markdown("*Press Estimate time, or Run sweep (it says its estimate first).*")
-    table = gr.Dataframe(label="Per (draft, k)", interactive=False)
+    table = gr.Dataframe(pd.DataFrame(columns=["draft", "k", "acceptance rate", "α", "τ (tokens / round)", "tokens/s",
+                                                "speedup"]), label="Per (draft, k)", interactive=False)
     with gr.Row():
         acc, tau = chart("Acceptance rate and α."), chart("τ: tokens per round, measured against eq. 1.")
     with gr.Row():
         speed = chart("Speedup: measured against Leviathan's prediction.")
         heat = chart("Left: of all drafts at a position, the share accepted (falls with position: each needs every "
                      "earlier one accepted). Right: of those reached, the share accepted (the draft's own quality).")
-    policy_table = gr.Dataframe(label="k policies", interactive=False)
+    policy_table = gr.Dataframe(pd.DataFrame(columns=["policy", "tokens/s", "acceptance rate", "speedup"]),
+                                label="k policies", interactive=False)
     with gr.Row():
         bars, ks = chart("tokens/s and acceptance per policy."), chart("The drafts each round made.")
     files = gr.File(label="Results (CSV)", file_count="multiple", interactive=False)

@@ -6,17 +6,20 @@ from __future__ import annotations
 import time
 
 import gradio as gr
+import pandas as pd
 
 from ..config import EXAMPLE_PROMPTS, TreeConfig
-from ..labs.trees import tree_lab
+from ..labs import estimate as est
+from ..labs.trees import settings, tree_lab
 from ..views import lab_plots
-from .budget import Budget, token_seconds
+from .budget import Budget
 from .forms import as_int, encode, make_config, number_in, split_prompts
 from .store import ModelStore
 from .widgets import LAB_QUEUE, SKIP, bind, chart, lab_inputs, sampling_controls
 
 MAX_PROMPTS, MAX_SETTINGS, MAX_TOKENS, MAX_REPEATS = 10, 10, 256, 3  # one request's work stays bounded
 TREES = "chain:11,3,0.08\n3,2,2,1\ndynamic:12,10,2,0.3"
+CHAINS, DEFAULT_PROMPTS, DEFAULT_TOKENS = "6,11", 2, 48  # the defaults fit a 120 s budget on a busy 2-core machine
 
 
 def lab_setup(chains_text, trees_text) -> tuple[list[int], list[TreeConfig]]:
@@ -48,21 +51,43 @@ def run_lab(store: ModelStore, target, draft, prompts_text, chains_text, trees_t
         raise ValueError(f"at most {MAX_PROMPTS} prompts, got {len(prompts)}")
     runs = repeats * len(prompts) * (1 + len(chains) + len(trees))
     budget = Budget()
-    token_s = token_seconds(model, prompts[0], cfg)
-    estimate = runs * max_new * token_s  # each run as long as the baseline's: trees and chains are not slower
-    budget.refuse_over(estimate, f"this tree lab ({runs} runs)", "fewer prompts, settings, repeats or new tokens")
-    yield f"*Running {runs} runs (the baseline and every setting, prompt by prompt; about {estimate:.0f} s)…*", \
-        SKIP, SKIP, SKIP
+    configs = list(settings(chains, trees, cfg).values())
+    costs = est.measure_tree_costs(model, drafter, prompts[0], configs)
+
+    def pricing(n: int, n_prompts: int, reps: int) -> est.Estimate:
+        return est.tree_estimate(costs, len(configs), n_prompts, n, reps)
+
+    time_of = pricing(max_new, len(prompts), repeats)
+    budget.refuse_over(time_of.likely, f"this tree lab ({runs} runs)",
+                       f"its estimate {time_of}; " + refusal(pricing, max_new, len(prompts), repeats, budget.seconds))
+    yield (f"*Running {runs} runs (the baseline and every setting, prompt by prompt): estimated {time_of} from a pilot "
+           f"on this machine as loaded now ({costs.token_s * 1e3:.0f} ms a baseline token; the setting with the most "
+           f"rows took {costs.ratio:.2f}× a baseline token's time per token)…*"), SKIP, SKIP, SKIP
     start = time.time()
     lab = tree_lab(model, drafter, prompts, chains, trees, cfg, repeats, check=budget.check)
-    note = (f"**Done: {runs} runs in {time.time() - start:.1f} s.** Tokens per target pass is what a tree buys; "
-            "whether it is faster depends on what verifying its nodes costs on this machine. *vs best chain*: each "
-            "setting's tokens/s over the fastest chain's, with a 90% interval from resampling the prompts.")
+    note = (f"**Done: {runs} runs in {time.time() - start:.1f} s** (estimated {time_of}). Tokens per target pass "
+            "is what a tree buys; whether it is faster depends on what verifying its nodes costs on this machine. "
+            "*vs best chain*: each setting's tokens/s over the fastest chain's, with a 90% interval from resampling "
+            "the prompts.")
     if rows := lab.attrs.get("rows"):
         note += (f" A verified row cost {rows['ms per row']:.2f} ms here (fitted over {rows['rounds']} rounds), so at "
                  f"{rows['best chain']}'s speed a row pays where it wins more than {rows['break-even tokens per row']:.3f} "
                  "tokens (*tokens per extra row*).")
     yield note + time_note(lab), lab.round(3), lab_plots.tree_tokens_per_pass(lab), lab_plots.tree_speedup(lab)
+
+
+def refusal(pricing, n: int, n_prompts: int, repeats: int, budget_s: float) -> str:
+    """What to reduce, and to what, so that the likely duration fits the budget: repeats, prompts or new tokens,
+    each alone (``pricing(new tokens, prompts, repeats)`` -> Estimate, the estimate's own cost model)."""
+    options = []
+    if repeats > 1 and (few := est.fitting(lambda m: pricing(n, n_prompts, m).likely, repeats, 1, budget_s)):
+        options.append(f"repeats to {few}")
+    if n_prompts > 1 and (few := est.fitting(lambda m: pricing(n, m, repeats).likely, n_prompts, 1, budget_s)):
+        options.append(f"the prompts to {few}")
+    if (tokens := est.fitting(lambda m: pricing(m, n_prompts, repeats).likely, n, 1, budget_s)) is not None:
+        options.append(f"new tokens per run to {tokens}")
+    return ("reduce " + ", or ".join(options) if options else
+            "reduce the settings (chains and trees), prompts and new tokens together")
 
 
 def time_note(lab) -> str:
@@ -88,18 +113,19 @@ def build(store: ModelStore) -> None:
                 "Trees: a chain with sibling leaves (chain:DEPTH,SIBLINGS[,THRESHOLD]: drafted as the chain, no draft "
                 "pass more), a static shape (children per depth, e.g. 3,2,2,1) or dynamic:BUDGET,DEPTH,WIDTH[,THRESHOLD] "
                 "(EAGLE-2, ranked by the acceptance this run has seen).")
-    target, draft, prompts = lab_inputs(store, EXAMPLE_PROMPTS[:3], model=True)
+    target, draft, prompts = lab_inputs(store, EXAMPLE_PROMPTS[:DEFAULT_PROMPTS], model=True)
     with gr.Row():
-        chains = gr.Textbox("6,8,11", label="Chains: k values")
+        chains = gr.Textbox(CHAINS, label="Chains: k values")
         trees = gr.Textbox(TREES, lines=3, label="Trees: one per line")
     with gr.Row():
-        max_new = gr.Number(64, precision=0, label="new tokens per run")
+        max_new = gr.Number(DEFAULT_TOKENS, precision=0, label="new tokens per run")
         repeats = gr.Number(1, precision=0, label="repeats")
         seed = gr.Number(0, precision=0, label="seed")
     sampling = sampling_controls(0.0)
     run_btn = gr.Button("Run tree lab", variant="primary", elem_id="run-tree-lab")
     status = gr.Markdown("*Press Run tree lab.*")
-    table = gr.Dataframe(label="Per setting", interactive=False)
+    table = gr.Dataframe(pd.DataFrame(columns=["setting", "nodes per round", "tau", "target passes per token", "tokens/s",
+                                                "speedup"]), label="Per setting", interactive=False)
     with gr.Row():
         per_pass = chart("Tokens per target pass: a tree accepts more per pass than a chain of its depth.")
         speed = chart("Speedup: a tree pays for verifying every node, and on a CPU more rows cost more.")

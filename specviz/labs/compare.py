@@ -32,7 +32,7 @@ from ..trace import Trace
 from .sweep import BASELINE, baseline_costs, position_rows, run_row, speedup_spread, warm_up
 
 TABLE_COLUMNS = ["draft", "size", "tokenizer", "extra_mib", "new_tokens", "rounds", "acceptance_rate", "alpha", "tau",
-                 "tokens_per_s", "baseline_tokens_per_s", "speedup", "speedup_min", "speedup_max", "c"]
+                 "target_passes_per_token", "tokens_per_s", "baseline_tokens_per_s", "speedup", "speedup_min", "speedup_max", "c"]
 # then accept@1 .. per position
 
 
@@ -84,6 +84,7 @@ def compare_table(runs: list[Run], sizes: dict | None = None) -> pd.DataFrame:
     out["acceptance_rate"] = (g.accepted / g.drafted).to_numpy()
     out["alpha"] = (g.beta_sum / g.beta_n).where(g.beta_n > 0, 0.0).to_numpy()  # nothing verified: 0
     out["tau"] = (g.new_tokens / g.rounds).to_numpy()
+    out["target_passes_per_token"] = (g.rounds / g.new_tokens).to_numpy()  # hardware-free: a round is one pass
     out["tokens_per_s"] = (g.new_tokens / g.seconds).to_numpy()
     out["baseline_tokens_per_s"] = base_tps
     out["speedup"] = out.tokens_per_s / base_tps

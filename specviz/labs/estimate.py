@@ -163,3 +163,56 @@ def sweep_runs(n_prompts: int, n_drafts: int, ks: list[int], repeats: int = 1) -
 def policy_runs(n_prompts: int, n_configs: int) -> int:
     """The runs a k-policy comparison makes: per prompt, the baseline and every config."""
     return n_prompts * (1 + n_configs)
+
+
+# -- the tree lab: rounds priced by the rows they verify and the draft passes they make -------------------------
+@dataclass(frozen=True)
+class TreeCosts:
+    """From a short pilot: seconds of a baseline token (the mean of two baseline pilots, one before and one after
+    the speculative one, so a drift in the load falls on both sides) and, per token, the speculative pilot's time
+    over the baseline's (``ratio``: the setting with the most rows, the costliest per round on a CPU); a run's
+    set-up and prefill; the pilot's slow rounds over its typical ones."""
+
+    token_s: float
+    ratio: float
+    run_s: float
+    spread: float = 1.0
+
+
+def most_rows(configs: list[DecodeConfig]) -> DecodeConfig:
+    """The setting whose rounds verify the most rows (a chain's k drafts and the pending token, a tree's nodes and it)."""
+    return max(configs, key=lambda c: (c.tree.nodes if c.tree is not None else c.k) + 1)
+
+
+def measure_tree_costs(target, draft, ids: torch.Tensor, configs: list[DecodeConfig], tokens: int = 6) -> TreeCosts:
+    """A pilot at ``ids`` after an untimed warm-up: ``tokens`` baseline tokens, the same of the setting with the most
+    rows, and the baseline again, each run timed whole as the lab times it."""
+    pilot = replace(most_rows(configs), max_new_tokens=tokens, k_policy="fixed")
+    speculative_generate(target, draft, ids, replace(pilot, max_new_tokens=2, record=False))
+    first, spec, last = (_timed(autoregressive_generate, target, ids, replace(pilot, tree=None)),
+                         _timed(speculative_generate, target, draft, ids, pilot),
+                         _timed(autoregressive_generate, target, ids, replace(pilot, tree=None)))
+    per_token = [(w - _overhead(t, w)) / max(len(t.new_tokens), 1) for t, w in (first, spec, last)]
+    token_s = (per_token[0] + per_token[2]) / 2
+    ratios = [x for t, _ in (first, spec, last) for x in _ratios(t)]
+    spread = statistics.quantiles(ratios, n=10)[int(SLOW_QUANTILE * 10) - 1] if len(ratios) >= 2 else 1.0
+    return TreeCosts(token_s, per_token[1] / token_s if token_s else 1.0,
+                     max(statistics.median(_overhead(t, w) for t, w in (first, spec, last)), 0.0), max(spread, 1.0))
+
+
+def _overhead(trace, wall: float) -> float:
+    """A run's seconds outside its rounds: set-up, and the prefill before the first round's clock."""
+    return wall - sum(r.wall_s for r in trace.rounds)
+
+
+def tree_estimate(costs: TreeCosts, n_settings: int, n_prompts: int, max_new_tokens: int, repeats: int = 1) -> Estimate:
+    """The tree lab's likely duration and its range: per prompt and repeat the baseline and every setting, each
+    setting's tokens at the pilot's ratio to a baseline token, after the lab's warm-up (4 tokens a setting). The
+    fast end prices the settings as the baseline (on a CPU the lab's settings run at 0.9-1.4x its speed) where the
+    pilot was slower, the slow end at the pilot's ratio and its slow rounds."""
+    def total(ratio: float, slow: float) -> float:
+        one = (max_new_tokens * costs.token_s * (1 + n_settings * ratio)) * slow + (1 + n_settings) * costs.run_s
+        warm = (min(4, max_new_tokens) * costs.token_s * (1 + n_settings * ratio)) + (1 + n_settings) * costs.run_s
+        return warm + one * n_prompts * repeats
+
+    return Estimate(total(costs.ratio, 1.0), total(min(costs.ratio, 1.0), 1.0), total(max(costs.ratio, 1.0), costs.spread))

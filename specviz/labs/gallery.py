@@ -10,6 +10,8 @@ from ..decoder import autoregressive_generate, speculative_generate
 from ..models import ASSETS, DEFAULT_MODEL_DRAFT, DEFAULT_TARGET, load_drafter, load_model
 
 FOLDER = ASSETS.parent / "gallery"
+# where the shipped files' speeds come from (docs/BENCHMARKS.md names the host): not the machine replaying them
+RECORDED = "when recorded (2026-11-30, by scripts/train/record_gallery.py on a shared 2-core CPU, not this machine)"
 
 
 @dataclass(frozen=True)

@@ -8,13 +8,20 @@ and a ``reveal`` text whose {placeholders} are the run's numbers. Actions:
   exact  a greedy speculative run beside the target's own greedy run: how many tokens agree
   vary   the same settings with ``param`` set to each of ``values`` (k, temperature, draft, shape, rule: an accept
          rule or "rule+argmax", argmax drafts); numbers get a suffix _0, _1, ... per value
+  race   a speed: ``pairs`` interleaved sets (each value's run and the baseline, in a rotating order), so a busy
+         machine's slow moments fall on all alike; ``ratio`` (last value's tokens/s over the first's) with its range
 Answer rules: "threshold" (metric below / above / equal to ``at``), "direction" (up / down / about the same from the
-first value to the last, 5% either way counting as the same), "highest" (the choice whose value scored most).
+first value to the last, 5% either way counting as the same), "highest" (the choice whose value scored most; the top
+two within 5% are "about the same"), "interval" (a race's ratio: up / down / about the same where its whole range
+says so, "within noise" where the range straddles 0.95 or 1.05).
+A step's ``reveal`` quotes the run's numbers and presumes no outcome; ``why`` ({outcome: text}) explains each one.
+Every answer but a race's reads a quantity the host cannot move (tokens, acceptance, passes): the seed fixes it.
 """
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+import statistics
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .. import theory
@@ -27,8 +34,10 @@ from .gallery import FOLDER
 from .rules import variant_config
 
 LESSONS = ASSETS.parent / "lessons"
-KINDS, RULES = ("run", "exact", "vary"), ("threshold", "direction", "highest")
+KINDS, RULES = ("run", "exact", "vary", "race"), ("threshold", "direction", "highest", "interval")
 SAME_WITHIN = 0.05
+SAME, NOISE = "about the same", "within noise"
+PAIRS = 5  # a race's interleaved sets
 
 
 @dataclass(frozen=True)
@@ -39,6 +48,7 @@ class Step:
     action: dict
     answer: dict
     reveal: str
+    why: dict = field(default_factory=dict)  # outcome -> why that outcome happened
 
 
 @dataclass(frozen=True)
@@ -62,15 +72,31 @@ def load_lessons(folder: Path = LESSONS) -> list[Lesson]:
 
 def _step(s: dict) -> Step:
     step = Step(str(s["text"]), str(s["question"]), tuple(map(str, s["choices"])), dict(s["action"]),
-                dict(s["answer"]), str(s["reveal"]))
+                dict(s["answer"]), str(s["reveal"]), {str(k): str(v) for k, v in dict(s.get("why", {})).items()})
     if step.action.get("kind") not in KINDS or step.answer.get("rule") not in RULES:
         raise ValueError(f"action kind must be one of {KINDS} and answer rule one of {RULES}")
+    if (step.answer["rule"] == "interval") != (step.action["kind"] == "race"):
+        raise ValueError("a race action is read by the interval rule, and the interval rule reads only a race")
+    if unknown := set(step.why) - set(outcomes(step)):
+        raise ValueError(f"why names {sorted(unknown)}: not an outcome of its rule ({', '.join(outcomes(step))})")
     return step
+
+
+def outcomes(step: Step) -> tuple[str, ...]:
+    """Every answer the step's rule can give."""
+    rule = step.answer
+    if rule["rule"] == "threshold":
+        return tuple(dict.fromkeys((rule["below"], rule["equal"], rule["above"])))
+    if rule["rule"] == "highest":
+        return (*(rule.get("names") or step.choices), SAME)
+    return ("up", "down", SAME) + ((NOISE,) if rule["rule"] == "interval" else ())
 
 
 def run_action(step: Step, pair) -> dict:
     """The step's runs and their numbers. ``pair(target_name, draft_name)`` -> (target, tokenizer, draft)."""
     a, settings = step.action, dict(step.action.get("settings", {}))
+    if a["kind"] == "race":
+        return _race(pair, [{**settings, a["param"]: value} for value in a["values"]], int(a.get("pairs", PAIRS)))
     if a["kind"] == "vary":
         numbers = {}
         for i, value in enumerate(a["values"]):
@@ -79,13 +105,18 @@ def run_action(step: Step, pair) -> dict:
     return _one(pair, settings, a)
 
 
+def has_ready_run(step: Step) -> bool:
+    """Whether the step names a ready run that is shipped (its instant reveal can be offered)."""
+    name = step.action.get("gallery")
+    return bool(name) and (FOLDER / f"{name}.json").is_file()
+
+
 def from_gallery(step: Step) -> dict:
     """The step's numbers from its ready run (``action["gallery"]``: a gallery entry with its baseline): instant,
     no model work, for a class on a busy Space. ValueError if the step has none."""
-    name = step.action.get("gallery")
-    path = FOLDER / f"{name}.json" if name else None
-    if path is None or not path.is_file():
+    if not has_ready_run(step):
         raise ValueError("this step has no ready run: press Reveal to run it on the models")
+    path = FOLDER / f"{step.action['gallery']}.json"
     trace, base = Trace.run_from_json(path.read_text(encoding="utf-8"))
     return metrics(trace) | _against_baseline(trace, base)
 
@@ -98,19 +129,54 @@ def _against_baseline(trace, base) -> dict:
                 speedup=theory.measured_speedup(trace, base) or 0.0, c=theory.cost_ratio(trace, base))
 
 
-def _one(pair, settings: dict, action: dict) -> dict:
+def _setup(pair, settings: dict) -> tuple:
+    """(target, draft, prompt ids, config) of one run's settings."""
     target, tok, draft = pair(settings.get("target"), settings.get("draft"))
     ids = tok(settings.get("prompt", "ROMEO:"), return_tensors="pt").input_ids
     shape = settings.get("shape", "chain")
     cfg = DecodeConfig(k=int(settings.get("k", 4)), temperature=float(settings.get("temperature", 0.8)),
                        max_new_tokens=int(settings.get("max_new_tokens", 48)), seed=int(settings.get("seed", 0)),
                        tree=None if shape == "chain" else TreeConfig.parse(shape))
-    cfg = variant_config(cfg, str(settings.get("rule", "leviathan")))  # an accept rule, "+argmax": argmax drafts
+    return target, draft, ids, variant_config(cfg, str(settings.get("rule", "leviathan")))  # "+argmax": argmax drafts
+
+
+def _one(pair, settings: dict, action: dict) -> dict:
+    target, draft, ids, cfg = _setup(pair, settings)
     trace = speculative_generate(target, draft, ids, cfg)
     numbers = metrics(trace)
     if action["kind"] == "exact" or action.get("baseline"):
         numbers |= _against_baseline(trace, autoregressive_generate(target, ids, replace(cfg, tree=None)))
     return numbers
+
+
+def _race(pair, runs: list[dict], pairs: int) -> dict:
+    """Speeds measured the way a busy machine allows: ``pairs`` sets, each every run's settings and the baseline (of
+    the first run's target and prompt) in a rotating order, after a short untimed warm-up. Per value the metrics of
+    its first run (_0, _1, ...) and its median speedup over the baseline of its own set; ``ratio``: the median of the
+    last value's tokens/s over the first's within a set; ``ratio_lo`` / ``ratio_hi`` the interval the verdict reads
+    (from five sets on, the second lowest and second highest: an interval for the median that one outlying set
+    cannot move), ``ratio_min`` / ``ratio_max`` the whole range."""
+    setups = [_setup(pair, settings) for settings in runs]
+    target, _, ids, cfg = setups[0]
+    jobs = [lambda t=t, d=d, i=i, c=c: speculative_generate(t, d, i, c) for t, d, i, c in setups]
+    jobs.append(lambda: autoregressive_generate(target, ids, replace(cfg, tree=None)))
+    for t, d, i, c in setups:  # first calls lay out and pack weights
+        speculative_generate(t, d, i, replace(c, max_new_tokens=4))
+    speeds, numbers = [[] for _ in jobs], {}
+    for rep in range(pairs):
+        order = list(range(len(jobs)))[rep % len(jobs):] + list(range(len(jobs)))[:rep % len(jobs)]
+        for j in order:
+            trace = jobs[j]()
+            speeds[j].append(trace.summary().tokens_per_s)
+            if rep == 0 and j < len(setups):
+                numbers |= {f"{k}_{j}": v for k, v in metrics(trace).items()}
+    base = speeds[-1]
+    for j in range(len(setups)):
+        numbers[f"speedup_{j}"] = statistics.median(s / b for s, b in zip(speeds[j], base))
+    ratios = sorted(last / first for first, last in zip(speeds[0], speeds[len(setups) - 1]))
+    inner = ratios[1:-1] if len(ratios) >= 5 else ratios  # one set a busy moment caught, either way, is dropped
+    return numbers | dict(ratio=statistics.median(ratios), ratio_lo=inner[0], ratio_hi=inner[-1], ratio_min=ratios[0],
+                          ratio_max=ratios[-1], pairs=pairs)
 
 
 def metrics(trace) -> dict:
@@ -122,25 +188,42 @@ def metrics(trace) -> dict:
                 tv=run_closed_forms(rounds)[1] or 0.0,
                 tokens_per_pass=1 / c.target_forwards_per_token if c.target_forwards_per_token else 0.0,
                 all_accepted_share=full / len(rounds) if rounds else 0.0, c=theory.cost_ratio(trace),
+                all_accepted_if_independent=c.acceptance_rate ** k if k else 0.0,
                 theory_tau=theory.expected_tokens(min(c.alpha, 1.0), round(k)) if k else 1.0)
 
 
 def answer_of(step: Step, numbers: dict) -> str:
-    """The correct choice, read off the run's numbers by the step's rule."""
+    """The correct choice, read off the run's numbers by the step's rule (one of ``outcomes(step)``)."""
     rule = step.answer
     if rule["rule"] == "threshold":
         value = numbers[rule["metric"]]
         return rule["below"] if value < rule["at"] else rule["above"] if value > rule["at"] else rule["equal"]
+    if rule["rule"] == "interval":
+        return _direction(numbers["ratio_lo"], numbers["ratio_hi"])
     values = [numbers[f"{rule['metric']}_{i}"] for i in range(len(step.action["values"]))]
     if rule["rule"] == "highest":
         names = rule.get("names") or step.choices
+        first, second = sorted(values, reverse=True)[:2]
+        if first <= second * (1 + SAME_WITHIN):
+            return SAME
         return names[max(range(len(values)), key=values.__getitem__)]
     ratio = values[-1] / values[0] if values[0] else float("inf")
-    return "up" if ratio > 1 + SAME_WITHIN else "down" if ratio < 1 - SAME_WITHIN else "about the same"
+    return _direction(ratio, ratio)
+
+
+def _direction(lo: float, hi: float) -> str:
+    """up / down / about the same where a ratio's whole range [lo, hi] says so; within noise where it straddles."""
+    if lo > 1 + SAME_WITHIN:
+        return "up"
+    if hi < 1 - SAME_WITHIN:
+        return "down"
+    return SAME if lo >= 1 - SAME_WITHIN and hi <= 1 + SAME_WITHIN else NOISE
 
 
 def reveal(step: Step, numbers: dict, picked: str | None) -> str:
-    """Markdown: what the student predicted, the answer this run gives, and why, with the run's numbers."""
+    """Markdown: what the student predicted, the answer this run gives, the run's numbers, and why that answer."""
     answer = answer_of(step, numbers)
     verdict = ("" if not picked else ("✓ You predicted it. " if picked == answer else f"✗ You said *{picked}*. "))
-    return f"{verdict}**Answer (from this run): {answer}.** " + step.reveal.format(**numbers)
+    why = step.why.get(answer, "")
+    return (f"{verdict}**Answer (from this run): {answer}.** " + step.reveal.format(**numbers)
+            + (" " + why.format(**numbers) if why else ""))

@@ -36,8 +36,13 @@ def _bars(table: pd.DataFrame, column: str, title: str, y: str, fmt: str) -> go.
 
 
 def speedup_bars(table: pd.DataFrame) -> go.Figure:
-    """Measured speedup per draft over the autoregressive baseline run in the same call; 1 = no gain."""
+    """Measured speedup per draft over the autoregressive baseline run in the same call; 1 = no gain. Where the table
+    has the range of single pairs (``speedup_min``, ``speedup_max``), error bars span it."""
     fig = _bars(table, "speedup", "Speedup over the autoregressive baseline", "× baseline tokens/s", ".2f")
+    if {"speedup_min", "speedup_max"} <= set(table.columns):
+        fig.update_traces(error_y=dict(type="data", symmetric=False, color="#444",
+                                       array=(table.speedup_max - table.speedup).clip(lower=0).tolist(),
+                                       arrayminus=(table.speedup - table.speedup_min).clip(lower=0).tolist()))
     fig.add_hline(y=1.0, line=dict(color="#888", dash="dot"), annotation_text="baseline")
     return fig
 

@@ -104,10 +104,12 @@ def residual_bars(residual: pd.DataFrame) -> go.Figure:
         fig.add_trace(go.Bar(x=residual["text"], y=residual[col], name=name, marker_color=colour,
                              hovertemplate="%{x}: %{y:.3f}<extra>" + name + "</extra>"))
     fig.update_layout(barmode="group")
-    if residual.empty:
-        fig.add_annotation(text="no rejection this round: nothing was resampled", showarrow=False,
-                           x=0.5, y=0.5, xref="paper", yref="paper")
-    return layout(fig, "Residual at the rejection: top tokens", "token", "probability")
+    fig = layout(fig, "Residual at the rejection: top tokens", "token", "probability")
+    if residual.empty:  # a note, not an empty pair of axes
+        fig.add_annotation(text="No rejection this round: every draft passed, nothing was resampled (the bonus "
+                                "token came from p).", showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
+        fig.update_xaxes(visible=False).update_yaxes(visible=False).update_layout(showlegend=False)
+    return fig
 
 
 def residual_frame(trace, index: int) -> pd.DataFrame:

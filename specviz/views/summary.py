@@ -15,6 +15,21 @@ from ..models import HYBRIDS
 from ..rules import rule_of, run_closed_forms
 from ..trace import Trace
 
+GLOSSARY = """
+| symbol | meaning |
+|---|---|
+| **p** | the target's probability of a token (after temperature, top-k, top-p) |
+| **q** | the draft's probability of the token it proposed, under the same transforms |
+| **u** | the coin: a uniform draw in [0, 1); a draft is accepted when u < min(1, p/q) |
+| **β** | Σ min(p, q) over the vocabulary: the chance that position is accepted |
+| **α** | the mean of β: the acceptance rate the theory uses |
+| **k** | drafts per round (a tree: nodes per round) |
+| **τ** | tokens a round emits: the accepted drafts plus one (the resample or the bonus); E[τ] = (1 − α^(k+1)) / (1 − α) |
+| **c** | one draft step's time over one target forward's |
+| **v** | one verify pass's time (the target over all drafts) over one target forward's |
+| **speedup** | E[τ] / (k c + v): tokens per round over the round's cost in target forwards |
+| **residual** | norm(max(0, p − q)): what a token is drawn from after a rejection, so the output keeps the target's law |
+"""  # the explorer's "What do these numbers mean?"
 MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_{}\[\]()#+\-.!|~])")
 
 
@@ -24,22 +39,25 @@ def esc(x) -> str:
     return MARKDOWN_PUNCTUATION.sub(r"\\\1", html.escape(str(x), quote=False))
 
 
+HERE = "on this machine"
+
+
 def summary_markdown(trace: Trace | None, base: Trace | None, chain: Trace | None = None,
-                     spread: list[float] | None = None) -> str:
+                     spread: list[float] | None = None, where: str = HERE, skipped: str | None = None) -> str:
     """Headline numbers, and the measured speedup beside Leviathan's prediction (a tree run: beside the
     positional model's, and against ``chain``, a chain run of the same draft and seed, if given). ``spread``:
-    the speedups of several interleaved (run, baseline) pairs, shown as their median and range."""
+    the speedups of several interleaved (run, baseline) pairs, which the speedup leads with (median and range);
+    ``skipped``: why there is only the one pair; ``where``: where and when the runs were timed (a recorded run's
+    machine, not this one)."""
     if trace is None:
         return "*No run yet.*"
     if trace.config.tree is not None and trace.mode == "speculative":
-        return tree_summary(trace, base, chain) + spread_note(spread)
+        return tree_summary(trace, base, chain, speed_text(trace, base, spread, skipped), where)
     s = trace.summary()
     c, k, v = theory.cost_ratio(trace, base), theory.mean_k(trace), theory.verify_cost(trace, base)
     closed = run_closed_forms(trace.rounds)[0]  # the run's rule's P(accept); Leviathan's is mean beta
     alpha = min(s.alpha if closed is None else closed, 1.0)
     predicted = theory.expected_speedup(alpha, k, c, v) if trace.mode == "speculative" else 1.0
-    measured = theory.measured_speedup(trace, base)
-    measured_txt = f"**{measured:.2f}×**" if measured else "*(no baseline: run the models to measure it)*"
     base_txt = f"{base.summary().tokens_per_s:.1f} tokens/s" if base else "–"
     return (
         f"{forwards_headline(s.target_forwards_per_token, trace.mode)}\n\n"
@@ -49,13 +67,13 @@ def summary_markdown(trace: Trace | None, base: Trace | None, chain: Trace | Non
         f"|---|---|---|---|---|---|\n"
         f"| {s.acceptance_rate:.2f} | {s.alpha:.2f} | {s.tau:.2f} | {s.target_forwards_per_token:.2f} | "
         f"{s.tokens_per_s:.1f} | {base_txt} |\n\n"
-        f"**Speedup on this machine** measured {measured_txt} (tokens/s against an autoregressive run of the same target and "
-        f"settings) · predicted **{predicted:.2f}×** by (1 − α^(k+1)) / ((1 − α)(k c + v)) with α = {alpha:.2f}, "
+        f"**Speedup {where}** {speed_text(trace, base, spread, skipped)} · predicted **{predicted:.2f}×** by "
+        f"(1 − α^(k+1)) / ((1 − α)(k c + v)) with α = {alpha:.2f}, "
         f"k = {k:.2f} (mean drafts per round), c = {c:.3f} (a draft step over one target forward) and "
         + (f"v = {v:.2f} (a verify pass over one target forward), both measured in these two runs."
            if base is not None else "v = 1 (Leviathan's assumption: the verify pass costs one forward; the "
            "baseline measures both), c over this run's verify pass.")
-    ) + rule_note(trace, measured) + draft_note(trace) + spread_note(spread)
+    ) + rule_note(trace, theory.measured_speedup(trace, base)) + draft_note(trace)
 
 
 def rule_note(trace: Trace, measured: float | None) -> str:
@@ -102,15 +120,33 @@ def draft_note(trace: Trace) -> str:
     return ""
 
 
-def spread_note(spread: list[float] | None) -> str:
-    """How sure the wall-clock number is: the median and range of interleaved pairs (nothing for one pair)."""
-    if not spread or len(spread) < 2:
+def speed_text(trace: Trace, base: Trace | None, spread: list[float] | None, skipped: str | None) -> str:
+    """The measured speedup (tokens/s against an autoregressive run of the same target and settings): the median
+    and range of interleaved pairs where there are several, else the one pair, saying so and why."""
+    measured = theory.measured_speedup(trace, base)
+    if not measured:
+        return "*(no baseline: run the models to measure it)*"
+    if spread and len(spread) >= 2:
+        ordered = sorted(spread)
+        return (f"measured median **{statistics.median(ordered):.2f}×** over {len(spread)} interleaved pairs (the run, "
+                f"then its baseline, same settings and seed; range {ordered[0]:.2f}–{ordered[-1]:.2f}×: a shared CPU "
+                f"moves single runs, the target forwards per token above do not move){baseline_note(base)}")
+    why = f": {esc(skipped)}" if skipped else ""
+    return f"measured **{measured:.2f}×** from one pair (this run and its baseline, tokens/s){why}{baseline_note(base)}"
+
+
+FORWARDS = {"lean": "specviz's lean torch forward", "dynamic": "transformers' forward",
+            "static": "transformers' forward (static cache)", "llamacpp": "llama.cpp's own forward (llama-cpp-python)"}
+
+
+def baseline_note(base: Trace | None) -> str:
+    """Which forward the baseline ran on (the speedup divides by it): the torch paths, or llama.cpp's."""
+    if base is None or not base.forward:
         return ""
-    ordered = sorted(spread)
-    median = statistics.median(ordered)
-    return (f"\n\n**On this machine, {len(spread)} interleaved pairs** (speculative, then the baseline, same "
-            f"settings and seed): median **{median:.2f}×**, range {ordered[0]:.2f}–{ordered[-1]:.2f}×. A shared CPU "
-            "moves single runs; target forwards per token (the headline) do not depend on it.")
+    note = f"; the baseline ran the target alone on {FORWARDS.get(base.forward) or esc(base.forward)}"
+    if base.forward != "llamacpp":
+        note += " (llama.cpp's, where llama-cpp-python is installed, with SPECVIZ_FORWARD=llamacpp: docs/LLAMACPP.md)"
+    return note
 
 
 def forwards_headline(per_token: float, mode: str) -> str:
@@ -121,16 +157,15 @@ def forwards_headline(per_token: float, mode: str) -> str:
     saved = 1 - per_token
     return (f"**{per_token:.2f} target forwards per token** (autoregressive: 1.00): {100 * saved:.0f}% of the "
             f"target's passes saved; where a verify pass cost what one forward costs and drafting were free, that "
-            f"would be **{1 / per_token:.2f}× faster** (on this machine, below).")
+            f"would be **{1 / per_token:.2f}× faster** (measured, below).")
 
 
-def tree_summary(trace: Trace, base: Trace | None, chain: Trace | None) -> str:
+def tree_summary(trace: Trace, base: Trace | None, chain: Trace | None, speed: str = "", where: str = HERE) -> str:
     """A tree run: tokens per target pass and nodes per round, beside a chain of the same draft and seed."""
     s, tree = trace.summary(), trace.config.tree
     c, nodes, v = theory.cost_ratio(trace, base), theory.mean_k(trace), theory.verify_cost(trace, base)
     tau_hat = theory.predicted_tau(trace.rounds)
     predicted = tau_hat / (nodes * c + v) if nodes * c + v else 0.0
-    measured = theory.measured_speedup(trace, base)
     rows = [_tree_row(f"tree {tree.label}", trace, base)]
     if chain is not None:
         rows.append(_tree_row(f"chain k = {chain.config.k}", chain, base))
@@ -141,7 +176,7 @@ def tree_summary(trace: Trace, base: Trace | None, chain: Trace | None) -> str:
         f"(children: {esc(trace.rounds[0].tree.children if trace.rounds and trace.rounds[0].tree else '–')})\n\n"
         "| drafting | tokens / target pass | nodes verified / round | accepted / node | tokens/s | speedup |\n"
         "|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n\n"
-        "**Speedup on this machine** measured " + (f"**{measured:.2f}×**" if measured else "*(no baseline yet)*") +
+        f"**Speedup {where}** {speed or speed_text(trace, base, None, None)}"
         f" · predicted **{predicted:.2f}×** = τ̂ / (n c + v) with τ̂ = {tau_hat:.2f} tokens per round (the positional "
         f"model: each node accepted, once its parent is, at its depth and rank's rate in this run), n = {nodes:.1f} "
         f"nodes per round, c = {c:.3f} per node and v = {v:.2f} (a verify pass of all nodes over one target forward)."

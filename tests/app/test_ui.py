@@ -5,7 +5,7 @@ import re
 import gradio as gr
 import pytest
 
-from specviz import DecodeConfig, Trace, speculative_generate
+from specviz import DecodeConfig, Trace, speculative_generate, theory
 from specviz.app import build_demo
 from tests.helpers.app import SETTINGS, free_port, handlers
 from tests.helpers.models import last
@@ -22,7 +22,7 @@ def test_run_and_generate_match_speculative_generate(pair, store):
     trace = outs[0]
     assert trace.new_tokens == want and len(want) == 12
     assert trace.draft_name == "tiny" and trace.token_text  # texts filled for replay
-    assert 'class="sv-tok sv-' in outs[2] and len(outs) == 13
+    assert 'class="sv-tok sv-' in outs[2] and len(outs) == 14
     api = Trace.from_json(h.generate("ROMEO:", "tiny-target", "tiny", 3, 0.8, 0, 0.95, 12, 7))
     assert api.new_tokens == want
 
@@ -51,9 +51,10 @@ def test_run_with_baseline_reports_measured_and_predicted_speedup(store):
     outs = last(handlers(store).run("To be, or not to be", "tiny-target", "prompt-lookup", *SETTINGS.values(), True))
     base = outs[1]
     assert base is not None and base.mode == "autoregressive" and len(base.new_tokens) == 12
-    assert "measured **" in outs[3] and "predicted **" in outs[3]
-    spread = re.search(r"(\d) interleaved pairs.*median \*\*([\d.]+)×\*\*, range ([\d.]+)–([\d.]+)×", outs[3])
-    assert spread and spread[1] == "3" and float(spread[3]) <= float(spread[2]) <= float(spread[4])
+    assert "predicted **" in outs[3]
+    spread = re.search(r"Speedup on this machine\*\* measured median \*\*([\d.]+)×\*\* over (\d) interleaved pairs.*"
+                       r"range ([\d.]+)–([\d.]+)×", outs[3])  # the speedup leads with the pairs' median and range
+    assert spread and spread[2] == "3" and float(spread[3]) <= float(spread[1]) <= float(spread[4])
     s = outs[0].summary()  # the headline: forwards per token and the speedup they imply, hardware-free
     assert outs[3].startswith(f"**{s.target_forwards_per_token:.2f} target forwards per token**")
     assert f"**{1 / s.target_forwards_per_token:.2f}× faster**" in outs[3].split("\n")[0]
@@ -105,12 +106,13 @@ def test_an_exported_run_keeps_its_baseline_and_its_speedup(store):
     h = handlers(store)
     outs = last(h.run("ROMEO:", "tiny-target", "tiny", *SETTINGS.values(), True))
     trace, base, summary = outs[0], outs[1], outs[3]
-    assert base is not None and "measured **" in summary
+    assert base is not None and "measured median **" in summary
     _, js = h.export(trace, base)
     back = h.load(js)
     assert back[0].to_json() == trace.to_json() and back[1].to_json() == base.to_json()
-    measured = summary.split("measured **")[1].split("×")[0]
-    assert f"measured **{measured}×" in back[3]
+    measured = f"{theory.measured_speedup(trace, base):.2f}"  # the exported pair, said to be one pair
+    assert f"measured **{measured}×** from one pair" in back[3]
+    assert "Speedup where it was recorded (an imported trace" in back[3] and "on this machine" not in back[3]
     bad = json.loads(open(js).read())
     bad["baseline"]["rounds"][0]["index"] = "<b>x</b>"  # the baseline is checked like the trace
     path = js.replace("trace.json", "bad.json")
@@ -126,7 +128,7 @@ def test_replay_steps_clamp(store):
     n = len(trace.rounds)
     assert h.step(trace, 0, -1) == 0 and h.step(trace, n - 1, +1) == n - 1 and h.step(trace, 0, +1) == 1
     html, accept, residual, tree = h.replay(trace, 1)
-    assert "Round 1" in html and accept.data[0].y is not None and tree is None  # a chain: no tree to draw
+    assert "Round 1" in html and accept.data[0].y is not None and tree["visible"] is False  # a chain: no tree chart
 
 
 @pytest.mark.slow
@@ -147,7 +149,8 @@ def test_tree_mode_runs_a_tree_then_its_chain_twin_and_draws_each_round(pair, st
     assert "▲" in timeline_html(trace)  # the timeline marks tree rounds
     r = next(i for i, r in enumerate(trace.rounds) if r.tree.nodes)
     html, accept, residual, tree = h.replay(trace, r)
-    drawn = {d.name: len(d.x) for d in tree.data if d.name}
+    assert tree["visible"] is True
+    drawn = {d.name: len(d.x) for d in tree["value"].data if d.name}
     assert sum(drawn[s] for s in ("accepted", "rejected", "not visited")) == len(trace.rounds[r].tree.nodes)
     assert drawn["resampled"] + drawn["bonus"] == 1  # the token drawn where the walk stopped
     api = Trace.from_json(h.generate("ROMEO:", "tiny-target", "tiny", 3, 0.8, 0, 0.95, 20, 7, 0.0, "3,2,1"))
@@ -190,3 +193,47 @@ def test_theory_explorer_draws_leviathan_and_takes_the_runs_numbers(store):
     assert fig.data[-1].name == "this run, measured" and fig.data[-1].x[0] == pytest.approx(3, abs=0.5)
     with pytest.raises(gr.Error, match="run speculative decoding first"):
         h.from_run(None, None)
+
+
+@pytest.mark.slow
+def test_the_run_button_says_why_it_takes_no_click_until_the_run_ends(store):
+    """A click while a run decodes, runs its baseline or measures its spread is never silently dropped: the button is
+    disabled and names the phase, and the run's last update (or the step after a failed run) enables it again."""
+    h = handlers(store)
+    settings = {**SETTINGS, "max_new_tokens": 4}
+    buttons = [outs[-1] for outs in h.run("ROMEO:", "tiny-target", "tiny", *settings.values(), True)]
+    phases = [b["value"] for b in buttons if isinstance(b, dict) and b.get("interactive") is False]
+    assert phases[0] == "Running… (decoding)" and "Running… (running the baseline)" in phases
+    assert phases[-1] == "Running… (measuring the spread)"
+    assert buttons[-1]["interactive"] is True and buttons[-1]["value"] == "Run"
+    quick = [outs[-1] for outs in h.run("ROMEO:", "tiny-target", "tiny", *settings.values(), False)]
+    assert quick[-1]["interactive"] is True and not any("baseline" in str(b) for b in quick)
+    demo = build_demo(store)
+    deps, run_id = demo.config["dependencies"], next(c["id"] for c in demo.config["components"]
+                                                      if c.get("props", {}).get("elem_id") == "run")
+    first = next(d for d in deps if (run_id, "click") in [tuple(t) for t in d["targets"]])
+    assert first["queue"] is False and first["outputs"] == [run_id]  # disabled at once, before the queue
+    main = next(d for d in deps if d["trigger_after"] == first["id"])
+    assert run_id in main["outputs"] and main["api_name"] == "run"
+    after = next(d for d in deps if d["trigger_after"] == main["id"])
+    assert after["outputs"] == [run_id] and not after["trigger_only_on_success"]  # re-enabled after an error too
+
+
+@pytest.mark.slow
+def test_an_opened_run_sets_the_form_so_run_makes_the_run_shown(store):
+    """A gallery run (or an import) sets every setting of the form to its own: prompt (without the start token the
+    tokenizer adds), models where this server has them, k .. seed and the draft shape."""
+    from specviz.labs import gallery
+
+    h = handlers(store)
+    entry = next(e for e in gallery.entries().values() if e.cfg.tree is not None)  # a tree run: its shape too
+    outs = h.open_gallery(entry.title)
+    form = h.form_of(outs[0])
+    cfg = entry.cfg
+    assert form[0] == entry.prompt and form[3:] == (cfg.k, cfg.k_policy, cfg.temperature, cfg.top_k, cfg.top_p,
+                                                    cfg.max_new_tokens, cfg.seed, cfg.tree.label)
+    assert form[1] == gr.skip() and form[2] == gr.skip()  # the tiny store has neither model: the picks stay
+    assert h.form_of(None) == (gr.skip(),) * 11
+    deps = build_demo(store).config["dependencies"]
+    after = {d["trigger_after"] for d in deps if str(d["api_name"]).startswith("form_of")}
+    assert {d["api_name"] for d in deps if d["id"] in after} == {"load", "open_gallery"}  # after an import, a gallery run

@@ -192,7 +192,9 @@ def test_compare_handler_streams_each_draft_then_the_disagreement(store, pair):
     assert [o[2].count('class="sv-compare-run"') for o in outs[:4]] == [1, 2, 3, 4]
     assert outs[0][3].empty and outs[0][4] is None and len(outs[3][3]) == 3
     table = outs[3][3].set_index("draft")
-    assert table.loc["itself", "acceptance_rate"] == 1.0 and table.loc["itself", "tau"] == 4.0
+    assert table.loc["itself", "acceptance rate"] == 1.0 and table.loc["itself", "τ (tokens / round)"] == 4.0
+    assert table.loc["itself", "target passes / token"] == 0.25  # beside tokens/s: the figure no host moves
+    assert "_" not in "".join(map(str, table.columns))  # named in words on the page (the CSV keeps its names)
     state, divergence, slider = outs[-1][0], outs[-1][7], outs[-1][8]
     assert state["drafts"] == ["tiny", "itself", "prompt-lookup"] and len(state["baseline"].new_tokens) == 12
     first = int(divergence.position.dropna().min())
@@ -209,7 +211,7 @@ def test_compare_handler_passes_draft_stop(store):
     outs = list(h.run_compare("tiny-target", ["itself"], "ROMEO:", 3, 0.0, 0, 1.0, 12, 0, {}, 0.6))
     state, table = outs[-1][0], outs[1][3].set_index("draft")
     assert state["cfg"].draft_stop == 0.6
-    assert table.loc["itself", "acceptance_rate"] == 1.0 and table.loc["itself", "tau"] < 4.0  # shorter rounds
+    assert table.loc["itself", "acceptance rate"] == 1.0 and table.loc["itself", "τ (tokens / round)"] < 4.0  # shorter
     with pytest.raises(gr.Error, match="draft_stop"):
         last(h.run_compare("tiny-target", ["itself"], "ROMEO:", 3, 0.0, 0, 1.0, 12, 0, {}, 1.2))
 
@@ -298,3 +300,24 @@ def test_a_feature_draft_gives_its_q_at_a_context():
         f, _ = target_features(target, tokens)
         step = unroll(head, target, tokens, f, 1)[0]
     torch.testing.assert_close(qs["feature"], draft_q(step[0, -1], cfg, 64), atol=1e-5, rtol=1e-4)
+
+
+def test_the_speedup_chart_has_error_bars_over_the_tables_range():
+    import pandas as pd
+
+    from specviz.views import compare_plots
+
+    table = pd.DataFrame(dict(draft=["a", "b"], speedup=[1.2, 0.9], speedup_min=[1.0, 0.9], speedup_max=[1.5, 1.1]))
+    bars = compare_plots.speedup_bars(table).data[0]
+    assert list(bars.error_y.array) == pytest.approx([0.3, 0.2]) and list(bars.error_y.arrayminus) == pytest.approx([0.2, 0.0])
+    assert compare_plots.speedup_bars(table[["draft", "speedup"]]).data[0].error_y.array is None  # no range, no bars
+
+
+def test_a_lab_table_reads_in_words():
+    import pandas as pd
+
+    from specviz.views.tables import readable
+
+    shown = readable(pd.DataFrame(dict(draft=["lite"], size=[12_345_678], extra_mib=[1.23456], tokens_per_s=[42.0])))
+    assert list(shown.columns) == ["draft", "size", "extra MiB", "tokens/s"] and shown["size"][0] == "12.3M"
+    assert shown["extra MiB"][0] == 1.235

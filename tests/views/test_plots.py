@@ -76,4 +76,4 @@ def test_rounds_and_residual_frames_from_a_trace():
     assert [tr.name for tr in fig.data] == ["residual", "p (target)", "q (draft)"]
     assert list(fig.data[1].y) == [0.25, 0.2]
     empty = plots.residual_bars(plots.residual_frame(t, 1))
-    assert "no rejection" in empty.layout.annotations[0].text
+    assert "No rejection" in empty.layout.annotations[0].text and empty.layout.xaxis.visible is False  # a note
