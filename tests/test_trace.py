@@ -191,3 +191,9 @@ def test_unrecorded_traces_round_trip(llama, prompt):
 def test_deeply_nested_json_is_a_readable_error():
     with pytest.raises(ValueError, match="malformed trace JSON"):
         Trace.from_json('{"baseline": ' + "[" * 100_000 + "]" * 100_000 + "}")
+
+
+def test_a_number_of_thousands_of_digits_is_a_readable_refusal():
+    """Python refuses to read an integer of over 4,300 digits; the trace import says what was wrong in its own words."""
+    with pytest.raises(ValueError, match="malformed trace JSON: a number with thousands of digits"):
+        Trace.from_json('{"schema": 1, "prompt_ids": [' + "9" * 5000 + "]}")

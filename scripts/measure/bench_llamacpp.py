@@ -28,7 +28,8 @@ DecodeConfig(record=False) (what generation needs; llama.cpp records nothing eit
 tokens over its wall time: for llama.cpp the HTTP round trip of one /completion (prefill + decode; the server's own
 timings are printed beside it), for ours the call of the decoder (prefill + decode), as specviz.labs.bench does.
 
-It also checks that every greedy output equals ours-ar's (the target's own greedy text, through specviz) and prints
+It also checks that every greedy output equals ours-ar's (the target's own greedy text, through specviz; lcfwd-*
+rows: lcfwd-ar's, the target's own greedy text on llama.cpp's forward) and prints
 per-position acceptance at greedy for lite at k = 6: llama.cpp's (its /metrics counter of accepted tokens per draft
 position, over its drafts), specviz's on the same prompts, and specviz's with its rounds aligned as llama.cpp's
 (llama.cpp's first new token comes from the prompt pass, without a draft; specviz's first round drafts it).
@@ -218,10 +219,11 @@ def main(argv=None) -> None:
                     outs[name] = toks
                     if rep == 0 and name == "lc-spec-k6":
                         lc_per_prompt.append((d, a))
-                for name, toks in outs.items():
-                    if name != "ours-ar" and name not in sampled:
+                for name, toks in outs.items():  # lcfwd-*: against lcfwd-ar, the target's own greedy text there
+                    ref = "lcfwd-ar" if name.startswith("lcfwd-") else "ours-ar"
+                    if name != ref and name not in sampled:
                         rows[name].compared += 1
-                        rows[name].differing += toks != outs["ours-ar"]
+                        rows[name].differing += toks != outs[ref]
             print(f"repeat {rep + 1}/{args.repeats} done at {time.perf_counter() - t_start:.0f} s", flush=True)
         after = {name: spec_counts(metrics(servers[name][0])) for name in servers if name != "lc-ar"}
     finally:
@@ -232,11 +234,13 @@ def main(argv=None) -> None:
 
     print(f"\n{len(prompts)} prompts x {args.repeats} repeats, greedy, {n} new tokens, {args.threads} threads; "
           f"tok/s per call: median [min-max]; total = all tokens / all seconds")
-    print(f"{'method':<17}{'median':>8}{'min':>8}{'max':>8}{'total':>8}{'engine':>8}{'accept':>8}  greedy == ours-ar")
+    print(f"{'method':<17}{'median':>8}{'min':>8}{'max':>8}{'total':>8}{'engine':>8}{'accept':>8}  "
+          "greedy == ours-ar (lcfwd-*: == lcfwd-ar)")
     for name, r in rows.items():
         eng = f"{statistics.median(r.engine):8.1f}" if r.engine else f"{'':>8}"
         acc = f"{r.accepted / r.drafted:8.3f}" if r.drafted else f"{'':>8}"
-        same = f"{r.compared - r.differing}/{r.compared}" if r.compared else "(reference)"
+        same = f"{r.compared - r.differing}/{r.compared}" if r.compared else "(reference)" if name in (
+            "ours-ar", "lcfwd-ar") else "(sampled)"
         print(f"{name:<17}{r.median:8.1f}{min(r.per_call):8.1f}{max(r.per_call):8.1f}{r.tok_s:8.1f}{eng}{acc}  {same}")
     print("(engine: llama.cpp's own timings, tokens / (prompt_ms + predicted_ms), median; accept: accepted / drafted)")
 

@@ -288,8 +288,8 @@ def replay_html(trace: Trace | None, index: int) -> str:
     table = (f'<table class="sv-table"><tr><th class="sv-left">draft</th>{head}<th class="sv-left">decision</th></tr>'
              f'{"".join(rows)}</table>') if rows else "<p>No drafts this round (the drafter found nothing to propose).</p>"
     appended = "".join(token_span(text, "prompt", f"id {t}") for t, text in zip(r.emitted, texts.emitted))
-    return (f'<div class="sv-replay-wrap"><p><b>Round {esc(r.index)}</b> of {len(trace.rounds) - 1}: '
-            f"k = {esc(r.k)}, {len(r.drafted)} drafted, "
+    size = f"a tree of {len(r.tree.nodes)} nodes" if r.tree is not None else f"k = {esc(r.k)}, {len(r.drafted)} drafted"
+    return (f'<div class="sv-replay-wrap"><p><b>Round {esc(r.index)}</b> of {len(trace.rounds) - 1}: {size}, '
             f"{esc(r.n_accepted)} accepted; draft {r.draft_s * 1e3:.1f} ms, target {r.target_s * 1e3:.1f} ms.</p>"
             f'{_stopped_early(trace, r)}{table}<p>Appended: <span class="sv-timeline">{appended}</span> '
             f'({len(r.emitted)} tokens)</p></div>')

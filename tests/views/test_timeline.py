@@ -126,3 +126,20 @@ def test_replay_says_why_a_round_drafted_fewer_than_k():
     assert "stopped early" not in replay_html(trace, 0)  # all k drafted
     trace.config = DecodeConfig(k=3)
     assert "stopped early" not in replay_html(trace, 1)  # no stop rule: fewer drafts had another cause
+
+
+def test_a_tree_rounds_replay_gives_the_trees_size_not_a_k():
+    """A tree round's k is its node budget: the replay names the tree's size instead ("a tree of N nodes")."""
+    import torch
+
+    from specviz import speculative_generate
+    from specviz.config import TreeConfig
+    from tests.helpers.models import tiny_llama
+
+    target = tiny_llama(seed=0)
+    trace = speculative_generate(target, tiny_llama(seed=1), torch.tensor([[3, 5, 7]]),
+                                 DecodeConfig(temperature=0.0, max_new_tokens=6, tree=TreeConfig.parse("2,2")))
+    r = trace.rounds[1]
+    html = replay_html(trace, 1)
+    assert f"a tree of {len(r.tree.nodes)} nodes, {r.n_accepted} accepted" in html and "k = " not in html
+    assert "k = " in replay_html(sample_trace(), 0)
