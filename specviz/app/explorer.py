@@ -24,7 +24,9 @@ from .widgets import MODEL_QUEUE, SKIP, bind, chart, draft_picker, follow_target
 
 QUIET = (SKIP,) * 9  # slider, replay x4, charts x4 stay as they are while a run streams
 RUN_LABEL = "Run"
-READY = gr.update(value=RUN_LABEL, interactive=True)  # the Run button once a run has ended (or failed)
+def ready() -> dict:
+    """The Run button once a run has ended (or failed): a fresh update each time (gradio consumes an update's keys)."""
+    return gr.update(value=RUN_LABEL, interactive=True)
 SHAPES = ["chain", "chain:12,1", "chain:12,3,0.08", "3,2,2,1", "2,1,1,1,1,1", "4,2,1,1", "dynamic:10,8,3", "dynamic:16,6,4",
           "dynamic:12,10,2,0.3"]
 
@@ -75,7 +77,7 @@ def run(store: ModelStore, prompt, target, draft, k, k_policy, temperature, top_
     for trace in runs.stream_run(store, prompt, target, draft, cfg, user_drafts=user_drafts):
         yield trace, None, timeline_html(trace), summary_markdown(trace, None), *QUIET, decoding
     if not with_baseline:
-        yield trace, None, *all_views(trace, None), READY
+        yield trace, None, *all_views(trace, None), ready()
         return
     yield trace, None, *all_views(trace, None), busy("running the baseline")
     yield trace, None, SKIP, summary_markdown(trace, None) + "\n\n*Running the baseline…*", *QUIET, SKIP
@@ -84,7 +86,7 @@ def run(store: ModelStore, prompt, target, draft, k, k_policy, temperature, top_
         busy("measuring the spread")
     chain = runs.chain_twin(store, trace, user_drafts) if cfg.tree is not None else None
     spread, skipped = runs.speed_pairs(store, trace, base, user_drafts)
-    yield trace, base, SKIP, summary_markdown(trace, base, chain, spread, skipped=skipped), *QUIET, READY
+    yield trace, base, SKIP, summary_markdown(trace, base, chain, spread, skipped=skipped), *QUIET, ready()
 
 
 def busy(phase: str) -> dict:
@@ -264,7 +266,7 @@ def build(store: ModelStore, user_drafts: gr.State) -> tuple[gr.Dropdown, object
     # the button says what the run is doing and takes no click until it ends (gradio drops a click on a busy event)
     run_btn.click(lambda: busy("waiting for the models"), None, [run_btn], queue=False, api_visibility="private").then(
         h.run, inputs + [user_drafts, draft_stop, *tree_inputs], outputs + [run_btn], api_visibility="undocumented",
-        **MODEL_QUEUE).then(lambda: READY, None, [run_btn], queue=False, api_visibility="private")
+        **MODEL_QUEUE).then(ready, None, [run_btn], queue=False, api_visibility="private")
     link_fields = [*inputs[:10], tree_inputs[0]]  # links.FIELDS: prompt .. seed, then the draft shape
     # an opened run sets the form to its settings: Run then makes the run shown
     upload.upload(h.load, [upload], outputs, api_visibility="undocumented").then(

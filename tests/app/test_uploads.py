@@ -1,6 +1,7 @@
 """Uploads bounded by disk (specviz/app/uploads.py, tempfiles.py): a client's uploads per minute are capped, the
 upload folder is capped by size (oldest files removed first), and an imported trace's upload is deleted once
 read. The server here has an upload folder of its own (GRADIO_TEMP_DIR)."""
+import contextlib
 import os
 from pathlib import Path
 
@@ -16,7 +17,14 @@ FOUR_MB = os.urandom(4 * 10**6)
 
 
 def folder_bytes(folder: Path) -> int:
-    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+    """Bytes of the files under folder, counted while the server may be removing some (a file or its folder
+    gone between the listing and the stat counts nothing)."""
+    total = 0
+    for root, _, files in os.walk(folder):  # os.walk skips a folder removed under it (rglob raised)
+        for name in files:
+            with contextlib.suppress(FileNotFoundError):
+                total += os.stat(os.path.join(root, name)).st_size
+    return total
 
 
 @pytest.fixture(scope="module")
