@@ -14,7 +14,7 @@ import pandas as pd
 from .config import DecodeConfig
 from .records import DraftTokens, TreeNode, TreeRecord  # noqa: F401 (re-exported: the records of a trace)
 from .texts import Texts, fill_texts, position_texts
-from .trace_schema import TRACE_FIELDS, check_fields, check_sizes, round_fields
+from .trace_schema import TRACE_FIELDS, check_fields, check_sizes, loads, round_fields
 
 SCHEMA = "specviz.trace/1"
 MAX_TRACE_BYTES = 4 * 2**20  # a trace JSON longer than this is refused before it is parsed
@@ -252,7 +252,7 @@ class Trace:
             raise ValueError(f"the trace is {len(text) / 2**20:.1f} MiB; at most {MAX_TRACE_BYTES / 2**20:.0f} MiB "
                              "is read")
         try:
-            data = _loads(text)
+            data = loads(text)
             base = data.pop("baseline", None) if isinstance(data, dict) else None
             return cls._from_data(data, ""), (None if base is None else cls._from_data(base, "baseline."))
         except (KeyError, TypeError, AttributeError, json.JSONDecodeError, RecursionError) as e:
@@ -269,18 +269,6 @@ class Trace:
         data["token_text"] = {int(k): v for k, v in data.get("token_text", {}).items()}
         data["token_bytes"] = {int(k): v for k, v in data.get("token_bytes", {}).items()}
         return cls(**data)
-
-
-def _loads(text: str):
-    """json.loads, with Python's refusal of a huge integer (over 4,300 digits) said as a malformed trace."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        raise
-    except ValueError as e:
-        if "digits" in str(e):
-            raise ValueError("malformed trace JSON: a number with thousands of digits (no trace holds one)") from None
-        raise
 
 
 FRAME_COLUMNS = ["round", "k", "position", "token", "text", "status", "drafted", "p", "q", "ratio",
