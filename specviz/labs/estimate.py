@@ -19,6 +19,7 @@ from ..decoder import autoregressive_generate, speculative_generate
 from ..theory import expected_tokens
 from .sweep import warm_up
 
+JITTER_S = 0.25  # the slow end's allowance for a scheduler's stalls: a run of under a second cannot be priced closer
 SLOW_QUANTILE = 0.9  # the range's slow end prices every round at this quantile of the pilot's round times
 
 
@@ -120,7 +121,7 @@ def sweep_estimate(costs: Costs, n_prompts: int, ks: list[int], max_new_tokens: 
     warm = (1 + len(costs.round_s)) * (costs.run_s + 4 * costs.token_s)  # iter_sweep's warm-up: 4 tokens a model
     return Estimate(warm + estimate_seconds(costs, *args, None, repeats),
                     warm + estimate_seconds(costs, *args, fast, repeats),
-                    warm * costs.spread + estimate_seconds(costs, *args, slow, repeats, slow=costs.spread))
+                    warm * costs.spread + estimate_seconds(costs, *args, slow, repeats, slow=costs.spread) + JITTER_S)
 
 
 def fitting(estimate_of, value: int, lowest: int, budget_s: float) -> int | None:
@@ -152,7 +153,7 @@ def policy_estimate(costs: Costs, name: str, n_prompts: int, configs: dict, max_
     a, shift = costs.alpha[name], 2 * costs.alpha_se.get(name, 0.0)
     args = (name, n_prompts, configs, max_new_tokens)
     return Estimate(estimate_policy_seconds(costs, *args), estimate_policy_seconds(costs, *args, min(a + shift, 1.0)),
-                    estimate_policy_seconds(costs, *args, max(a - shift, 0.0), slow=costs.spread))
+                    estimate_policy_seconds(costs, *args, max(a - shift, 0.0), slow=costs.spread) + JITTER_S)
 
 
 def sweep_runs(n_prompts: int, n_drafts: int, ks: list[int], repeats: int = 1) -> int:
