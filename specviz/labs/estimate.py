@@ -19,7 +19,7 @@ from ..decoder import autoregressive_generate, speculative_generate
 from ..theory import expected_tokens
 from .sweep import warm_up
 
-JITTER_S = 0.25  # the slow end's allowance for a scheduler's stalls: a run of under a second cannot be priced closer
+JITTER_S = 0.25  # either end's allowance for a scheduler's stalls (in the pilot or the run): no closer than this
 SLOW_QUANTILE = 0.9  # the range's slow end prices every round at this quantile of the pilot's round times
 
 
@@ -120,7 +120,7 @@ def sweep_estimate(costs: Costs, n_prompts: int, ks: list[int], max_new_tokens: 
     args = (n_prompts, ks, max_new_tokens)
     warm = (1 + len(costs.round_s)) * (costs.run_s + 4 * costs.token_s)  # iter_sweep's warm-up: 4 tokens a model
     return Estimate(warm + estimate_seconds(costs, *args, None, repeats),
-                    warm + estimate_seconds(costs, *args, fast, repeats),
+                    max(0.0, warm + estimate_seconds(costs, *args, fast, repeats) - JITTER_S),
                     warm * costs.spread + estimate_seconds(costs, *args, slow, repeats, slow=costs.spread) + JITTER_S)
 
 
@@ -152,7 +152,8 @@ def policy_estimate(costs: Costs, name: str, n_prompts: int, configs: dict, max_
     """``sweep_estimate``'s range for the k-policy comparison."""
     a, shift = costs.alpha[name], 2 * costs.alpha_se.get(name, 0.0)
     args = (name, n_prompts, configs, max_new_tokens)
-    return Estimate(estimate_policy_seconds(costs, *args), estimate_policy_seconds(costs, *args, min(a + shift, 1.0)),
+    return Estimate(estimate_policy_seconds(costs, *args),
+                    max(0.0, estimate_policy_seconds(costs, *args, min(a + shift, 1.0)) - JITTER_S),
                     estimate_policy_seconds(costs, *args, max(a - shift, 0.0), slow=costs.spread) + JITTER_S)
 
 
