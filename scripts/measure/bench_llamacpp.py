@@ -174,15 +174,11 @@ def main(argv=None) -> None:
         cfg = DecodeConfig(k=k, temperature=temperature, max_new_tokens=n, record=False)
 
         def run(ids):
-            lm.DEFAULT_PATH = forward
-            try:
-                t0 = time.perf_counter()
-                with torch.inference_mode():
-                    tr = autoregressive_generate(target, ids, cfg) if draft is None else \
-                        speculative_generate(target, draft, ids, cfg)
-                s = time.perf_counter() - t0
-            finally:
-                lm.DEFAULT_PATH = "auto"
+            t0 = time.perf_counter()
+            with torch.inference_mode():
+                tr = lm.on_path(forward, autoregressive_generate, target, ids, cfg) if draft is None else \
+                    lm.on_path(forward, speculative_generate, target, draft, ids, cfg)
+            s = time.perf_counter() - t0
             c = tr.counts()
             return list(tr.new_tokens), s, None, (c.drafted, c.accepted)
         return run
