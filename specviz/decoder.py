@@ -30,10 +30,11 @@ from .trees.value import AcceptanceEstimate, SiblingEstimate
 
 class Decoding:
     """One generation run. Iterate it to get rounds as they happen; ``trace`` fills in as it goes.
-    The trace names the models target_name and draft_name (default: the model's id, the drafter's name)."""
+    The trace names the models target_name and draft_name (default: the model's id, the drafter's name);
+    ``forward`` picks the target's forward path (``runtime.lm.PATHS``; default: ``lm.default_path()``)."""
 
     def __init__(self, target, draft, input_ids: torch.Tensor, cfg: DecodeConfig | None = None,
-                 target_name: str | None = None, draft_name: str | None = None):
+                 target_name: str | None = None, draft_name: str | None = None, forward: str | None = None):
         cfg = cfg or DecodeConfig()
         if not isinstance(cfg, DecodeConfig):
             raise ValueError(f"cfg must be a specviz.DecodeConfig, got {type(cfg).__name__}")
@@ -46,7 +47,7 @@ class Decoding:
         check_window(prompt, cfg, target, self.drafter)
         if cfg.tree is not None and self.drafter is not None:
             check_tree_model(target, "target")
-        self.target = CachedLM(target, trees=cfg.tree is not None)
+        self.target = CachedLM(target, forward, trees=cfg.tree is not None)
         self.generator = torch.Generator(device=self.target.device).manual_seed(cfg.seed)
         self.committed = list(prompt)
         names = run_names(target, self.drafter, target_name, draft_name)

@@ -15,7 +15,9 @@ specviz.labs.bench's "all"), interleaved prompt by prompt and repeat by repeat i
   lc-NGRAM-k6      llama-server with a model-free draft (--spec-type NGRAM: ngram-simple, ngram-cache; --lc-ngram)
   lc-lite+NGRAM-k6 both (--spec-type draft-simple,NGRAM with `lite`): the best llama.cpp can run is the fastest lc-*
   ours-ar          specviz.autoregressive_generate (the lean forward path: the decoder's default)
-  ours-default     specviz.speculative_generate with specviz.models.DEFAULT_DRAFT at the default k (DecodeConfig.k)
+  ours-default-kK specviz.speculative_generate with specviz.models.DEFAULT_DRAFT at the default k: the library's
+                   (DecodeConfig().k, 4) and the explorer's (specviz.config.DEFAULTS.k, 6), and at 12 (its best
+                   greedy chain on the torch forward, docs/TREES.md); --default-ks
   ours-lite-k6     specviz.speculative_generate with `lite` at k = 6
   lcfwd-*          the same three with the target's (and lite's) forward run by llama.cpp itself, through
                    llama-cpp-python (specviz.runtime.llamacpp: the same libllama as the servers, LLAMA_CPP_LIB_PATH
@@ -114,6 +116,9 @@ def main(argv=None) -> None:
     ap.add_argument("--port", type=int, default=18440)
     ap.add_argument("--lc-ngram", nargs="*", default=["ngram-simple", "ngram-cache"],
                     help="llama.cpp's model-free --spec-type values also run (alone and beside lite), k = 6")
+    ap.add_argument("--default-ks", type=int, nargs="*", default=None,
+                    help="k of the default draft's rows (default: the library's and the explorer's default k, and "
+                         "12, its best greedy chain on the torch forward in docs/TREES.md)")
     ap.add_argument("--temperatures", type=float, nargs="*", default=[0.8],
                     help="sampled runs of ours and lcfwd beside the greedy ones (none: greedy only)")
     args = ap.parse_args(argv)
@@ -123,7 +128,7 @@ def main(argv=None) -> None:
     import torch
 
     from specviz import autoregressive_generate, speculative_generate
-    from specviz.config import EXAMPLE_PROMPTS, HELDOUT_PROMPTS, DecodeConfig
+    from specviz.config import DEFAULTS, EXAMPLE_PROMPTS, HELDOUT_PROMPTS, DecodeConfig
     from specviz.models import DEFAULT_DRAFT, DEFAULT_TARGET, drafter_for, load_model
     from specviz.runtime import llamacpp, lm
 
@@ -135,7 +140,8 @@ def main(argv=None) -> None:
     target, tok = load_model(DEFAULT_TARGET, device="cpu")
     default_draft = drafter_for(target, DEFAULT_TARGET, DEFAULT_DRAFT, device="cpu")
     lite = drafter_for(target, DEFAULT_TARGET, "lite", device="cpu")
-    k_default = DecodeConfig().k
+    default_ks = args.default_ks or sorted({DecodeConfig().k, DEFAULTS.k, 12})
+    k_default = default_ks[0]
     texts = EXAMPLE_PROMPTS + HELDOUT_PROMPTS
     prompts = [tok(p, return_tensors="pt").input_ids for p in texts]
 
@@ -188,9 +194,9 @@ def main(argv=None) -> None:
     for temp in [0.0] + [t for t in args.temperatures if t]:
         tag = "" if temp == 0 else f"-t{temp:g}"
         for pre, forward in (("ours", "auto"), ("lcfwd", "llamacpp")):
-            fns |= {f"{pre}-ar{tag}": ours(None, k_default, forward, temp),
-                    f"{pre}-default-k{k_default}{tag}": ours(default_draft, k_default, forward, temp),
-                    f"{pre}-lite-k6{tag}": ours(lite, 6, forward, temp)}
+            fns[f"{pre}-ar{tag}"] = ours(None, k_default, forward, temp)
+            fns |= {f"{pre}-default-k{k}{tag}": ours(default_draft, k, forward, temp) for k in default_ks}
+            fns[f"{pre}-lite-k6{tag}"] = ours(lite, 6, forward, temp)
             sampled |= {name for name in fns if tag and name.endswith(tag)}
     rows = {name: Row() for name in fns}
     lc_per_prompt: list[tuple[int, int]] = []  # lc-spec-k6's (drafted, accepted) per prompt, first repeat
@@ -245,13 +251,14 @@ def main(argv=None) -> None:
         print(f"  {what:<44}{ra.median / rb.median:6.2f}x (medians)  {ra.tok_s / rb.tok_s:6.2f}x (totals)")
 
     print("ratios:")
-    dk = f"default-k{k_default}"
+    dks = [f"default-k{k}" for k in default_ks]
     ratio("ours-ar", "lc-ar", "specviz AR (torch) / llama.cpp AR")
     ratio("lcfwd-ar", "lc-ar", "specviz AR (llama.cpp forward) / llama.cpp AR")
     best = max((nm for nm in servers if nm != "lc-ar"), key=lambda nm: rows[nm].median)
     for pre, what in (("ours", "torch"), ("lcfwd", "llama.cpp forward")):
         ratio(f"{pre}-lite-k6", "lc-spec-k6", f"specviz spec lite k6 ({what}) / llama.cpp spec lite k6")
-        ratio(f"{pre}-{dk}", best, f"specviz default ({what}) / llama.cpp's best ({best})")
+        for dk in dks:
+            ratio(f"{pre}-{dk}", best, f"specviz {dk} ({what}) / llama.cpp's best ({best})")
     for name in servers:
         if name != "lc-ar":
             ratio(name, "lc-ar", f"{name} / lc-ar")
@@ -261,7 +268,7 @@ def main(argv=None) -> None:
     for temp_tag in [""] + sorted({"-t" + nm.rsplit("-t", 1)[1] for nm in sampled}):
         base = fastest + temp_tag
         for pre in ("ours", "lcfwd"):
-            for what in ("lite-k6", dk):
+            for what in ("lite-k6", *dks):
                 ratio(f"{pre}-{what}{temp_tag}", base, f"{pre}-{what}{temp_tag} / {base}")
 
     # per-position acceptance at greedy, lite, k = 6

@@ -13,6 +13,7 @@ import torch
 from .. import theory
 from ..config import DEFAULTS, DecodeConfig
 from ..decoder import Decoding
+from ..labs.sweep import baseline_run
 from ..trace import Trace
 from ..views import plots
 from .budget import GRACE, Budget
@@ -59,12 +60,13 @@ def generate(store: ModelStore, prompt: str, target: str, draft: str, cfg: Decod
 
 
 def baseline(store: ModelStore, trace: Trace) -> Trace:
-    """The autoregressive run with the same target, prompt and settings: the speedup's denominator."""
+    """The autoregressive run with the same target, prompt and settings: the speedup's denominator, on the fastest
+    forward here for one row a pass (``lm.baseline_path``: llama.cpp's where it is installed; its trace says which)."""
     model, _ = store.target(trace.target_name)
     cfg = trace.config
     if trace.stop_reason == "budget":  # as many tokens as the run made before the server stopped it
         cfg = replace(cfg, max_new_tokens=max(len(trace.new_tokens), 1))
-    return Decoding(model, None, torch.tensor([trace.prompt_ids]), cfg, target_name=trace.target_name).run()
+    return baseline_run(model, torch.tensor([trace.prompt_ids]), cfg, target_name=trace.target_name)
 
 
 PAIRS, PAIRS_BUDGET_S = 3, 6.0  # interleaved (speculative, baseline) pairs for the speedup's spread, if they fit

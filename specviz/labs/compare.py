@@ -29,7 +29,7 @@ from ..drafts.self_drafts import FeatureDrafter
 from ..runtime.lm import CachedLM
 from ..sampling import logits_to_probs
 from ..trace import Trace
-from .sweep import BASELINE, baseline_costs, position_rows, run_row, speedup_spread, warm_up
+from .sweep import BASELINE, baseline_costs, baseline_run, position_rows, run_row, speedup_spread, warm_up
 
 TABLE_COLUMNS = ["draft", "size", "tokenizer", "extra_mib", "new_tokens", "rounds", "acceptance_rate", "alpha", "tau",
                  "target_passes_per_token", "tokens_per_s", "baseline_tokens_per_s", "speedup", "speedup_min", "speedup_max", "c"]
@@ -54,7 +54,7 @@ def iter_compare(target, drafts: dict, prompts, cfg: DecodeConfig | None = None,
         raise ValueError(f"{BASELINE!r} names the baseline: call the draft something else")
     warm_up(target, drafts, prompts[0], cfg)
     for i, ids in enumerate(prompts):
-        yield Run(BASELINE, i, Decoding(target, None, ids, cfg, target_name=target_name).run())
+        yield Run(BASELINE, i, baseline_run(target, ids, cfg, target_name=target_name))
         for name, draft in drafts.items():
             yield Run(name, i, Decoding(target, draft, ids, cfg, target_name=target_name, draft_name=name).run())
 

@@ -12,8 +12,8 @@ from dataclasses import replace
 import pandas as pd
 
 from ..config import DecodeConfig
-from ..decoder import autoregressive_generate, speculative_generate
-from .sweep import BASELINE, run_row, warm_up
+from ..decoder import speculative_generate
+from .sweep import BASELINE, baseline_run, run_row, warm_up
 
 
 # -- fixed k against the adaptive policies -------------------------------------------------------------
@@ -38,7 +38,7 @@ def iter_policies(target, draft, prompts: list, configs: dict[str, DecodeConfig]
     warm_up(target, {"draft": draft}, prompts[0], next(iter(configs.values())))
     for i, ids in enumerate(prompts):
         first = next(iter(configs.values()))
-        yield run_row(autoregressive_generate(target, ids, first), policy=BASELINE, prompt=i), []
+        yield run_row(baseline_run(target, ids, first), policy=BASELINE, prompt=i), []
         for label, cfg in configs.items():
             trace = speculative_generate(target, draft, ids, cfg)
             rounds = [dict(policy=label, prompt=i, round=r.index, k=r.k, drafted=len(r.drafted),

@@ -14,10 +14,19 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from ..config import DecodeConfig
-from ..decoder import autoregressive_generate, speculative_generate
+from ..decoder import Decoding, autoregressive_generate, speculative_generate
+from ..runtime.lm import baseline_path
 from ..theory import expected_speedup, expected_tokens
 
 BASELINE = "autoregressive"  # the label of the autoregressive run in every lab's tables
+
+
+def baseline_run(target, ids, cfg: DecodeConfig, **names):
+    """The autoregressive baseline every speedup divides by, on the fastest one-row forward here
+    (``runtime.lm.baseline_path``: llama.cpp's where llama-cpp-python runs the target on a CPU, else the default);
+    its trace's ``forward`` says which. ``names``: Decoding's target_name."""
+    one_row = replace(cfg, tree=None)  # one token a pass: nothing to verify, no tree
+    return Decoding(target, None, ids, one_row, forward=baseline_path(target), **names).run()
 
 
 def run_row(trace, **labels) -> dict:
@@ -37,7 +46,7 @@ def iter_sweep(target, drafts: dict, prompts: list, ks: Iterable[int] = range(1,
     for rep in range(repeats):
         for i, ids in enumerate(prompts):
             run_cfg = replace(cfg, seed=cfg.seed + rep)
-            yield run_row(autoregressive_generate(target, ids, run_cfg), draft="", k=0, prompt=i, repeat=rep), None
+            yield run_row(baseline_run(target, ids, run_cfg), draft="", k=0, prompt=i, repeat=rep), None
             for name, draft in drafts.items():
                 for k in ks:
                     trace = speculative_generate(target, draft, ids, replace(run_cfg, k=k, k_policy="fixed"))
@@ -49,6 +58,7 @@ def warm_up(target, drafts: dict, ids, cfg: DecodeConfig) -> None:
     otherwise slow down whichever run comes first (the baseline), inflating every speedup."""
     short = replace(cfg, max_new_tokens=min(4, cfg.max_new_tokens), k=1, k_policy="fixed", record=False)
     autoregressive_generate(target, ids, short)
+    baseline_run(target, ids, short)  # the baseline's own forward, where it is another (llama.cpp's)
     for draft in drafts.values():
         speculative_generate(target, draft, ids, short)
 

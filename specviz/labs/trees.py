@@ -23,10 +23,11 @@ import torch
 
 from .. import theory
 from ..config import DecodeConfig, TreeConfig
-from ..decoder import autoregressive_generate, speculative_generate
+from ..decoder import speculative_generate
 from ..models import DEFAULT_DRAFT, drafter_for
 from ..trace import Counts
 from .bench import common_args, target_and_prompts
+from .sweep import baseline_run
 
 
 def settings(chains: list[int], trees: list[TreeConfig], cfg: DecodeConfig) -> dict[str, DecodeConfig]:
@@ -108,7 +109,7 @@ def _versus_best_chain(df: pd.DataFrame, cells: dict[str, list[tuple[int, float]
 
 
 def _run(target, draft, ids, cfg, auto: bool = False):
-    return autoregressive_generate(target, ids, cfg) if auto else speculative_generate(target, draft, ids, cfg)
+    return baseline_run(target, ids, cfg) if auto else speculative_generate(target, draft, ids, cfg)
 
 
 def _row(name: str, c: Counts, seconds: float, traces, base_tokens_per_s: float) -> dict:

@@ -160,6 +160,23 @@ def default_path() -> str:
     return path
 
 
+BASELINE_ENV = "SPECVIZ_BASELINE"  # "fastest" (default): the baseline's forward is the fastest here; "same": the run's
+
+
+def baseline_path(model) -> str | None:
+    """The forward an autoregressive baseline runs on: one row a pass, where llama.cpp's forward is the fastest on
+    a CPU (specviz's lean torch forward: 0.47-0.48x of it on the bundled target, docs/LLAMACPP.md), so "llamacpp"
+    wherever it can run ``model`` on the CPU, else None (the default path, as CachedLM picks it).
+    SPECVIZ_BASELINE=same keeps the default (a baseline on the run's own forward: the same kernels, so greedy text
+    compares token for token)."""
+    choice = os.environ.get(BASELINE_ENV) or "fastest"
+    if choice not in ("fastest", "same"):
+        raise ValueError(f"{BASELINE_ENV} must be 'fastest' or 'same', got {choice!r}")
+    if choice == "fastest" and model_device(model).type == "cpu" and llamacpp.supports(model) is None:
+        return "llamacpp"
+    return None
+
+
 def on_path(path: str, fn, *args):
     """fn(*args) with DEFAULT_PATH set to ``path`` (a benchmark's side-by-side forwards), then as it was."""
     global DEFAULT_PATH

@@ -144,9 +144,10 @@ def baseline_note(base: Trace | None) -> str:
     if base is None or not base.forward:
         return ""
     note = f"; the baseline ran the target alone on {FORWARDS.get(base.forward) or esc(base.forward)}"
-    if base.forward != "llamacpp":
-        note += " (llama.cpp's, where llama-cpp-python is installed, with SPECVIZ_FORWARD=llamacpp: docs/LLAMACPP.md)"
-    return note
+    if base.forward == "llamacpp":
+        return note + ", the fastest here for one row a pass"
+    return note + (" (llama.cpp's is faster on a CPU: where llama-cpp-python is installed the baseline runs on it, "
+                   "docs/LLAMACPP.md)")
 
 
 def forwards_headline(per_token: float, mode: str) -> str:

@@ -102,3 +102,40 @@ def test_token_trees_run_on_the_torch_forward_when_llamacpp_is_the_default(monke
     cfg = DecodeConfig(temperature=0.0, max_new_tokens=24, tree=TreeConfig.parse("2,2,1"))
     reference = autoregressive_generate(target, prompt, replace(cfg, tree=None)).new_tokens
     assert list(speculative_generate(target, ModelDrafter(draft), prompt, cfg).new_tokens) == list(reference)
+
+
+def test_the_baseline_runs_on_llamacpp_wherever_it_can(monkeypatch):
+    """An autoregressive baseline takes the fastest one-row forward: llama.cpp's where it runs the model on a CPU,
+    else the default; SPECVIZ_BASELINE=same keeps the default, and anything else is refused by name."""
+    model = llama()
+    monkeypatch.setattr(llamacpp, "supports", lambda m: None)
+    assert lm.baseline_path(model) == "llamacpp"
+    monkeypatch.setenv(lm.BASELINE_ENV, "same")
+    assert lm.baseline_path(model) is None
+    monkeypatch.setenv(lm.BASELINE_ENV, "quickest")
+    with pytest.raises(ValueError, match="SPECVIZ_BASELINE must be 'fastest' or 'same'"):
+        lm.baseline_path(model)
+    monkeypatch.delenv(lm.BASELINE_ENV)
+    monkeypatch.setattr(llamacpp, "supports", lambda m: "not installed")
+    assert lm.baseline_path(model) is None
+    assert lm.baseline_path(tiny_gpt2()) is None
+
+
+@needs_llamacpp
+def test_the_apps_baseline_runs_on_llamacpp_and_says_so():
+    """The explorer's baseline of a torch run is llama.cpp's autoregressive decode, recorded as such, with the
+    target's own greedy text (this tiny model's logits have no near-ties between the two forwards)."""
+    from specviz.app import runs
+
+    model = llama()
+
+    class Store:
+        def target(self, name):
+            return model, None
+
+    ids = torch.tensor([[3, 17, 5, 60, 2, 9]])
+    cfg = DecodeConfig(k=3, temperature=0.0, max_new_tokens=12)
+    trace = speculative_generate(model, ModelDrafter(llama(seed=1)), ids, cfg)
+    base = runs.baseline(Store(), trace)
+    assert trace.forward == "lean" and base.forward == "llamacpp"
+    assert base.new_tokens == trace.new_tokens == autoregressive_generate(model, ids, cfg).new_tokens

@@ -61,8 +61,8 @@ def test_the_speedup_names_the_forward_its_baseline_ran_on(runs):
     trace, base, _ = runs
     assert base.forward in ("lean", "dynamic")
     text = summary_markdown(trace, base)
-    assert "the baseline ran the target alone on" in text and "SPECVIZ_FORWARD=llamacpp" in text
+    assert "the baseline ran the target alone on" in text and "where llama-cpp-python is installed" in text
     engine = summary_markdown(trace, replace(base, forward="llamacpp"))
-    assert "the baseline ran the target alone on llama.cpp's own forward" in engine
-    assert "SPECVIZ_FORWARD" not in engine
+    assert "the baseline ran the target alone on llama.cpp's own forward (llama-cpp-python), the fastest here" in engine
+    assert "llama-cpp-python is installed" not in engine
     assert "the baseline ran" not in summary_markdown(trace, replace(base, forward=""))  # an older trace: not said
