@@ -31,8 +31,8 @@ def reveal(store: ModelStore, lesson_title, index, picked):
     def pair(target, draft):
         return store.pair(target or store.default_target(), draft or store.default_draft())
 
-    yield ("*Running it on the models: several interleaved sets, so a busy machine's slow moments fall on every run "
-           "alike…*" if step.action["kind"] == "race" else "*Running it on the models…*")
+    yield ("*Running it on the models: several interleaved sets, timed to show this machine's clock beside the answer "
+           "(which reads the tokens, not the clock)…*" if step.action["kind"] == "race" else "*Running it on the models…*")
     yield lessons.reveal(step, lessons.run_action(step, pair), picked)
 
 

@@ -9,8 +9,9 @@ import gradio as gr
 
 from ..config import EXAMPLE_PROMPTS
 from ..labs.rule_presets import presets_frame
-from ..labs.rules import VARIANTS, rules_lab, variant_config
+from ..labs.rules import COLUMNS, VARIANTS, rules_lab, variant_config
 from ..views import rule_plots
+from ..views.tables import empty, readable
 from .budget import Budget, token_seconds
 from .forms import RULE_CHOICES, as_float, encode, make_config, split_prompts
 from .store import ModelStore
@@ -60,7 +61,7 @@ def run_lab(store: ModelStore, target, draft, prompts_text, temperatures_text, v
     start = time.time()
     lab = rules_lab(model, drafter, prompts, temperatures, cfg, variants, int(as_float(draws, "draws")), tok,
                     check=budget.check)
-    yield (f"**Done: {runs} runs in {time.time() - start:.1f} s.** {WHY}", lab.round(3),
+    yield (f"**Done: {runs} runs in {time.time() - start:.1f} s.** {WHY}", readable(lab),
            rule_plots.acceptance_vs_temperature(lab), rule_plots.tv_vs_temperature(lab),
            rule_plots.speedup_by_rule(lab))
 
@@ -90,7 +91,7 @@ def build(store: ModelStore) -> None:
         draws = gr.Number(4000, precision=0, label="draws at one context (Monte Carlo)")
     run_btn = gr.Button("Run acceptance rule lab", variant="primary")
     status = gr.Markdown("*Press Run acceptance rule lab.*")
-    table = gr.Dataframe(label="Per rule and temperature", interactive=False)
+    table = gr.Dataframe(empty(COLUMNS), label="Per rule and temperature", interactive=False)
     with gr.Row():
         acceptance = chart("Measured acceptance per rule (solid) beside its closed form over the same contexts (dashed).")
         tv = chart("Lossy rules: what they change, TV of the emitted token's law from p (×: one context, sampled).")

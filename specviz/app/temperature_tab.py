@@ -7,8 +7,9 @@ import time
 import gradio as gr
 
 from ..config import EXAMPLE_PROMPTS
-from ..labs.temperature import temperature_lab
+from ..labs.temperature import COLUMNS, temperature_lab
 from ..views import lab_plots
+from ..views.tables import empty, readable
 from .budget import Budget, token_seconds
 from .forms import encode, make_config, split_prompts
 from .store import ModelStore
@@ -43,7 +44,7 @@ def run_lab(store: ModelStore, target, draft, prompts_text, temperatures_text, k
     yield f"*Running {runs} runs…*", SKIP, SKIP
     start = time.time()
     lab = temperature_lab(model, drafter, prompts, temperatures, cfg, check=budget.check)
-    yield (f"**Done: {runs} runs in {time.time() - start:.1f} s.** {WHY}", lab.round(3),
+    yield (f"**Done: {runs} runs in {time.time() - start:.1f} s.** {WHY}", readable(lab),
            lab_plots.temperature_curves(lab))
 
 
@@ -65,7 +66,7 @@ def build(store: ModelStore) -> None:
         seed = gr.Number(0, precision=0, label="seed")
     run_btn = gr.Button("Run temperature lab", variant="primary")
     status = gr.Markdown("*Press Run temperature lab.*")
-    table = gr.Dataframe(label="Per temperature", interactive=False)
+    table = gr.Dataframe(empty(COLUMNS), label="Per temperature", interactive=False)
     curves = chart("Measured acceptance beside the exact α: at the contexts the runs met, and at one fixed set.")
     run_btn.click(h.run_temperature_lab, [target, draft, prompts, temperatures, k, max_new, seed],
                   [status, table, curves], api_visibility="undocumented", **LAB_QUEUE)

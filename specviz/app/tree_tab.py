@@ -4,6 +4,7 @@ Handlers are module-level functions taking the store (``handlers(store)`` binds 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import gradio as gr
 import pandas as pd
@@ -19,7 +20,8 @@ from .widgets import LAB_QUEUE, SKIP, bind, chart, lab_inputs, sampling_controls
 
 MAX_PROMPTS, MAX_SETTINGS, MAX_TOKENS, MAX_REPEATS = 10, 10, 256, 3  # one request's work stays bounded
 TREES = "chain:11,3,0.08\n3,2,2,1\ndynamic:12,10,2,0.3"
-CHAINS, DEFAULT_PROMPTS, DEFAULT_TOKENS = "6,11", 2, 48  # the defaults fit a 120 s budget on a busy 2-core machine
+CHAINS, DEFAULT_PROMPTS, DEFAULT_TOKENS = "6,11", 2, 32  # the defaults fit a 120 s budget on a busy 2-core machine
+MIN_TOKENS = 12  # the default length shortens itself to fit the budget down to this, and is refused below it
 
 
 def lab_setup(chains_text, trees_text) -> tuple[list[int], list[TreeConfig]]:
@@ -49,24 +51,29 @@ def run_lab(store: ModelStore, target, draft, prompts_text, chains_text, trees_t
     prompts = [encode(tok, p) for p in split_prompts(prompts_text)]
     if len(prompts) > MAX_PROMPTS:
         raise ValueError(f"at most {MAX_PROMPTS} prompts, got {len(prompts)}")
-    runs = repeats * len(prompts) * (1 + len(chains) + len(trees))
     budget = Budget()
     configs = list(settings(chains, trees, cfg).values())
-    costs = est.measure_tree_costs(model, drafter, prompts[0], configs)
+    costs = est.measure_tree_costs(model, drafter, prompts[0], configs)  # a pair priced before: at once, no model work
 
     def pricing(n: int, n_prompts: int, reps: int) -> est.Estimate:
         return est.tree_estimate(costs, len(configs), n_prompts, n, reps)
 
+    runs, fitted = repeats * len(prompts) * (1 + len(configs)), fit_default(pricing, max_new, len(prompts), repeats,
+                                                                               budget.seconds)
+    cfg, max_new = replace(cfg, max_new_tokens=fitted or max_new), fitted or max_new
     time_of = pricing(max_new, len(prompts), repeats)
     budget.refuse_over(time_of.likely, f"this tree lab ({runs} runs)",
                        f"its estimate {time_of}; " + refusal(pricing, max_new, len(prompts), repeats, budget.seconds))
+    shortened = (f" The default {DEFAULT_TOKENS} new tokens per run would not fit this server's {budget.seconds:.0f} s "
+                 f"on this machine as loaded now: {max_new} a run." if fitted else "")
     yield (f"*Running {runs} runs (the baseline and every setting, prompt by prompt): estimated {time_of} from a pilot "
-           f"on this machine as loaded now ({costs.token_s * 1e3:.0f} ms a baseline token; the setting with the most "
-           f"rows took {costs.ratio:.2f}× a baseline token's time per token)…*"), SKIP, SKIP, SKIP
+           f"on this machine, priced at its load now ({costs.token_s * 1e3:.0f} ms a baseline token; the settings "
+           f"took {costs.ratio:.2f}× a baseline token's time per token).{shortened}…*"), SKIP, SKIP, SKIP
     start = time.time()
     lab = tree_lab(model, drafter, prompts, chains, trees, cfg, repeats, check=budget.check)
-    note = (f"**Done: {runs} runs in {time.time() - start:.1f} s** (estimated {time_of}). Tokens per target pass "
-            "is what a tree buys; whether it is faster depends on what verifying its nodes costs on this machine. "
+    est.remember_tree_run(model, drafter, prompts[0], configs, lab, costs)  # the next estimate's price
+    note = (f"**Done: {runs} runs in {time.time() - start:.1f} s** (estimated {time_of}).{shortened} Tokens per target "
+            "pass is what a tree buys; whether it is faster depends on what verifying its nodes costs on this machine. "
             "*vs best chain*: each setting's tokens/s over the fastest chain's, with a 90% interval from resampling "
             "the prompts.")
     if rows := lab.attrs.get("rows"):
@@ -74,6 +81,15 @@ def run_lab(store: ModelStore, target, draft, prompts_text, chains_text, trees_t
                  f"{rows['best chain']}'s speed a row pays where it wins more than {rows['break-even tokens per row']:.3f} "
                  "tokens (*tokens per extra row*).")
     yield note + time_note(lab), lab.round(3), lab_plots.tree_tokens_per_pass(lab), lab_plots.tree_speedup(lab)
+
+
+def fit_default(pricing, n: int, n_prompts: int, repeats: int, budget_s: float) -> int | None:
+    """The default length shortened to fit the budget (its work scales with the machine's load): the most new tokens
+    per run, at least MIN_TOKENS, whose likely duration fits, where the default ``n`` does not; None otherwise
+    (a length the visitor chose is run as asked, or refused)."""
+    if n != DEFAULT_TOKENS or pricing(n, n_prompts, repeats).likely <= budget_s:
+        return None
+    return est.fitting(lambda m: pricing(m, n_prompts, repeats).likely, n, MIN_TOKENS, budget_s)
 
 
 def refusal(pricing, n: int, n_prompts: int, repeats: int, budget_s: float) -> str:
@@ -118,7 +134,9 @@ def build(store: ModelStore) -> None:
         chains = gr.Textbox(CHAINS, label="Chains: k values")
         trees = gr.Textbox(TREES, lines=3, label="Trees: one per line")
     with gr.Row():
-        max_new = gr.Number(DEFAULT_TOKENS, precision=0, label="new tokens per run")
+        max_new = gr.Number(DEFAULT_TOKENS, precision=0, label="new tokens per run",
+                            info=f"the default {DEFAULT_TOKENS} shortens itself to fit the server's budget on a busy "
+                                 "machine")
         repeats = gr.Number(1, precision=0, label="repeats")
         seed = gr.Number(0, precision=0, label="seed")
     sampling = sampling_controls(0.0)

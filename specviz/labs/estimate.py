@@ -4,6 +4,9 @@ Notation: alpha = E[beta] (mean acceptance probability), tau = tokens per round 
 The pilot runs after an untimed warm-up (first calls allocate and pack weights), times every run from outside
 (set-up and prefill included, as a sweep's runs are), and keeps the spread of its rounds' times: the range
 prices the same work at the pilot's slow rounds and at alpha's interval, so a busy machine states a wider one.
+A pair's pilot is measured once (per prompt and sampling settings) and remembered (``pilot_cache``): later estimates,
+and the budget gate built on them, price the same costs scaled by the load now, at once and without model work;
+the tree lab refreshes its entry with what its real runs measured.
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ import torch
 from ..config import DecodeConfig
 from ..decoder import autoregressive_generate, speculative_generate
 from ..theory import expected_tokens
+from . import pilot_cache
 from .sweep import warm_up
 
 JITTER_S = 0.25  # either end's allowance for a scheduler's stalls (in the pilot or the run): no closer than this
@@ -45,7 +49,8 @@ class Costs:
     """From a short pilot run: seconds per baseline token, and per draft the seconds of a round at the
     smallest and largest k and the acceptance (alpha) it showed; ``run_s``: one run's set-up and prefill;
     ``spread``: the pilot's slow rounds over its typical ones (1.0 on a steady machine); ``alpha_se``: alpha's
-    standard error per draft (from the drafts the pilot verified)."""
+    standard error per draft (from the drafts the pilot verified); ``slack``: how far either way a remembered
+    price, scaled to the load now, may be off (1.0 for a pilot just run)."""
 
     token_s: float
     k_lo: int
@@ -55,6 +60,7 @@ class Costs:
     run_s: float = 0.0
     spread: float = 1.0
     alpha_se: dict = field(default_factory=dict)
+    slack: float = 1.0
 
     def round(self, name: str, k: int) -> float:
         """Seconds of one round with k drafts, interpolated between the two pilot runs."""
@@ -65,8 +71,24 @@ class Costs:
 def measure_costs(target, drafts: dict, ids: torch.Tensor, ks: list[int], cfg: DecodeConfig,
                   tokens: int = 12) -> Costs:
     """A pilot at ``ids``, after an untimed warm-up: ``tokens`` autoregressive tokens, and per draft a run at the
-    smallest and the largest k (everything the real runs do, timed as they are)."""
-    pilot = replace(cfg, max_new_tokens=tokens, k_policy="fixed")
+    smallest and the largest k (everything the real runs do, timed as they are). A pilot of the same pair, prompt,
+    sampling and ks measured before is not run again: its costs are priced at the load now (``pilot_cache``)."""
+    key = ("sweep", pilot_cache.identity(target), tuple((n, pilot_cache.identity(d)) for n, d in drafts.items()),
+           pilot_cache.prompt_key(ids), _sampling(cfg), min(ks), max(ks), tokens, torch.get_num_threads())
+    if (hit := pilot_cache.get(key, (target, *drafts.values()))) is not None:
+        costs, scale = hit
+        return replace(costs, token_s=costs.token_s * scale, run_s=costs.run_s * scale, slack=pilot_cache.slack(scale),
+                       round_s={n: (lo * scale, hi * scale) for n, (lo, hi) in costs.round_s.items()})
+    costs = _pilot(target, drafts, ids, ks, replace(cfg, max_new_tokens=tokens, k_policy="fixed"))
+    pilot_cache.put(key, costs, (target, *drafts.values()))
+    return costs
+
+
+def _sampling(cfg: DecodeConfig) -> tuple:
+    return cfg.temperature, cfg.top_k, cfg.top_p, cfg.seed, cfg.rule, cfg.tree
+
+
+def _pilot(target, drafts: dict, ids: torch.Tensor, ks: list[int], pilot: DecodeConfig) -> Costs:
     warm_up(target, drafts, ids, pilot)
     base, base_wall = _timed(autoregressive_generate, target, ids, pilot)
     overheads, ratios = [base_wall - sum(r.wall_s for r in base.rounds)], _ratios(base)
@@ -120,8 +142,9 @@ def sweep_estimate(costs: Costs, n_prompts: int, ks: list[int], max_new_tokens: 
     args = (n_prompts, ks, max_new_tokens)
     warm = (1 + len(costs.round_s)) * (costs.run_s + 4 * costs.token_s)  # iter_sweep's warm-up: 4 tokens a model
     return Estimate(warm + estimate_seconds(costs, *args, None, repeats),
-                    max(0.0, warm + estimate_seconds(costs, *args, fast, repeats) - JITTER_S),
-                    warm * costs.spread + estimate_seconds(costs, *args, slow, repeats, slow=costs.spread) + JITTER_S)
+                    max(0.0, (warm + estimate_seconds(costs, *args, fast, repeats)) / costs.slack - JITTER_S),
+                    (warm * costs.spread + estimate_seconds(costs, *args, slow, repeats, slow=costs.spread)) * costs.slack
+                    + JITTER_S)
 
 
 def fitting(estimate_of, value: int, lowest: int, budget_s: float) -> int | None:
@@ -153,8 +176,9 @@ def policy_estimate(costs: Costs, name: str, n_prompts: int, configs: dict, max_
     a, shift = costs.alpha[name], 2 * costs.alpha_se.get(name, 0.0)
     args = (name, n_prompts, configs, max_new_tokens)
     return Estimate(estimate_policy_seconds(costs, *args),
-                    max(0.0, estimate_policy_seconds(costs, *args, min(a + shift, 1.0)) - JITTER_S),
-                    estimate_policy_seconds(costs, *args, max(a - shift, 0.0), slow=costs.spread) + JITTER_S)
+                    max(0.0, estimate_policy_seconds(costs, *args, min(a + shift, 1.0)) / costs.slack - JITTER_S),
+                    estimate_policy_seconds(costs, *args, max(a - shift, 0.0), slow=costs.spread) * costs.slack
+                    + JITTER_S)
 
 
 def sweep_runs(n_prompts: int, n_drafts: int, ks: list[int], repeats: int = 1) -> int:
@@ -173,12 +197,13 @@ class TreeCosts:
     """From a short pilot: seconds of a baseline token (the mean of two baseline pilots, one before and one after
     the speculative one, so a drift in the load falls on both sides) and, per token, the speculative pilot's time
     over the baseline's (``ratio``: the setting with the most rows, the costliest per round on a CPU); a run's
-    set-up and prefill; the pilot's slow rounds over its typical ones."""
+    set-up and prefill; the pilot's slow rounds over its typical ones; ``slack`` as ``Costs.slack``."""
 
     token_s: float
     ratio: float
     run_s: float
     spread: float = 1.0
+    slack: float = 1.0
 
 
 def most_rows(configs: list[DecodeConfig]) -> DecodeConfig:
@@ -188,8 +213,36 @@ def most_rows(configs: list[DecodeConfig]) -> DecodeConfig:
 
 def measure_tree_costs(target, draft, ids: torch.Tensor, configs: list[DecodeConfig], tokens: int = 6) -> TreeCosts:
     """A pilot at ``ids`` after an untimed warm-up: ``tokens`` baseline tokens, the same of the setting with the most
-    rows, and the baseline again, each run timed whole as the lab times it."""
-    pilot = replace(most_rows(configs), max_new_tokens=tokens, k_policy="fixed")
+    rows, and the baseline again, each run timed whole as the lab times it. Measured once per pair, prompt and
+    settings: after that (and after ``remember_tree_run``) priced at the load now, at once (``pilot_cache``)."""
+    key = tree_key(target, draft, ids, configs)
+    if (hit := pilot_cache.get(key, (target, draft))) is not None:
+        costs, scale = hit
+        return replace(costs, token_s=costs.token_s * scale, run_s=costs.run_s * scale, slack=pilot_cache.slack(scale))
+    costs = _tree_pilot(target, draft, ids, replace(most_rows(configs), max_new_tokens=tokens, k_policy="fixed"))
+    pilot_cache.put(key, costs, (target, draft))
+    return costs
+
+
+def tree_key(target, draft, ids: torch.Tensor, configs: list[DecodeConfig]) -> tuple:
+    """The tree lab's pilot key: the pair, the prompt, the sampling settings and the setting with the most rows."""
+    costliest = most_rows(configs)
+    return ("tree", pilot_cache.identity(target), pilot_cache.identity(draft), pilot_cache.prompt_key(ids),
+            _sampling(replace(costliest, tree=None)), costliest.k, costliest.tree, torch.get_num_threads())
+
+
+def remember_tree_run(target, draft, ids: torch.Tensor, configs: list[DecodeConfig], lab, costs: TreeCosts) -> None:
+    """Refreshes the lab's pilot entry with what its real runs measured (``lab``: the tree lab's table): a baseline
+    token at the baseline's tokens/s (its set-up included), the ratio at the settings' mean time per token over it."""
+    speeds = dict(zip(lab["setting"], lab["tokens/s"]))
+    base = speeds.pop("autoregressive", 0.0)
+    if base > 0 and speeds and min(speeds.values()) > 0:
+        ratio = statistics.fmean(base / v for v in speeds.values())
+        pilot_cache.put(tree_key(target, draft, ids, configs), replace(costs, token_s=1 / base, ratio=ratio, slack=1.0),
+                        (target, draft))
+
+
+def _tree_pilot(target, draft, ids: torch.Tensor, pilot: DecodeConfig) -> TreeCosts:
     speculative_generate(target, draft, ids, replace(pilot, max_new_tokens=2, record=False))
     first, spec, last = (_timed(autoregressive_generate, target, ids, replace(pilot, tree=None)),
                          _timed(speculative_generate, target, draft, ids, pilot),
@@ -217,4 +270,5 @@ def tree_estimate(costs: TreeCosts, n_settings: int, n_prompts: int, max_new_tok
         warm = (min(4, max_new_tokens) * costs.token_s * (1 + n_settings * ratio)) + (1 + n_settings) * costs.run_s
         return warm + one * n_prompts * repeats
 
-    return Estimate(total(costs.ratio, 1.0), total(min(costs.ratio, 1.0), 1.0), total(max(costs.ratio, 1.0), costs.spread))
+    return Estimate(total(costs.ratio, 1.0), total(min(costs.ratio, 1.0), 1.0) / costs.slack,
+                    total(max(costs.ratio, 1.0), costs.spread) * costs.slack)

@@ -7,7 +7,15 @@ import pandas as pd
 NAMES = {"tokens_per_s": "tokens/s", "baseline_tokens_per_s": "baseline tokens/s", "extra_mib": "extra MiB",
          "target_passes_per_token": "target passes / token", "speedup_min": "speedup, lowest pair",
          "speedup_max": "speedup, highest pair", "tau": "τ (tokens / round)", "alpha": "α", "c": "c (draft step / target)",
-         "v": "v (verify / target)"}
+         "v": "v (verify / target)",
+         # the temperature lab
+         "alpha_visited": "α (contexts the runs met)", "alpha_fixed": "α (fixed contexts)",
+         # the acceptance-rule lab
+         "alpha_closed": "α closed form", "tau_closed": "τ closed form", "tv_closed": "TV from p, closed form",
+         "mc_tv": "TV from p, one context (sampled)", "mc_tv_closed": "TV from p, one context (closed form)",
+         "mc_tv_noise": "TV sampling floor", "mc_p_vs_p": "χ² p-value against p",
+         "mc_p_vs_law": "χ² p-value against its law", "forwards_per_token": "target passes / token",
+         "speedup_closed": "speedup closed form", "target_text": "target's own text"}
 
 
 def size_text(n) -> str:
@@ -18,9 +26,22 @@ def size_text(n) -> str:
     return f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.1f}M" if n >= 1e6 else f"{n / 1e3:.0f}k" if n >= 1e3 else str(n)
 
 
+def headers(columns) -> list[str]:
+    """The words a table on the page heads ``columns`` with (``readable``'s names)."""
+    return [NAMES.get(c, c.replace("_", " ")) for c in columns]
+
+
+def empty(columns) -> pd.DataFrame:
+    """An empty table headed in words: what a results table shows before its first run (a bare ``gr.Dataframe``
+    shows Gradio's placeholder headers 1, 2, 3)."""
+    return pd.DataFrame(columns=headers(columns))
+
+
 def readable(frame: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
-    """``frame`` rounded, its ``size`` column as text and every snake_case column named in words."""
-    out = frame.round(digits)
+    """``frame`` rounded, its ``size`` column as text and every snake_case column named in words; a named index
+    becomes a column, an unnamed one (0, 1, 2, ...) is dropped, never shown as a header or a column."""
+    named = any(name is not None for name in frame.index.names)
+    out = frame.round(digits).reset_index(drop=not named)
     if "size" in out.columns:
         out["size"] = out["size"].map(size_text)
-    return out.rename(columns=lambda c: NAMES.get(c, c.replace("_", " ") if isinstance(c, str) else c))
+    return out.rename(columns=lambda c: NAMES.get(c, c.replace("_", " ")) if isinstance(c, str) else str(c))

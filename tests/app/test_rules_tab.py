@@ -18,6 +18,8 @@ def test_the_tab_runs_the_lab_and_draws_its_charts(store):
     assert "Done: 8 runs" in status and len(table) == 6 and set(table.rule) == {"leviathan", "typical",
                                                                                  "exact_match+argmax"}
     assert acceptance.data and tv.data and speed.data
+    assert not [c for c in table.columns if "_" in c or c.isdigit()]  # headed in words, no index leaking
+    assert "χ² p-value against p" in table.columns and "target's own text" in table.columns
     assert any("typical" in t.name for t in tv.data) and not any("leviathan" in t.name for t in tv.data)
 
 

@@ -261,8 +261,9 @@ def test_temperature_lab_alpha_by_hand_and_through_the_tab(store):
     agree = (p_logits.argmax(-1) == q_logits.argmax(-1)).double().mean()
     assert overlap((p_logits, q_logits), DecodeConfig(temperature=0)) == pytest.approx(float(agree))
     status, table, fig = last(handlers(store).run_temperature_lab("tiny-target", "tiny", "ROMEO:", "0, 1, 2", 3, 12, 0))
-    assert list(table.temperature) == [0.0, 1.0, 2.0] and table.alpha_fixed.notna().all() and "Why:" in status
+    assert list(table.temperature) == [0.0, 1.0, 2.0] and table["α (fixed contexts)"].notna().all() and "Why:" in status
     assert table.acceptance.between(0, 1).all() and len(fig.data) == 3
+    assert not [c for c in table.columns if "_" in c or c.isdigit()]  # headed in words, no index leaking
 
 
 @pytest.mark.slow

@@ -70,3 +70,30 @@ def test_a_pilot_on_tiny_models_measures_a_token_and_a_ratio(pair):
     configs = [DecodeConfig(k=3, temperature=0.0), DecodeConfig(temperature=0.0, tree=TreeConfig(shape=(2, 1)))]
     costs = est.measure_tree_costs(target, draft, ids, configs)
     assert costs.token_s > 0 and costs.ratio > 0 and costs.run_s >= 0 and costs.spread >= 1
+
+
+def test_the_default_length_shortens_itself_to_fit_the_budget_and_says_so(store, monkeypatch):
+    """At 0.1 s a baseline token the default 32 tokens of 2 prompts and 5 settings take about 41 s: over a 30 s budget
+    the lab runs the longest length that fits (23 tokens: 2.4 + 2 x 23 x 0.6 = 30 s) and says so; a length typed in
+    is refused instead."""
+    from tests.helpers.app import handlers
+
+    monkeypatch.setattr(est, "measure_tree_costs", lambda *a, **k: est.TreeCosts(token_s=0.1, ratio=1.0, run_s=0.0))
+    ran = {}
+
+    def lab(model, drafter, prompts, chains, trees, cfg, repeats, check=None):
+        ran["tokens"] = cfg.max_new_tokens
+        raise KeyboardInterrupt  # the lab's own work is not what is tested
+
+    monkeypatch.setattr(tree_tab, "tree_lab", lab)
+    monkeypatch.setenv("SPECVIZ_MAX_REQUEST_S", "30")
+    form = ["tiny-target", "tiny", "ROMEO:\n\nTo be", tree_tab.CHAINS, tree_tab.TREES, 0.0, 0, 1.0,
+            tree_tab.DEFAULT_TOKENS, 1, 0]
+    stream = handlers(store).run_tree_lab(*form)
+    assert "would not fit this server's 30 s on this machine as loaded now: 23 a run" in next(stream)[0]
+    with pytest.raises(KeyboardInterrupt):
+        next(stream)
+    assert ran["tokens"] == 23
+    form[8] = tree_tab.DEFAULT_TOKENS + 1
+    with pytest.raises(gr.Error, match="reduce the prompts to 1, or new tokens per run to 23"):
+        next(handlers(store).run_tree_lab(*form))
