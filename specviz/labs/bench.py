@@ -9,8 +9,8 @@ Methods, interleaved prompt by prompt and repeat by repeat so that machine noise
   hf-plain       target.generate()
   hf-assisted    target.generate(assistant_model=draft, same k, constant schedule, same confidence stop)
                  (a prompt-lookup draft is compared with generate(prompt_lookup_num_tokens=k))
-  ours-ar-torch  with --forward llamacpp (ours on llama.cpp's forward): the baseline on the torch forward too
-Tokens/s is total generated tokens over total wall time per method; ratios are taken within the run.
+  ours-ar-torch  (--forward llamacpp) and ours-ar-llamacpp (llama-cpp-python installed): the baseline on the other
+                 forward too (the torch one; llama.cpp's). Tokens/s: all tokens over all wall time; ratios within the run.
 """
 from __future__ import annotations
 
@@ -91,9 +91,10 @@ def methods(target, draft, cfg: DecodeConfig, plain_too: bool = False) -> dict:
         "ours-norecord": lambda ids, seed: speculative_generate(target, draft, ids, replace(cfg, seed=seed, record=False)),
         "hf-plain": hf({}),
     }
-    if lm.DEFAULT_PATH == "llamacpp":
-        fns["ours-ar-torch"] = lambda ids, seed: lm.on_path("auto", autoregressive_generate, target, ids,
-                                                            replace(cfg, seed=seed))
+    other = "auto" if lm.DEFAULT_PATH == "llamacpp" else lm.baseline_path(target)  # the other one-row forward
+    if other:
+        fns[f"ours-ar-{'torch' if other == 'auto' else other}"] = lambda ids, seed: lm.on_path(
+            other, autoregressive_generate, target, ids, replace(cfg, seed=seed))
     if plain_too:
         fns["ours-spec-plain"] = lambda ids, seed: packed_linear.without(
             speculative_generate, target, draft, ids, replace(cfg, seed=seed, record=False))
@@ -149,7 +150,7 @@ def run_bench(target, draft, prompts: list[torch.Tensor], cfg: DecodeConfig, rep
                     tallies[name].add(out, seconds)
             if cfg.greedy:  # exactness on the real models, every run: greedy text == the target's own greedy text
                 for name, runs in texts.items():
-                    if name == "ours-ar":  # the reference itself
+                    if name.startswith("ours-ar"):  # the reference, or a baseline on another forward's kernels
                         continue
                     tallies[name].compared += len(runs)
                     tallies[name].differing += sum(t != texts["ours-ar"][0] for t in runs)
@@ -196,7 +197,7 @@ class Measured:
 
 def measure(tallies: dict[str, Tally]) -> Measured:
     spec, base = tallies["ours-spec"], tallies["ours-ar"]
-    fastest = max((n for n in ("ours-ar", "ours-ar-torch") if n in tallies), key=lambda n: tallies[n].tokens_per_s)
+    fastest = max((n for n in BASELINES if n in tallies and n != "hf-plain"), key=lambda n: tallies[n].tokens_per_s)
     c, v, k = theory.cost_ratio(spec.counts, base.counts), theory.verify_cost(spec.counts, base.counts), \
         theory.mean_k(spec.counts)
     assisted = tallies.get("hf-assisted")
@@ -230,8 +231,7 @@ def report(tallies: dict[str, Tally]) -> str:
     if "ours-spec-plain" in tallies:
         lines.append(f"packed matmuls (ours-norecord) vs plain (ours-spec-plain): "
                      f"{norec / tallies['ours-spec-plain'].tokens_per_s:.2f}x")
-    fastest = max((n for n in ("ours-ar", "ours-ar-torch", "hf-plain") if n in tallies),
-                  key=lambda n: tallies[n].tokens_per_s)
+    fastest = max((n for n in BASELINES if n in tallies), key=lambda n: tallies[n].tokens_per_s)
     lines.append(f"speedup of ours-spec over the fastest baseline here ({fastest}, {BASELINES[fastest]}): "
                  f"{spec / tallies[fastest].tokens_per_s:.2f}x")
     lines += [f"ours-ar vs hf-plain: {base / plain:.2f}x",
@@ -242,7 +242,7 @@ def report(tallies: dict[str, Tally]) -> str:
 
 
 BASELINES = {"ours-ar": "the target alone, this run's forward", "ours-ar-torch": "the target alone, torch forward",
-             "hf-plain": "transformers' generate"}
+             "ours-ar-llamacpp": "the target alone, llama.cpp's forward", "hf-plain": "transformers' generate"}
 
 
 def common_args(ap: argparse.ArgumentParser, max_new_tokens: int, repeats: int, threads: int) -> None:

@@ -13,6 +13,7 @@ Contexts are pooled per model: a CachedLM takes one (its memory cleared) and giv
 from __future__ import annotations
 
 import ctypes
+import time
 import weakref
 
 import numpy as np
@@ -20,6 +21,8 @@ import torch
 
 from . import gguf_write
 
+STALL = 8.0  # a decode this many times slower than the fastest of its row count: its threads waited on each other
+STALLS = 2   # so many such decodes in a run, and it goes on one thread (one alone can be any scheduler's hiccup)
 _MODELS: dict[str, object] = {}  # GGUF path -> llama_model pointer, loaded once per process
 _POOLS: dict[str, list] = {}     # GGUF path -> free llama_context pointers
 _state: dict = {}
@@ -102,7 +105,8 @@ class LlamaCppForward:
         self.lc = _lib()
         self.path = str(gguf_write.gguf_for_cached(model))
         self.capacity = int(model.config.max_position_embeddings)
-        self.ctx, size = _context(self.path, self.capacity, torch.get_num_threads())
+        self.threads = torch.get_num_threads()
+        self.ctx, size = _context(self.path, self.capacity, self.threads)
         weakref.finalize(self, _give_back, self.path, self.ctx, size)
         self.mem = self.lc.llama_get_memory(self.ctx)
         self.vocab, self.d = int(model.config.vocab_size), int(model.config.hidden_size)
@@ -111,6 +115,8 @@ class LlamaCppForward:
         self.length = 0
         self.features: torch.Tensor | None = None
         self.features_from = 0
+        self.fastest: dict[int, float] = {}  # rows -> the fastest decode of that many rows seen
+        self.stalls = 0
 
     def keep_features(self) -> None:
         if self.features is None:
@@ -144,7 +150,9 @@ class LlamaCppForward:
         for i, t in enumerate(ids.tolist()):
             b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = t, start + i, 1, 1
             b.seq_id[i][0] = 0
+        t0 = time.perf_counter()
         rc = self.lc.llama_decode(self.ctx, b)
+        self._watch(n, time.perf_counter() - t0)
         if rc != 0:
             raise ValueError(f"llama.cpp's decode failed (code {rc}) at {start + n} positions")
         self.length = start + n
@@ -153,3 +161,14 @@ class LlamaCppForward:
             h = np.ctypeslib.as_array(self.lc.llama_get_embeddings(self.ctx), (n, self.d))
             self.features[start: start + n] = torch.from_numpy(h)
         return logits
+
+    def _watch(self, rows: int, seconds: float) -> None:
+        """One thread once decodes stall: where other work holds a core, llama.cpp's threads spin at their barriers
+        while one of them waits for the CPU, and a decode costs 10-50x (the bundled target on 2 threads under a load
+        of 4: 3 tokens/s against 171 on one thread, docs/LLAMACPP.md)."""
+        best = self.fastest.get(rows)
+        self.fastest[rows] = seconds if best is None else min(best, seconds)
+        self.stalls += best is not None and seconds > STALL * best
+        if self.stalls >= STALLS and self.threads > 1:
+            self.threads = 1
+            self.lc.llama_set_n_threads(self.ctx, 1, 1)

@@ -139,3 +139,24 @@ def test_the_apps_baseline_runs_on_llamacpp_and_says_so():
     base = runs.baseline(Store(), trace)
     assert trace.forward == "lean" and base.forward == "llamacpp"
     assert base.new_tokens == trace.new_tokens == autoregressive_generate(model, ids, cfg).new_tokens
+
+
+@needs_llamacpp
+def test_stalled_decodes_send_the_run_to_one_thread():
+    """Two decodes far slower than the fastest of their row count (threads spinning at a barrier on a busy host):
+    the run goes on with one thread; one alone does not move it, and a pooled context starts over."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        f = llamacpp.LlamaCppForward(llama())
+        f._watch(1, 0.004)
+        f._watch(1, 0.005)
+        f._watch(1, 0.5)
+        assert f.threads == 2
+        f._watch(5, 0.5)  # the first of its row count: nothing to compare with
+        f._watch(1, 0.4)
+        assert f.threads == 1
+        logits = f.forward(torch.tensor([3, 17, 5]))  # still decodes, on one thread
+        assert logits.shape == (3, 96)
+    finally:
+        torch.set_num_threads(before)
