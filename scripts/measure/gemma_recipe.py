@@ -23,7 +23,6 @@ import platform
 import statistics
 import sys
 import time
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
@@ -43,36 +42,13 @@ from specviz import (  # noqa: E402
     speculative_generate,
     theory,
 )
-from specviz.config import EXAMPLE_PROMPTS, HELDOUT_PROMPTS  # noqa: E402
 from specviz.drafts.early_exit import early_exit  # noqa: E402
+from specviz.labs.bench import PROMPT_SETS, Tally  # noqa: E402
 from specviz.runtime.pruned_head import frequent_tokens  # noqa: E402
-from specviz.trace import Counts  # noqa: E402
 
-PROMPTS = {"example": EXAMPLE_PROMPTS, "heldout": HELDOUT_PROMPTS, "all": EXAMPLE_PROMPTS + HELDOUT_PROMPTS}
 BASELINE = "autoregressive"
 
 
-@dataclass
-class Tally:
-    """One method's calls: tokens, seconds, tokens/s per call, the decoder's counts, greedy equality."""
-
-    tokens: int = 0
-    seconds: float = 0.0
-    per_call: list[float] = field(default_factory=list)
-    counts: Counts = field(default_factory=Counts)
-    equal: int = 0
-    compared: int = 0
-
-    def add(self, trace) -> None:
-        s = trace.summary()
-        self.tokens += s.new_tokens
-        self.seconds += s.total_s
-        self.per_call.append(s.tokens_per_s)
-        self.counts = self.counts + trace.counts()
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.tokens / self.seconds if self.seconds else 0.0
 
 
 def host_line() -> str:
@@ -131,11 +107,12 @@ def run_all(target, drafts: dict, prompts: list, cfg: DecodeConfig, repeats: int
             traces = {name: calls[name](ids) for name in order}
             base = traces[BASELINE]
             for name in names:
-                tallies[name].add(traces[name])
+                s = traces[name].summary()
+                tallies[name].add(s.new_tokens, s.total_s, traces[name].counts())
                 if name != BASELINE:
                     t = tallies[name]
                     t.compared += 1
-                    t.equal += traces[name].new_tokens == base.new_tokens
+                    t.differing += traces[name].new_tokens != base.new_tokens
                     paired[name].append(traces[name].summary().tokens_per_s / base.summary().tokens_per_s)
             print(f"# repeat {r + 1}/{repeats} prompt {i + 1}/{len(prompts)} done at {time.time() - start:.0f} s",
                   flush=True)
@@ -171,11 +148,11 @@ def report(tallies: dict, paired: dict) -> str:
         c, v, k = theory.cost_ratio(t.counts, base.counts), theory.verify_cost(t.counts, base.counts), \
             theory.mean_k(t.counts)
         predicted = theory.expected_speedup(min(t.counts.alpha, 1.0), k, c, v)
-        even = break_even(k, c, v)
+        even, same = break_even(k, c, v), t.compared - t.differing
         lines.append(f"{name:<28}{t.tokens_per_s:>7.2f}  {spread(t.per_call, '.2f'):<27}"
                      f"{t.tokens_per_s / base.tokens_per_s:>7.2f}x  {spread(paired[name], '.2f'):<25}"
                      f"{t.counts.acceptance_rate:>7.3f}{t.counts.alpha:>7.3f}{t.counts.tau:>6.2f}{c:>7.3f}{v:>6.2f}"
-                     f"{predicted:>6.2f}x{(f'{even:.2f}' if even is not None else 'none'):>8}  {t.equal}/{t.compared}")
+                     f"{predicted:>6.2f}x{(f'{even:.2f}' if even is not None else 'none'):>8}  {same}/{t.compared}")
     lines.append("tok/s: generated tokens over wall seconds of all calls (prefill included); speedup: over the "
                  f"{BASELINE} baseline's tok/s in this run; paired: per call, over the baseline's call on the same "
                  "prompt and repeat; c: draft time per drafted token over the baseline's one-token forward; v: verify "
@@ -193,7 +170,7 @@ def main(argv=None) -> None:
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--prompts", choices=sorted(PROMPTS), default="all", help="5 example, 5 held-out, or all 10")
+    ap.add_argument("--prompts", choices=sorted(PROMPT_SETS), default="all", help="5 example, 5 held-out, or all 10")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)
     print(f"# date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
@@ -204,7 +181,7 @@ def main(argv=None) -> None:
     target, tok = load_model(args.model)
     drafts = build_drafts(args, target, tok)
     cfg = DecodeConfig(k=args.k, temperature=0, max_new_tokens=args.max_new_tokens)
-    prompts = [tok(p, return_tensors="pt").input_ids for p in PROMPTS[args.prompts]]
+    prompts = [tok(p, return_tensors="pt").input_ids for p in PROMPT_SETS[args.prompts]]
     print(f"target={args.model} k={args.k} temperature=0 max_new_tokens={args.max_new_tokens} repeats={args.repeats} "
           f"prompts={len(prompts)} threads={torch.get_num_threads()} drafts={list(drafts)}", flush=True)
     tallies, paired = run_all(target, drafts, prompts, cfg, args.repeats)
