@@ -12,6 +12,7 @@ import torch
 
 from ..decoder import autoregressive_generate
 from ..labs import pilot_cache
+from ..labs.estimate import seconds
 from .sessions import check_left
 
 ENV, DEFAULT_S = "SPECVIZ_MAX_REQUEST_S", 120.0
@@ -39,8 +40,8 @@ class Budget:
     def refuse_over(self, estimate_s: float, what: str, reduce: str) -> None:
         """ValueError when ``what`` would take longer than the budget."""
         if estimate_s > self.seconds:
-            raise ValueError(f"{what} would take about {estimate_s:.0f} s; this server runs at most "
-                             f"{self.seconds:.0f} s per request ({ENV}): {reduce}")
+            raise ValueError(f"{what} would take about {seconds(estimate_s)} s; this server runs at most "
+                             f"{seconds(self.seconds)} s per request ({ENV}): {reduce}")
 
     def check(self) -> None:
         """ValueError once the request has run past its budget (with some grace), or its visitor has left: the

@@ -10,7 +10,7 @@ import pandas as pd
 
 from ..config import EXAMPLE_PROMPTS
 from ..labs import estimate as est
-from ..labs import policies
+from ..labs import least, policies
 from ..labs.sweep import iter_sweep, per_position, position_rows, summarize
 from ..views import lab_plots
 from ..views.tables import readable
@@ -98,19 +98,34 @@ def pilot(model, drafts: dict, prompts, ks, cfg, compare, fixed_k, stop) -> tupl
     return note, time_of, pricing
 
 
-def refusal(pricing, n: int, ks: list[int], n_prompts: int, budget_s: float, compare: bool = False) -> str:
+def refusal(pricing, n: int, ks: list[int], n_prompts: int, budget_s: float, compare: bool = False,
+            bound: str = "") -> str:
     """What to reduce, and to what, so that the likely duration fits the budget: new tokens, the largest k or the
-    prompts, each alone."""
+    prompts, each alone (``bound`` "at most " where ``pricing`` is a floor: the most each could be)."""
     options = []
     if (tokens := est.fitting(lambda m: pricing(m, ks, n_prompts).likely, n, 1, budget_s)) is not None:
-        options.append(f"new tokens to {tokens}")
+        options.append(f"new tokens to {bound}{tokens}")
     if (top := est.fitting(lambda m: pricing(n, ks[: m - ks[0] + 1], n_prompts).likely, ks[-1], ks[0],
                            budget_s)) is not None and top < ks[-1]:
-        options.append(f"the largest k to {top}")
+        options.append(f"the largest k to {bound}{top}")
     if (few := est.fitting(lambda m: pricing(n, ks, m).likely, n_prompts, 1, budget_s)) is not None:
-        options.append(f"the prompts to {few}")
+        options.append(f"the prompts to {bound}{few}")
     return ("reduce " + ", or ".join(options) if options else "reduce the drafts, k values, prompts and new tokens "
             "together") + (", or turn off the policy comparison" if compare else "")
+
+
+def refuse_floor(model, drafts: dict, prompts, ks, cfg, compare, fixed_k, stop, budget_s: float) -> None:
+    """Refused before any pilot where even the target passes alone would overrun the budget (``labs.least``)."""
+    pass_s, configs = least.pass_seconds(model, prompts[0], cfg), list(policy_configs(cfg, fixed_k, stop).values())
+
+    def floor(n: int, ks: list[int], n_prompts: int) -> est.Estimate:
+        s = least.sweep_floor(pass_s, n, n_prompts, len(drafts), ks) + (
+            least.configs_floor(pass_s, n, n_prompts, configs) if compare else 0.0)
+        return est.Estimate(s, s, s)
+
+    n, ks = cfg.max_new_tokens, list(ks)
+    least.refuse_below(floor(n, ks, len(prompts)).likely, budget_s, "this sweep",
+                       refusal(floor, n, ks, len(prompts), budget_s, compare, bound="at most "))
 
 
 def _policy_step(model, drafts: dict, prompts, cfg, fixed_k, stop) -> tuple:
@@ -128,6 +143,7 @@ def run_sweep(store: ModelStore, target, drafts, prompts_text, k_min, k_max, tem
     form = (target, drafts, prompts_text, k_min, k_max, temperature, top_k, top_p, max_new, seed)
     budget = Budget()
     model, drafts, prompts, ks, cfg = sweep_setup(store, *form)
+    refuse_floor(model, drafts, prompts, ks, cfg, compare, fixed_k, stop, budget.seconds)
     note, time_of, pricing = pilot(model, drafts, prompts, ks, cfg, compare, fixed_k, stop)
     if time_of.likely > budget.seconds:
         budget.refuse_over(time_of.likely, "this sweep", f"its estimate {time_of}; " + refusal(

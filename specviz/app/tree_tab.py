@@ -11,6 +11,7 @@ import pandas as pd
 
 from ..config import EXAMPLE_PROMPTS, TreeConfig
 from ..labs import estimate as est
+from ..labs import least
 from ..labs.trees import settings, tree_lab
 from ..views import lab_plots
 from .budget import Budget
@@ -53,6 +54,7 @@ def run_lab(store: ModelStore, target, draft, prompts_text, chains_text, trees_t
         raise ValueError(f"at most {MAX_PROMPTS} prompts, got {len(prompts)}")
     budget = Budget()
     configs = list(settings(chains, trees, cfg).values())
+    refuse_floor(model, prompts, configs, cfg, repeats, budget.seconds)
     costs = est.measure_tree_costs(model, drafter, prompts[0], configs)  # a pair priced before: at once, no model work
 
     def pricing(n: int, n_prompts: int, reps: int) -> est.Estimate:
@@ -83,6 +85,20 @@ def run_lab(store: ModelStore, target, draft, prompts_text, chains_text, trees_t
     yield note + time_note(lab), lab.round(3), lab_plots.tree_tokens_per_pass(lab), lab_plots.tree_speedup(lab)
 
 
+def refuse_floor(model, prompts, configs, cfg, repeats: int, budget_s: float) -> None:
+    """Refused before any pilot where even the target passes alone would overrun the budget (``labs.least``), at the
+    shortest length the default may shrink to."""
+    pass_s, n = least.pass_seconds(model, prompts[0], cfg), cfg.max_new_tokens
+
+    def floor(m: int, n_prompts: int, reps: int) -> est.Estimate:
+        s = least.configs_floor(pass_s, m, n_prompts, configs, reps)
+        return est.Estimate(s, s, s)
+
+    least.refuse_below(floor(MIN_TOKENS if n == DEFAULT_TOKENS else n, len(prompts), repeats).likely, budget_s,
+                       f"this tree lab ({repeats * len(prompts) * (1 + len(configs))} runs)",
+                       refusal(floor, n, len(prompts), repeats, budget_s, bound="at most "))
+
+
 def fit_default(pricing, n: int, n_prompts: int, repeats: int, budget_s: float) -> int | None:
     """The default length shortened to fit the budget (its work scales with the machine's load): the most new tokens
     per run, at least MIN_TOKENS, whose likely duration fits, where the default ``n`` does not; None otherwise
@@ -92,16 +108,17 @@ def fit_default(pricing, n: int, n_prompts: int, repeats: int, budget_s: float) 
     return est.fitting(lambda m: pricing(m, n_prompts, repeats).likely, n, MIN_TOKENS, budget_s)
 
 
-def refusal(pricing, n: int, n_prompts: int, repeats: int, budget_s: float) -> str:
+def refusal(pricing, n: int, n_prompts: int, repeats: int, budget_s: float, bound: str = "") -> str:
     """What to reduce, and to what, so that the likely duration fits the budget: repeats, prompts or new tokens,
-    each alone (``pricing(new tokens, prompts, repeats)`` -> Estimate, the estimate's own cost model)."""
+    each alone (``pricing(new tokens, prompts, repeats)`` -> Estimate, the estimate's own cost model; ``bound``
+    "at most " where it is a floor)."""
     options = []
     if repeats > 1 and (few := est.fitting(lambda m: pricing(n, n_prompts, m).likely, repeats, 1, budget_s)):
-        options.append(f"repeats to {few}")
+        options.append(f"repeats to {bound}{few}")
     if n_prompts > 1 and (few := est.fitting(lambda m: pricing(n, m, repeats).likely, n_prompts, 1, budget_s)):
-        options.append(f"the prompts to {few}")
+        options.append(f"the prompts to {bound}{few}")
     if (tokens := est.fitting(lambda m: pricing(m, n_prompts, repeats).likely, n, 1, budget_s)) is not None:
-        options.append(f"new tokens per run to {tokens}")
+        options.append(f"new tokens per run to {bound}{tokens}")
     return ("reduce " + ", or ".join(options) if options else
             "reduce the settings (chains and trees), prompts and new tokens together")
 
