@@ -23,6 +23,7 @@ from . import (
     sweep_tab,
     temperature_tab,
     tree_tab,
+    warm,
 )
 from .store import ModelStore
 from .uploads import UploadLimits
@@ -75,6 +76,7 @@ def build_demo(store: ModelStore | None = None) -> gr.Blocks:
         demo.load(lambda t: learn.step_view(t, 0), [lesson], lesson_views, api_visibility="private")
         demo.load(links.tab_loader(), None, [tabs], api_visibility="private")
         demo.unload(_forget_session)  # a closed page's traces and the views it last showed go at once
+    demo.store = store
     return demo
 
 
@@ -117,4 +119,7 @@ def launch(demo: gr.Blocks, **kwargs):
     if os.environ.get("GRADIO_SERVER_PORT"):
         options["server_port"] = int(os.environ["GRADIO_SERVER_PORT"])
     options.update(kwargs)
-    return demo.queue(max_size=QUEUE_SIZE).launch(**options)
+    demo = demo.queue(max_size=QUEUE_SIZE)
+    if getattr(demo, "store", None) is not None:  # the labs' default forms priced ahead (SPECVIZ_WARM=0: not)
+        demo.warming = warm.start(demo.store)
+    return demo.launch(**options)

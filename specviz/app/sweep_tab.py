@@ -21,6 +21,7 @@ from .tempfiles import fresh_folder
 from .widgets import LAB_QUEUE, SKIP, bind, chart, lab_inputs, sampling_controls
 
 ROUND_COLUMNS = ["policy", "prompt", "round", "k", "drafted", "accepted"]
+K_MIN, K_MAX, DEFAULT_TOKENS, FIXED_K, STOP = 1, 8, 64, 4, 0.4  # the form's defaults
 
 
 def write_csvs(frames: dict, prefix: str = "lab-") -> list[str]:
@@ -114,6 +115,16 @@ def refusal(pricing, n: int, ks: list[int], n_prompts: int, budget_s: float, com
             "together") + (", or turn off the policy comparison" if compare else "")
 
 
+def warm(store: ModelStore) -> None:
+    """Prices the default form (its floor and its pilot) into ``pilot_cache``, as a first Estimate time would:
+    after this, the default's estimate and any refusal of it with more tokens or prompts answer at once."""
+    form = (store.default_target(), [store.default_draft()], "\n\n".join(EXAMPLE_PROMPTS), K_MIN, K_MAX, 0.0, 0, 1.0,
+            DEFAULT_TOKENS, 0)
+    model, drafts, prompts, ks, cfg = sweep_setup(store, *form)
+    least.pass_seconds(model, prompts[0], cfg)
+    pilot(model, drafts, prompts, ks, cfg, True, FIXED_K, STOP)
+
+
 def refuse_floor(model, drafts: dict, prompts, ks, cfg, compare, fixed_k, stop, budget_s: float) -> None:
     """Refused before any pilot where even the target passes alone would overrun the budget (``labs.least``)."""
     pass_s, configs = least.pass_seconds(model, prompts[0], cfg), list(policy_configs(cfg, fixed_k, stop).values())
@@ -188,16 +199,16 @@ def build(store: ModelStore) -> None:
                 "c measured in this run. ★ best k measured, ◆ best k predicted.")
     target, drafts, prompts = lab_inputs(store, EXAMPLE_PROMPTS, multi=True, lines=6)
     with gr.Row():
-        k_min = gr.Number(1, precision=0, label="smallest k")
-        k_max = gr.Number(8, precision=0, label="largest k")
-        max_new = gr.Number(64, precision=0, label="new tokens per run")
+        k_min = gr.Number(K_MIN, precision=0, label="smallest k")
+        k_max = gr.Number(K_MAX, precision=0, label="largest k")
+        max_new = gr.Number(DEFAULT_TOKENS, precision=0, label="new tokens per run")
         seed = gr.Number(0, precision=0, label="seed")
     sampling = sampling_controls(0.0)
     with gr.Row():
         compare = gr.Checkbox(True, label="Then compare fixed k with the adaptive policies (history, heuristic, "
                                           "confidence stop)")
-        fixed_k = gr.Number(4, precision=0, label="fixed k for the comparison")
-        stop = gr.Number(0.4, label="confidence stop: draft up to 10, stop below this q(x) (0 = leave out)")
+        fixed_k = gr.Number(FIXED_K, precision=0, label="fixed k for the comparison")
+        stop = gr.Number(STOP, label="confidence stop: draft up to 10, stop below this q(x) (0 = leave out)")
     with gr.Row():
         est_btn = gr.Button("Estimate time")
         run_btn = gr.Button("Run sweep", variant="primary")

@@ -85,6 +85,18 @@ def run_lab(store: ModelStore, target, draft, prompts_text, chains_text, trees_t
     yield note + time_note(lab), lab.round(3), lab_plots.tree_tokens_per_pass(lab), lab_plots.tree_speedup(lab)
 
 
+def warm(store: ModelStore) -> None:
+    """Prices the default form (its floor and its pilot) into ``pilot_cache``, as a first press would: after this,
+    the default's estimate and any refusal of it with more tokens, prompts or repeats answer at once."""
+    target, draft = store.default_target(), store.default_draft(model=True)
+    cfg = make_config(4, "fixed", 0.0, 0, 1.0, DEFAULT_TOKENS, 0)
+    model, tok, drafter = store.pair(target, draft)
+    ids = encode(tok, EXAMPLE_PROMPTS[0])
+    configs = list(settings(*lab_setup(CHAINS, TREES), cfg).values())
+    least.pass_seconds(model, ids, cfg)
+    est.measure_tree_costs(model, drafter, ids, configs)
+
+
 def refuse_floor(model, prompts, configs, cfg, repeats: int, budget_s: float) -> None:
     """Refused before any pilot where even the target passes alone would overrun the budget (``labs.least``), at the
     shortest length the default may shrink to."""

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from . import packed_linear
 from .lean_common import linear, rms_norm, rope_, rope_tables, row_exact_attention  # noqa: F401 (rms_norm: part of this API)
 from .lean_families import FAMILIES as LLAMA_LIKE  # noqa: F401 (part of this API)
 from .lean_families import Block, layer_weights, refusal
@@ -89,6 +90,7 @@ def _exit_weights(model, source) -> Weights:
     own = layers[shared:]  # an exit adapter
     with torch.no_grad():
         blocks = base.blocks[:shared] + tuple(layer_weights(layer) for layer in own)
+    packed_linear.calibrate(matmuls(blocks[shared:]))
     head = model.get_output_embeddings()
     if isinstance(head, PrunedHead):  # the exit scores part of the vocabulary
         return Weights(base.embed, blocks, base.norm, head.rows_t, head.rows_b, head.ids, head.vocab_size)
@@ -100,8 +102,16 @@ def _relayout(model) -> Weights:
     blocks = [layer_weights(layer) for layer in model.model.layers]
     head = model.get_output_embeddings()
     bias = head.bias.detach() if getattr(head, "bias", None) is not None else None
-    return Weights(model.model.embed_tokens.weight.detach(), tuple(blocks), model.model.norm.weight.detach(),
-                   head.weight.detach().t().contiguous(), bias)
+    w = Weights(model.model.embed_tokens.weight.detach(), tuple(blocks), model.model.norm.weight.detach(),
+                head.weight.detach().t().contiguous(), bias)
+    packed_linear.calibrate(matmuls(w.blocks) + [(w.head_t, w.head_b, False)])  # this host's faster several-row path
+    return w
+
+
+def matmuls(blocks) -> list[tuple]:
+    """The blocks' matmuls in the order a pass runs them, as ``packed_linear.calibrate`` times them."""
+    return [step for blk in blocks for step in ((blk.qkv_t, blk.qkv_b, False), (blk.o_t, blk.o_b, True),
+                                                (blk.gu_t, blk.gu_b, False), (blk.down_t, blk.down_b, True))]
 
 
 class LeanLlama:

@@ -7,9 +7,18 @@ oneDNN's inner-product kernel over a weight packed once for its blocking costs 0
 no faster for one row, which therefore stays on ``x @ W_t``. Both are fp32 kernels that round a little
 differently (logits agree to ~1e-5), as MKL's gemv and GEMM already did; every packed weight is checked against
 ``x @ W_t`` once, and a weight whose check fails, or a torch without oneDNN, keeps the plain matmul.
+
+Which is faster depends on the host: on a 2-vCPU Intel Xeon with a large cache (2026-12-02) the packed path made
+the bundled target's 7-row pass slower, 15.5 against 11.8 ms. So a model's layers are timed both ways once, when
+they are first laid out (``calibrate``: its matmuls in order at 7 rows, interleaved, after a warm-up, about 0.1 s
+for the bundled target), and keep the packed path only where it was faster; ``SPECVIZ_PACKED`` = "on" or "off"
+skips the timing and forces one.
 """
 from __future__ import annotations
 
+import os
+import statistics
+import time
 import weakref
 
 import torch
@@ -18,6 +27,9 @@ MIN_ROWS = 2      # one row stays on x @ W_t (as fast or faster, and the autoreg
 BATCH_HINT = 16   # the row count oneDNN packs for; any other count still runs on the packed weight
 _PACKED: dict[int, tuple] = {}  # id(W_t) -> (weakref to W_t, its packed weight or None: not packable)
 _state = {"enabled": True}
+ENV = "SPECVIZ_PACKED"  # "on" / "off": no timing, the packed path always / never; else timed per model
+CALIBRATE_ROWS, CALIBRATE_REPEATS = 7, 5  # a verify pass at k = 6; interleaved timings of each path
+_CHOSEN: dict[int, tuple] = {}  # id(W_t) -> (weakref, "packed" or "plain": what calibrate measured faster)
 
 
 def set_enabled(on: bool) -> bool:
@@ -44,6 +56,9 @@ def linear(x: torch.Tensor, w_t: torch.Tensor, b: torch.Tensor | None,
     """residual + x @ W_t + b through the packed weight, or None where the packed path does not apply (one row,
     not an fp32 CPU weight, packing unavailable or switched off): the caller then does the plain matmul."""
     if x.shape[0] < MIN_ROWS or not _state["enabled"] or w_t.dtype != torch.float32 or w_t.device.type != "cpu":
+        return None
+    chosen = _CHOSEN.get(id(w_t))
+    if chosen is not None and chosen[0]() is w_t and chosen[1] == "plain":
         return None
     hit = _PACKED.get(id(w_t))
     if hit is None or hit[0]() is not w_t:  # (tensors compare elementwise, so they key by id, held weakly)
@@ -76,3 +91,51 @@ def _pack(w_t: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor | None:
         return None
     scale = want.abs().max().item() + 1e-30
     return packed if (got - want).abs().max().item() <= 1e-5 * scale else None
+
+
+def _plain(x: torch.Tensor, w_t: torch.Tensor, b: torch.Tensor | None, residual: torch.Tensor | None):
+    addend = residual if b is None else (b if residual is None else residual + b)
+    return x @ w_t if addend is None else torch.addmm(addend, x, w_t)
+
+
+def calibrate(steps: list[tuple]) -> str:
+    """Times a model's matmuls, ``steps`` as (W_t, bias, with a residual) in the order a pass runs them, at
+    CALIBRATE_ROWS rows on the packed path and on x @ W_t, interleaved, and keeps the packed path for these
+    weights only if it was faster (medians). Returns the choice: "packed", "plain" (also where nothing could be
+    packed); ``SPECVIZ_PACKED`` "on" / "off" forces one without timing."""
+    steps = [(w, b, r) for w, b, r in steps if w.dtype == torch.float32 and w.device.type == "cpu"]
+    forced = os.environ.get(ENV, "").strip().lower()
+    if forced in ("on", "off"):
+        return _choose(steps, "packed" if forced == "on" else "plain")
+    if not steps or not _state["enabled"]:
+        return "plain"
+    for w, _, _ in steps:
+        _CHOSEN.pop(id(w), None)  # timed afresh
+    rows = torch.randn(CALIBRATE_ROWS, max(w.shape[0] for w, _, _ in steps), generator=torch.Generator().manual_seed(0))
+    args = [(rows[:, : w.shape[0]].contiguous(), w, b, torch.zeros(CALIBRATE_ROWS, w.shape[1]) if r else None)
+            for w, b, r in steps]
+    if any(linear(*a) is None for a in args):  # packs each weight (and warms the packed path)
+        return _choose(steps, "plain")
+    times = {"packed": [], "plain": []}
+    with torch.inference_mode():
+        for rep in range(CALIBRATE_REPEATS + 1):
+            for path in (("packed", "plain") if rep % 2 else ("plain", "packed")):
+                start = time.perf_counter()
+                for a in args:
+                    linear(*a) if path == "packed" else _plain(*a)
+                if rep:  # the first round warms both
+                    times[path].append(time.perf_counter() - start)
+    return _choose(steps, min(times, key=lambda p: statistics.median(times[p])))
+
+
+def _choose(steps: list[tuple], path: str) -> str:
+    for w, _, _ in steps:
+        key = id(w)
+        _CHOSEN[key] = (weakref.ref(w, lambda _, key=key: _CHOSEN.pop(key, None)), path)
+    return path
+
+
+def chosen(w_t: torch.Tensor) -> str | None:
+    """What ``calibrate`` chose for this weight ("packed", "plain"), or None if it was not timed."""
+    hit = _CHOSEN.get(id(w_t))
+    return hit[1] if hit is not None and hit[0]() is w_t else None

@@ -1,6 +1,7 @@
 """The lean forward's several-row matmuls through oneDNN with packed weights (specviz.runtime.packed_linear): the same
 product as x @ W_t to fp32 rounding, one row and other dtypes left on the plain matmul, a bad pack refused, and
-fp32 speculative decoding (chain and tree, whose verify passes take this path) still equal to greedy decoding."""
+fp32 speculative decoding (chain and tree, whose verify passes take this path) still equal to greedy decoding; and
+per model, the packed path kept only where this host timed it faster (or as SPECVIZ_PACKED forces)."""
 import pytest
 import torch
 
@@ -50,8 +51,11 @@ def test_a_pack_that_does_not_reproduce_the_product_is_refused(monkeypatch):
     assert packed_linear.linear(x, w_t, None) is None  # ... and the caller falls back to x @ W_t
 
 
-def test_lean_rows_agree_with_one_row_passes():
-    """A 9-row pass (packed) gives each row the logits that 9 one-row passes (plain matmuls) give, to fp32 rounding."""
+@pytest.mark.parametrize("path", ["on", "off"])
+def test_lean_rows_agree_with_one_row_passes(monkeypatch, path):
+    """A 9-row pass (packed, or plain) gives each row the logits that 9 one-row passes (plain matmuls) give, to fp32
+    rounding."""
+    monkeypatch.setenv(packed_linear.ENV, path)
     model = gqa_llama(seed=7, dtype=torch.float32, tied=True)
     ids = torch.randint(0, 64, (40,), generator=torch.Generator().manual_seed(1))
     lean = lean_llama.LeanLlama(model)
@@ -60,12 +64,55 @@ def test_lean_rows_agree_with_one_row_passes():
     lean.crop(31)
     one = torch.cat([lean.forward(ids[i: i + 1]) for i in range(31, 40)])
     torch.testing.assert_close(many, one, rtol=1e-5, atol=1e-5)
-    assert any(p() is not None and v is not None for p, v in packed_linear._PACKED.values())
+    w = lean_llama.lean_weights(model)
+    assert {packed_linear.chosen(t) for b in w.blocks for t in (b.qkv_t, b.down_t)} == {
+        "packed" if path == "on" else "plain"}
+    qkv_t = w.blocks[0].qkv_t
+    assert (packed_linear.linear(torch.randn(2, qkv_t.shape[0]), qkv_t, None) is None) == (path == "off")
+
+
+def _steps(n=3, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(48, 64, generator=g), None, i % 2 == 1) for i in range(n)]
+
+
+def _slowed(fn, seconds=2e-3):
+    import time
+
+    def slow(*a, **k):
+        time.sleep(seconds)
+        return fn(*a, **k)
+    return slow
+
+
+def test_calibration_keeps_the_packed_path_only_where_it_was_faster(monkeypatch):
+    monkeypatch.delenv(packed_linear.ENV, raising=False)
+    steps = _steps()
+    monkeypatch.setattr(packed_linear, "_run", _slowed(packed_linear._run))  # packed: 2 ms more a matmul
+    assert packed_linear.calibrate(steps) == "plain"
+    x = torch.randn(7, 48)
+    assert all(packed_linear.chosen(w) == "plain" and packed_linear.linear(x, w, None) is None for w, _, _ in steps)
+    monkeypatch.undo()
+    monkeypatch.setattr(packed_linear, "_plain", _slowed(packed_linear._plain))  # plain: 2 ms more a matmul
+    assert packed_linear.calibrate(steps) == "packed"  # timed afresh: the earlier choice does not stick
+    assert all(packed_linear.chosen(w) == "packed" and packed_linear.linear(x, w, None) is not None
+               for w, _, _ in steps)
+
+
+@pytest.mark.parametrize(("forced", "path"), [("on", "packed"), ("off", "plain")])
+def test_specviz_packed_forces_a_path_without_timing(monkeypatch, forced, path):
+    monkeypatch.setenv(packed_linear.ENV, forced)
+    monkeypatch.setattr(packed_linear.time, "perf_counter", lambda: pytest.fail("timed"))
+    steps = _steps(seed=1)
+    assert packed_linear.calibrate(steps) == path
+    assert {packed_linear.chosen(w) for w, _, _ in steps} == {path}
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("path", ["on", "off"])
 @pytest.mark.parametrize("tree", [None, "3,2,1", "chain:6,2"])
-def test_fp32_greedy_speculative_equals_autoregressive(tree):
+def test_fp32_greedy_speculative_equals_autoregressive(monkeypatch, tree, path):
+    monkeypatch.setenv(packed_linear.ENV, path)
     target = gqa_llama(seed=8, layers=3, dtype=torch.float32, tied=True, sharpen=3.0)
     ids = torch.randint(0, 64, (1, 5), generator=torch.Generator().manual_seed(2))
     assert_greedy_speculative_equals_autoregressive(target, perturbed(target, 0.05, seed=9), ids, 6, tree)
