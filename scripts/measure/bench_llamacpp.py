@@ -130,7 +130,7 @@ def main(argv=None) -> None:
     from specviz import autoregressive_generate, speculative_generate
     from specviz.config import DEFAULTS, EXAMPLE_PROMPTS, HELDOUT_PROMPTS, DecodeConfig
     from specviz.models import DEFAULT_DRAFT, DEFAULT_TARGET, drafter_for, load_model
-    from specviz.runtime import llamacpp, lm
+    from specviz.runtime import lean_llama, llamacpp, lm, packed_linear
 
     os.environ.setdefault("LLAMA_CPP_LIB_PATH", str(args.llama_cpp / "build" / "bin"))  # the servers' own libllama
     torch.set_num_threads(args.threads)
@@ -203,6 +203,13 @@ def main(argv=None) -> None:
     try:
         for fn in fns.values():  # warm-up: first calls allocate
             fn(prompts[0])
+        # the lean forward's several-row path, timed again now that the servers are up and idle (it was first timed
+        # when the target's layers were laid out, while they were starting)
+        w = lean_llama.lean_weights(target)
+        path = packed_linear.calibrate(lean_llama.matmuls(w.blocks) + [(w.head_t, w.head_b, False)])
+        timed = ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in packed_linear._state.get("timed", {}).items())
+        print(f"the target's several-row matmuls: {path} (its {packed_linear.CALIBRATE_ROWS}-row matmuls, fastest of "
+              f"{packed_linear.CALIBRATE_REPEATS}: {timed or 'not timed'})", flush=True)
         before = {name: spec_counts(metrics(servers[name][0])) for name in servers if name != "lc-ar"}
         t_start = time.perf_counter()
         names = list(fns)

@@ -17,7 +17,6 @@ skips the timing and forces one.
 from __future__ import annotations
 
 import os
-import statistics
 import time
 import weakref
 
@@ -28,7 +27,7 @@ BATCH_HINT = 16   # the row count oneDNN packs for; any other count still runs o
 _PACKED: dict[int, tuple] = {}  # id(W_t) -> (weakref to W_t, its packed weight or None: not packable)
 _state = {"enabled": True}
 ENV = "SPECVIZ_PACKED"  # "on" / "off": no timing, the packed path always / never; else timed per model
-CALIBRATE_ROWS, CALIBRATE_REPEATS = 7, 5  # a verify pass at k = 6; interleaved timings of each path
+CALIBRATE_ROWS, CALIBRATE_REPEATS = 7, 9  # a verify pass at k = 6; interleaved timings of each path
 _CHOSEN: dict[int, tuple] = {}  # id(W_t) -> (weakref, "packed" or "plain": what calibrate measured faster)
 
 
@@ -101,8 +100,9 @@ def _plain(x: torch.Tensor, w_t: torch.Tensor, b: torch.Tensor | None, residual:
 def calibrate(steps: list[tuple]) -> str:
     """Times a model's matmuls, ``steps`` as (W_t, bias, with a residual) in the order a pass runs them, at
     CALIBRATE_ROWS rows on the packed path and on x @ W_t, interleaved, and keeps the packed path for these
-    weights only if it was faster (medians). Returns the choice: "packed", "plain" (also where nothing could be
-    packed); ``SPECVIZ_PACKED`` "on" / "off" forces one without timing."""
+    weights only if it was faster (the fastest of each path's timings: other work on the host only adds time).
+    Returns the choice: "packed", "plain" (also where nothing could be packed); ``SPECVIZ_PACKED`` "on" / "off"
+    forces one without timing."""
     steps = [(w, b, r) for w, b, r in steps if w.dtype == torch.float32 and w.device.type == "cpu"]
     forced = os.environ.get(ENV, "").strip().lower()
     if forced in ("on", "off"):
@@ -125,7 +125,8 @@ def calibrate(steps: list[tuple]) -> str:
                     linear(*a) if path == "packed" else _plain(*a)
                 if rep:  # the first round warms both
                     times[path].append(time.perf_counter() - start)
-    return _choose(steps, min(times, key=lambda p: statistics.median(times[p])))
+    _state["timed"] = {path: min(ts) for path, ts in times.items()}
+    return _choose(steps, min(times, key=lambda p: min(times[p])))  # the fastest of each: other work only adds time
 
 
 def _choose(steps: list[tuple], path: str) -> str:

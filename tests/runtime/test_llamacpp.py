@@ -59,10 +59,12 @@ def test_unsupported_models_and_paths_are_refused(monkeypatch):
 
 
 @needs_llamacpp
-def test_logits_rows_and_rollback_match_torch():
+@pytest.mark.parametrize("kv", llamacpp.KV_TYPES)
+def test_logits_rows_and_rollback_match_torch(monkeypatch, kv):
+    monkeypatch.setenv(llamacpp.KV_ENV, kv)
     model = llama()
     ours, theirs = lm.CachedLM(model, "lean"), lm.CachedLM(model, "llamacpp")
-    assert theirs.path == "llamacpp"
+    assert theirs.path == "llamacpp" and theirs.cache.kv == kv
     prompt = [5, 1, 40, 7, 7, 33]
     close = dict(atol=2e-3, rtol=1e-3)
     assert torch.allclose(ours.feed(prompt), theirs.feed(prompt), **close)
@@ -160,3 +162,13 @@ def test_stalled_decodes_send_the_run_to_one_thread():
         assert logits.shape == (3, 96)
     finally:
         torch.set_num_threads(before)
+
+
+def test_the_kv_cache_precision_is_llamacpps_default_unless_asked(monkeypatch):
+    monkeypatch.delenv(llamacpp.KV_ENV, raising=False)
+    assert llamacpp.kv_type() == "f16"
+    monkeypatch.setenv(llamacpp.KV_ENV, " F32 ")
+    assert llamacpp.kv_type() == "f32"
+    monkeypatch.setenv(llamacpp.KV_ENV, "q8_0")
+    with pytest.raises(ValueError, match="SPECVIZ_LLAMACPP_KV must be one of"):
+        llamacpp.kv_type()

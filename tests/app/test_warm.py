@@ -1,0 +1,56 @@
+"""The labs' default forms priced in the background at start: afterwards the default k sweep asked with more tokens,
+and the default tree lab asked with more repeats, are refused over the budget without any pilot; a lab that
+cannot be priced is logged and left to price itself; SPECVIZ_WARM=0 starts nothing."""
+import gradio as gr
+import pytest
+
+from specviz.app import sweep_tab, tree_tab, warm
+from specviz.labs import estimate as est
+from specviz.labs import pilot_cache
+from tests.helpers.app import handlers, tiny_store
+from tests.helpers.models import last
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache():
+    pilot_cache.clear()
+    yield
+    pilot_cache.clear()
+
+
+def test_after_warming_a_default_forms_refusal_runs_no_pilot(monkeypatch):
+    store = tiny_store(default_draft="tiny")
+    assert warm.warm(store) == []
+    kinds = {key[0] for key in pilot_cache._entries}
+    assert {"pass", "sweep", "tree"} <= kinds
+    for name in ("speculative_generate", "autoregressive_generate"):
+        monkeypatch.setattr(est, name, lambda *a, **k: pytest.fail("a pilot ran after warming"))
+    monkeypatch.setattr(sweep_tab, "iter_sweep", lambda *a, **k: pytest.fail("the sweep ran"))
+    monkeypatch.setattr(tree_tab, "tree_lab", lambda *a, **k: pytest.fail("the lab ran"))
+    monkeypatch.setenv("SPECVIZ_MAX_REQUEST_S", "0.01")
+    h = handlers(store)
+    sweep_form = ("tiny-target", ["tiny"], "\n\n".join(sweep_tab.EXAMPLE_PROMPTS), sweep_tab.K_MIN, sweep_tab.K_MAX,
+                  0.0, 0, 1.0, 256, 0)
+    with pytest.raises(gr.Error, match="this sweep would take"):
+        last(h.run_sweep(*sweep_form, True, sweep_tab.FIXED_K, sweep_tab.STOP))
+    tree_form = ("tiny-target", "tiny", "\n\n".join(tree_tab.EXAMPLE_PROMPTS[: tree_tab.DEFAULT_PROMPTS]),
+                 tree_tab.CHAINS, tree_tab.TREES, 0.0, 0, 1.0, tree_tab.DEFAULT_TOKENS, 3, 0)
+    with pytest.raises(gr.Error, match="this tree lab"):
+        last(h.run_tree_lab(*tree_form))
+
+
+def test_a_lab_that_cannot_be_priced_is_logged_not_raised(monkeypatch, caplog):
+    store = tiny_store(default_draft="tiny")
+    monkeypatch.setattr(tree_tab, "warm", lambda store: (_ for _ in ()).throw(ValueError("no such draft")))
+    assert warm.warm(store) == ["tree lab: no such draft"]
+    assert "could not price the tree lab" in caplog.text
+
+
+def test_specviz_warm_0_starts_nothing(monkeypatch):
+    monkeypatch.setenv(warm.ENV, "0")
+    assert warm.start(tiny_store()) is None
+    monkeypatch.setenv(warm.ENV, "1")
+    monkeypatch.setattr(warm, "warm", lambda store: None)
+    thread = warm.start(tiny_store())
+    thread.join(5)
+    assert thread.name == "specviz-warm" and not thread.is_alive()
