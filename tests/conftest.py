@@ -25,6 +25,16 @@ def gpt2():
 
 
 @pytest.fixture
+def fresh_pilot_cache():
+    """An empty ``labs.pilot_cache`` for the test, and again after it (its prices are per process)."""
+    from specviz.labs import pilot_cache
+
+    pilot_cache.clear()
+    yield
+    pilot_cache.clear()
+
+
+@pytest.fixture
 def prompt():
     return torch.tensor([[1, 5, 9, 3, 7]], device=DEVICE)
 

@@ -5,17 +5,11 @@ import gradio as gr
 import pytest
 
 from specviz.app import sweep_tab, tree_tab, warm
-from specviz.labs import estimate as est
 from specviz.labs import pilot_cache
-from tests.helpers.app import handlers, tiny_store
+from tests.helpers.app import forbid_model_work, handlers, tiny_store
 from tests.helpers.models import last
 
-
-@pytest.fixture(autouse=True)
-def fresh_cache():
-    pilot_cache.clear()
-    yield
-    pilot_cache.clear()
+pytestmark = pytest.mark.usefixtures("fresh_pilot_cache")
 
 
 def test_after_warming_a_default_forms_refusal_runs_no_pilot(monkeypatch):
@@ -23,10 +17,7 @@ def test_after_warming_a_default_forms_refusal_runs_no_pilot(monkeypatch):
     assert warm.warm(store) == []
     kinds = {key[0] for key in pilot_cache._entries}
     assert {"pass", "sweep", "tree"} <= kinds
-    for name in ("speculative_generate", "autoregressive_generate"):
-        monkeypatch.setattr(est, name, lambda *a, **k: pytest.fail("a pilot ran after warming"))
-    monkeypatch.setattr(sweep_tab, "iter_sweep", lambda *a, **k: pytest.fail("the sweep ran"))
-    monkeypatch.setattr(tree_tab, "tree_lab", lambda *a, **k: pytest.fail("the lab ran"))
+    forbid_model_work(monkeypatch)
     monkeypatch.setenv("SPECVIZ_MAX_REQUEST_S", "0.01")
     h = handlers(store)
     sweep_form = ("tiny-target", ["tiny"], "\n\n".join(sweep_tab.EXAMPLE_PROMPTS), sweep_tab.K_MIN, sweep_tab.K_MAX,

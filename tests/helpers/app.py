@@ -108,3 +108,19 @@ def chromium_page(**page_options):
             yield browser.new_page(**page_options)
         finally:
             browser.close()
+
+
+def forbid_model_work(monkeypatch) -> None:
+    """Every pilot, sweep and tree lab fails the test if it runs: a refusal must come before any of them."""
+    import pytest
+
+    from specviz.app import sweep_tab, tree_tab
+    from specviz.labs import estimate
+
+    def fail(*a, **k):
+        pytest.fail("model work on the refusal path")
+
+    for name in ("speculative_generate", "autoregressive_generate"):
+        monkeypatch.setattr(estimate, name, fail)
+    monkeypatch.setattr(tree_tab, "tree_lab", fail)
+    monkeypatch.setattr(sweep_tab, "iter_sweep", fail)

@@ -6,37 +6,21 @@ import time
 import gradio as gr
 import pytest
 
-from specviz.app import sweep_tab, tree_tab
+from specviz.app import tree_tab
 from specviz.config import DecodeConfig, TreeConfig
-from specviz.labs import estimate as est
-from specviz.labs import least, pilot_cache
+from specviz.labs import least
 from specviz.labs.sweep import sweep
 from specviz.labs.trees import tree_lab
-from tests.helpers.app import handlers, tiny_store
+from tests.helpers.app import forbid_model_work, handlers, tiny_store
 from tests.helpers.models import last
 
-
-@pytest.fixture(autouse=True)
-def fresh_cache():
-    pilot_cache.clear()
-    yield
-    pilot_cache.clear()
-
-
-def _no_pilot(monkeypatch):
-    def fail(*a, **k):
-        pytest.fail("a pilot or a lab ran on the refusal path")
-
-    for name in ("speculative_generate", "autoregressive_generate"):
-        monkeypatch.setattr(est, name, fail)
-    monkeypatch.setattr(tree_tab, "tree_lab", fail)
-    monkeypatch.setattr(sweep_tab, "iter_sweep", fail)
+pytestmark = pytest.mark.usefixtures("fresh_pilot_cache")
 
 
 def test_a_first_sweep_far_over_the_budget_is_refused_at_once_with_the_most_each_setting_could_be(monkeypatch):
     h = handlers(tiny_store())
     monkeypatch.setenv("SPECVIZ_MAX_REQUEST_S", "0.05")
-    _no_pilot(monkeypatch)
+    forbid_model_work(monkeypatch)
     form = ("tiny-target", ["tiny", "prompt-lookup"], "ROMEO:\n\nTo be\n\nJULIET:", 1, 8, 0.0, 0, 1.0, 256, 0)
     start = time.perf_counter()
     with pytest.raises(gr.Error, match=r"this sweep would take at least [\d.]+ s .*reduce new tokens to at most \d+"):
@@ -47,7 +31,7 @@ def test_a_first_sweep_far_over_the_budget_is_refused_at_once_with_the_most_each
 def test_a_first_tree_lab_far_over_the_budget_is_refused_at_once(monkeypatch):
     h = handlers(tiny_store())
     monkeypatch.setenv("SPECVIZ_MAX_REQUEST_S", "0.05")
-    _no_pilot(monkeypatch)
+    forbid_model_work(monkeypatch)
     form = ("tiny-target", "tiny", "ROMEO:\n\nTo be", tree_tab.CHAINS, tree_tab.TREES, 0.0, 0, 1.0, 256, 3, 0)
     start = time.perf_counter()
     with pytest.raises(gr.Error, match=r"this tree lab \(\d+ runs\) would take at least [\d.]+ s .*reduce .*to at most \d+"):

@@ -7,18 +7,13 @@ import gradio as gr
 import pandas as pd
 import pytest
 
-from specviz.app import sweep_tab, tree_tab
+from specviz.app import tree_tab
 from specviz.labs import estimate as est
 from specviz.labs import pilot_cache
-from tests.helpers.app import handlers, tiny_store
+from tests.helpers.app import forbid_model_work, handlers, tiny_store
 from tests.helpers.models import last, tiny_llama
 
-
-@pytest.fixture(autouse=True)
-def fresh_cache():
-    pilot_cache.clear()
-    yield
-    pilot_cache.clear()
+pytestmark = pytest.mark.usefixtures("fresh_pilot_cache")
 
 
 def test_a_remembered_price_is_scaled_by_the_load_now_and_its_range_widens(monkeypatch):
@@ -56,16 +51,6 @@ def test_a_tree_labs_real_runs_refresh_its_price(pair):
     assert fresh.run_s == pytest.approx(0.1 * scale) and fresh.slack == pytest.approx(pilot_cache.slack(scale))
 
 
-def _no_model_work(monkeypatch):
-    def fail(*a, **k):
-        pytest.fail("model work on the refusal path")
-
-    for name in ("speculative_generate", "autoregressive_generate"):
-        monkeypatch.setattr(est, name, fail)
-    monkeypatch.setattr(tree_tab, "tree_lab", fail)
-    monkeypatch.setattr(sweep_tab, "iter_sweep", fail)
-
-
 def test_a_tree_lab_refusal_after_the_first_pilot_comes_within_two_seconds(monkeypatch):
     h = handlers(tiny_store())
     form = ("tiny-target", "tiny", "ROMEO:\n\nTo be", tree_tab.CHAINS, tree_tab.TREES, 0.0, 0, 1.0, 256, 3, 0)
@@ -73,7 +58,7 @@ def test_a_tree_lab_refusal_after_the_first_pilot_comes_within_two_seconds(monke
     monkeypatch.setattr(tree_tab, "tree_lab", lambda *a, **k: pytest.fail("the lab ran"))
     with pytest.raises(gr.Error, match="this tree lab"):
         last(h.run_tree_lab(*form))  # the first request prices the pair with a pilot
-    _no_model_work(monkeypatch)
+    forbid_model_work(monkeypatch)
     start = time.perf_counter()
     with pytest.raises(gr.Error, match=r"would take (about|at least) [\d.]+ s.*reduce (repeats to (at most )?\d+|"
                                        r".*new tokens per run to (at most )?\d+|the settings .* together)") as refused:
@@ -87,7 +72,7 @@ def test_a_sweep_refusal_after_the_first_pilot_comes_within_two_seconds(monkeypa
     form = ("tiny-target", ["tiny", "prompt-lookup"], "ROMEO:\n\nTo be", 1, 8, 0.0, 0, 1.0, 256, 0)
     h.estimate(*form, False, 2, 0.4)  # "Estimate time" prices the pair with a pilot
     monkeypatch.setenv("SPECVIZ_MAX_REQUEST_S", "0.5")
-    _no_model_work(monkeypatch)
+    forbid_model_work(monkeypatch)
     start = time.perf_counter()
     with pytest.raises(gr.Error, match=r"this sweep would take (about|at least) [\d.]+ s.*reduce (new tokens to (at most )?\d+|"
                                        r"the drafts)"):
