@@ -10,7 +10,7 @@ differently (logits agree to ~1e-5), as MKL's gemv and GEMM already did; every p
 
 Which is faster depends on the host: on a 2-vCPU Intel Xeon with a large cache (2026-12-02) the packed path made
 the bundled target's 7-row pass slower, 15.5 against 11.8 ms. So a model's layers are timed both ways once, when
-they are first laid out (``calibrate``: its matmuls in order at 7 rows, interleaved, after a warm-up, about 0.1 s
+they are first laid out (``calibrate``: its matmuls in order at 7 rows, interleaved, after a warm-up, about 0.2 s
 for the bundled target), and keep the packed path only where it was faster; ``SPECVIZ_PACKED`` = "on" or "off"
 skips the timing and forces one.
 """
