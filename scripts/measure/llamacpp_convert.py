@@ -6,8 +6,10 @@ pre-tokenizer, and check the result against specviz (tokenization and greedy con
 
 Needs: a llama.cpp source tree with its built binaries (``build/bin/llama-server``; default: the one vendored in
 /work/ext/llama_cpp_python-*/vendor/llama.cpp) and its gguf-py installed in this venv
-(``pip install -e <llama.cpp>/gguf-py``; the converter also imports sentencepiece). Takes about 15 seconds (2 CPU
-cores): loading and saving the two models, the conversion, and the check (a llama-server started on the target).
+(``pip install <llama.cpp>/gguf-py``, not ``-e``: an editable install puts gguf-py's own ``tests`` folder on
+the path, where it hides this project's ``tests`` package; the converter also imports sentencepiece). Takes about
+15 seconds (2 CPU cores): loading and saving the two models, the conversion, and the check (a llama-server started
+on the target).
 Writes, under --out: ``<name>-hf/`` (a plain fp32 Hugging Face folder with the family's tokenizer) and
 ``<name>-f32.gguf`` for each model.
 
