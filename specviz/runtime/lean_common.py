@@ -23,10 +23,7 @@ def linear(x: torch.Tensor, w_t: torch.Tensor, b: torch.Tensor | None, residual:
     """residual + x @ W_t + b, the addends folded into the matmul (addmm); several rows on an fp32 CPU go through
     oneDNN with the weight packed once (``packed_linear``: 0.5-0.7x MKL's GEMM there)."""
     out = packed_linear.linear(x, w_t, b, residual)
-    if out is not None:
-        return out
-    addend = residual if b is None else (b if residual is None else residual + b)
-    return x @ w_t if addend is None else torch.addmm(addend, x, w_t)
+    return out if out is not None else packed_linear.plain(x, w_t, b, residual)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

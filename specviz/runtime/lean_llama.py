@@ -90,7 +90,8 @@ def _exit_weights(model, source) -> Weights:
     own = layers[shared:]  # an exit adapter
     with torch.no_grad():
         blocks = base.blocks[:shared] + tuple(layer_weights(layer) for layer in own)
-    packed_linear.calibrate(matmuls(blocks[shared:]))
+    if shared < len(blocks):  # the adapter's layer takes the path timed for its model's layers of the same shapes
+        packed_linear.adopt(matmuls(blocks[shared:]), base.blocks[0].qkv_t)
     head = model.get_output_embeddings()
     if isinstance(head, PrunedHead):  # the exit scores part of the vocabulary
         return Weights(base.embed, blocks, base.norm, head.rows_t, head.rows_b, head.ids, head.vocab_size)

@@ -92,7 +92,8 @@ def _pack(w_t: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor | None:
     return packed if (got - want).abs().max().item() <= 1e-5 * scale else None
 
 
-def _plain(x: torch.Tensor, w_t: torch.Tensor, b: torch.Tensor | None, residual: torch.Tensor | None):
+def plain(x: torch.Tensor, w_t: torch.Tensor, b: torch.Tensor | None, residual: torch.Tensor | None = None):
+    """residual + x @ W_t + b on MKL's kernels, the addends folded into the matmul (addmm)."""
     addend = residual if b is None else (b if residual is None else residual + b)
     return x @ w_t if addend is None else torch.addmm(addend, x, w_t)
 
@@ -122,11 +123,18 @@ def calibrate(steps: list[tuple]) -> str:
             for path in (("packed", "plain") if rep % 2 else ("plain", "packed")):
                 start = time.perf_counter()
                 for a in args:
-                    linear(*a) if path == "packed" else _plain(*a)
+                    linear(*a) if path == "packed" else plain(*a)
                 if rep:  # the first round warms both
                     times[path].append(time.perf_counter() - start)
     _state["timed"] = {path: min(ts) for path, ts in times.items()}
     return _choose(steps, min(times, key=lambda p: min(times[p])))  # the fastest of each: other work only adds time
+
+
+def adopt(steps: list[tuple], like: torch.Tensor) -> str:
+    """``steps`` take the path ``calibrate`` chose for ``like`` (a weight of the same shapes on the same host: an
+    early exit's adapter layer beside its model's layers), or are calibrated where ``like`` was not."""
+    path = chosen(like)
+    return calibrate(steps) if path is None else _choose(steps, path)
 
 
 def _choose(steps: list[tuple], path: str) -> str:

@@ -93,7 +93,7 @@ def test_calibration_keeps_the_packed_path_only_where_it_was_faster(monkeypatch)
     x = torch.randn(7, 48)
     assert all(packed_linear.chosen(w) == "plain" and packed_linear.linear(x, w, None) is None for w, _, _ in steps)
     monkeypatch.undo()
-    monkeypatch.setattr(packed_linear, "_plain", _slowed(packed_linear._plain))  # plain: 2 ms more a matmul
+    monkeypatch.setattr(packed_linear, "plain", _slowed(packed_linear.plain))  # plain: 2 ms more a matmul
     assert packed_linear.calibrate(steps) == "packed"  # timed afresh: the earlier choice does not stick
     assert all(packed_linear.chosen(w) == "packed" and packed_linear.linear(x, w, None) is not None
                for w, _, _ in steps)
@@ -116,3 +116,13 @@ def test_fp32_greedy_speculative_equals_autoregressive(monkeypatch, tree, path):
     target = gqa_llama(seed=8, layers=3, dtype=torch.float32, tied=True, sharpen=3.0)
     ids = torch.randint(0, 64, (1, 5), generator=torch.Generator().manual_seed(2))
     assert_greedy_speculative_equals_autoregressive(target, perturbed(target, 0.05, seed=9), ids, 6, tree)
+
+
+def test_a_layer_adopts_the_path_timed_for_its_like_without_timing_again(monkeypatch):
+    monkeypatch.delenv(packed_linear.ENV, raising=False)
+    timed, fresh = _steps(seed=2), _steps(seed=3)
+    monkeypatch.setattr(packed_linear, "_run", _slowed(packed_linear._run))
+    assert packed_linear.calibrate(timed) == "plain"
+    monkeypatch.setattr(packed_linear.time, "perf_counter", lambda: pytest.fail("timed again"))
+    assert packed_linear.adopt(fresh, like=timed[0][0]) == "plain"
+    assert {packed_linear.chosen(w) for w, _, _ in fresh} == {"plain"}
