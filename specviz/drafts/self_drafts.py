@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..runtime.lean_llama import LeanLlama, Weights, head_logits, layer_weights, lean_weights, rms_norm
+from ..runtime.lean_llama import LeanLlama, Weights, head_logits, layer_weights, lean_weights, linear, rms_norm
 from ..runtime.lm import CachedLM, common_prefix
 from ..runtime.tree_mask import tree_attention
 from ..trees.tree import ROOT
@@ -243,7 +243,7 @@ class FeatureDrafter(Drafter):
         lm._reserve(start + len(nodes))
         features = torch.stack([self.tree_h[parent] for parent in parents])
         e = F.embedding(torch.tensor(tokens, device=self.device), lm.w.embed)
-        x = torch.cat([features.to(e.dtype), e], dim=-1) @ self.fc_t
+        x = linear(torch.cat([features.to(e.dtype), e], dim=-1), self.fc_t, None)
         h = rms_norm(lm.layers(x, start, zip(lm.w.blocks, lm.kv), positions, visible), lm.w.norm, lm.eps)
         lm.length = start + len(nodes)  # a later _reserve keeps the tree's entries
         self.tree_h.update(zip(nodes, h))
@@ -258,7 +258,7 @@ class FeatureDrafter(Drafter):
         lm.length = start
         lm._reserve(start + len(tokens))
         e = F.embedding(torch.tensor(tokens, device=self.device), lm.w.embed)
-        x = torch.cat([features.to(e.dtype), e], dim=-1) @ self.fc_t
+        x = linear(torch.cat([features.to(e.dtype), e], dim=-1), self.fc_t, None)
         x = lm.layers(x, start, zip(lm.w.blocks, lm.kv))
         lm.length = start + len(tokens)
         del self.ids[start:]

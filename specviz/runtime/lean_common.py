@@ -3,31 +3,58 @@ through the packed oneDNN path), RMSNorm and RoPE as transformers compute them, 
 precision, and the check that nobody instruments a model's forward."""
 from __future__ import annotations
 
+import weakref
+
 import torch
 import torch.nn.functional as F
 from torch.nn.modules import module as nn_module
 
-from . import packed_linear
+from . import native, packed_linear
+
+_MODULES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> (its modules' children, the modules)
 
 
 def instrumented(model) -> bool:
     """Whether calling the model runs anything beyond its modules' own forwards (transformers' output-capture
-    hooks do nothing unless hidden states or attentions are asked for, which CachedLM never does)."""
+    hooks do nothing unless hidden states or attentions are asked for, which CachedLM never does). Every module's
+    hooks are read on every call; the tree of modules is walked again only where a module's children changed (a
+    decoding run asks this a few times: the walk cost about 2 ms a time on the bundled target)."""
     hooks = [*nn_module._global_forward_hooks.values(), *nn_module._global_forward_pre_hooks.values()]
-    for m in model.modules():
-        hooks += [*m._forward_hooks.values(), *m._forward_pre_hooks.values()]
+    for m in modules(model):
+        if m._forward_hooks or m._forward_pre_hooks:
+            hooks += [*m._forward_hooks.values(), *m._forward_pre_hooks.values()]
     return "forward" in vars(model) or any(getattr(h, "__name__", "") != "output_capturing_hook" for h in hooks)
 
 
+def modules(model) -> list:
+    """model.modules() as a list, kept per model and walked again when any module's children were added, removed or
+    replaced."""
+    hit = _MODULES.get(model)
+    if hit is None or hit[0] != _shape(hit[1]):
+        found = list(model.modules())
+        hit = _MODULES[model] = (_shape(found), found)
+    return hit[1]
+
+
+def _shape(found: list) -> tuple:
+    return tuple(id(child) for m in found for child in m._modules.values())
+
+
 def linear(x: torch.Tensor, w_t: torch.Tensor, b: torch.Tensor | None, residual: torch.Tensor | None = None):
-    """residual + x @ W_t + b, the addends folded into the matmul (addmm); several rows on an fp32 CPU go through
-    oneDNN with the weight packed once (``packed_linear``: 0.5-0.7x MKL's GEMM there)."""
+    """residual + x @ W_t + b: in C over the weight packed once where ``native`` is built (fp32 on a CPU), else the
+    addends folded into the matmul (addmm), several rows through oneDNN's packed weights where this host timed that
+    faster (``packed_linear``)."""
+    if native.fits(x, w_t, b, residual):
+        return native.linear(x, w_t, b, residual)
     out = packed_linear.linear(x, w_t, b, residual)
     return out if out is not None else packed_linear.plain(x, w_t, b, residual)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """LlamaRMSNorm bit for bit (normalised in float32, cast back, then scaled) in 1-3 ops instead of 7."""
+    """LlamaRMSNorm bit for bit (normalised in float32, cast back, then scaled) in 1-3 ops instead of 7; rows of a
+    float32 matrix in C where ``native`` is built (the same arithmetic, summed in another order)."""
+    if x.dim() == 2 and weight.dim() == 1 and native.fits(x, weight):
+        return native.rms_norm(x, weight.contiguous(), eps)
     if x.dtype == torch.float32:
         return F.rms_norm(x, weight.shape, weight, eps)
     return F.rms_norm(x.float(), weight.shape, None, eps).to(x.dtype) * weight

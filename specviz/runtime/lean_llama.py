@@ -28,8 +28,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from . import packed_linear
-from .lean_common import linear, rms_norm, rope_, rope_tables, row_exact_attention  # noqa: F401 (rms_norm: part of this API)
+from . import native, packed_linear
+from .lean_common import linear, modules, rms_norm, rope_, rope_tables, row_exact_attention  # noqa: F401 (rms_norm: part of this API)
 from .lean_families import FAMILIES as LLAMA_LIKE  # noqa: F401 (part of this API)
 from .lean_families import Block, layer_weights, refusal
 from .pruned_head import PrunedHead, scatter
@@ -71,7 +71,7 @@ def lean_weights(model) -> Weights:
     source = getattr(model, "exit_of", None)
     if source is not None:
         return _exit_weights(model, source)
-    params = list(model.parameters())
+    params = [p for m in modules(model) for p in m._parameters.values() if p is not None]  # parameters(), walked once
     if any(p.is_inference() for p in params):
         return _relayout(model)
     fingerprint = tuple((p.data_ptr(), p._version, p.dtype) for p in params)
@@ -105,7 +105,8 @@ def _relayout(model) -> Weights:
     bias = head.bias.detach() if getattr(head, "bias", None) is not None else None
     w = Weights(model.model.embed_tokens.weight.detach(), tuple(blocks), model.model.norm.weight.detach(),
                 head.weight.detach().t().contiguous(), bias)
-    packed_linear.calibrate(matmuls(w.blocks) + [(w.head_t, w.head_b, False)])  # this host's faster several-row path
+    if not native.enabled():  # the C stack runs every row count where it is built
+        packed_linear.calibrate(matmuls(w.blocks) + [(w.head_t, w.head_b, False)])  # this host's faster path
     return w
 
 
@@ -132,6 +133,7 @@ class LeanLlama:
         self.length = self.capacity = 0
         self.features: torch.Tensor | None = None  # (capacity, d) normed last hidden states, once keep_features()
         self.features_from = 0
+        self._native: dict[tuple, bool] = {}  # ids of a stack's blocks -> whether it runs in C (``native``)
         self._reserve(FIRST_CAPACITY)
 
     def keep_features(self) -> None:
@@ -181,6 +183,11 @@ class LeanLlama:
         capacity, hd)), each writing its keys and values at those slots; the rows after the last block. The caches
         and this object's RoPE tables must hold start + n slots (``_reserve``); ``length`` is left as it is (an
         early exit writes into the target's first layers' cache this way, ahead of the target's verify pass)."""
+        stack = list(stack)
+        if self.runs_native(stack):
+            out = native.layers(x, start, stack, self.dims, self.cos, self.sin, positions, visible)
+            if out is not None:
+                return out
         n = x.shape[0]
         end = start + n
         at = slice(start, end) if positions is None else positions
@@ -197,6 +204,20 @@ class LeanLlama:
             gate_up = linear(rms_norm(x, blk.ln2, self.eps), blk.gu_t, blk.gu_b)  # (n, 2 I)
             x = linear(F.silu(gate_up[:, : self.inter]) * gate_up[:, self.inter:], blk.down_t, blk.down_b, residual=x)
         return x
+
+    def runs_native(self, stack) -> bool:
+        """Whether this stack of (Block, cache) pairs runs in C (``native``: float32 on the CPU, the library built)."""
+        if not native.enabled():
+            return False
+        key = tuple(id(blk) for blk, _ in stack)
+        if key not in self._native:
+            blocks = [blk for blk, _ in stack]
+            self._native[key] = native.supports_stack(blocks, self.kv.dtype, self.hd, self.cos.shape[-1]) and \
+                self.w.embed.dtype == torch.float32
+            if self._native[key] and not hasattr(self, "dims"):
+                self.dims = native.Dims(self.w.embed.shape[1], self.nh, self.nkv, self.hd, self.inter,
+                                        self.cos.shape[-1], self.eps, self.scale)
+        return self._native[key]
 
     def _attend(self, qkv: torch.Tensor, blk: Block, kv: torch.Tensor, start: int, mask, cos, sin) -> torch.Tensor:
         """Attention of n new positions given their q/k/v projections (n, (nh + 2 nkv) hd) over the cache's
@@ -224,12 +245,25 @@ class LeanLlama:
         if n <= self.capacity:
             return
         cap, embed = max(n, 2 * self.capacity, FIRST_CAPACITY), self.w.embed
-        kv = embed.new_zeros(len(self.w.blocks), 2 * self.nkv, cap, self.hd)
+        kv = embed.new_empty(len(self.w.blocks), 2 * self.nkv, cap, self.hd)  # a slot is written before it is read
         if self.capacity:
             kv[..., : self.length, :] = self.kv[..., : self.length, :]
         if self.features is not None:
             self.features = torch.cat([self.features, self.features.new_zeros(cap - self.capacity, self.features.shape[1])])
         self.kv, self.capacity = kv, cap
         self.cols = torch.arange(cap, device=embed.device)
-        with torch.inference_mode():
-            self.cos, self.sin = rope_tables(*self.rotary(embed, self.cols[None]))  # in the model's dtype
+        self.cos, self.sin = _rope(self.rotary, embed, self.cols)
+
+
+_ROPE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # rotary module -> {(capacity, dtype, device): tables}
+
+
+@torch.inference_mode()
+def _rope(rotary, like: torch.Tensor, cols: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``rope_tables`` of transformers' own RoPE at positions 0..capacity-1, in ``like``'s dtype, once per capacity
+    (every run of a model starts at the same capacity)."""
+    tables = _ROPE.setdefault(rotary, {})
+    key = (len(cols), like.dtype, like.device)
+    if key not in tables:
+        tables[key] = rope_tables(*rotary(like, cols[None]))
+    return tables[key]

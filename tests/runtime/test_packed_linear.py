@@ -1,15 +1,22 @@
 """The lean forward's several-row matmuls through oneDNN with packed weights (specviz.runtime.packed_linear): the same
 product as x @ W_t to fp32 rounding, one row and other dtypes left on the plain matmul, a bad pack refused, and
 fp32 speculative decoding (chain and tree, whose verify passes take this path) still equal to greedy decoding; and
-per model, the packed path kept only where this host timed it faster (or as SPECVIZ_PACKED forces)."""
+per model, the packed path kept only where this host timed it faster (or as SPECVIZ_PACKED forces). The lean forward
+runs on torch here (``native.disabled``): where the C stack is built, it takes these matmuls instead."""
 import pytest
 import torch
 
-from specviz.runtime import lean_llama, packed_linear
+from specviz.runtime import lean_llama, native, packed_linear
 from tests.helpers.models import assert_greedy_speculative_equals_autoregressive, perturbed
 from tests.runtime.test_lm_fast import gqa_llama
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch has no oneDNN")
+
+
+@pytest.fixture(autouse=True)
+def torch_layers():
+    with native.disabled():
+        yield
 
 
 def operands(rows, d_in, d_out, seed=0, bias=False):

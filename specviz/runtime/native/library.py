@@ -1,0 +1,132 @@
+"""The lean Llama forward's layer stack and matmuls in C (``stack.c``), compiled at first use with the machine's C
+compiler and loaded through ctypes; where no compiler is found (or ``SPECVIZ_NATIVE=0``) the lean forward stays on
+torch, with the reason in ``unavailable()``.
+
+Why: at the bundled sizes a torch pass is half per-operator overhead, and fp32 GEMMs of a few rows run far below
+memory speed. Here each weight is packed once into column panels and a whole pass of every layer is one call, on a
+team of ``torch.get_num_threads()`` OpenMP threads: a verify pass of k + 1 rows streams each weight once, as a one-row pass
+does (docs/LLAMACPP.md has the costs). The arithmetic is the lean forward's (transformers' Llama layer); only the
+order of float additions differs (logits within about 1e-5 of torch's).
+
+The library is built into ``SPECVIZ_NATIVE_CACHE`` (default ``~/.cache/specviz/native``) under a name hashed from
+the source, the compiler and its flags, in about a second: ``cc -O3 -march=native -fno-math-errno -shared -fPIC -fopenmp``. Its
+OpenMP runtime is the one torch loaded (``libgomp.so.1``, torch's own copy in a pip wheel: the dynamic linker
+reuses a library already loaded under that name), so torch's operators and these passes share one team of threads;
+with two runtimes, each one's idle threads spin on the cores the other's need (a verify pass of the bundled target
+went from 4 to 8-11 ms on 2 cores).
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+
+SOURCE = Path(__file__).with_name("stack.c")
+ENV, CACHE_ENV = "SPECVIZ_NATIVE", "SPECVIZ_NATIVE_CACHE"
+FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-shared", "-fPIC", "-fopenmp")
+MAX_HEAD_DIM = 512  # stack.c's rope keeps a head on the stack
+_state: dict = {}
+_lock = threading.Lock()
+
+
+class Dims(ctypes.Structure):
+    _fields_ = [("d", ctypes.c_int), ("nh", ctypes.c_int), ("nkv", ctypes.c_int), ("hd", ctypes.c_int),
+                ("inter", ctypes.c_int), ("rot", ctypes.c_int), ("eps", ctypes.c_float), ("scale", ctypes.c_float)]
+
+
+_LAYER_FIELDS = ("ln1", "qkv", "qkv_b", "o", "o_b", "ln2", "gate", "gate_b", "up", "up_b", "down", "down_b",
+                 "q_norm", "k_norm")
+
+
+class Layer(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_void_p) for name in _LAYER_FIELDS]
+
+
+def unavailable() -> str | None:
+    """None where the C stack is built and loaded (building it the first time), else why not, in words."""
+    lib()
+    return _state.get("why")
+
+
+def lib():
+    """The loaded library, or None (``unavailable`` says why)."""
+    if "lib" not in _state:
+        with _lock:
+            if "lib" not in _state:
+                _state["lib"], _state["why"] = _load()
+    return _state["lib"]
+
+
+def _load():
+    if os.environ.get(ENV, "").strip().lower() in ("0", "off", "no", "false"):
+        return None, f"{ENV}={os.environ[ENV]}: the lean forward runs on torch"
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if cc is None:
+        return None, "no C compiler (cc, gcc or clang) to build specviz/runtime/native/stack.c: the lean forward runs on torch"
+    try:
+        path = _build(cc)
+        so = ctypes.CDLL(str(path))
+    except (OSError, subprocess.SubprocessError) as e:
+        return None, f"specviz/runtime/native/stack.c did not build or load ({e}): the lean forward runs on torch"
+    p, i = ctypes.c_void_p, ctypes.c_int
+    so.sv_pack.argtypes = [p, i, i, p]
+    so.sv_linear.argtypes = [p, i, i, p, i, p, p, p, i]
+    so.sv_layers.argtypes = [ctypes.POINTER(Dims), p, p, i, p, i, i, i, p, p, p, p, i]
+    so.sv_rms_norm.argtypes = [p, i, i, p, ctypes.c_float, p]
+    so.sv_layers.restype = so.sv_panel_width.restype = i
+    return so, None
+
+
+def _build(cc: str) -> Path:
+    version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
+    key = hashlib.sha256(SOURCE.read_bytes() + " ".join(FLAGS).encode() + version.encode()).hexdigest()[:16]
+    folder = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "specviz" / "native")
+    path = folder / f"stack-{key}.so"
+    if path.exists():
+        return path
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=folder) as tmp:
+        out = Path(tmp) / path.name
+        done = subprocess.run([cc, *FLAGS, "-o", str(out), str(SOURCE), "-lm"], capture_output=True, text=True,
+                              timeout=300)
+        if done.returncode != 0:
+            raise OSError(f"{cc} failed: {done.stderr.strip()[-400:]}")
+        os.replace(out, path)  # atomic: a concurrent build leaves one whole file
+    return path
+
+
+def ptr(t: torch.Tensor | None) -> int | None:
+    """A tensor's data address for ctypes, None for None."""
+    return None if t is None else t.data_ptr()
+
+
+def fits(*tensors: torch.Tensor | None) -> bool:
+    """Whether these tensors can go through the C stack: float32 on the CPU, the library loaded and not switched
+    off (``disabled``)."""
+    return _on[0] and all(t is None or (t.dtype == torch.float32 and t.device.type == "cpu") for t in tensors) \
+        and lib() is not None
+
+
+_on = [True]
+
+
+@contextmanager
+def disabled():
+    """Within it, every lean forward runs on torch (a benchmark's or a test's other side)."""
+    before, _on[0] = _on[0], False
+    try:
+        yield
+    finally:
+        _on[0] = before
+
+
+def enabled() -> bool:
+    return _on[0] and lib() is not None

@@ -1,0 +1,44 @@
+"""The C stack's single operators: a weight packed into column panels once, a matmul over it, RMSNorm of rows."""
+from __future__ import annotations
+
+import weakref
+
+import torch
+
+from .library import lib, ptr
+
+# -- packed weights, one per weight tensor (held weakly: a model's weights live as long as it does) ----------------
+_PACKED: dict[int, tuple] = {}  # id(W_t) -> (weakref to W_t, packed panels)
+
+
+def packed(w_t: torch.Tensor) -> torch.Tensor:
+    """W_t (K, N) packed into column panels (sv_pack), once per weight tensor."""
+    hit = _PACKED.get(id(w_t))
+    if hit is None or hit[0]() is not w_t:
+        so, (k, n) = lib(), w_t.shape
+        width = so.sv_panel_width()
+        out = torch.empty(((n + width - 1) // width) * width * k)
+        so.sv_pack(ptr(w_t.contiguous()), k, n, out.data_ptr())
+        key = id(w_t)
+        hit = _PACKED[key] = (weakref.ref(w_t, lambda _, key=key: _PACKED.pop(key, None)), out)
+    return hit[1]
+
+
+def linear(x: torch.Tensor, w_t: torch.Tensor, b: torch.Tensor | None = None,
+           residual: torch.Tensor | None = None) -> torch.Tensor:
+    """residual + x @ W_t + b for x (M, K) in C over W_t's packed panels."""
+    so = lib()
+    x = x.contiguous()
+    out = torch.empty(x.shape[0], w_t.shape[1])
+    residual = None if residual is None else residual.contiguous()
+    so.sv_linear(x.data_ptr(), x.shape[0], x.shape[1], packed(w_t).data_ptr(), w_t.shape[1], ptr(b),
+                 ptr(residual), out.data_ptr(), torch.get_num_threads())
+    return out
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm of each row of x (n, d) in C (torch's F.rms_norm, one call instead of a dispatch per operator)."""
+    x = x.contiguous()
+    out = torch.empty_like(x)
+    lib().sv_rms_norm(x.data_ptr(), x.shape[0], x.shape[1], weight.data_ptr(), eps, out.data_ptr())
+    return out

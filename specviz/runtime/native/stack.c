@@ -1,0 +1,391 @@
+/* The lean Llama forward's layer stack and its matmuls in C: one call runs every layer of a pass over the rows it
+ * is given, on a team of OpenMP threads that meet at barriers between the steps of a layer.
+ *
+ * Why: at the bundled sizes (d 320, 24 layers, 1-7 rows a pass) torch spends about half a pass on per-operator
+ * overhead (some 480 small operators), and MKL's fp32 GEMM with a few rows is far from memory speed. Here every
+ * weight is packed once into panels of PW columns stored contiguously (a panel is K rows of PW floats), so a pass
+ * streams each weight once from memory whatever its row count, and up to MR rows share each loaded vector.
+ *
+ * The arithmetic is that of specviz.runtime.lean_llama (transformers' Llama layer): RMSNorm, q/k/v, optional
+ * per-head q/k norms (Qwen3), RoPE from the caller's tables (partial rotary where rot < hd), attention over the
+ * cache's visible slots, the output projection, SiLU(gate) * up, down; only the order of float additions differs.
+ * Written with GCC/Clang vector extensions (no intrinsics): compiled with -march=native they become AVX-512,
+ * AVX2 or NEON. Built at first use by specviz/runtime/native/__init__.py. */
+#define _GNU_SOURCE
+#include <math.h>
+#include <sched.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__AVX512F__)
+#define VL 16
+#elif defined(__AVX__)
+#define VL 8
+#else
+#define VL 4
+#endif
+#define PW (2 * VL) /* a packed panel's width in columns */
+#define MR 8        /* rows that share each loaded weight vector */
+#define MAXT 64
+#define MAX_HD 512 /* the longest head (keys, queries) a pass takes */
+
+typedef float vf __attribute__((vector_size(VL * sizeof(float)), aligned(sizeof(float))));
+typedef int32_t vi __attribute__((vector_size(VL * sizeof(float)), aligned(sizeof(float))));
+
+/* mask ? a : b lane by lane, for a mask from a comparison of vf (all bits set where true) */
+static inline vf vsel(vi mask, vf a, vf b) { return (vf)((mask & (vi)a) | (~mask & (vi)b)); }
+static inline vf vmax(vf a, vf b) { return vsel(a > b, a, b); }
+
+int sv_panel_width(void) { return PW; }
+
+/* W_t (K, N) row-major -> panels: panel p holds columns [p PW, p PW + PW) as K rows of PW floats (zero-padded). */
+void sv_pack(const float *w, int K, int N, float *out) {
+    int panels = (N + PW - 1) / PW;
+    for (int p = 0; p < panels; p++)
+        for (int k = 0; k < K; k++)
+            for (int c = 0; c < PW; c++) {
+                int col = p * PW + c;
+                out[((size_t)p * K + k) * PW + c] = col < N ? w[(size_t)k * N + col] : 0.0f;
+            }
+}
+
+/* y[r, cols of panel p] = res[r, .] + x[r, :] @ W[:, .] + b[.] for R rows (R <= MR, a constant where inlined). */
+static inline __attribute__((always_inline)) void tile(const int R, const float *x, int ldx, const float *panel,
+                                                       int K, int col0, int ncols, const float *b, const float *res,
+                                                       float *y, int ldy) {
+    vf acc[MR][2];
+    for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = (vf){0};
+    for (int k = 0; k < K; k++) {
+        vf w0 = *(const vf *)(panel + (size_t)k * PW), w1 = *(const vf *)(panel + (size_t)k * PW + VL);
+        for (int r = 0; r < R; r++) {
+            float xv = x[(size_t)r * ldx + k];
+            acc[r][0] += xv * w0;
+            acc[r][1] += xv * w1;
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        float out[PW];
+        memcpy(out, &acc[r][0], sizeof(vf));
+        memcpy(out + VL, &acc[r][1], sizeof(vf));
+        float *yr = y + (size_t)r * ldy + col0;
+        const float *rr = res ? res + (size_t)r * ldy + col0 : NULL;
+        for (int c = 0; c < ncols; c++) {
+            float v = out[c];
+            if (b) v += b[col0 + c];
+            if (rr) v += rr[c];
+            yr[c] = v;
+        }
+    }
+}
+
+/* Panels [p0, p1) of y (M, N) = res + x (M, K) @ W + b; res may be y itself (each element read, then written). */
+static void panels(const float *x, int M, int K, const float *wp, int N, const float *b, const float *res, float *y,
+                   int p0, int p1) {
+    for (int p = p0; p < p1; p++) {
+        const float *panel = wp + (size_t)p * K * PW;
+        int col0 = p * PW, ncols = N - col0 < PW ? N - col0 : PW;
+        for (int r0 = 0; r0 < M; r0 += MR) {
+            int R = M - r0 < MR ? M - r0 : MR;
+            const float *xr = x + (size_t)r0 * K;
+            const float *rr = res ? res + (size_t)r0 * N : NULL;
+            float *yr = y + (size_t)r0 * N;
+            switch (R) {
+            case 1: tile(1, xr, K, panel, K, col0, ncols, b, rr, yr, N); break;
+            case 2: tile(2, xr, K, panel, K, col0, ncols, b, rr, yr, N); break;
+            case 3: tile(3, xr, K, panel, K, col0, ncols, b, rr, yr, N); break;
+            case 4: tile(4, xr, K, panel, K, col0, ncols, b, rr, yr, N); break;
+            case 5: tile(5, xr, K, panel, K, col0, ncols, b, rr, yr, N); break;
+            case 6: tile(6, xr, K, panel, K, col0, ncols, b, rr, yr, N); break;
+            case 7: tile(7, xr, K, panel, K, col0, ncols, b, rr, yr, N); break;
+            default: tile(8, xr, K, panel, K, col0, ncols, b, rr, yr, N); break;
+            }
+        }
+    }
+}
+
+/* -- threads: OpenMP, built against the runtime torch itself loaded, so that torch's operators and these passes take
+ * turns on one pool of threads instead of two pools spinning against each other on the same cores ------------------ */
+typedef void (*job_fn)(void *ctx, int tid, int nt);
+
+static void barrier(int nt) {
+    if (nt > 1) {
+#pragma omp barrier
+    }
+}
+
+static int pin_mode = 1; /* 1: each worker thread on a core of its own (the calling thread stays free); 0: none */
+void sv_set_pin(int mode) { pin_mode = mode; }
+static _Thread_local int pinned = 0;
+static void pin(int tid) {
+    if (pinned || pin_mode == 0 || (pin_mode == 1 && tid == 0)) return;
+    pinned = 1;
+    cpu_set_t allowed, one;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
+    int seen = 0;
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &allowed) && seen++ == tid) {
+            CPU_ZERO(&one);
+            CPU_SET(c, &one);
+            sched_setaffinity(0, sizeof one, &one);
+            return;
+        }
+}
+
+static void run(job_fn fn, void *ctx, int nt) {
+    if (nt <= 1) { fn(ctx, 0, 1); return; }
+#pragma omp parallel num_threads(nt)
+    {
+        pin(omp_get_thread_num());
+        fn(ctx, omp_get_thread_num(), omp_get_num_threads());
+    }
+}
+
+static void share(int tid, int nt, int n, int *lo, int *hi) {
+    *lo = (int)((long)n * tid / nt);
+    *hi = (int)((long)n * (tid + 1) / nt);
+}
+
+/* -- one matmul, its panels shared among the threads ------------------------------------------------------------- */
+struct linear_job { const float *x, *wp, *b, *res; float *y; int M, K, N; };
+
+static void linear_job(void *ctx, int tid, int nt) {
+    struct linear_job *j = ctx;
+    int lo, hi;
+    share(tid, nt, (j->N + PW - 1) / PW, &lo, &hi);
+    panels(j->x, j->M, j->K, j->wp, j->N, j->b, j->res, j->y, lo, hi);
+}
+
+/* y (M, N) = res + x (M, K) @ W + b, W packed by sv_pack; b and res may be NULL. */
+void sv_linear(const float *x, int M, int K, const float *wp, int N, const float *b, const float *res, float *y,
+               int nt) {
+    struct linear_job j = {x, wp, b, res, y, M, K, N};
+    run(linear_job, &j, nt);
+}
+
+/* -- the layer stack ---------------------------------------------------------------------------------------------- */
+typedef struct {
+    const float *ln1, *qkv, *qkv_b, *o, *o_b, *ln2, *gate, *gate_b, *up, *up_b, *down, *down_b, *q_norm, *k_norm;
+} sv_layer; /* weights packed by sv_pack except the norms; any bias or q/k norm may be NULL */
+
+typedef struct {
+    int d, nh, nkv, hd, inter, rot; /* rot: rotary dims of each head (hd, or fewer: partial rotary) */
+    float eps, scale;
+} sv_dims;
+
+struct stack_job {
+    const sv_dims *m;
+    const sv_layer *const *layers;
+    float *const *kv; /* per layer (2 nkv, cap, hd): keys of each kv head, then values */
+    int nlayers, n, start, cap;
+    float *x;                    /* (n, d), in and out */
+    const float *cos, *sin;      /* (positions, rot): cos and signed sin by position */
+    const int64_t *positions;    /* (n,) each row's position, or NULL: start + row */
+    const uint8_t *visible;      /* (n, start + n) the slots each row attends to, or NULL: causal */
+    float *h[MAXT], *qkv, *attn, *act, *scores[MAXT];
+};
+
+/* e^x to within about 2 ulp (Cephes' expf: x = n ln2 + r with |r| <= ln2 / 2, a degree-6 polynomial in r, times
+ * 2^n), branch-free so that the loops calling it vectorize (libm's expf does not); 0 below -87.3, so exp(-inf) = 0. */
+static inline float vexp(float x) {
+    float n = rintf(x * 1.44269504088896341f);
+    float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    int32_t bits = ((int32_t)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return x < -87.3f ? 0.0f : (x > 88.7f ? INFINITY : p * scale);
+}
+
+static void rms_norm(const float *x, const float *w, int n, float eps, float *out) {
+    float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    float inv = 1.0f / sqrtf(ss / n + eps);
+    for (int i = 0; i < n; i++) out[i] = x[i] * inv * w[i];
+}
+
+/* out (n, d) = RMSNorm of each row of x (n, d) with weight w, as a pass's last norm before the LM head */
+void sv_rms_norm(const float *x, int n, int d, const float *w, float eps, float *out) {
+    for (int i = 0; i < n; i++) rms_norm(x + (size_t)i * d, w, d, eps, out + (size_t)i * d);
+}
+
+/* x cos + rotate_half(x) sin_signed over the first rot dims (in place), as lean_common.rope_ does. */
+static void rope(float *x, const float *cos, const float *sin, int rot) {
+    float t[MAX_HD];
+    int half = rot / 2;
+    for (int i = 0; i < rot; i++) t[i] = x[i];
+    for (int i = 0; i < rot; i++) x[i] = t[i] * cos[i] + t[(i + half) % rot] * sin[i];
+}
+
+/* Row i's new keys and values roped and written to the cache, its queries roped in place (heads split by thread). */
+static void prepare_heads(struct stack_job *j, const sv_layer *L, float *kv, int tid, int nt) {
+    const sv_dims *m = j->m;
+    int width = (m->nh + 2 * m->nkv) * m->hd, lo, hi;
+    share(tid, nt, j->n * (m->nh + m->nkv), &lo, &hi);
+    for (int t = lo; t < hi; t++) {
+        int i = t / (m->nh + m->nkv), head = t % (m->nh + m->nkv);
+        float *v = j->qkv + (size_t)i * width + (size_t)head * m->hd;
+        int64_t pos = j->positions ? j->positions[i] : j->start + i;
+        const float *nw = head < m->nh ? L->q_norm : L->k_norm;
+        if (nw) rms_norm(v, nw, m->hd, m->eps, v);
+        rope(v, j->cos + pos * m->rot, j->sin + pos * m->rot, m->rot);
+        if (head >= m->nh) { /* a key head g and its value head */
+            int g = head - m->nh, slot = j->start + i;
+            memcpy(kv + ((size_t)g * j->cap + slot) * m->hd, v, sizeof(float) * m->hd);
+            memcpy(kv + ((size_t)(m->nkv + g) * j->cap + slot) * m->hd, v + (size_t)m->nkv * m->hd,
+                   sizeof(float) * m->hd);
+        }
+    }
+}
+
+/* Attention of one block of up to VL (query head, row) pairs that share key/value head g, one pair per vector lane:
+ * the scores of a slot for every lane come from hd broadcasts of its key against the lanes' queries (no horizontal
+ * sums), the softmax runs lane-wise, and the values are summed the same way. S is scratch of (start + n) VL floats. */
+static void attend_block(struct stack_job *j, const float *kv, int g, int p0, int np, float *S) {
+    const sv_dims *m = j->m;
+    int hd = m->hd, group = m->nh / m->nkv, width = (m->nh + 2 * m->nkv) * hd, total = j->start + j->n;
+    const float *keys = kv + (size_t)g * j->cap * hd, *vals = kv + (size_t)(m->nkv + g) * j->cap * hd;
+    float qt[MAX_HD * VL], last[VL], top[VL], sum[VL];
+    int lastmax = 0;
+    for (int lane = 0; lane < VL; lane++) { /* lane -> pair p0 + lane: row (p / group), head g group + p % group */
+        int p = p0 + lane, i = p / group, head = g * group + p % group;
+        const float *q = j->qkv + (size_t)i * width + (size_t)head * hd;
+        for (int e = 0; e < hd; e++) qt[e * VL + lane] = lane < np ? q[e] * m->scale : 0.0f;
+        int seen_last = lane >= np ? -1 : j->visible ? total - 1 : j->start + i;
+        last[lane] = (float)seen_last;
+        lastmax = seen_last > lastmax ? seen_last : lastmax;
+    }
+    vf lastv = *(const vf *)last, slotv, neg = (vf){0} - INFINITY, topv = neg;
+    for (int slot = 0; slot <= lastmax; slot++) {
+        const float *k = keys + (size_t)slot * hd;
+        vf acc = (vf){0};
+        for (int e = 0; e < hd; e++) acc += k[e] * *(const vf *)(qt + e * VL);
+        slotv = (vf){0} + (float)slot;
+        acc = vsel(slotv > lastv, neg, acc); /* past a lane's row (causal) or an unused lane */
+        *(vf *)(S + (size_t)slot * VL) = acc;
+        topv = vmax(acc, topv);
+    }
+    if (j->visible) /* a token tree: each row sees its own slots */
+        for (int lane = 0; lane < np; lane++) {
+            const uint8_t *seen = j->visible + (size_t)((p0 + lane) / group) * total;
+            for (int slot = 0; slot <= lastmax; slot++)
+                if (!seen[slot]) S[(size_t)slot * VL + lane] = -INFINITY;
+        }
+    if (j->visible) {
+        topv = neg;
+        for (int slot = 0; slot <= lastmax; slot++) {
+            vf v = *(const vf *)(S + (size_t)slot * VL);
+            topv = vmax(v, topv);
+        }
+    }
+    memcpy(top, &topv, sizeof top);
+    for (int lane = 0; lane < VL; lane++) sum[lane] = 0.0f;
+    for (int slot = 0; slot <= lastmax; slot++) {
+        float *row = S + (size_t)slot * VL;
+#pragma omp simd
+        for (int lane = 0; lane < VL; lane++) {
+            row[lane] = vexp(row[lane] - top[lane]); /* a slot a lane does not see: exp(-inf) = 0 */
+            sum[lane] += row[lane];
+        }
+    }
+    for (int e0 = 0; e0 < hd; e0 += 8) { /* the values, eight dimensions at a time */
+        int ec = hd - e0 < 8 ? hd - e0 : 8;
+        vf acc[8] = {0};
+        for (int slot = 0; slot <= lastmax; slot++) {
+            vf pr = *(const vf *)(S + (size_t)slot * VL);
+            const float *v = vals + (size_t)slot * hd + e0;
+            if (ec == 8)
+                for (int c = 0; c < 8; c++) acc[c] += v[c] * pr;
+            else
+                for (int c = 0; c < ec; c++) acc[c] += v[c] * pr;
+        }
+        for (int c = 0; c < ec; c++) {
+            float out[VL];
+            memcpy(out, &acc[c], sizeof out);
+            for (int lane = 0; lane < np; lane++) {
+                int p = p0 + lane, i = p / group, head = g * group + p % group;
+                j->attn[(size_t)i * m->nh * hd + (size_t)head * hd + e0 + c] = out[lane] / sum[lane];
+            }
+        }
+    }
+}
+
+/* Every (row, query head)'s attention over the slots it sees, softmax(q k / sqrt(hd)) v, in blocks of VL pairs that
+ * share a key/value head, the blocks split among the threads. */
+static void attend(struct stack_job *j, const float *kv, int tid, int nt) {
+    const sv_dims *m = j->m;
+    int pairs = j->n * (m->nh / m->nkv), per = (pairs + VL - 1) / VL, lo, hi;
+    share(tid, nt, m->nkv * per, &lo, &hi);
+    for (int t = lo; t < hi; t++) {
+        int g = t / per, p0 = (t % per) * VL;
+        attend_block(j, kv, g, p0, pairs - p0 < VL ? pairs - p0 : VL, j->scores[tid]);
+    }
+}
+
+static void stack_job(void *ctx, int tid, int nt) {
+    struct stack_job *j = ctx;
+    const sv_dims *m = j->m;
+    int n = j->n, d = m->d, I = m->inter, width = (m->nh + 2 * m->nkv) * m->hd, lo, hi;
+    float *h = j->h[tid];
+    for (int l = 0; l < j->nlayers; l++) {
+        const sv_layer *L = j->layers[l];
+        for (int i = 0; i < n; i++) rms_norm(j->x + (size_t)i * d, L->ln1, d, m->eps, h + (size_t)i * d);
+        share(tid, nt, (width + PW - 1) / PW, &lo, &hi);
+        panels(h, n, d, L->qkv, width, L->qkv_b, NULL, j->qkv, lo, hi);
+        barrier(nt);
+        prepare_heads(j, L, j->kv[l], tid, nt);
+        barrier(nt);
+        attend(j, j->kv[l], tid, nt);
+        barrier(nt);
+        share(tid, nt, (d + PW - 1) / PW, &lo, &hi);
+        panels(j->attn, n, m->nh * m->hd, L->o, d, L->o_b, j->x, j->x, lo, hi);
+        barrier(nt);
+        for (int i = 0; i < n; i++) rms_norm(j->x + (size_t)i * d, L->ln2, d, m->eps, h + (size_t)i * d);
+        share(tid, nt, (I + PW - 1) / PW, &lo, &hi); /* gate and up panel by panel: SiLU(gate) * up in place */
+        panels(h, n, d, L->gate, I, L->gate_b, NULL, j->act, lo, hi);
+        panels(h, n, d, L->up, I, L->up_b, NULL, j->act + (size_t)n * I, lo, hi);
+        for (int i = 0; i < n; i++) {
+            float *g = j->act + (size_t)i * I, *u = j->act + (size_t)(n + i) * I;
+            int c1 = hi * PW < I ? hi * PW : I;
+#pragma omp simd
+            for (int c = lo * PW; c < c1; c++) g[c] = g[c] / (1.0f + vexp(-g[c])) * u[c];
+        }
+        barrier(nt);
+        share(tid, nt, (d + PW - 1) / PW, &lo, &hi);
+        panels(j->act, n, I, L->down, d, L->down_b, j->x, j->x, lo, hi);
+        barrier(nt);
+    }
+}
+
+/* Rows x (n, d) at cache slots start..start+n-1 through the layers, each writing its keys and values there.
+ * Returns 0, or -1 where scratch memory could not be had. */
+int sv_layers(const sv_dims *m, const sv_layer *const *layers, float *const *kv, int nlayers, float *x, int n,
+              int start, int cap, const float *cos, const float *sin, const int64_t *positions,
+              const uint8_t *visible, int nt) {
+    struct stack_job j = {m, layers, kv, nlayers, n, start, cap, x, cos, sin, positions, visible};
+    int width = (m->nh + 2 * m->nkv) * m->hd, total = start + n;
+    size_t floats = (size_t)n * width + (size_t)n * m->nh * m->hd + 2 * (size_t)n * m->inter;
+    size_t per_thread = (size_t)n * m->d + (size_t)total * VL;
+    if (nt < 1) nt = 1;
+    if (nt > MAXT) nt = MAXT;
+    float *buf = malloc(sizeof(float) * (floats + nt * per_thread));
+    if (!buf) return -1;
+    j.qkv = buf;
+    j.attn = j.qkv + (size_t)n * width;
+    j.act = j.attn + (size_t)n * m->nh * m->hd;
+    for (int t = 0; t < nt; t++) {
+        j.h[t] = buf + floats + t * per_thread;
+        j.scores[t] = j.h[t] + (size_t)n * m->d;
+    }
+    run(stack_job, &j, nt);
+    free(buf);
+    return 0;
+}

@@ -1,0 +1,60 @@
+"""A lean Llama layer stack run by ``stack.c``'s sv_layers: the blocks' weights packed once (``Layer`` structs held
+per block), every layer of a pass in one call."""
+from __future__ import annotations
+
+import ctypes
+import weakref
+
+import torch
+
+from .library import MAX_HEAD_DIM, Dims, Layer, fits, lib, ptr
+from .ops import packed
+
+_LAYERS: dict[int, tuple] = {}  # id(Block) -> (weakref to it, its Layer struct, the packed tensors it points into)
+
+
+def _layer(blk, inter: int) -> Layer:
+    hit = _LAYERS.get(id(blk))
+    if hit is None or hit[0]() is not blk:
+        gate_t, up_t = blk.gu_t[:, :inter].contiguous(), blk.gu_t[:, inter:].contiguous()
+        gate_b, up_b = (None, None) if blk.gu_b is None else (blk.gu_b[:inter].contiguous(), blk.gu_b[inter:].contiguous())
+        keep = [packed(blk.qkv_t), packed(blk.o_t), packed(gate_t), packed(up_t), packed(blk.down_t),
+                gate_t, up_t, gate_b, up_b]
+        s = Layer(ptr(blk.ln1), ptr(keep[0]), ptr(blk.qkv_b), ptr(keep[1]), ptr(blk.o_b), ptr(blk.ln2),
+                  ptr(keep[2]), ptr(gate_b), ptr(keep[3]), ptr(up_b), ptr(keep[4]), ptr(blk.down_b),
+                  ptr(blk.q_norm), ptr(blk.k_norm))
+        key = id(blk)
+        hit = _LAYERS[key] = (weakref.ref(blk, lambda _, key=key: _LAYERS.pop(key, None)), s, keep)
+    return hit[1]
+
+
+def supports_stack(blocks, kv_dtype: torch.dtype, hd: int, rot: int) -> bool:
+    """Whether these blocks (``lean_families.Block``) and their cache can run in C here."""
+    if kv_dtype != torch.float32 or hd > MAX_HEAD_DIM or rot % 2 or not blocks:
+        return False
+    return all((b.q_norm is None) == (b.k_norm is None) and fits(b.ln1, b.qkv_t, b.qkv_b, b.o_t, b.o_b, b.gu_t, b.gu_b,
+                                                                 b.down_t, b.down_b, b.q_norm, b.k_norm)
+               for b in blocks)
+
+
+def layers(x: torch.Tensor, start: int, stack: list, dims: Dims, cos: torch.Tensor, sin: torch.Tensor,
+           positions: torch.Tensor | None = None, visible: torch.Tensor | None = None) -> torch.Tensor:
+    """Rows x (n, d) at cache slots start..start+n-1 through ``stack``, pairs (Block, its cache (2 nkv, capacity,
+    hd), float32, contiguous), each writing its keys and values there; cos and sin (positions, rot) by position
+    (``lean_common.rope_tables``); positions (n,) and visible (n, start + n) as ``LeanLlama.layers`` takes them.
+    Returns the rows after the last block, or None where the caches are not all float32, contiguous and of one
+    capacity (the caller then runs torch's layers)."""
+    cap = stack[0][1].shape[1]
+    if any(kv.shape[1] != cap or kv.dtype != torch.float32 or not kv.is_contiguous() for _, kv in stack):
+        return None
+    so = lib()
+    x = x.contiguous().clone()
+    n, count = x.shape[0], len(stack)
+    structs = (ctypes.c_void_p * count)(*[ctypes.addressof(_layer(blk, dims.inter)) for blk, _ in stack])
+    caches = (ctypes.c_void_p * count)(*[kv.data_ptr() for _, kv in stack])
+    pos = None if positions is None else positions.to(torch.int64).contiguous()
+    vis = None if visible is None else visible.to(torch.uint8).contiguous()
+    if so.sv_layers(ctypes.byref(dims), structs, caches, count, x.data_ptr(), n, start, cap, cos.data_ptr(),
+                    sin.data_ptr(), ptr(pos), ptr(vis), torch.get_num_threads()) != 0:
+        raise MemoryError("the native layer stack could not allocate its scratch memory")
+    return x
