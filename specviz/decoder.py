@@ -52,7 +52,7 @@ class Decoding:
         self.committed = list(prompt)
         names = run_names(target, self.drafter, target_name, draft_name)
         self.trace = Trace.start(prompt, cfg, *names, eos_ids(target))
-        self.trace.forward = self.target.path
+        self.trace.forward = self.target.forward_name
         self._clock = Stopwatch(self.target.device)
         self.tree_value = AcceptanceEstimate() if cfg.tree is not None and cfg.tree.dynamic else None
         self.sibling_value = _sibling_estimate(shared, cfg)

@@ -160,7 +160,8 @@ class Trace:
     stop_reason: str = ""  # "eos", "length", "budget" (a server stopped it at its time budget) or "" while running
     token_text: dict[int, str] = field(default_factory=dict)  # id -> text, for replay without a tokenizer
     token_bytes: dict[int, str] = field(default_factory=dict)  # id -> its bytes in hex (part of a character, maybe)
-    forward: str = ""  # the target's forward path (runtime.lm.PATHS: "lean", "dynamic", "llamacpp", ...); "": not said
+    forward: str = ""  # the target's forward (runtime.lm.PATHS: "lean", "dynamic", "llamacpp", ...; "lean-c": the lean
+    # forward's layers in C); "": not said
 
     @classmethod
     def start(cls, prompt_ids: list[int], config: DecodeConfig, target_name: str, draft_name: str | None,

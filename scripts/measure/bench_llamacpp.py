@@ -14,7 +14,9 @@ specviz.labs.bench's "all"), interleaved prompt by prompt and repeat by repeat i
   lc-spec-kK       llama-server with `lite` as draft (--spec-type draft-simple --spec-draft-n-max K), one server a K
   lc-NGRAM-k6      llama-server with a model-free draft (--spec-type NGRAM: ngram-simple, ngram-cache; --lc-ngram)
   lc-lite+NGRAM-k6 both (--spec-type draft-simple,NGRAM with `lite`): the best llama.cpp can run is the fastest lc-*
-  ours-ar          specviz.autoregressive_generate (the lean forward path: the decoder's default)
+  ours-ar          specviz.autoregressive_generate (the lean forward path, the decoder's default: its layer stack in C
+                   where specviz.runtime.native builds, as here; else torch)
+  torch-ar         the same on the lean forward's torch layers (specviz.runtime.native.disabled)
   ours-default-kK specviz.speculative_generate with specviz.models.DEFAULT_DRAFT at the default k: the library's
                    (DecodeConfig().k, 4) and the explorer's (specviz.config.DEFAULTS.k, 6), and at 12 (its best
                    greedy chain on the torch forward, docs/TREES.md); --default-ks
@@ -39,6 +41,7 @@ position, over its drafts), specviz's on the same prompts, and specviz's with it
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import statistics
@@ -105,6 +108,27 @@ def fmt_pos(values) -> str:
     return " ".join(f"{v:.3f}" for v in values)
 
 
+def floors(rows: dict, best: str, fastest: str, dks: list[str]) -> None:
+    """The engine-grade floors, each by medians and by totals: specviz's autoregressive decode at least 0.8x
+    llama.cpp's; the default draft above llama.cpp's best speculative setting; the default draft at least 2.0x (greedy)
+    and 1.8x (T = 0.8) the fastest autoregressive baseline."""
+    def both(a: str, b: str) -> tuple[float, float]:
+        return rows[a].median / rows[b].median, rows[a].tok_s / rows[b].tok_s
+
+    dk = "default-k6" if "default-k6" in dks else dks[0]
+    checks = [("specviz AR / llama.cpp AR", both("ours-ar", "lc-ar"), 0.8, True),
+              (f"ours-{dk} / llama.cpp's best ({best})", both(f"ours-{dk}", best), 1.0, False),
+              (f"ours-{dk} / {fastest}", both(f"ours-{dk}", fastest), 2.0, True)]
+    for name in rows:
+        if name.startswith(f"ours-{dk}-t"):
+            checks.append((f"{name} / {fastest}", both(name, fastest), 1.8, True))
+    print("floors (medians, totals):")
+    for what, (med, tot), floor, at_least in checks:
+        met = min(med, tot) >= floor if at_least else min(med, tot) > floor
+        print(f"  {what:<58}{med:6.2f}x {tot:6.2f}x  floor {'>=' if at_least else '>'} {floor}: "
+              f"{'met' if met else 'MISSED'}")
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=5)
@@ -130,7 +154,7 @@ def main(argv=None) -> None:
     from specviz import autoregressive_generate, speculative_generate
     from specviz.config import DEFAULTS, EXAMPLE_PROMPTS, HELDOUT_PROMPTS, DecodeConfig
     from specviz.models import DEFAULT_DRAFT, DEFAULT_TARGET, drafter_for, load_model
-    from specviz.runtime import lean_llama, llamacpp, lm, packed_linear
+    from specviz.runtime import lean_llama, llamacpp, lm, native, packed_linear
 
     os.environ.setdefault("LLAMA_CPP_LIB_PATH", str(args.llama_cpp / "build" / "bin"))  # the servers' own libllama
     torch.set_num_threads(args.threads)
@@ -176,12 +200,12 @@ def main(argv=None) -> None:
                 (t.get("draft_n", 0), t.get("draft_n_accepted", 0))
         return run
 
-    def ours(draft, k, forward="auto", temperature=0.0):
+    def ours(draft, k, forward="auto", temperature=0.0, torch_layers=False):
         cfg = DecodeConfig(k=k, temperature=temperature, max_new_tokens=n, record=False)
 
         def run(ids):
             t0 = time.perf_counter()
-            with torch.inference_mode():
+            with torch.inference_mode(), (native.disabled() if torch_layers else contextlib.nullcontext()):
                 tr = lm.on_path(forward, autoregressive_generate, target, ids, cfg) if draft is None else \
                     lm.on_path(forward, speculative_generate, target, draft, ids, cfg)
             s = time.perf_counter() - t0
@@ -190,6 +214,7 @@ def main(argv=None) -> None:
         return run
 
     fns = {name: lc(name) for name in servers}
+    fns["torch-ar"] = ours(None, k_default, torch_layers=True)
     sampled: set[str] = set()  # rows at T > 0: not compared with the greedy text
     for temp in [0.0] + [t for t in args.temperatures if t]:
         tag = "" if temp == 0 else f"-t{temp:g}"
@@ -203,13 +228,14 @@ def main(argv=None) -> None:
     try:
         for fn in fns.values():  # warm-up: first calls allocate
             fn(prompts[0])
-        # the lean forward's several-row path, timed again now that the servers are up and idle (it was first timed
-        # when the target's layers were laid out, while they were starting)
+        # the lean forward's torch layers' several-row path (torch-ar's), timed again now that the servers are up and
+        # idle (it was first timed when the target's layers were laid out, while they were starting)
         w = lean_llama.lean_weights(target)
         path = packed_linear.calibrate(lean_llama.matmuls(w.blocks) + [(w.head_t, w.head_b, False)])
         timed = ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in packed_linear._state.get("timed", {}).items())
-        print(f"the target's several-row matmuls: {path} (its {packed_linear.CALIBRATE_ROWS}-row matmuls, fastest of "
-              f"{packed_linear.CALIBRATE_REPEATS}: {timed or 'not timed'})", flush=True)
+        stack = "in C (specviz.runtime.native)" if native.enabled() else f"on torch: {native.unavailable()}"
+        print(f"ours-*: the lean forward's layer stack {stack}; torch-ar's several-row matmuls: {path} "
+              f"(7-row matmuls, fastest of {packed_linear.CALIBRATE_REPEATS}: {timed or 'not timed'})", flush=True)
         before = {name: spec_counts(metrics(servers[name][0])) for name in servers if name != "lc-ar"}
         t_start = time.perf_counter()
         names = list(fns)
@@ -259,24 +285,26 @@ def main(argv=None) -> None:
 
     print("ratios:")
     dks = [f"default-k{k}" for k in default_ks]
-    ratio("ours-ar", "lc-ar", "specviz AR (torch) / llama.cpp AR")
+    ratio("ours-ar", "lc-ar", "specviz AR (lean, C) / llama.cpp AR")
+    ratio("torch-ar", "lc-ar", "specviz AR (lean, torch) / llama.cpp AR")
     ratio("lcfwd-ar", "lc-ar", "specviz AR (llama.cpp forward) / llama.cpp AR")
     best = max((nm for nm in servers if nm != "lc-ar"), key=lambda nm: rows[nm].median)
-    for pre, what in (("ours", "torch"), ("lcfwd", "llama.cpp forward")):
+    for pre, what in (("ours", "lean"), ("lcfwd", "llama.cpp forward")):
         ratio(f"{pre}-lite-k6", "lc-spec-k6", f"specviz spec lite k6 ({what}) / llama.cpp spec lite k6")
         for dk in dks:
             ratio(f"{pre}-{dk}", best, f"specviz {dk} ({what}) / llama.cpp's best ({best})")
     for name in servers:
         if name != "lc-ar":
             ratio(name, "lc-ar", f"{name} / lc-ar")
-    fastest = max(("ours-ar", "lcfwd-ar"), key=lambda nm: rows[nm].median)
-    print(f"speedups over the fastest specviz baseline ({fastest}: "
-          f"{'the llama.cpp forward' if fastest == 'lcfwd-ar' else 'the torch forward'}):")
+    bases = [nm for nm in rows if nm.endswith("-ar") or "-ar-t" in nm]  # every autoregressive row, greedy or sampled
+    fastest = max(bases, key=lambda nm: rows[nm].median)
+    print(f"speedups over the fastest autoregressive baseline of this run, greedy or sampled ({fastest}, "
+          f"{rows[fastest].median:.1f} tok/s by medians; {', '.join(f'{nm} {rows[nm].median:.1f}' for nm in bases)}):")
     for temp_tag in [""] + sorted({"-t" + nm.rsplit("-t", 1)[1] for nm in sampled}):
-        base = fastest + temp_tag
         for pre in ("ours", "lcfwd"):
             for what in ("lite-k6", *dks):
-                ratio(f"{pre}-{what}{temp_tag}", base, f"{pre}-{what}{temp_tag} / {base}")
+                ratio(f"{pre}-{what}{temp_tag}", fastest, f"{pre}-{what}{temp_tag} / {fastest}")
+    floors(rows, best, fastest, dks)
 
     # per-position acceptance at greedy, lite, k = 6
     b, a = before["lc-spec-k6"], after["lc-spec-k6"]

@@ -195,7 +195,7 @@ class FeatureDrafter(Drafter):
             for i in range(fed, len(drafted)):
                 h = self._run(drafted[i: i + 1], last + 1 + i, h[-1:])
             fed = len(drafted)
-            return self.lm.logits(h[-1:])[-1]
+            return self.last_logits
 
         return next_logits
 
@@ -227,7 +227,7 @@ class FeatureDrafter(Drafter):
         """The draft's logits after committed (its entries caught up), the tree's root; (V,)."""
         self.tree_h = {ROOT: self._catch_up(committed)[0]}  # node -> the draft's h there
         self.tree_at, self.fed, self.fed_parents = len(committed), {}, []  # nodes' slots: tree_at + fed index
-        return self.lm.logits(self.tree_h[ROOT][None])[-1]
+        return self.last_logits
 
     @torch.inference_mode()
     def tree_logits(self, nodes, tokens, parents) -> torch.Tensor:
@@ -244,23 +244,25 @@ class FeatureDrafter(Drafter):
         features = torch.stack([self.tree_h[parent] for parent in parents])
         e = F.embedding(torch.tensor(tokens, device=self.device), lm.w.embed)
         x = linear(torch.cat([features.to(e.dtype), e], dim=-1), self.fc_t, None)
-        h = rms_norm(lm.layers(x, start, zip(lm.w.blocks, lm.kv), positions, visible), lm.w.norm, lm.eps)
+        h, logits = lm.through_head(x, start, zip(lm.w.blocks, lm.kv), positions, visible)
         lm.length = start + len(nodes)  # a later _reserve keeps the tree's entries
         self.tree_h.update(zip(nodes, h))
-        return lm.logits(h)
+        return logits
 
     # tree_end: nothing to keep. The next round feeds the accepted path again from the target's features.
 
     @torch.inference_mode()
     def _run(self, tokens: list[int], start: int, features: torch.Tensor) -> torch.Tensor:
-        """Entries for tokens at positions start.. with the features of the positions before each: their h (n, d)."""
+        """Entries for tokens at positions start.. with the features of the positions before each: their h (n, d);
+        ``last_logits``, the draft's logits after the last of them (V,)."""
         lm = self.lm
         lm.length = start
         lm._reserve(start + len(tokens))
         e = F.embedding(torch.tensor(tokens, device=self.device), lm.w.embed)
         x = linear(torch.cat([features.to(e.dtype), e], dim=-1), self.fc_t, None)
-        x = lm.layers(x, start, zip(lm.w.blocks, lm.kv))
+        h, logits = lm.through_head(x, start, zip(lm.w.blocks, lm.kv), first=len(tokens) - 1)
+        self.last_logits = logits[-1]
         lm.length = start + len(tokens)
         del self.ids[start:]
         self.ids += tokens
-        return rms_norm(x, lm.w.norm, lm.eps)
+        return h

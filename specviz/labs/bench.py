@@ -91,7 +91,7 @@ def methods(target, draft, cfg: DecodeConfig, plain_too: bool = False) -> dict:
         "ours-norecord": lambda ids, seed: speculative_generate(target, draft, ids, replace(cfg, seed=seed, record=False)),
         "hf-plain": hf({}),
     }
-    other = "auto" if lm.DEFAULT_PATH == "llamacpp" else lm.baseline_path(target)  # the other one-row forward
+    other = "auto" if lm.DEFAULT_PATH == "llamacpp" else "llamacpp" if llamacpp.supports(target) is None else None
     if other:
         fns[f"ours-ar-{'torch' if other == 'auto' else other}"] = lambda ids, seed: lm.on_path(
             other, autoregressive_generate, target, ids, replace(cfg, seed=seed))

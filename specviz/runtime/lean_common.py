@@ -4,6 +4,7 @@ precision, and the check that nobody instruments a model's forward."""
 from __future__ import annotations
 
 import weakref
+from itertools import chain
 
 import torch
 import torch.nn.functional as F
@@ -11,7 +12,7 @@ from torch.nn.modules import module as nn_module
 
 from . import native, packed_linear
 
-_MODULES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> (its modules' children, the modules)
+_MODULES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> (its modules' children, its modules)
 
 
 def instrumented(model) -> bool:
@@ -27,17 +28,17 @@ def instrumented(model) -> bool:
 
 
 def modules(model) -> list:
-    """model.modules() as a list, kept per model and walked again when any module's children were added, removed or
-    replaced."""
+    """model.modules() as a list, kept per model (without the model itself, which the cache must not hold) and walked
+    again when any module's children were added, removed or replaced."""
     hit = _MODULES.get(model)
-    if hit is None or hit[0] != _shape(hit[1]):
-        found = list(model.modules())
-        hit = _MODULES[model] = (_shape(found), found)
-    return hit[1]
+    if hit is None or hit[0] != _children([model, *hit[1]]):
+        rest = list(model.modules())[1:]
+        hit = _MODULES[model] = (_children([model, *rest]), rest)
+    return [model, *hit[1]]
 
 
-def _shape(found: list) -> tuple:
-    return tuple(id(child) for m in found for child in m._modules.values())
+def _children(found: list) -> list:
+    return list(chain.from_iterable(m._modules.values() for m in found))  # compared by identity
 
 
 def linear(x: torch.Tensor, w_t: torch.Tensor, b: torch.Tensor | None, residual: torch.Tensor | None = None):

@@ -166,16 +166,31 @@ class LeanLlama:
         (its depth below the prefix) and ``visible`` (n, length + n), the slots each node attends to."""
         start, end = self.length, self.length + ids.shape[-1]
         self._reserve(end)
-        x = self.layers(F.embedding(ids, self.w.embed), start, zip(self.w.blocks, self.kv), positions, visible)
+        h, logits = self.through_head(F.embedding(ids, self.w.embed), start, zip(self.w.blocks, self.kv), positions,
+                                      visible)
         self.length = end
-        h = rms_norm(x, self.w.norm, self.eps)
         if self.features is not None:  # a feature draft reads them (specviz.drafts.eagle)
             self.features[start:end] = h
-        return self.logits(h)
+        return logits
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         """The LM head over normed hidden states h (n, d): (n, V)."""
         return head_logits(self.w, h)
+
+    def through_head(self, x: torch.Tensor, start: int, stack, positions: torch.Tensor | None = None,
+                     visible: torch.Tensor | None = None, first: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """``layers``, then the final norm and the LM head: (every row normed (n, d), the logits of rows first..n-1).
+        In C, all of it is one call."""
+        stack = list(stack)
+        if self.runs_native(stack):
+            w = self.w
+            out = native.layers(x, start, stack, self.dims, self.cos, self.sin, positions, visible,
+                                (w.norm, w.head_t, w.head_b, first))
+            if out is not None:
+                h, logits = out
+                return h, (logits if w.head_ids is None else scatter(logits, w.head_ids, w.vocab))
+        h = rms_norm(self.layers(x, start, stack, positions, visible), self.w.norm, self.eps)
+        return h, self.logits(h[first:])
 
     def layers(self, x: torch.Tensor, start: int, stack, positions: torch.Tensor | None = None,
                visible: torch.Tensor | None = None) -> torch.Tensor:
@@ -204,6 +219,10 @@ class LeanLlama:
             gate_up = linear(rms_norm(x, blk.ln2, self.eps), blk.gu_t, blk.gu_b)  # (n, 2 I)
             x = linear(F.silu(gate_up[:, : self.inter]) * gate_up[:, self.inter:], blk.down_t, blk.down_b, residual=x)
         return x
+
+    def in_c(self) -> bool:
+        """Whether this model's own layers run in C (``native``)."""
+        return self.runs_native(list(zip(self.w.blocks, self.kv)))
 
     def runs_native(self, stack) -> bool:
         """Whether this stack of (Block, cache) pairs runs in C (``native``: float32 on the CPU, the library built)."""

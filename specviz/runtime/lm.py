@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import os
 import time
+import weakref
 from contextlib import contextmanager
 
 import torch
@@ -54,6 +55,12 @@ class CachedLM:
         self._synced = 0  # ids[:_synced] are known to match the committed sequence
         self._cache_kw = cache_kwarg(model)
         self.cache = make_cache(model, self.path, self._cache_kw)  # forward(ids), crop(keep), get_seq_length()
+
+    @property
+    def forward_name(self) -> str:
+        """The forward as a trace records it: ``path``, or "lean-c" where the lean forward's layers run in C."""
+        in_c = self.path == "lean" and isinstance(self.cache, lean_llama.LeanLlama) and self.cache.in_c()
+        return "lean-c" if in_c else self.path
 
     @property
     def vocab_size(self) -> int:
@@ -164,17 +171,44 @@ BASELINE_ENV = "SPECVIZ_BASELINE"  # "fastest" (default): the baseline's forward
 
 
 def baseline_path(model) -> str | None:
-    """The forward an autoregressive baseline runs on: one row a pass, where llama.cpp's forward is the fastest on
-    a CPU (specviz's lean torch forward: 0.47-0.48x of it on the bundled target, docs/LLAMACPP.md), so "llamacpp"
-    wherever it can run ``model`` on the CPU, else None (the default path, as CachedLM picks it).
-    SPECVIZ_BASELINE=same keeps the default (a baseline on the run's own forward: the same kernels, so greedy text
-    compares token for token)."""
+    """The forward an autoregressive baseline runs on: one row a pass, on the fastest forward here. Where
+    llama.cpp's forward can run ``model`` on the CPU, both it and the default path (the lean forward, its layers in C
+    where ``native`` builds) are timed on a few one-row passes, once per model, thread count and default, and the
+    faster is taken: None (the default path, as CachedLM picks it) or the other one ("llamacpp"; "auto" where
+    llama.cpp's is the default). SPECVIZ_BASELINE=same keeps the default (a
+    baseline on the run's own forward: the same kernels, so greedy text compares token for token)."""
     choice = os.environ.get(BASELINE_ENV) or "fastest"
     if choice not in ("fastest", "same"):
         raise ValueError(f"{BASELINE_ENV} must be 'fastest' or 'same', got {choice!r}")
-    if choice == "fastest" and model_device(model).type == "cpu" and llamacpp.supports(model) is None:
-        return "llamacpp"
-    return None
+    if choice == "same" or model_device(model).type != "cpu" or llamacpp.supports(model) is not None:
+        return None
+    default = default_path()
+    other = "auto" if default == "llamacpp" else "llamacpp"  # llama.cpp's forward as the default: the lean one
+    timed, key = _FASTEST.setdefault(model, {}), (torch.get_num_threads(), default)
+    if key not in timed:
+        costs = one_row_seconds(model, [other, default])
+        timed[key] = other if costs[other] < costs[default] else None
+    return timed[key]
+
+
+_FASTEST: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {(threads, default path): its baseline}
+
+
+@torch.inference_mode()
+def one_row_seconds(model, paths: list[str], passes: int = 12) -> dict[str, float]:
+    """The fastest of ``passes`` one-row passes of ``model`` on each forward path, interleaved, after an 8-token
+    prefill (other work on the host only adds time, so the fastest is the forward's own cost)."""
+    lms = {path: CachedLM(model, path) for path in paths}
+    vocab = next(iter(lms.values())).vocab_size
+    for lm in lms.values():
+        lm.feed([i % vocab for i in range(8)])
+    times: dict[str, list[float]] = {path: [] for path in paths}
+    for i in range(passes):
+        for path, lm in (lms.items() if i % 2 else reversed(lms.items())):
+            t0 = time.perf_counter()
+            lm.feed([(8 + i) % vocab])
+            times[path].append(time.perf_counter() - t0)
+    return {path: min(ts[1:]) for path, ts in times.items()}  # the first pass of each warms it
 
 
 def on_path(path: str, fn, *args):

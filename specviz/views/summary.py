@@ -135,18 +135,20 @@ def speed_text(trace: Trace, base: Trace | None, spread: list[float] | None, ski
     return f"measured **{measured:.2f}×** from one pair (this run and its baseline, tokens/s){why}{baseline_note(base)}"
 
 
-FORWARDS = {"lean": "specviz's lean torch forward", "dynamic": "transformers' forward",
+FORWARDS = {"lean": "specviz's lean torch forward", "lean-c": "specviz's lean forward, its layers in C",
+            "dynamic": "transformers' forward",
             "static": "transformers' forward (static cache)", "llamacpp": "llama.cpp's own forward (llama-cpp-python)"}
 
 
 def baseline_note(base: Trace | None) -> str:
-    """Which forward the baseline ran on (the speedup divides by it): the torch paths, or llama.cpp's."""
+    """Which forward the baseline ran on (the speedup divides by it): the lean forward in C or on torch, llama.cpp's
+    or transformers'."""
     if base is None or not base.forward:
         return ""
     note = f"; the baseline ran the target alone on {FORWARDS.get(base.forward) or esc(base.forward)}"
-    if base.forward == "llamacpp":
-        return note + ", the fastest here for one row a pass"
-    return note + (" (llama.cpp's is faster on a CPU: where llama-cpp-python is installed the baseline runs on it, "
+    if base.forward in ("lean-c", "llamacpp"):
+        return note + ", the fastest one-row forward here"
+    return note + (" (its layers in C, or llama.cpp's forward, would be faster: neither runs here, "
                    "docs/LLAMACPP.md)")
 
 

@@ -106,12 +106,23 @@ def test_token_trees_run_on_the_torch_forward_when_llamacpp_is_the_default(monke
     assert list(speculative_generate(target, ModelDrafter(draft), prompt, cfg).new_tokens) == list(reference)
 
 
-def test_the_baseline_runs_on_llamacpp_wherever_it_can(monkeypatch):
-    """An autoregressive baseline takes the fastest one-row forward: llama.cpp's where it runs the model on a CPU,
-    else the default; SPECVIZ_BASELINE=same keeps the default, and anything else is refused by name."""
+def test_the_baseline_runs_on_the_forward_timed_faster(monkeypatch):
+    """An autoregressive baseline takes the fastest one-row forward: where llama.cpp's runs the model on a CPU, it and
+    the default are timed once per model and thread count and the faster is taken (llama.cpp's as the default: the
+    lean one is the other); SPECVIZ_BASELINE=same keeps the default, and anything else is refused by name."""
     model = llama()
     monkeypatch.setattr(llamacpp, "supports", lambda m: None)
+    costs = {"llamacpp": 1.0, "auto": 2.0}
+    timed = []
+    monkeypatch.setattr(lm, "one_row_seconds", lambda m, paths: timed.append(paths) or {p: costs[p] for p in paths})
     assert lm.baseline_path(model) == "llamacpp"
+    assert lm.baseline_path(model) == "llamacpp" and len(timed) == 1  # timed once
+    other = llama(seed=5)
+    costs["llamacpp"] = 3.0
+    assert lm.baseline_path(other) is None  # the default (the lean forward) was faster
+    monkeypatch.setattr(lm, "DEFAULT_PATH", "llamacpp")
+    assert lm.baseline_path(other) == "auto" and timed[-1] == ["auto", "llamacpp"]
+    monkeypatch.setattr(lm, "DEFAULT_PATH", "auto")
     monkeypatch.setenv(lm.BASELINE_ENV, "same")
     assert lm.baseline_path(model) is None
     monkeypatch.setenv(lm.BASELINE_ENV, "quickest")
@@ -119,8 +130,14 @@ def test_the_baseline_runs_on_llamacpp_wherever_it_can(monkeypatch):
         lm.baseline_path(model)
     monkeypatch.delenv(lm.BASELINE_ENV)
     monkeypatch.setattr(llamacpp, "supports", lambda m: "not installed")
-    assert lm.baseline_path(model) is None
+    assert lm.baseline_path(llama(seed=6)) is None
     assert lm.baseline_path(tiny_gpt2()) is None
+
+
+def test_one_row_costs_are_timed_on_each_forward():
+    """The timing behind baseline_path: one fastest one-row pass a path, positive, on the paths asked for."""
+    costs = lm.one_row_seconds(llama(), ["auto", "dynamic"], passes=4)
+    assert set(costs) == {"auto", "dynamic"} and all(0 < c < 1 for c in costs.values())
 
 
 @needs_llamacpp

@@ -115,3 +115,39 @@ def test_float64_models_stay_on_the_torch_layers():
     model = gqa_llama()  # float64
     lean = lean_llama.LeanLlama(model)
     assert not lean.runs_native(list(zip(lean.w.blocks, lean.kv)))
+
+
+def test_passes_go_on_one_thread_after_stalls_then_try_every_thread_again(threads, monkeypatch):
+    from specviz.runtime.native.stack import Watch
+
+    threads(2)
+    monkeypatch.setattr(Watch, "RETRY", 5)
+    w = Watch()
+    shape = (24, 7, 2)
+    assert w.threads() == 2
+    w.took(shape, 0.005)
+    w.took(shape, 0.030)  # 6x the fastest: slow, not a stall
+    assert w.threads() == 2
+    w.took(shape, 0.050)  # 10x: a stall; one alone can be any scheduler's hiccup
+    assert w.threads() == 2
+    w.took(shape, 0.050)
+    assert [w.threads() for _ in range(5)] == [1, 1, 1, 1, 2]
+    w.took((24, 7, 1), 0.5)  # one thread waits on nobody: never a stall
+    assert w.threads() == 2
+
+
+def test_a_model_and_its_packed_weights_are_freed_once_nothing_else_holds_them():
+    import gc
+    import weakref
+
+    from specviz.runtime.native import ops
+
+    model = gqa_llama(dtype=torch.float32, tied=True, layers=2)
+    speculative_generate(model, PromptLookupDrafter(), torch.tensor([[3, 4, 5, 3, 4]]),
+                         DecodeConfig(k=3, temperature=0, max_new_tokens=8))
+    head = lean_llama.lean_weights(model).head_t
+    assert id(head) in ops._PACKED  # the head was packed for the C stack
+    gone, head_gone = weakref.ref(model), weakref.ref(head)
+    del model, head
+    gc.collect()
+    assert gone() is None and head_gone() is None

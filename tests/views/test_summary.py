@@ -61,8 +61,10 @@ def test_the_speedup_names_the_forward_its_baseline_ran_on(runs):
     trace, base, _ = runs
     assert base.forward in ("lean", "dynamic")
     text = summary_markdown(trace, base)
-    assert "the baseline ran the target alone on" in text and "where llama-cpp-python is installed" in text
+    assert "the baseline ran the target alone on" in text and "would be faster: neither runs here" in text
     engine = summary_markdown(trace, replace(base, forward="llamacpp"))
-    assert "the baseline ran the target alone on llama.cpp's own forward (llama-cpp-python), the fastest here" in engine
-    assert "llama-cpp-python is installed" not in engine
+    assert "the baseline ran the target alone on llama.cpp's own forward (llama-cpp-python), the fastest one-row" in engine
+    assert "would be faster" not in engine
+    in_c = summary_markdown(trace, replace(base, forward="lean-c"))
+    assert "the baseline ran the target alone on specviz's lean forward, its layers in C, the fastest one-row" in in_c
     assert "the baseline ran" not in summary_markdown(trace, replace(base, forward=""))  # an older trace: not said

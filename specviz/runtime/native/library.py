@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 SOURCE = Path(__file__).with_name("stack.c")
-ENV, CACHE_ENV = "SPECVIZ_NATIVE", "SPECVIZ_NATIVE_CACHE"
+ENV, CACHE_ENV, PIN_ENV = "SPECVIZ_NATIVE", "SPECVIZ_NATIVE_CACHE", "SPECVIZ_NATIVE_PIN"
 FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-shared", "-fPIC", "-fopenmp")
 MAX_HEAD_DIM = 512  # stack.c's rope keeps a head on the stack
 _state: dict = {}
@@ -48,6 +48,11 @@ _LAYER_FIELDS = ("ln1", "qkv", "qkv_b", "o", "o_b", "ln2", "gate", "gate_b", "up
 
 class Layer(ctypes.Structure):
     _fields_ = [(name, ctypes.c_void_p) for name in _LAYER_FIELDS]
+
+
+class Head(ctypes.Structure):
+    _fields_ = [("norm", ctypes.c_void_p), ("w", ctypes.c_void_p), ("b", ctypes.c_void_p), ("vocab", ctypes.c_int),
+                ("first", ctypes.c_int), ("h", ctypes.c_void_p), ("logits", ctypes.c_void_p)]
 
 
 def unavailable() -> str | None:
@@ -79,8 +84,10 @@ def _load():
     p, i = ctypes.c_void_p, ctypes.c_int
     so.sv_pack.argtypes = [p, i, i, p]
     so.sv_linear.argtypes = [p, i, i, p, i, p, p, p, i]
-    so.sv_layers.argtypes = [ctypes.POINTER(Dims), p, p, i, p, i, i, i, p, p, p, p, i]
+    so.sv_layers.argtypes = [ctypes.POINTER(Dims), p, p, i, p, i, i, i, p, p, p, p, ctypes.POINTER(Head), i]
     so.sv_rms_norm.argtypes = [p, i, i, p, ctypes.c_float, p]
+    so.sv_set_pin.argtypes = [i]
+    so.sv_set_pin(os.environ.get(PIN_ENV, "1").strip().lower() not in ("0", "off", "no", "false"))
     so.sv_layers.restype = so.sv_panel_width.restype = i
     return so, None
 

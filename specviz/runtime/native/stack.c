@@ -115,11 +115,13 @@ static void barrier(int nt) {
     }
 }
 
-static int pin_mode = 1; /* 1: each worker thread on a core of its own (the calling thread stays free); 0: none */
-void sv_set_pin(int mode) { pin_mode = mode; }
+/* A worker thread goes on a core of its own, the calling (Python) thread stays free: unpinned, the scheduler moved the
+ * two between the two cores often enough to slow the bundled target's verify passes by a quarter (2026-12-03). */
+static int pin_workers = 1;
+void sv_set_pin(int on) { pin_workers = on; }
 static _Thread_local int pinned = 0;
 static void pin(int tid) {
-    if (pinned || pin_mode == 0 || (pin_mode == 1 && tid == 0)) return;
+    if (pinned || !pin_workers || tid == 0) return;
     pinned = 1;
     cpu_set_t allowed, one;
     if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
@@ -174,8 +176,16 @@ typedef struct {
     float eps, scale;
 } sv_dims;
 
+typedef struct {
+    const float *norm, *w, *b; /* the final RMSNorm's weight, the LM head packed by sv_pack, its bias or NULL */
+    int vocab, first;          /* the head's width; logits for rows [first, n) only */
+    float *h;                  /* (n, d) out: every row normed (what the head reads, a feature draft's input) */
+    float *logits;             /* (n - first, vocab) out */
+} sv_head;
+
 struct stack_job {
     const sv_dims *m;
+    const sv_head *head;
     const sv_layer *const *layers;
     float *const *kv; /* per layer (2 nkv, cap, hd): keys of each kv head, then values */
     int nlayers, n, start, cap;
@@ -363,14 +373,21 @@ static void stack_job(void *ctx, int tid, int nt) {
         panels(j->act, n, I, L->down, d, L->down_b, j->x, j->x, lo, hi);
         barrier(nt);
     }
+    const sv_head *H = j->head;
+    if (H) { /* the final norm (each thread its own copy of the rows), then the head's panels shared */
+        for (int i = 0; i < n; i++) rms_norm(j->x + (size_t)i * d, H->norm, d, m->eps, h + (size_t)i * d);
+        if (tid == 0) memcpy(H->h, h, sizeof(float) * (size_t)n * d);
+        share(tid, nt, (H->vocab + PW - 1) / PW, &lo, &hi);
+        panels(h + (size_t)H->first * d, n - H->first, d, H->w, H->vocab, H->b, NULL, H->logits, lo, hi);
+    }
 }
 
-/* Rows x (n, d) at cache slots start..start+n-1 through the layers, each writing its keys and values there.
- * Returns 0, or -1 where scratch memory could not be had. */
+/* Rows x (n, d) at cache slots start..start+n-1 through the layers, each writing its keys and values there, then
+ * (head not NULL) the final norm and the LM head. Returns 0, or -1 where scratch memory could not be had. */
 int sv_layers(const sv_dims *m, const sv_layer *const *layers, float *const *kv, int nlayers, float *x, int n,
               int start, int cap, const float *cos, const float *sin, const int64_t *positions,
-              const uint8_t *visible, int nt) {
-    struct stack_job j = {m, layers, kv, nlayers, n, start, cap, x, cos, sin, positions, visible};
+              const uint8_t *visible, const sv_head *head, int nt) {
+    struct stack_job j = {m, head, layers, kv, nlayers, n, start, cap, x, cos, sin, positions, visible};
     int width = (m->nh + 2 * m->nkv) * m->hd, total = start + n;
     size_t floats = (size_t)n * width + (size_t)n * m->nh * m->hd + 2 * (size_t)n * m->inter;
     size_t per_thread = (size_t)n * m->d + (size_t)total * VL;

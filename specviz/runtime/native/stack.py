@@ -3,11 +3,12 @@ per block), every layer of a pass in one call."""
 from __future__ import annotations
 
 import ctypes
+import time
 import weakref
 
 import torch
 
-from .library import MAX_HEAD_DIM, Dims, Layer, fits, lib, ptr
+from .library import MAX_HEAD_DIM, Dims, Head, Layer, fits, lib, ptr
 from .ops import packed
 
 _LAYERS: dict[int, tuple] = {}  # id(Block) -> (weakref to it, its Layer struct, the packed tensors it points into)
@@ -38,12 +39,14 @@ def supports_stack(blocks, kv_dtype: torch.dtype, hd: int, rot: int) -> bool:
 
 
 def layers(x: torch.Tensor, start: int, stack: list, dims: Dims, cos: torch.Tensor, sin: torch.Tensor,
-           positions: torch.Tensor | None = None, visible: torch.Tensor | None = None) -> torch.Tensor:
+           positions: torch.Tensor | None = None, visible: torch.Tensor | None = None, head: tuple | None = None):
     """Rows x (n, d) at cache slots start..start+n-1 through ``stack``, pairs (Block, its cache (2 nkv, capacity,
     hd), float32, contiguous), each writing its keys and values there; cos and sin (positions, rot) by position
     (``lean_common.rope_tables``); positions (n,) and visible (n, start + n) as ``LeanLlama.layers`` takes them.
-    Returns the rows after the last block, or None where the caches are not all float32, contiguous and of one
-    capacity (the caller then runs torch's layers)."""
+    Returns the rows after the last block; with ``head`` = (norm weight, head W_t (d, V), its bias or None, first
+    row), the final RMSNorm and the LM head in the same call: (every row normed (n, d), the logits of rows first..n-1
+    (n - first, V)). None where the caches are not all float32, contiguous and of one capacity (the caller then runs
+    torch's layers)."""
     cap = stack[0][1].shape[1]
     if any(kv.shape[1] != cap or kv.dtype != torch.float32 or not kv.is_contiguous() for _, kv in stack):
         return None
@@ -54,7 +57,44 @@ def layers(x: torch.Tensor, start: int, stack: list, dims: Dims, cos: torch.Tens
     caches = (ctypes.c_void_p * count)(*[kv.data_ptr() for _, kv in stack])
     pos = None if positions is None else positions.to(torch.int64).contiguous()
     vis = None if visible is None else visible.to(torch.uint8).contiguous()
+    out = None
+    if head is not None:
+        norm, head_t, head_b, first = head
+        out = torch.empty(n, x.shape[1]), torch.empty(n - first, head_t.shape[1])
+        head = ctypes.byref(Head(ptr(norm), ptr(packed(head_t)), ptr(head_b), head_t.shape[1], first, ptr(out[0]),
+                                 ptr(out[1])))
+    threads, t0 = watch.threads(), time.perf_counter()
     if so.sv_layers(ctypes.byref(dims), structs, caches, count, x.data_ptr(), n, start, cap, cos.data_ptr(),
-                    sin.data_ptr(), ptr(pos), ptr(vis), torch.get_num_threads()) != 0:
+                    sin.data_ptr(), ptr(pos), ptr(vis), head, threads) != 0:
         raise MemoryError("the native layer stack could not allocate its scratch memory")
-    return x
+    watch.took((count, n, threads), time.perf_counter() - t0)
+    return x if out is None else out
+
+
+class Watch:
+    """Passes whose threads waited on each other. Where other work holds a core, a thread of a pass waits at each
+    barrier until the scheduler runs the one it waits for (llama.cpp's forward, the same design, fell from 171 to 3
+    tokens/s on 2 threads under a load of 4, docs/LLAMACPP.md). After STALLS passes slower than STALL times the
+    fastest of their shape, passes run on one thread for the next RETRY passes, then try every thread again."""
+
+    STALL, STALLS, RETRY = 8.0, 2, 2000
+
+    def __init__(self):
+        self.fastest: dict[tuple, float] = {}
+        self.stalls = self.passes = self.alone_until = 0
+
+    def threads(self) -> int:
+        self.passes += 1
+        return 1 if self.passes < self.alone_until else torch.get_num_threads()
+
+    def took(self, shape: tuple, seconds: float) -> None:
+        best = self.fastest.get(shape)
+        if best is None or seconds < best:
+            self.fastest[shape] = seconds
+        elif shape[2] > 1 and seconds > self.STALL * best:
+            self.stalls += 1
+            if self.stalls >= self.STALLS:
+                self.stalls, self.alone_until = 0, self.passes + self.RETRY
+
+
+watch = Watch()
