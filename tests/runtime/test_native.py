@@ -127,6 +127,9 @@ def test_passes_go_on_one_thread_after_stalls_then_try_every_thread_again(thread
     assert w.threads() == 2
     w.took(shape, 0.005)
     w.took(shape, 0.030)  # 6x the fastest: slow, not a stall
+    w.took((1, 1, 2), 0.00005)
+    w.took((1, 1, 2), 0.001)  # 20x, but a millisecond: a hiccup, not a stall
+    w.took((1, 1, 2), 0.001)
     assert w.threads() == 2
     w.took(shape, 0.050)  # 10x: a stall; one alone can be any scheduler's hiccup
     assert w.threads() == 2

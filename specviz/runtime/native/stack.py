@@ -75,9 +75,10 @@ class Watch:
     """Passes whose threads waited on each other. Where other work holds a core, a thread of a pass waits at each
     barrier until the scheduler runs the one it waits for (llama.cpp's forward, the same design, fell from 171 to 3
     tokens/s on 2 threads under a load of 4, docs/LLAMACPP.md). After STALLS passes slower than STALL times the
-    fastest of their shape, passes run on one thread for the next RETRY passes, then try every thread again."""
+    fastest of their shape, and by at least LOST seconds (a scheduler's time slice: a pass of microseconds slowed by
+    any hiccup is no stall), passes run on one thread for the next RETRY passes, then try every thread again."""
 
-    STALL, STALLS, RETRY = 8.0, 2, 2000
+    STALL, LOST, STALLS, RETRY = 8.0, 0.004, 2, 500
 
     def __init__(self):
         self.fastest: dict[tuple, float] = {}
@@ -91,7 +92,7 @@ class Watch:
         best = self.fastest.get(shape)
         if best is None or seconds < best:
             self.fastest[shape] = seconds
-        elif shape[2] > 1 and seconds > self.STALL * best:
+        elif shape[2] > 1 and seconds > self.STALL * best and seconds - best > self.LOST:
             self.stalls += 1
             if self.stalls >= self.STALLS:
                 self.stalls, self.alone_until = 0, self.passes + self.RETRY
