@@ -2,9 +2,9 @@
 
     .venv/bin/python scripts/measure/bench_llamacpp.py [--repeats 5] [--ks 4 6 8] [--threads 2] [--max-new-tokens 64]
 
-Needs: the GGUF files of scripts/measure/llamacpp_convert.py (--gguf, default /work/ext/gguf: target-f32.gguf,
-lite-f32.gguf) and llama.cpp's llama-server (--llama-cpp, default the one vendored in
-/work/ext/llama_cpp_python-*/vendor/llama.cpp). Takes about 5 minutes on 2 quiet cores at --repeats 5 (much
+Needs (scripts/measure/build_llamacpp.sh makes all of it once): the GGUF files of scripts/measure/llamacpp_convert.py
+(--gguf, default /work/ext/gguf: target-f32.gguf, lite-f32.gguf) and llama.cpp's llama-server (--llama-cpp, default
+the one vendored in /work/ext/llama_cpp_python-*/vendor/llama.cpp). Takes about 9 minutes on 2 cores at --repeats 5 (much
 more on a busy machine: 2-thread runs of both engines stall when other work holds a core). Writes nothing: it
 prints (redirect it into docs/benchmarks/).
 
