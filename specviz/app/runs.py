@@ -61,7 +61,8 @@ def generate(store: ModelStore, prompt: str, target: str, draft: str, cfg: Decod
 
 def baseline(store: ModelStore, trace: Trace) -> Trace:
     """The autoregressive run with the same target, prompt and settings: the speedup's denominator, on the fastest
-    forward here for one row a pass (``lm.baseline_path``: llama.cpp's where it is installed; its trace says which)."""
+    forward here for one row a pass (``lm.baseline_path``: the lean forward in C or llama.cpp's, whichever was timed
+    faster; its trace says which)."""
     model, _ = store.target(trace.target_name)
     cfg = trace.config
     if trace.stop_reason == "budget":  # as many tokens as the run made before the server stopped it

@@ -244,7 +244,7 @@ class FeatureDrafter(Drafter):
         features = torch.stack([self.tree_h[parent] for parent in parents])
         e = F.embedding(torch.tensor(tokens, device=self.device), lm.w.embed)
         x = linear(torch.cat([features.to(e.dtype), e], dim=-1), self.fc_t, None)
-        h, logits = lm.through_head(x, start, zip(lm.w.blocks, lm.kv), positions, visible)
+        h, logits = lm.through_head(x, start, None, positions, visible)
         lm.length = start + len(nodes)  # a later _reserve keeps the tree's entries
         self.tree_h.update(zip(nodes, h))
         return logits
@@ -260,7 +260,7 @@ class FeatureDrafter(Drafter):
         lm._reserve(start + len(tokens))
         e = F.embedding(torch.tensor(tokens, device=self.device), lm.w.embed)
         x = linear(torch.cat([features.to(e.dtype), e], dim=-1), self.fc_t, None)
-        h, logits = lm.through_head(x, start, zip(lm.w.blocks, lm.kv), first=len(tokens) - 1)
+        h, logits = lm.through_head(x, start, first=len(tokens) - 1)
         self.last_logits = logits[-1]
         lm.length = start + len(tokens)
         del self.ids[start:]

@@ -23,7 +23,7 @@ BASELINE = "autoregressive"  # the label of the autoregressive run in every lab'
 
 def baseline_run(target, ids, cfg: DecodeConfig, **names):
     """The autoregressive baseline every speedup divides by, on the fastest one-row forward here
-    (``runtime.lm.baseline_path``: llama.cpp's where llama-cpp-python runs the target on a CPU, else the default);
+    (``runtime.lm.baseline_path``: the default or llama.cpp's forward, whichever was timed faster here);
     its trace's ``forward`` says which. ``names``: Decoding's target_name."""
     one_row = replace(cfg, tree=None)  # one token a pass: nothing to verify, no tree
     return Decoding(target, None, ids, one_row, forward=baseline_path(target), **names).run()

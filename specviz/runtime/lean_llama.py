@@ -10,6 +10,10 @@ so the logits match transformers' to ~1e-5 in fp32 (the bundled target) and ~1e-
 
 Rollback is overwrite-by-position: ``crop`` only moves the write position back.
 
+In float32 on a CPU the layers, the final norm and the LM head run in C where ``native`` builds (``layers`` and
+``through_head`` hand the whole stack to one call); the torch code below runs everything else (float64, half
+precision, other devices, ``native.disabled()``) and is what the C stack is tested against.
+
 Exactness of batched verification: fp32 kernels round a row differently with 1 or 5 rows (several rows go
 through oneDNN over packed weights, ``packed_linear``), yet over 3100 verify rows of the bundled target no argmax
 changed. In bf16 (AVX512-BF16) the GEMMs at the bundled shapes are row-exact but sdpa is not (the bundled pair's
@@ -134,6 +138,7 @@ class LeanLlama:
         self.features: torch.Tensor | None = None  # (capacity, d) normed last hidden states, once keep_features()
         self.features_from = 0
         self._native: dict[tuple, bool] = {}  # ids of a stack's blocks -> whether it runs in C (``native``)
+        self._own = self._own_c = None  # this model's own (Block, cache) pairs, and as the C stack takes them
         self._reserve(FIRST_CAPACITY)
 
     def keep_features(self) -> None:
@@ -166,8 +171,7 @@ class LeanLlama:
         (its depth below the prefix) and ``visible`` (n, length + n), the slots each node attends to."""
         start, end = self.length, self.length + ids.shape[-1]
         self._reserve(end)
-        h, logits = self.through_head(F.embedding(ids, self.w.embed), start, zip(self.w.blocks, self.kv), positions,
-                                      visible)
+        h, logits = self.through_head(F.embedding(ids, self.w.embed), start, None, positions, visible)
         self.length = end
         if self.features is not None:  # a feature draft reads them (specviz.drafts.eagle)
             self.features[start:end] = h
@@ -177,14 +181,14 @@ class LeanLlama:
         """The LM head over normed hidden states h (n, d): (n, V)."""
         return head_logits(self.w, h)
 
-    def through_head(self, x: torch.Tensor, start: int, stack, positions: torch.Tensor | None = None,
+    def through_head(self, x: torch.Tensor, start: int, stack=None, positions: torch.Tensor | None = None,
                      visible: torch.Tensor | None = None, first: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-        """``layers``, then the final norm and the LM head: (every row normed (n, d), the logits of rows first..n-1).
-        In C, all of it is one call."""
-        stack = list(stack)
+        """``layers`` (stack None: this model's own blocks and cache), then the final norm and the LM head: (every row
+        normed (n, d), the logits of rows first..n-1). In C, all of it is one call."""
+        stack = self._stack(stack)
         if self.runs_native(stack):
             w = self.w
-            out = native.layers(x, start, stack, self.dims, self.cos, self.sin, positions, visible,
+            out = native.layers(x, start, self._c_stack(stack), self.dims, self.cos, self.sin, positions, visible,
                                 (w.norm, w.head_t, w.head_b, first))
             if out is not None:
                 h, logits = out
@@ -198,9 +202,9 @@ class LeanLlama:
         capacity, hd)), each writing its keys and values at those slots; the rows after the last block. The caches
         and this object's RoPE tables must hold start + n slots (``_reserve``); ``length`` is left as it is (an
         early exit writes into the target's first layers' cache this way, ahead of the target's verify pass)."""
-        stack = list(stack)
+        stack = self._stack(stack)
         if self.runs_native(stack):
-            out = native.layers(x, start, stack, self.dims, self.cos, self.sin, positions, visible)
+            out = native.layers(x, start, self._c_stack(stack), self.dims, self.cos, self.sin, positions, visible)
             if out is not None:
                 return out
         n = x.shape[0]
@@ -222,7 +226,23 @@ class LeanLlama:
 
     def in_c(self) -> bool:
         """Whether this model's own layers run in C (``native``)."""
-        return self.runs_native(list(zip(self.w.blocks, self.kv)))
+        return self.runs_native(self._stack(None))
+
+    def _stack(self, stack) -> list:
+        """(Block, cache) pairs: this model's own (None; the same list until the cache is reallocated) or given."""
+        if stack is not None:
+            return list(stack)
+        if self._own is None:
+            self._own = list(zip(self.w.blocks, self.kv))
+        return self._own
+
+    def _c_stack(self, stack: list):
+        """The pairs as the C stack takes them: this model's own built once per cache allocation."""
+        if stack is not self._own:
+            return stack
+        if self._own_c is None:
+            self._own_c = native.Stack(stack, self.inter)
+        return self._own_c
 
     def runs_native(self, stack) -> bool:
         """Whether this stack of (Block, cache) pairs runs in C (``native``: float32 on the CPU, the library built)."""
@@ -270,6 +290,7 @@ class LeanLlama:
         if self.features is not None:
             self.features = torch.cat([self.features, self.features.new_zeros(cap - self.capacity, self.features.shape[1])])
         self.kv, self.capacity = kv, cap
+        self._own = self._own_c = None  # built again over the new cache
         self.cols = torch.arange(cap, device=embed.device)
         self.cos, self.sin = _rope(self.rotary, embed, self.cols)
 

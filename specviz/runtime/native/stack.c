@@ -236,24 +236,25 @@ static void rope(float *x, const float *cos, const float *sin, int rot) {
 }
 
 /* Row i's new keys and values roped and written to the cache, its queries roped in place (heads split by thread). */
+static void prepare_head(struct stack_job *j, const sv_layer *L, float *kv, int i, int head) {
+    const sv_dims *m = j->m;
+    float *v = j->qkv + (size_t)i * (m->nh + 2 * m->nkv) * m->hd + (size_t)head * m->hd;
+    int64_t pos = j->positions ? j->positions[i] : j->start + i;
+    const float *nw = head < m->nh ? L->q_norm : L->k_norm;
+    if (nw) rms_norm(v, nw, m->hd, m->eps, v);
+    rope(v, j->cos + pos * m->rot, j->sin + pos * m->rot, m->rot);
+    if (head >= m->nh) { /* a key head g and its value head */
+        int g = head - m->nh, slot = j->start + i;
+        memcpy(kv + ((size_t)g * j->cap + slot) * m->hd, v, sizeof(float) * m->hd);
+        memcpy(kv + ((size_t)(m->nkv + g) * j->cap + slot) * m->hd, v + (size_t)m->nkv * m->hd, sizeof(float) * m->hd);
+    }
+}
+
 static void prepare_heads(struct stack_job *j, const sv_layer *L, float *kv, int tid, int nt) {
     const sv_dims *m = j->m;
-    int width = (m->nh + 2 * m->nkv) * m->hd, lo, hi;
+    int lo, hi;
     share(tid, nt, j->n * (m->nh + m->nkv), &lo, &hi);
-    for (int t = lo; t < hi; t++) {
-        int i = t / (m->nh + m->nkv), head = t % (m->nh + m->nkv);
-        float *v = j->qkv + (size_t)i * width + (size_t)head * m->hd;
-        int64_t pos = j->positions ? j->positions[i] : j->start + i;
-        const float *nw = head < m->nh ? L->q_norm : L->k_norm;
-        if (nw) rms_norm(v, nw, m->hd, m->eps, v);
-        rope(v, j->cos + pos * m->rot, j->sin + pos * m->rot, m->rot);
-        if (head >= m->nh) { /* a key head g and its value head */
-            int g = head - m->nh, slot = j->start + i;
-            memcpy(kv + ((size_t)g * j->cap + slot) * m->hd, v, sizeof(float) * m->hd);
-            memcpy(kv + ((size_t)(m->nkv + g) * j->cap + slot) * m->hd, v + (size_t)m->nkv * m->hd,
-                   sizeof(float) * m->hd);
-        }
-    }
+    for (int t = lo; t < hi; t++) prepare_head(j, L, kv, t / (m->nh + m->nkv), t % (m->nh + m->nkv));
 }
 
 /* Attention of one block of up to VL (query head, row) pairs that share key/value head g, one pair per vector lane:
@@ -340,6 +341,21 @@ static void attend(struct stack_job *j, const float *kv, int tid, int nt) {
     }
 }
 
+/* Where each key/value head's (query head, row) pairs fit one block (n group <= VL: a verify pass, a draft's step),
+ * the thread that attends a group also ropes its queries and writes its keys and values: no barrier between. */
+static void prepare_and_attend(struct stack_job *j, const sv_layer *L, float *kv, int tid, int nt) {
+    const sv_dims *m = j->m;
+    int group = m->nh / m->nkv, lo, hi;
+    share(tid, nt, m->nkv, &lo, &hi);
+    for (int g = lo; g < hi; g++) {
+        for (int i = 0; i < j->n; i++) {
+            for (int q = 0; q < group; q++) prepare_head(j, L, kv, i, g * group + q);
+            prepare_head(j, L, kv, i, m->nh + g);
+        }
+        attend_block(j, kv, g, 0, j->n * group, j->scores[tid]);
+    }
+}
+
 static void stack_job(void *ctx, int tid, int nt) {
     struct stack_job *j = ctx;
     const sv_dims *m = j->m;
@@ -351,9 +367,13 @@ static void stack_job(void *ctx, int tid, int nt) {
         share(tid, nt, (width + PW - 1) / PW, &lo, &hi);
         panels(h, n, d, L->qkv, width, L->qkv_b, NULL, j->qkv, lo, hi);
         barrier(nt);
-        prepare_heads(j, L, j->kv[l], tid, nt);
-        barrier(nt);
-        attend(j, j->kv[l], tid, nt);
+        if (n * (m->nh / m->nkv) <= VL) {
+            prepare_and_attend(j, L, j->kv[l], tid, nt);
+        } else {
+            prepare_heads(j, L, j->kv[l], tid, nt);
+            barrier(nt);
+            attend(j, j->kv[l], tid, nt);
+        }
         barrier(nt);
         share(tid, nt, (d + PW - 1) / PW, &lo, &hi);
         panels(j->attn, n, m->nh * m->hd, L->o, d, L->o_b, j->x, j->x, lo, hi);

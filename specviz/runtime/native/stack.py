@@ -38,23 +38,34 @@ def supports_stack(blocks, kv_dtype: torch.dtype, hd: int, rot: int) -> bool:
                for b in blocks)
 
 
-def layers(x: torch.Tensor, start: int, stack: list, dims: Dims, cos: torch.Tensor, sin: torch.Tensor,
+class Stack:
+    """(Block, cache) pairs as sv_layers takes them, their pointer arrays built once (a model's own stack: once per
+    cache allocation). ``fits``: the caches are float32, contiguous and of one capacity."""
+
+    def __init__(self, pairs: list, inter: int):
+        self.pairs, self.count, self.cap = pairs, len(pairs), pairs[0][1].shape[1]
+        self.fits = all(kv.shape[1] == self.cap and kv.dtype == torch.float32 and kv.is_contiguous() for _, kv in pairs)
+        if self.fits:
+            self.structs = (ctypes.c_void_p * self.count)(*[ctypes.addressof(_layer(blk, inter)) for blk, _ in pairs])
+            self.caches = (ctypes.c_void_p * self.count)(*[kv.data_ptr() for _, kv in pairs])
+
+
+def layers(x: torch.Tensor, start: int, stack, dims: Dims, cos: torch.Tensor, sin: torch.Tensor,
            positions: torch.Tensor | None = None, visible: torch.Tensor | None = None, head: tuple | None = None):
-    """Rows x (n, d) at cache slots start..start+n-1 through ``stack``, pairs (Block, its cache (2 nkv, capacity,
-    hd), float32, contiguous), each writing its keys and values there; cos and sin (positions, rot) by position
+    """Rows x (n, d) at cache slots start..start+n-1 through ``stack`` (a ``Stack``, or pairs (Block, its cache
+    (2 nkv, capacity, hd))), each writing its keys and values there; cos and sin (positions, rot) by position
     (``lean_common.rope_tables``); positions (n,) and visible (n, start + n) as ``LeanLlama.layers`` takes them.
     Returns the rows after the last block; with ``head`` = (norm weight, head W_t (d, V), its bias or None, first
     row), the final RMSNorm and the LM head in the same call: (every row normed (n, d), the logits of rows first..n-1
     (n - first, V)). None where the caches are not all float32, contiguous and of one capacity (the caller then runs
     torch's layers)."""
-    cap = stack[0][1].shape[1]
-    if any(kv.shape[1] != cap or kv.dtype != torch.float32 or not kv.is_contiguous() for _, kv in stack):
+    if not isinstance(stack, Stack):
+        stack = Stack(list(stack), dims.inter)
+    if not stack.fits:
         return None
     so = lib()
     x = x.contiguous().clone()
-    n, count = x.shape[0], len(stack)
-    structs = (ctypes.c_void_p * count)(*[ctypes.addressof(_layer(blk, dims.inter)) for blk, _ in stack])
-    caches = (ctypes.c_void_p * count)(*[kv.data_ptr() for _, kv in stack])
+    n = x.shape[0]
     pos = None if positions is None else positions.to(torch.int64).contiguous()
     vis = None if visible is None else visible.to(torch.uint8).contiguous()
     out = None
@@ -64,10 +75,10 @@ def layers(x: torch.Tensor, start: int, stack: list, dims: Dims, cos: torch.Tens
         head = ctypes.byref(Head(ptr(norm), ptr(packed(head_t)), ptr(head_b), head_t.shape[1], first, ptr(out[0]),
                                  ptr(out[1])))
     threads, t0 = watch.threads(), time.perf_counter()
-    if so.sv_layers(ctypes.byref(dims), structs, caches, count, x.data_ptr(), n, start, cap, cos.data_ptr(),
-                    sin.data_ptr(), ptr(pos), ptr(vis), head, threads) != 0:
+    if so.sv_layers(ctypes.byref(dims), stack.structs, stack.caches, stack.count, x.data_ptr(), n, start, stack.cap,
+                    cos.data_ptr(), sin.data_ptr(), ptr(pos), ptr(vis), head, threads) != 0:
         raise MemoryError("the native layer stack could not allocate its scratch memory")
-    watch.took((count, n, threads), time.perf_counter() - t0)
+    watch.took((stack.count, n, threads), time.perf_counter() - t0)
     return x if out is None else out
 
 
