@@ -68,6 +68,20 @@ def rope_tables(cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, tor
     return cos[0], torch.cat((-sin[0, :, :half], sin[0, :, half:]), dim=-1)
 
 
+_ROPE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # rotary module -> {(capacity, dtype, device): tables}
+
+
+@torch.inference_mode()
+def rope_for(rotary, like: torch.Tensor, cols: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``rope_tables`` of transformers' own RoPE at positions 0..capacity-1, in ``like``'s dtype, once per capacity
+    (every run of a model starts at the same capacity)."""
+    tables = _ROPE.setdefault(rotary, {})
+    key = (len(cols), like.dtype, like.device)
+    if key not in tables:
+        tables[key] = rope_tables(*rotary(like, cols[None]))
+    return tables[key]
+
+
 def rope_(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """apply_rotary_pos_emb in place and bit for bit on x (n, heads, hd), cos and sin (n, 1, hd):
     x cos + rotate_half(x) sin, where rotate_half(x) sin = roll(x, hd/2) sin_signed and

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from . import native, packed_linear
-from .lean_common import linear, modules, rms_norm, rope_, rope_tables, row_exact_attention  # noqa: F401 (rms_norm: part of this API)
+from .lean_common import linear, modules, rms_norm, rope_, rope_for, row_exact_attention  # noqa: F401 (rms_norm: part of this API)
 from .lean_families import FAMILIES as LLAMA_LIKE  # noqa: F401 (part of this API)
 from .lean_families import Block, layer_weights, refusal
 from .pruned_head import PrunedHead, scatter
@@ -292,18 +292,5 @@ class LeanLlama:
         self.kv, self.capacity = kv, cap
         self._own = self._own_c = None  # built again over the new cache
         self.cols = torch.arange(cap, device=embed.device)
-        self.cos, self.sin = _rope(self.rotary, embed, self.cols)
+        self.cos, self.sin = rope_for(self.rotary, embed, self.cols)
 
-
-_ROPE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # rotary module -> {(capacity, dtype, device): tables}
-
-
-@torch.inference_mode()
-def _rope(rotary, like: torch.Tensor, cols: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``rope_tables`` of transformers' own RoPE at positions 0..capacity-1, in ``like``'s dtype, once per capacity
-    (every run of a model starts at the same capacity)."""
-    tables = _ROPE.setdefault(rotary, {})
-    key = (len(cols), like.dtype, like.device)
-    if key not in tables:
-        tables[key] = rope_tables(*rotary(like, cols[None]))
-    return tables[key]
