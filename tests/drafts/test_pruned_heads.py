@@ -103,13 +103,14 @@ def test_sampling_with_a_pruned_exit_keeps_the_targets_exact_law(extra):
     assert chi2_pvalue(counts, exact) > 1e-3
 
 
-def test_a_feature_draft_over_a_pruned_head_keeps_the_targets_greedy_and_drafts_only_its_tokens():
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])  # float32: its step in C (runtime.native)
+def test_a_feature_draft_over_a_pruned_head_keeps_the_targets_greedy_and_drafts_only_its_tokens(dtype):
     from specviz.drafts.eagle import FeatureHead
     from specviz.drafts.self_drafts import FeatureDrafter
 
-    target = tiny_llama(seed=3, layers=2, sharpen=30)
+    target = tiny_llama(seed=3, layers=2, sharpen=30).to(dtype)
     torch.manual_seed(0)
-    head = FeatureHead(target.config).eval()
+    head = FeatureHead(target.config).eval().to(dtype)
     prompt = torch.tensor([[5, 9, 11, 5, 9, 11, 3]])
     want = reference_greedy(target, prompt, 30)
     keep = frequent_tokens([want[:15]], 8, vocab=64)
