@@ -20,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import platform
 import shutil
 import subprocess
 import tempfile
@@ -94,7 +95,8 @@ def _load():
 
 def _build(cc: str) -> Path:
     version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
-    key = hashlib.sha256(SOURCE.read_bytes() + " ".join(FLAGS).encode() + version.encode()).hexdigest()[:16]
+    made = SOURCE.read_bytes() + " ".join(FLAGS).encode() + version.encode() + _cpu().encode()
+    key = hashlib.sha256(made).hexdigest()[:16]
     folder = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "specviz" / "native")
     path = folder / f"stack-{key}.so"
     if path.exists():
@@ -107,7 +109,20 @@ def _build(cc: str) -> Path:
         if done.returncode != 0:
             raise OSError(f"{cc} failed: {done.stderr.strip()[-400:]}")
         os.replace(out, path)  # atomic: a concurrent build leaves one whole file
+    for older in folder.glob("stack-*.so"):  # builds of other sources, flags, compilers or CPUs
+        if older != path:
+            older.unlink(missing_ok=True)  # a process that loaded it keeps its copy
     return path
+
+
+def _cpu() -> str:
+    """What -march=native compiles for: the CPU's model and instruction-set flags (a home folder shared by hosts of
+    other CPUs must not load a library built for another's instructions)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return f"{platform.machine()} {platform.processor()}"
+    return " ".join(sorted({line for line in lines if line.split(":")[0].strip() in ("model name", "flags", "Features")}))
 
 
 def ptr(t: torch.Tensor | None) -> int | None:
