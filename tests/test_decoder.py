@@ -302,10 +302,14 @@ def test_traces_name_the_models_they_are_given(llama, prompt, batched):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("batched", [False, True])
-def test_a_slow_consumer_does_not_count_as_decoding_time(llama, prompt, batched):
-    """total_s is the run's own work: a consumer that sleeps 50 ms after every round (a UI redrawing) leaves it
-    where a consumer that does not sleep puts it, far below the sleeping."""
+def test_a_slow_consumer_does_not_count_as_decoding_time(llama, prompt, batched, monkeypatch):
+    """total_s is the run's own work: a consumer that takes 50 s after every round (a UI redrawing, on a virtual
+    clock) leaves it where a consumer that takes nothing puts it, far below the consumer's time."""
     from specviz.batch import BatchDecoding
+    from tests.helpers.clock import VirtualClock
+
+    clock = VirtualClock()
+    monkeypatch.setattr(time, "perf_counter", clock)
 
     cfg = DecodeConfig(k=2, temperature=0, max_new_tokens=12)
     draft = perturbed(llama, 0.3)
@@ -313,13 +317,13 @@ def test_a_slow_consumer_does_not_count_as_decoding_time(llama, prompt, batched)
     def run(sleep: float) -> float:
         decoding = BatchDecoding(llama, draft, [prompt], cfg) if batched else Decoding(llama, draft, prompt, cfg)
         for _ in decoding:
-            time.sleep(sleep)
+            clock.spend(sleep)
         trace = decoding.traces[0] if batched else decoding.trace
         return trace.total_s, len(trace.rounds)
 
     quick, rounds = run(0.0)
-    slow, _ = run(0.05)
-    assert rounds >= 3 and slow < quick + 0.02 * rounds + 0.05  # sleeping would add 0.05 s a round
+    slow, _ = run(50.0)
+    assert rounds >= 3 and slow < quick + 5.0  # counting the consumer would add 50 s a round
 
 
 @pytest.mark.slow

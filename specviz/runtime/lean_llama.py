@@ -140,6 +140,8 @@ class LeanLlama:
         self._native: dict[tuple, bool] = {}  # ids of a stack's blocks -> whether it runs in C (``native``)
         self._own = self._own_c = None  # this model's own (Block, cache) pairs, and as the C stack takes them
         self._reserve(FIRST_CAPACITY)
+        self.dims = native.Dims(self.w.embed.shape[1], self.nh, self.nkv, self.hd, self.inter, self.cos.shape[-1],
+                                self.eps, self.scale)  # as the C stack takes them
 
     def keep_features(self) -> None:
         """From now on keep every slot's final normed hidden state in ``features`` (what the LM head reads)."""
@@ -193,7 +195,7 @@ class LeanLlama:
             if out is not None:
                 h, logits = out
                 return h, (logits if w.head_ids is None else scatter(logits, w.head_ids, w.vocab))
-        h = rms_norm(self.layers(x, start, stack, positions, visible), self.w.norm, self.eps)
+        h = rms_norm(self._torch_layers(x, start, stack, positions, visible), self.w.norm, self.eps)
         return h, self.logits(h[first:])
 
     def layers(self, x: torch.Tensor, start: int, stack, positions: torch.Tensor | None = None,
@@ -207,6 +209,11 @@ class LeanLlama:
             out = native.layers(x, start, self._c_stack(stack), self.dims, self.cos, self.sin, positions, visible)
             if out is not None:
                 return out
+        return self._torch_layers(x, start, stack, positions, visible)
+
+    def _torch_layers(self, x: torch.Tensor, start: int, stack: list, positions: torch.Tensor | None,
+                      visible: torch.Tensor | None) -> torch.Tensor:
+        """``layers`` on torch's operators (the C stack's reference, and what runs where it cannot)."""
         n = x.shape[0]
         end = start + n
         at = slice(start, end) if positions is None else positions
@@ -253,9 +260,6 @@ class LeanLlama:
             blocks = [blk for blk, _ in stack]
             self._native[key] = native.supports_stack(blocks, self.kv.dtype, self.hd, self.cos.shape[-1]) and \
                 self.w.embed.dtype == torch.float32
-            if self._native[key] and not hasattr(self, "dims"):
-                self.dims = native.Dims(self.w.embed.shape[1], self.nh, self.nkv, self.hd, self.inter,
-                                        self.cos.shape[-1], self.eps, self.scale)
         return self._native[key]
 
     def _attend(self, qkv: torch.Tensor, blk: Block, kv: torch.Tensor, start: int, mask, cos, sin) -> torch.Tensor:
