@@ -18,17 +18,18 @@ from __future__ import annotations
 
 import os
 import time
-import weakref
 
 import torch
 
+from .by_identity import IdentityCache
+
 MIN_ROWS = 2      # one row stays on x @ W_t (as fast or faster, and the autoregressive baseline's own kernel)
 BATCH_HINT = 16   # the row count oneDNN packs for; any other count still runs on the packed weight
-_PACKED: dict[int, tuple] = {}  # id(W_t) -> (weakref to W_t, its packed weight or None: not packable)
+_PACKED = IdentityCache()  # W_t -> its packed weight, or None: not packable
 _state = {"enabled": True}
 ENV = "SPECVIZ_PACKED"  # "on" / "off": no timing, the packed path always / never; else timed per model
 CALIBRATE_ROWS, CALIBRATE_REPEATS = 7, 9  # a verify pass at k = 6; interleaved timings of each path
-_CHOSEN: dict[int, tuple] = {}  # id(W_t) -> (weakref, "packed" or "plain": what calibrate measured faster)
+_CHOSEN = IdentityCache()  # W_t -> "packed" or "plain": what calibrate measured faster
 
 
 def set_enabled(on: bool) -> bool:
@@ -56,14 +57,9 @@ def linear(x: torch.Tensor, w_t: torch.Tensor, b: torch.Tensor | None,
     not an fp32 CPU weight, packing unavailable or switched off): the caller then does the plain matmul."""
     if x.shape[0] < MIN_ROWS or not _state["enabled"] or w_t.dtype != torch.float32 or w_t.device.type != "cpu":
         return None
-    chosen = _CHOSEN.get(id(w_t))
-    if chosen is not None and chosen[0]() is w_t and chosen[1] == "plain":
+    if _CHOSEN.get(w_t) == "plain":
         return None
-    hit = _PACKED.get(id(w_t))
-    if hit is None or hit[0]() is not w_t:  # (tensors compare elementwise, so they key by id, held weakly)
-        key = id(w_t)
-        hit = _PACKED[key] = (weakref.ref(w_t, lambda _, key=key: _PACKED.pop(key, None)), _pack(w_t, b))
-    packed = hit[1]
+    packed = _PACKED.cached(w_t, lambda: _pack(w_t, b))
     if packed is None:
         return None
     return _run(x, packed, b, residual)
@@ -111,7 +107,7 @@ def calibrate(steps: list[tuple]) -> str:
     if not steps or not _state["enabled"]:
         return "plain"
     for w, _, _ in steps:
-        _CHOSEN.pop(id(w), None)  # timed afresh
+        _CHOSEN.pop(w)  # timed afresh
     rows = torch.randn(CALIBRATE_ROWS, max(w.shape[0] for w, _, _ in steps), generator=torch.Generator().manual_seed(0))
     args = [(rows[:, : w.shape[0]].contiguous(), w, b, torch.zeros(CALIBRATE_ROWS, w.shape[1]) if r else None)
             for w, b, r in steps]
@@ -139,12 +135,10 @@ def adopt(steps: list[tuple], like: torch.Tensor) -> str:
 
 def _choose(steps: list[tuple], path: str) -> str:
     for w, _, _ in steps:
-        key = id(w)
-        _CHOSEN[key] = (weakref.ref(w, lambda _, key=key: _CHOSEN.pop(key, None)), path)
+        _CHOSEN.put(w, path)
     return path
 
 
 def chosen(w_t: torch.Tensor) -> str | None:
     """What ``calibrate`` chose for this weight ("packed", "plain"), or None if it was not timed."""
-    hit = _CHOSEN.get(id(w_t))
-    return hit[1] if hit is not None and hit[0]() is w_t else None
+    return _CHOSEN.get(w_t)

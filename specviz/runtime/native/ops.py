@@ -1,27 +1,26 @@
 """The C stack's single operators: a weight packed into column panels once, a matmul over it, RMSNorm of rows."""
 from __future__ import annotations
 
-import weakref
-
 import torch
 
+from ..by_identity import IdentityCache
 from .library import lib, ptr
 
 # -- packed weights, one per weight tensor (held weakly: a model's weights live as long as it does) ----------------
-_PACKED: dict[int, tuple] = {}  # id(W_t) -> (weakref to W_t, packed panels)
+_PACKED = IdentityCache()  # W_t -> its packed panels
 
 
 def packed(w_t: torch.Tensor) -> torch.Tensor:
     """W_t (K, N) packed into column panels (sv_pack), once per weight tensor."""
-    hit = _PACKED.get(id(w_t))
-    if hit is None or hit[0]() is not w_t:
-        so, (k, n) = lib(), w_t.shape
-        width = so.sv_panel_width()
-        out = torch.empty(((n + width - 1) // width) * width * k)
-        so.sv_pack(ptr(w_t.contiguous()), k, n, out.data_ptr())
-        key = id(w_t)
-        hit = _PACKED[key] = (weakref.ref(w_t, lambda _, key=key: _PACKED.pop(key, None)), out)
-    return hit[1]
+    return _PACKED.cached(w_t, lambda: _pack(w_t))
+
+
+def _pack(w_t: torch.Tensor) -> torch.Tensor:
+    so, (k, n) = lib(), w_t.shape
+    width = so.sv_panel_width()
+    out = torch.empty(((n + width - 1) // width) * width * k)
+    so.sv_pack(ptr(w_t.contiguous()), k, n, out.data_ptr())
+    return out
 
 
 def linear(x: torch.Tensor, w_t: torch.Tensor, b: torch.Tensor | None = None,

@@ -4,29 +4,30 @@ from __future__ import annotations
 
 import ctypes
 import time
-import weakref
 
 import torch
 
+from ..by_identity import IdentityCache
 from .library import MAX_HEAD_DIM, Dims, Head, Layer, fits, lib, ptr
 from .ops import packed
 
-_LAYERS: dict[int, tuple] = {}  # id(Block) -> (weakref to it, its Layer struct, the packed tensors it points into)
+_LAYERS = IdentityCache()  # Block -> (its Layer struct, the packed tensors it points into)
 
 
 def _layer(blk, inter: int) -> Layer:
-    hit = _LAYERS.get(id(blk))
-    if hit is None or hit[0]() is not blk:
-        gate_t, up_t = blk.gu_t[:, :inter].contiguous(), blk.gu_t[:, inter:].contiguous()
-        gate_b, up_b = (None, None) if blk.gu_b is None else (blk.gu_b[:inter].contiguous(), blk.gu_b[inter:].contiguous())
-        keep = [packed(blk.qkv_t), packed(blk.o_t), packed(gate_t), packed(up_t), packed(blk.down_t),
-                gate_t, up_t, gate_b, up_b]
-        s = Layer(ptr(blk.ln1), ptr(keep[0]), ptr(blk.qkv_b), ptr(keep[1]), ptr(blk.o_b), ptr(blk.ln2),
-                  ptr(keep[2]), ptr(gate_b), ptr(keep[3]), ptr(up_b), ptr(keep[4]), ptr(blk.down_b),
-                  ptr(blk.q_norm), ptr(blk.k_norm))
-        key = id(blk)
-        hit = _LAYERS[key] = (weakref.ref(blk, lambda _, key=key: _LAYERS.pop(key, None)), s, keep)
-    return hit[1]
+    return _LAYERS.cached(blk, lambda: _make_layer(blk, inter))[0]
+
+
+def _make_layer(blk, inter: int) -> tuple:
+    """The Layer struct sv_layers reads for blk, and the tensors its pointers point into (kept alive with it)."""
+    gate_t, up_t = blk.gu_t[:, :inter].contiguous(), blk.gu_t[:, inter:].contiguous()
+    gate_b, up_b = (None, None) if blk.gu_b is None else (blk.gu_b[:inter].contiguous(), blk.gu_b[inter:].contiguous())
+    keep = [packed(blk.qkv_t), packed(blk.o_t), packed(gate_t), packed(up_t), packed(blk.down_t),
+            gate_t, up_t, gate_b, up_b]
+    s = Layer(ptr(blk.ln1), ptr(keep[0]), ptr(blk.qkv_b), ptr(keep[1]), ptr(blk.o_b), ptr(blk.ln2),
+              ptr(keep[2]), ptr(gate_b), ptr(keep[3]), ptr(up_b), ptr(keep[4]), ptr(blk.down_b),
+              ptr(blk.q_norm), ptr(blk.k_norm))
+    return s, keep
 
 
 def supports_stack(blocks, kv_dtype: torch.dtype, hd: int, rot: int) -> bool:
