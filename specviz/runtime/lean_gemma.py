@@ -124,6 +124,7 @@ class LeanGemma3:
         self.nh, self.nkv, self.hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         self.eps, self.scale, self.inter = cfg.rms_norm_eps, cfg.query_pre_attn_scalar ** -0.5, cfg.intermediate_size
         self.window = cfg.sliding_window
+        self.kinds = {kind == "sliding_attention": kind for kind in cfg.layer_types}  # only the kinds it has
         self.length = self.capacity = 0
         self._reserve(FIRST_CAPACITY)
 
@@ -194,6 +195,6 @@ class LeanGemma3:
             kv[..., : self.length, :] = self.kv[..., : self.length, :]
         self.kv, self.capacity = kv, cap
         self.cols = torch.arange(cap, device=embed.device)
-        with torch.inference_mode():
+        with torch.inference_mode():  # a config of one kind only has no rotary for the other
             self.rope = {sliding: rope_tables(*self.rotary(embed, self.cols[None], kind))
-                         for sliding, kind in ((True, "sliding_attention"), (False, "full_attention"))}
+                         for sliding, kind in self.kinds.items()}

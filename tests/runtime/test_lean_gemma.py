@@ -111,3 +111,13 @@ def test_an_exit_of_gemma_runs_lean_on_its_targets_weights_with_a_full_or_pruned
     cfg = DecodeConfig(k=3, temperature=0, max_new_tokens=24)
     own_greedy = autoregressive_generate(model, prompt, cfg).new_tokens
     assert speculative_generate(model, early_exit(model, 2, vocab=keep), prompt, cfg).new_tokens == own_greedy
+
+
+@pytest.mark.parametrize("kind", ["sliding_attention", "full_attention"])
+def test_a_gemma_whose_layers_are_all_one_kind_runs_lean_with_transformers_logits(kind):
+    model = tiny_gemma(seed=5, layers=3, kinds=[kind] * 3)
+    assert lean_gemma.supports(model)
+    ids = torch.randint(0, 96, (14,), generator=torch.Generator().manual_seed(2)).tolist()
+    lean = lean_gemma.LeanGemma3(model)
+    got = torch.cat([lean.forward(torch.tensor(ids[:9])), *(lean.forward(torch.tensor([t])) for t in ids[9:])])
+    torch.testing.assert_close(got, reference_logits(model, ids), atol=2e-5, rtol=1e-4)
