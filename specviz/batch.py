@@ -29,8 +29,8 @@ from collections.abc import Iterator
 
 import torch
 
-from .config import DecodeConfig
-from .decoder import accept, check_window, commit, eos_ids, prompt_list, record_round, run_names, verified_q
+from .config import DecodeConfig, eos_ids
+from .decoder import accept, check_window, commit, prompt_list, record_round, run_names, verified_q
 from .drafts.drafter import Drafter, ModelDrafter, Proposal, as_drafter, draft_step, draft_view
 from .drafts.pairing import check_fits
 from .runtime.batch_lm import BatchLM

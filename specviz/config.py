@@ -269,3 +269,12 @@ PRESETS = {
     "adaptive": DecodeConfig(k=4, temperature=0.0, k_policy="heuristic"),
     "confident": DecodeConfig(k=10, temperature=0.0, draft_stop=0.4),  # transformers' default assistant rule
 }
+
+
+def eos_ids(model) -> list[int]:
+    """The token ids a run stops at: the model's generation config's eos_token_id (one or several; none: [])."""
+    gen = getattr(model, "generation_config", None)
+    eos = getattr(gen, "eos_token_id", None) if gen is not None else None
+    if eos is None:
+        return []
+    return [int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])]

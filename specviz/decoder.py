@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import torch
 
-from .config import DecodeConfig
+from .config import DecodeConfig, eos_ids
 from .drafts.drafter import Drafter, Proposal, as_drafter, model_name
 from .drafts.pairing import check_fits
 from .kpolicy import make_policy
@@ -266,11 +266,3 @@ def run_names(target, drafter: Drafter | None, target_name: str | None = None,
     """(target name, draft name) for a trace, the given ones first; no drafter: None (autoregressive)."""
     target_name = target_name or model_name(target)
     return target_name, None if drafter is None else (draft_name or drafter.name)
-
-
-def eos_ids(model) -> list[int]:
-    gen = getattr(model, "generation_config", None)
-    eos = getattr(gen, "eos_token_id", None) if gen is not None else None
-    if eos is None:
-        return []
-    return [int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])]

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .config import DecodeConfig
-from .decoder import eos_ids
+from .config import DecodeConfig, eos_ids
 from .sampling import logits_to_probs, sample, verify, verify_greedy
 
 

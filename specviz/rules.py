@@ -24,20 +24,12 @@ from typing import ClassVar
 import torch
 
 from .config import LOSSY, RULES, DecodeConfig
-from .sampling import Verdict, residual, sample, verify_greedy
+from .sampling import Verdict, first_rejection, invert_cdf, residual, sample, verify_greedy
 
 
 def onehot_like(p: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     """Point masses at ids (...,) on p's vocabulary: (..., V)."""
     return torch.zeros_like(p).scatter_(-1, ids.unsqueeze(-1), 1.0)
-
-
-def inverse_cdf(p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """The token of p (R, V) at each draw u (R, N): the first id whose cumulative probability exceeds u * total
-    (``sampling.sample``'s inversion). (R, N) ids."""
-    cdf = p.double().cumsum(-1)
-    ids = torch.searchsorted(cdf, (u.double() * cdf[..., -1:]).contiguous(), right=True)
-    return ids.clamp_(max=p.shape[-1] - 1)
 
 
 def entropy(p: torch.Tensor) -> torch.Tensor:
@@ -109,10 +101,10 @@ class ExactMatch(PointMass):
     name, source = "exact_match", "llama.cpp common/sampling.cpp common_sampler_sample_and_accept_n"
 
     def decide(self, p, q, x, u):
-        return inverse_cdf(p, u) == x
+        return invert_cdf(p, u) == x
 
     def reject_token(self, p, r, x, u, generator):
-        return int(inverse_cdf(p[None], u.reshape(1, 1))[0, 0])  # y itself: the target's draw at this u
+        return int(invert_cdf(p[None], u.reshape(1, 1))[0, 0])  # y itself: the target's draw at this u
 
 
 @dataclass(frozen=True)
@@ -211,8 +203,7 @@ def verify_rule(rule: Rule, p: torch.Tensor, q: torch.Tensor, x: torch.Tensor, g
         return Verdict(k, int(logits[k].argmax()), torch.ones(k, dtype=logits.dtype, device=logits.device), None, None)
     a = rule.accept_prob(p[:k], q, x[:, None])[:, 0]
     u = torch.rand(k, generator=generator, device=p.device, dtype=p.dtype)
-    rejected = (~rule.decide(p[:k], q, x[:, None], u[:, None])[:, 0]).nonzero()
-    n = int(rejected[0]) if len(rejected) else k
+    n = first_rejection(rule.decide(p[:k], q, x[:, None], u[:, None])[:, 0])
     if n == k:
         return Verdict(k, int(sample(rule.bonus(p[k]), generator)), a, u, None)
     r = rule.residual(p[n:n + 1], q[n:n + 1], x[n:n + 1])[0]
@@ -228,7 +219,7 @@ def emit_many(rule: Rule, p: torch.Tensor, q: torch.Tensor, n: int, generator=No
     if len(bad) == 0:
         return out
     if isinstance(rule, ExactMatch):
-        out[bad] = inverse_cdf(p[None], u[bad][None])[0]
+        out[bad] = invert_cdf(p[None], u[bad][None])[0]
     elif isinstance(rule, PointMass):
         out[bad] = draw_excluding(p, x[bad], generator)
     else:  # the residual does not depend on x

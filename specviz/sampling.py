@@ -69,9 +69,15 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tens
     row and a cumulative sum in float64; on a CPU about 15x faster than torch.multinomial for one sample."""
     flat = probs.reshape(-1, probs.shape[-1])
     u = torch.rand(flat.shape[0], 1, generator=generator, device=flat.device, dtype=torch.float64)
-    cdf = flat.double().cumsum(dim=-1)  # (rows, V)
-    ids = torch.searchsorted(cdf, u * cdf[:, -1:], right=True)
-    return ids.clamp_(max=flat.shape[-1] - 1).reshape(probs.shape[:-1])
+    return invert_cdf(flat, u).reshape(probs.shape[:-1])
+
+
+def invert_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """The token of each row of probs (R, V) at each draw u (R, N) in [0, 1): the first id whose cumulative
+    probability exceeds u * total, summed in float64. (R, N) ids."""
+    cdf = probs.double().cumsum(dim=-1)  # (R, V)
+    ids = torch.searchsorted(cdf, (u.double() * cdf[:, -1:]).contiguous(), right=True)
+    return ids.clamp_(max=probs.shape[-1] - 1)
 
 
 RESIDUAL_TOP = 8  # how many residual tokens a round records for the replay
@@ -150,12 +156,18 @@ def verify(p: torch.Tensor, q: torch.Tensor, drafted: torch.Tensor, generator: t
     p_x, q_x = p[idx, drafted], q[idx, drafted]
     accept_prob = torch.clamp(p_x / q_x, max=1.0)  # q_x > 0: x was sampled from q
     u = torch.rand(k, generator=generator, device=p.device, dtype=p.dtype)
-    rejected = (u >= accept_prob).nonzero()
-    n = int(rejected[0]) if len(rejected) else k
+    n = first_rejection(u < accept_prob)
     if n == k:  # all accepted: a free token from the target's last distribution
         return Verdict(n, int(sample(p[k], generator)), accept_prob, u, None)
     r = residual(p[n], q[n])
     return Verdict(n, int(sample(r, generator)), accept_prob, u, r)
+
+
+def first_rejection(accepted: torch.Tensor) -> int:
+    """The accept step's outcome: the index of the first draft not accepted (k when all were), accepted: (k,) bool.
+    Drafts after it are discarded whatever their own verdict."""
+    rejected = (~accepted).nonzero()
+    return int(rejected[0]) if len(rejected) else accepted.shape[0]
 
 
 @dataclass(frozen=True)
