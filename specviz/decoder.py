@@ -188,8 +188,8 @@ def record_round(cfg: DecodeConfig, index, k, x, q, p, verdict, emitted, draft_s
     if len(emitted) <= n:  # an accepted draft was EOS: nothing drawn after it is kept
         resampled = bonus = None
     if not cfg.record:
-        return Round(index, k, tuple(x.tolist()), (), (), (), (), (), n, tuple(emitted),
-                     resampled, bonus, 0.0, (), draft_s, target_s, wall_s)
+        return Round.unrecorded(index=index, k=k, drafted=tuple(x.tolist()), n_accepted=n, emitted=tuple(emitted),
+                                resampled=resampled, bonus=bonus, draft_s=draft_s, target_s=target_s, wall_s=wall_s)
     idx = torch.arange(m, device=x.device)
     verified = min(n + 1, m)  # positions the verify step actually looked at
     if cfg.greedy:

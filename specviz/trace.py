@@ -20,9 +20,10 @@ SCHEMA = "specviz.trace/1"
 MAX_TRACE_BYTES = 4 * 2**20  # a trace JSON longer than this is refused before it is parsed
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Round:
-    """One draft -> verify -> accept -> commit round (autoregressive runs: k = 0, one target token)."""
+    """One draft -> verify -> accept -> commit round (autoregressive runs: k = 0, one target token). Built by
+    keyword; ``Round.unrecorded`` for a run that keeps only what generation needs (``DecodeConfig.record`` off)."""
 
     index: int
     k: int  # drafts requested this round (the k policy's choice, capped by the tokens left)
@@ -49,6 +50,14 @@ class Round:
     # config.rule other than Leviathan's, per verified position: its P(accept) (specviz.rules), a lossy one's TV(law, p)
     rule_accept: tuple[float | None, ...] = ()
     rule_tv: tuple[float | None, ...] = ()
+
+    @classmethod
+    def unrecorded(cls, *, index, k, drafted, n_accepted, emitted, resampled, bonus, draft_s, target_s,
+                   wall_s) -> Round:
+        """A round with its outcome and times but no per-draft p, q, u or beta (nothing recorded)."""
+        return cls(index=index, k=k, drafted=drafted, q=(), p=(), accept_prob=(), u=(), beta=(),
+                   n_accepted=n_accepted, emitted=emitted, resampled=resampled, bonus=bonus, next_p=0.0,
+                   residual_top=(), draft_s=draft_s, target_s=target_s, wall_s=wall_s)
 
     @property
     def proposed(self) -> int:

@@ -33,8 +33,9 @@ def test_bad_arguments_raise():
 
 def _round(i, drafted, draft_s, target_s):
     m = len(drafted)
-    return Round(i, m, tuple(drafted), (0.5,) * m, (0.5,) * m, (1.0,) * m, (None,) * m, (1.0,) * m, m,
-                 tuple(drafted) + (9,), None, 9, 0.5, (), draft_s, target_s, draft_s + target_s)
+    return Round(index=i, k=m, drafted=tuple(drafted), q=(0.5,) * m, p=(0.5,) * m, accept_prob=(1.0,) * m,
+                 u=(None,) * m, beta=(1.0,) * m, n_accepted=m, emitted=tuple(drafted) + (9,), resampled=None, bonus=9,
+                 next_p=0.5, residual_top=(), draft_s=draft_s, target_s=target_s, wall_s=draft_s + target_s)
 
 
 def test_cost_ratio_and_mean_k_from_trace():
@@ -57,8 +58,10 @@ def test_measured_speedup_is_tokens_per_s_ratio():
 
 def _timed(rounds_spec, total_s=1.0):
     """A trace of rounds (drafted count, draft_s, target_s); index 0 first, so an AR first round costs no pass."""
-    rounds = [Round(i, d, tuple(range(d)), (0.5,) * d, (0.5,) * d, (1.0,) * d, (None,) * d, (1.0,) * d, d,
-                    tuple(range(d + 1)), None, 0, 0.5, (), ds, ts, ds + ts) for i, (d, ds, ts) in enumerate(rounds_spec)]
+    rounds = [Round(index=i, k=d, drafted=tuple(range(d)), q=(0.5,) * d, p=(0.5,) * d, accept_prob=(1.0,) * d,
+                    u=(None,) * d, beta=(1.0,) * d, n_accepted=d, emitted=tuple(range(d + 1)), resampled=None, bonus=0,
+                    next_p=0.5, residual_top=(), draft_s=ds, target_s=ts, wall_s=ds + ts)
+              for i, (d, ds, ts) in enumerate(rounds_spec)]
     return Trace([1], DecodeConfig(k=max(d for d, _, _ in rounds_spec) or 1), rounds=rounds, total_s=total_s)
 
 

@@ -84,8 +84,8 @@ def record_tree_round(cfg: DecodeConfig, index: int, tree: DraftTree, p: torch.T
         resampled = bonus = None
     tokens = [tree.tokens[c] for c in chain]
     if not cfg.record:
-        return Round(index, len(tree), tuple(tokens), (), (), (), (), (), n, tuple(emitted), resampled, bonus, 0.0,
-                     (), draft_s, target_s, wall_s)
+        return Round.unrecorded(index=index, k=len(tree), drafted=tuple(tokens), n_accepted=n, emitted=tuple(emitted),
+                                resampled=resampled, bonus=bonus, draft_s=draft_s, target_s=target_s, wall_s=wall_s)
     rows = torch.tensor([parent + 1 for parent in tree.parents], dtype=torch.long)
     p_at = p[rows, torch.tensor(tree.tokens, dtype=torch.long)].tolist() if len(tree) else []
     nodes = tuple(_node(tree, i, p_at[i], tries.get(i), path) for i in range(len(tree)))

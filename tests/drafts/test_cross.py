@@ -168,7 +168,8 @@ def test_the_alignment_view_escapes_token_text():
     from specviz.trace import Round
     from specviz.views.alignment_view import alignment_html
 
-    r = Round(0, 1, (1,), (1.0,), (0.2,), (0.0,), (None,), (0.0,), 0, (2,), 2, None, 0.5, (), 0.0, 0.0, 0.0,
+    r = Round(index=0, k=1, drafted=(1,), q=(1.0,), p=(0.2,), accept_prob=(0.0,), u=(None,), beta=(0.0,), n_accepted=0,
+              emitted=(2,), resampled=2, bonus=None, next_p=0.5, residual_top=(), draft_s=0.0, target_s=0.0, wall_s=0.0,
               draft_view=DraftTokens((7, 8), ("<b>x", "</b>")))
     html = alignment_html(r, RoundTexts(drafted=["<b>x</b>"]))
     assert "<b>x" not in html and "&lt;b&gt;x" in html and 'colspan="2"' in html  # one target token over both drafts

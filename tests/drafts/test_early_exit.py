@@ -87,7 +87,8 @@ def test_the_summary_says_what_kind_of_draft_ran():
     cfg = DecodeConfig(k=1, temperature=0)
     assert "first 4 layers and one trained adapter layer" in draft_note(Trace([0], cfg, draft_name="target@4+adapter"))
     assert "first 2 layers," in draft_note(Trace([0], cfg, draft_name="target@2"))
-    r = Round(0, 1, (1,), (1.0,), (0.2,), (0.0,), (None,), (0.0,), 0, (2,), 2, None, 0.5, (), 0.0, 0.0, 0.0,
+    r = Round(index=0, k=1, drafted=(1,), q=(1.0,), p=(0.2,), accept_prob=(0.0,), u=(None,), beta=(0.0,), n_accepted=0,
+              emitted=(2,), resampled=2, bonus=None, next_p=0.5, residual_top=(), draft_s=0.0, target_s=0.0, wall_s=0.0,
               draft_view=DraftTokens((7,), ("x",)))
     assert "its own tokenizer" in draft_note(Trace([0], cfg, draft_name="d", rounds=[r]))
     assert draft_note(Trace([0], cfg, draft_name="lite")) == ""
