@@ -17,6 +17,9 @@ first value to the last, 5% either way counting as the same), "highest" (the cho
 two within 5% are "about the same"), "interval" (a race's ratio: up / down / about the same where its whole range
 says so, "within noise" where the range straddles 0.95 or 1.05).
 A step's ``reveal`` quotes the run's numbers and presumes no outcome; ``why`` ({outcome: text}) explains each one.
+Both may say how a number moved only through ``{metric_change}`` ("rose", "fell", "stayed about the same" from the
+first value to the last, read by ``claims.moved``), never in words of their own; a step's ``text`` and ``question``
+state no direction at all (they come before the run).
 The bundled lessons' answers all read a quantity the host cannot move (tokens, acceptance, passes, the modeled
 speedup): the seed fixes it, so a reveal repeated on a loaded machine gives the same verdict; a race's measured
 speeds are shown beside it, with their interval, as what this machine's clock said.
@@ -36,13 +39,14 @@ from ..decoder import autoregressive_generate, speculative_generate
 from ..models import ASSETS
 from ..rules import run_closed_forms
 from ..trace import Trace
+from . import claims
 from .gallery import FOLDER
 from .rules import variant_config
 
 LESSONS = ASSETS.parent / "lessons"
 KINDS, RULES = ("run", "exact", "vary", "race"), ("threshold", "direction", "highest", "interval")
-SAME_WITHIN = 0.05
-SAME, NOISE = "about the same", "within noise"
+SAME_WITHIN = claims.SAME_WITHIN
+SAME, NOISE = claims.SAME, claims.NOISE
 PAIRS = 5  # a race's interleaved sets
 
 
@@ -195,7 +199,7 @@ def _race(pair, runs: list[dict], pairs: int) -> dict:
     ratios = sorted(last / first for first, last in zip(speeds[0], speeds[len(setups) - 1]))
     inner = ratios[1:-1] if len(ratios) >= 5 else ratios  # one set a busy moment caught, either way, is dropped
     return numbers | dict(ratio=statistics.median(ratios), ratio_lo=inner[0], ratio_hi=inner[-1], ratio_min=ratios[0],
-                          ratio_max=ratios[-1], pairs=pairs, clock=_direction(inner[0], inner[-1]), c_weights=share)
+                          ratio_max=ratios[-1], pairs=pairs, clock=claims.interval(inner[0], inner[-1]), c_weights=share)
 
 
 def metrics(trace) -> dict:
@@ -218,7 +222,7 @@ def answer_of(step: Step, numbers: dict) -> str:
         value = numbers[rule["metric"]]
         return rule["below"] if value < rule["at"] else rule["above"] if value > rule["at"] else rule["equal"]
     if rule["rule"] == "interval":
-        return _direction(numbers["ratio_lo"], numbers["ratio_hi"])
+        return claims.interval(numbers["ratio_lo"], numbers["ratio_hi"])
     values = [numbers[f"{rule['metric']}_{i}"] for i in range(len(step.action["values"]))]
     if rule["rule"] == "highest":
         names = rule.get("names") or step.choices
@@ -226,23 +230,25 @@ def answer_of(step: Step, numbers: dict) -> str:
         if first <= second * (1 + SAME_WITHIN):
             return SAME
         return names[max(range(len(values)), key=values.__getitem__)]
-    ratio = values[-1] / values[0] if values[0] else float("inf")
-    return _direction(ratio, ratio)
+    return claims.change(values[0], values[-1])
 
 
-def _direction(lo: float, hi: float) -> str:
-    """up / down / about the same where a ratio's whole range [lo, hi] says so; within noise where it straddles."""
-    if lo > 1 + SAME_WITHIN:
-        return "up"
-    if hi < 1 - SAME_WITHIN:
-        return "down"
-    return SAME if lo >= 1 - SAME_WITHIN and hi <= 1 + SAME_WITHIN else NOISE
+def changes(numbers: dict) -> dict:
+    """``{metric}_change`` for every metric a vary or race gives per value (metric_0, metric_1, ...): how it moved
+    from the first value to the last, in the words of ``claims.moved``."""
+    per_value = {}  # metric -> {index: value}
+    for name, value in numbers.items():
+        metric, _, index = name.rpartition("_")
+        if metric and index.isdigit() and isinstance(value, (int, float)):
+            per_value.setdefault(metric, {})[int(index)] = value
+    return {f"{metric}_change": claims.moved(values[0], values[max(values)])
+            for metric, values in per_value.items() if 0 in values and max(values) > 0}
 
 
 def reveal(step: Step, numbers: dict, picked: str | None) -> str:
     """Markdown: what the student predicted, the answer this run gives, the run's numbers, and why that answer."""
     answer = answer_of(step, numbers)
     verdict = ("" if not picked else ("✓ You predicted it. " if picked == answer else f"✗ You said *{picked}*. "))
-    why = step.why.get(answer, "")
+    why, numbers = step.why.get(answer, ""), numbers | changes(numbers)
     return (f"{verdict}**Answer (from this run): {answer}.** " + step.reveal.format(**numbers)
             + (" " + why.format(**numbers) if why else ""))
