@@ -4,6 +4,7 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the tests never reach a model hub (set before transformers loads)
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+os.environ.setdefault("SPECVIZ_TRUSTED_PROXIES", "1")  # served tests speak as clients behind one proxy (X-Forwarded-For)
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -20,11 +20,13 @@ from . import (
     links,
     lossless_tab,
     rules_tab,
+    session_state,
     sweep_tab,
     temperature_tab,
     tree_tab,
     warm,
 )
+from . import gradio_internals as internals
 from .store import ModelStore
 from .uploads import UploadLimits
 
@@ -41,9 +43,10 @@ def build_demo(store: ModelStore | None = None) -> gr.Blocks:
     with App(title=TITLE, delete_cache=(600, 3600)) as demo:
         # this user's trained drafts (name -> TrainedDraft): theirs alone, freed 2 h after their last change
         user_drafts = gr.State({}, time_to_live=7200)
-        gr.Markdown(INTRO)
-        presenter = gr.Checkbox(False, label="Presenter view: large type, high contrast (for a projector)",
-                                elem_id="presenter")
+        with gr.Row(equal_height=True):  # one row: the explorer's Run stays on the first screen
+            gr.Markdown(INTRO, elem_id="intro")
+            presenter = gr.Checkbox(False, label="Presenter view: large type, high contrast (for a projector)",
+                                    elem_id="presenter", scale=0, min_width=240)
         presenter.change(None, [presenter], None, js=PRESENTER_JS, api_visibility="private")
         with gr.Tabs() as tabs:
             with gr.Tab("Explorer", id="explorer"):
@@ -81,8 +84,7 @@ def build_demo(store: ModelStore | None = None) -> gr.Blocks:
 
 
 def _forget_session(request: gr.Request):
-    app = getattr(getattr(request, "request", None), "app", None)  # the server, which holds every session's state
-    clients.forget(getattr(app, "state_holder", None), getattr(request, "session_hash", None))
+    session_state.forget(internals.state_holder_of_request(request), getattr(request, "session_hash", None))
 
 
 class App(gr.Blocks):
@@ -90,15 +92,16 @@ class App(gr.Blocks):
     (``uploads.UploadLimits``), however it is queued and launched."""
 
     def queue(self, *args, max_size: int | None = None, **kwargs):
+        kwargs.setdefault("api_open", False)  # /run/ and /api/ may not skip the queue (and so its limits)
         super().queue(*args, max_size=None, **kwargs)
-        clients.guard(self._queue, clients.Limits.from_env(model_queue=max_size or QUEUE_SIZE))
+        clients.guard(internals.queue_of(self), clients.Limits.from_env(model_queue=max_size or QUEUE_SIZE))
         return self
 
     def launch(self, *args, app_kwargs: dict | None = None, **kwargs):
         from gradio.utils import get_upload_folder
         from starlette.middleware import Middleware
 
-        limits = self._queue._specviz_limits
+        limits = internals.queue_of(self)._specviz_limits
         upload = Middleware(UploadLimits, mb_per_min=limits.upload_mb_per_min, folder=get_upload_folder())
         app_kwargs = {**(app_kwargs or {}), "middleware": [*(app_kwargs or {}).get("middleware", []), upload]}
         return super().launch(*args, app_kwargs=app_kwargs, **kwargs)

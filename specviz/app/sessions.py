@@ -1,6 +1,6 @@
 """At most one running model job per visitor, and none past its visitor's leaving.
 
-A visitor is a client (``clients.client_key``: every tab and session hash from one address together; the session
+A visitor is a client (``identity.client_key``: every tab and session hash from one address together; the session
 hash where no address is known): the labs and the explorer have slots of their own (``widgets.LAB_QUEUE``,
 ``MODEL_QUEUE``), so without this one visitor could hold both at once; a second job from the same visitor is
 refused with a readable message while the first runs.
@@ -18,6 +18,8 @@ from contextlib import contextmanager
 import gradio as gr
 
 from . import clients
+from . import gradio_internals as internals
+from .identity import client_key
 
 BUSY = "you already have a run going (one run at a time per visitor, from all your tabs): wait for it to finish"
 LEFT = "stopped: the visitor who asked for this run has left"
@@ -67,7 +69,7 @@ def visitor(request) -> str | None:
     """Who a request is from: its client's address, else its session hash (None: not gated)."""
     if request is None:
         return None
-    return clients.client_key(request, getattr(request, "session_hash", None))
+    return client_key(request, getattr(request, "session_hash", None))
 
 
 def event_of(request):
@@ -76,15 +78,14 @@ def event_of(request):
     if raw is None:
         return None
     for queue in list(clients.QUEUES):
-        for jobs in queue.active_jobs:
-            for event in jobs or ():
-                if event.request is raw:
-                    return event
+        for event in internals.running(queue):
+            if internals.event_request(event) is raw:
+                return event
     return None
 
 
 def _alive(event) -> bool:
-    return event is None or event.alive
+    return event is None or internals.event_alive(event)
 
 
 def check_left() -> None:

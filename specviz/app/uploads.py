@@ -11,7 +11,7 @@ import anyio
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 
-from .clients import client_key
+from .identity import client_key
 from .tempfiles import cap_size, max_bytes
 
 MAX_UPLOAD_BYTES = 4 * 2**20  # an upload without a Content-Length is counted as the largest one admitted

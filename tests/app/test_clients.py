@@ -40,14 +40,14 @@ def long_served():
 
 
 def test_one_client_is_one_visitor_however_many_sessions_it_opens():
-    from specviz.app.clients import client_key
+    from specviz.app.identity import client_key
     from specviz.app.sessions import one_per_session
 
     def req(session_hash, peer, forwarded=None):
         headers = {"x-forwarded-for": forwarded} if forwarded else {}
         return SimpleNamespace(session_hash=session_hash, client=SimpleNamespace(host=peer), headers=headers)
 
-    assert client_key(req("a", "10.0.0.2", "203.0.113.9, 10.0.0.1")) == "203.0.113.9"  # behind the Space's proxy
+    assert client_key(req("a", "10.0.0.2", "203.0.113.9")) == "203.0.113.9"  # behind one proxy (conftest: 1)
     assert client_key(req("a", "8.8.8.8", "6.6.6.6")) == "8.8.8.8"  # a public peer cannot claim another address
     assert client_key(req("a", "127.0.0.1"), "a") == "a"  # a local peer that forwards nothing: one visitor a session
 
@@ -73,8 +73,9 @@ def test_forty_sessions_of_one_client_cannot_lock_out_another_visitor(served, tm
         r = join(url, gen, generate_args(64, "dynamic:16,6,4"), session(), ATTACKER)
         if r.status_code != 200:
             refused.append(r)
-        from specviz.app.clients import _events, client_key
-        held = [e for e, _ in _events(demo._queue) if client_key(e.request) == ATTACKER]
+        from specviz.app.gradio_internals import events
+        from specviz.app.identity import client_key
+        held = [e for e, _ in events(demo._queue) if client_key(e.request) == ATTACKER]
         assert len(held) <= 2  # at any moment, at most two of its model jobs queued or running
     assert len(refused) >= 30 and all(r.status_code == 400 for r in refused)
     assert "at most 2 per visitor" in refused[0].json()["detail"]
@@ -171,7 +172,7 @@ def test_an_api_clients_idle_session_is_forgotten_after_its_time_to_live():
 
     from gradio.state_holder import StateHolder
 
-    from specviz.app.clients import forget_idle
+    from specviz.app.session_state import forget_idle
 
     holder = StateHolder()
     holder.session_data.update(old=object(), new=object())
@@ -179,3 +180,60 @@ def test_an_api_clients_idle_session_is_forgotten_after_its_time_to_live():
                                  new=datetime.datetime.now())
     assert forget_idle(holder, ttl_s=1800) == 1
     assert list(holder.session_data) == ["new"] and list(holder.time_last_used) == ["new"]
+
+
+def test_a_client_cannot_forge_its_address_in_x_forwarded_for():
+    from specviz.app.identity import client_key
+
+    def req(peer, forwarded):
+        return SimpleNamespace(client=SimpleNamespace(host=peer), headers={"x-forwarded-for": forwarded})
+
+    forged = ", ".join(f"198.51.100.{i}" for i in range(33)) + ", " + ATTACKER  # the proxy appended ATTACKER
+    assert client_key(req("10.0.0.2", forged), "s", proxies=1) == ATTACKER  # every forged hop ignored
+    assert client_key(req("10.0.0.2", f"{VISITOR}, {ATTACKER}, 10.0.0.9"), "s", proxies=2) == ATTACKER
+    assert client_key(req("10.0.0.2", forged), "s", proxies=0) == "s"  # the header is not read by default
+    assert client_key(req("10.0.0.2", ATTACKER), "s", proxies=2) == "s"  # fewer hops than proxies: not an address to trust
+    assert client_key(req("10.0.0.2", "not-an-address"), "s", proxies=1) == "s"
+    assert client_key(req("8.8.8.8", ATTACKER), "s", proxies=1) == "8.8.8.8"  # a public peer is no proxy of ours
+
+
+def test_trusted_proxies_setting_is_checked(monkeypatch):
+    from specviz.app.identity import trusted_proxies
+
+    for bad in ("-1", "two", "99"):
+        monkeypatch.setenv("SPECVIZ_TRUSTED_PROXIES", bad)
+        with pytest.raises(ValueError, match="SPECVIZ_TRUSTED_PROXIES must be a whole number"):
+            trusted_proxies()
+    monkeypatch.setenv("SPECVIZ_TRUSTED_PROXIES", "2")
+    assert trusted_proxies() == 2
+
+
+def test_gradios_internals_are_where_the_adapter_reads_them(monkeypatch):
+    from gradio import queueing
+
+    from specviz.app import gradio_internals
+
+    assert gradio_internals._problems() == []
+    monkeypatch.delattr(queueing.Queue, "push")  # a release that moved the queue's push
+    with pytest.raises(gradio_internals.InternalsMoved, match=r"gradio [\d.]+\S* no longer has Queue.push"):
+        gradio_internals._checked.clear()
+        gradio_internals.check()
+    gradio_internals._checked.clear()
+
+
+def test_no_module_but_the_adapter_touches_gradios_private_names():
+    import pathlib
+    import re
+
+    private = re.compile(r"\._queue\b|active_jobs|event_queue_per_concurrency_id|session_data|time_last_used|"
+                         r"\.state_holder\b|blocks\.fns\b")
+    app = pathlib.Path(__file__).parents[2] / "specviz" / "app"
+    users = sorted(p.name for p in app.glob("*.py") if private.search(p.read_text()))
+    assert users == ["gradio_internals.py"]
+
+
+@pytest.mark.slow
+def test_the_run_route_cannot_skip_the_queue(served):
+    url, demo = served
+    r = httpx.post(f"{url}gradio_api/run/generate", json={"data": GENERATE}, timeout=60)
+    assert r.status_code == 404 and "queue" in r.text
