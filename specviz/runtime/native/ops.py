@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 
 from ..by_identity import IdentityCache
+from ..threads import policy
 from .library import lib, ptr
 
 # -- packed weights, one per weight tensor (held weakly: a model's weights live as long as it does) ----------------
@@ -29,9 +30,10 @@ def linear(x: torch.Tensor, w_t: torch.Tensor, b: torch.Tensor | None = None,
     so = lib()
     x = x.contiguous()
     out = torch.empty(x.shape[0], w_t.shape[1])
-    residual = None if residual is None else residual.contiguous()
-    so.sv_linear(x.data_ptr(), x.shape[0], x.shape[1], packed(w_t).data_ptr(), w_t.shape[1], ptr(b),
-                 ptr(residual), out.data_ptr(), torch.get_num_threads())
+    residual, panels = None if residual is None else residual.contiguous(), packed(w_t)
+    with policy.timed(("linear", *x.shape, w_t.shape[1])) as threads:  # threads chosen for this shape, timed
+        so.sv_linear(x.data_ptr(), x.shape[0], x.shape[1], panels.data_ptr(), w_t.shape[1], ptr(b),
+                     ptr(residual), out.data_ptr(), threads)
     return out
 
 

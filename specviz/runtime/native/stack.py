@@ -3,11 +3,11 @@ per block), every layer of a pass in one call."""
 from __future__ import annotations
 
 import ctypes
-import time
 
 import torch
 
 from ..by_identity import IdentityCache
+from ..threads import policy
 from .library import MAX_HEAD_DIM, Dims, Head, Layer, fits, lib, ptr
 from .ops import packed
 
@@ -69,45 +69,16 @@ def layers(x: torch.Tensor, start: int, stack, dims: Dims, cos: torch.Tensor, si
     n = x.shape[0]
     pos = None if positions is None else positions.to(torch.int64).contiguous()
     vis = None if visible is None else visible.to(torch.uint8).contiguous()
-    out = None
+    out, shape = None, ("layers", stack.count, n, dims.d, dims.inter)  # the call's shape, as its timings are kept
     if head is not None:
         norm, head_t, head_b, first = head
         out = torch.empty(n, x.shape[1]), torch.empty(n - first, head_t.shape[1])
         head = ctypes.byref(Head(ptr(norm), ptr(packed(head_t)), ptr(head_b), head_t.shape[1], first, ptr(out[0]),
                                  ptr(out[1])))
-    threads, t0 = watch.threads(), time.perf_counter()
-    if so.sv_layers(ctypes.byref(dims), stack.structs, stack.caches, stack.count, x.data_ptr(), n, start, stack.cap,
-                    cos.data_ptr(), sin.data_ptr(), ptr(pos), ptr(vis), head, threads) != 0:
-        raise MemoryError("the native layer stack could not allocate its scratch memory")
-    watch.took((stack.count, n, threads), time.perf_counter() - t0)
+        shape += (n - first, head_t.shape[1])
+    with policy.timed(shape) as threads:
+        if so.sv_layers(ctypes.byref(dims), stack.structs, stack.caches, stack.count, x.data_ptr(), n, start, stack.cap,
+                        cos.data_ptr(), sin.data_ptr(), ptr(pos), ptr(vis), head, threads) != 0:
+            raise MemoryError("the native layer stack could not allocate its scratch memory")
     return x if out is None else out
 
-
-class Watch:
-    """Passes whose threads waited on each other. Where other work holds a core, a thread of a pass waits at each
-    barrier until the scheduler runs the one it waits for (llama.cpp's forward, the same design, fell from 171 to 3
-    tokens/s on 2 threads under a load of 4, docs/LLAMACPP.md). After STALLS passes slower than STALL times the
-    fastest of their shape, and by at least LOST seconds (a scheduler's time slice: a pass of microseconds slowed by
-    any hiccup is no stall), passes run on one thread for the next RETRY passes, then try every thread again."""
-
-    STALL, LOST, STALLS, RETRY = 8.0, 0.004, 2, 500
-
-    def __init__(self):
-        self.fastest: dict[tuple, float] = {}
-        self.stalls = self.passes = self.alone_until = 0
-
-    def threads(self) -> int:
-        self.passes += 1
-        return 1 if self.passes < self.alone_until else torch.get_num_threads()
-
-    def took(self, shape: tuple, seconds: float) -> None:
-        best = self.fastest.get(shape)
-        if best is None or seconds < best:
-            self.fastest[shape] = seconds
-        elif shape[2] > 1 and seconds > self.STALL * best and seconds - best > self.LOST:
-            self.stalls += 1
-            if self.stalls >= self.STALLS:
-                self.stalls, self.alone_until = 0, self.passes + self.RETRY
-
-
-watch = Watch()
