@@ -28,7 +28,7 @@ from . import (
 )
 from . import gradio_internals as internals
 from .store import ModelStore
-from .uploads import UploadLimits
+from .uploads import RequestLimits
 
 TITLE = "specviz: see speculative decoding"
 INTRO = ("# specviz: see speculative decoding\nA small **draft** guesses k tokens, the **target** checks them all "
@@ -89,7 +89,7 @@ def _forget_session(request: gr.Request):
 
 class App(gr.Blocks):
     """gr.Blocks whose queue has per-client limits (``clients.guard``) and whose server bounds uploads
-    (``uploads.UploadLimits``), however it is queued and launched."""
+    (``uploads.RequestLimits``), however it is queued and launched."""
 
     def queue(self, *args, max_size: int | None = None, **kwargs):
         kwargs.setdefault("api_open", False)  # /run/ and /api/ may not skip the queue (and so its limits)
@@ -102,7 +102,7 @@ class App(gr.Blocks):
         from starlette.middleware import Middleware
 
         limits = internals.queue_of(self)._specviz_limits
-        upload = Middleware(UploadLimits, mb_per_min=limits.upload_mb_per_min, folder=get_upload_folder())
+        upload = Middleware(RequestLimits, mb_per_min=limits.upload_mb_per_min, folder=get_upload_folder())
         app_kwargs = {**(app_kwargs or {}), "middleware": [*(app_kwargs or {}).get("middleware", []), upload]}
         return super().launch(*args, app_kwargs=app_kwargs, **kwargs)
 

@@ -46,6 +46,18 @@ def sweep(root: Path, max_age_s: float) -> int:
     return gone
 
 
+def folder_bytes(root: Path) -> int:
+    """The bytes of every file under root (a file that goes meanwhile counts nothing)."""
+    total = 0
+    for folder, _, names in os.walk(root):
+        for name in names:
+            try:
+                total += os.stat(os.path.join(folder, name)).st_size
+            except OSError:
+                continue
+    return total
+
+
 def cap_size(root: Path, limit: int) -> int:
     """Delete the root's oldest files (by modification time) until the rest take at most ``limit`` bytes, and the
     folders they leave empty; returns how many files went."""
