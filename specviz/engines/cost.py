@@ -11,6 +11,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .lines import shown
+
+MAX_POINTS, MAX_ROWS = 128, 2**20  # v's points (llama-bench's pp sizes, the hardware lab's 32 rows); rows a pass
+
 
 @dataclass(frozen=True)
 class CostModel:
@@ -24,14 +28,17 @@ class CostModel:
             object.__setattr__(self, "verify", ((1, float(self.verify)),))
         if isinstance(self.verify, dict):
             object.__setattr__(self, "verify", tuple(sorted(self.verify.items())))
+        if len(self.verify) > MAX_POINTS:
+            raise ValueError(f"{len(self.verify):,} verify-cost points: at most {MAX_POINTS} (v is a smooth curve)")
         object.__setattr__(self, "verify", tuple((int(n), float(v)) for n, v in self.verify))
         object.__setattr__(self, "notes", tuple(self.notes))
         if not isinstance(self.c, (int, float)) or isinstance(self.c, bool) or not math.isfinite(self.c) \
                 or self.c < 0:
             raise ValueError(f"c (a draft step over a target forward) must be a finite number >= 0, got {self.c!r}")
         rows = [n for n, _ in self.verify]
-        if not rows or rows != sorted(set(rows)) or rows[0] < 1:
-            raise ValueError(f"verify costs need distinct row counts >= 1 in order, got {rows}")
+        if not rows or rows != sorted(set(rows)) or rows[0] < 1 or rows[-1] > MAX_ROWS:
+            raise ValueError(f"verify costs need distinct row counts from 1 to {MAX_ROWS:,} in order, got "
+                             f"{shown(rows, 200)}")
         if any(not math.isfinite(v) or v <= 0 for _, v in self.verify):
             raise ValueError(f"verify costs must be positive, got {self.verify}")
 

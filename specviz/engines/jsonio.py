@@ -3,9 +3,10 @@ stream (``data: {...}`` lines, ``data: [DONE]`` at the end). Errors name the lin
 from __future__ import annotations
 
 import json
+import math
 
-from .lines import counted, failed_at
-from .run import EngineRun, total
+from .lines import counted, failed_at, shown
+from .run import MAX_K, EngineRun, total
 
 
 def looks_like_json(text: str) -> bool:
@@ -47,6 +48,8 @@ def _jsonl_records(lines) -> list[tuple[int, dict]]:
         except json.JSONDecodeError as error:
             raise ValueError(f"line {n}: not valid JSON ({error.msg}); each line of a JSONL file must be one whole "
                              f"response: {line[:80]!r}") from error
+        except RecursionError:
+            raise ValueError(f"line {n}: the JSON nests too deeply to be an engine response") from None
         if isinstance(item, dict):
             out.append((n, item))
     return out
@@ -68,6 +71,8 @@ def _sse_records(text: str) -> list[tuple[int, dict]]:
         except json.JSONDecodeError as error:
             raise ValueError(f"line {n}: the event's JSON is cut short or broken ({error.msg}): "
                              f"{payload[:80]!r}") from error
+        except RecursionError:
+            raise ValueError(f"line {n}: the event's JSON nests too deeply to be an engine response") from None
         if isinstance(item, dict):
             out.append((n, item))
     return out
@@ -79,7 +84,9 @@ def number(obj: dict, *keys, where: str = "") -> float | None:
         if key in obj and obj[key] is not None:
             value = obj[key]
             if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ValueError(f"{where}{key} should be a number, got {value!r}")
+                raise ValueError(f"{where}{key} should be a number, got {shown(value)}")
+            if not math.isfinite(value):
+                raise ValueError(f"{where}{key} should be a finite number, got {shown(value)}")
             return value
     return None
 
@@ -95,27 +102,37 @@ def whole(obj: dict, *keys, where: str = "") -> int | None:
 
 
 def dense_histogram(value, where: str = "") -> tuple[int, ...] | None:
-    """An acceptance histogram, dense (list: [j] = steps accepting j drafts) or sparse ({"j": steps})."""
+    """An acceptance histogram, dense (list: [j] = steps accepting j drafts) or sparse ({"j": steps}); j is at most
+    MAX_K (checked before the dense list is built)."""
     if value is None:
         return None
     if isinstance(value, dict):
         try:
             pairs = {int(j): n for j, n in value.items()}
         except (TypeError, ValueError) as error:
-            raise ValueError(f"{where}acceptance histogram keys must be draft counts, got {list(value)}") from error
-        if any(j < 0 for j in pairs):
-            raise ValueError(f"{where}acceptance histogram has a negative draft count")
+            raise ValueError(f"{where}acceptance histogram keys must be draft counts, got {list(value)[:8]}") \
+                from error
+        if any(not 0 <= j <= MAX_K for j in pairs):
+            raise ValueError(f"{where}acceptance histogram keys must be draft counts from 0 to {MAX_K}, got "
+                             f"{min(pairs)} to {max(pairs)}")
         value = [pairs.get(j, 0) for j in range(max(pairs, default=-1) + 1)]
-    if not isinstance(value, list) or any(isinstance(n, bool) or not isinstance(n, (int, float)) or n != int(n)
-                                          for n in value):
-        raise ValueError(f"{where}acceptance histogram must hold whole step counts, got {value!r}")
+    if isinstance(value, list) and len(value) > MAX_K + 1:
+        raise ValueError(f"{where}acceptance histogram has {len(value):,} entries: a step accepts at most {MAX_K} "
+                         f"drafts, so at most {MAX_K + 1}")
+    if not isinstance(value, list) or any(isinstance(n, bool) or not isinstance(n, (int, float))
+                                          or not math.isfinite(n) or n != int(n) for n in value):
+        raise ValueError(f"{where}acceptance histogram must hold whole step counts, got {shown(value)}")
     return tuple(int(n) for n in value)
 
 
 def survival(histogram: tuple[int, ...]) -> tuple[int, ...]:
     """Per-position accepted counts from an acceptance histogram: position i is accepted by every step that
     accepted more than i drafts (TensorRT-LLM builds its histogram the other way round, from these)."""
-    return tuple(sum(histogram[j] for j in range(i + 1, len(histogram))) for i in range(len(histogram) - 1))
+    out, beyond = [], sum(histogram)
+    for steps in histogram[:-1]:
+        beyond -= steps  # steps accepting more than i drafts
+        out.append(beyond)
+    return tuple(out)
 
 
 def grouped(records, key) -> list[list[tuple[int, dict]]]:
@@ -124,7 +141,8 @@ def grouped(records, key) -> list[list[tuple[int, dict]]]:
     groups: dict[object, list] = {}
     for n, obj in records:
         name = key(obj)
-        groups.setdefault(name if name is not None else ("line", n), []).append((n, obj))
+        alone = name is None or not isinstance(name, (str, int, float))  # a list or object for an id stands alone
+        groups.setdefault(("line", n) if alone else name, []).append((n, obj))
     return list(groups.values())
 
 

@@ -13,12 +13,16 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import re
 from dataclasses import dataclass
 
 from .cost import CostModel
+from .lines import shown
 from .read import load_texts
+from .run import MAX_NAME
 
+MAX_ROWS = 4096
 TEST = re.compile(r"^(?:pp(\d+))?\+?(?:tg(\d+))?(?: @ d(\d+))?$")
 
 
@@ -36,6 +40,9 @@ def cost_from_llama_bench(source, c: float | None = None) -> CostModel:
     """c and v(n) from llama-bench output (a text or a path); ``c`` given when only the target was benched."""
     (name, text), = load_texts(source)
     rows = bench_rows(text)
+    if not rows:
+        raise ValueError(f"{name} holds no llama-bench result rows: run llama-bench -p 1,2,4,8,16 -n 64 and give its "
+                         "whole output")
     models = sorted({r.model for r in rows}, key=lambda m: -max(r.params for r in rows if r.model == m))
     target = models[0]
     tg = _tg(rows, target)
@@ -67,27 +74,53 @@ def _tg(rows, model: str) -> float:
 
 
 def bench_rows(text: str) -> list[BenchRow]:
+    """Every result row of the output, in its format (JSON, JSONL, CSV or the markdown table); at most MAX_ROWS."""
     stripped = text.lstrip()
-    if stripped.startswith("|"):
-        return _markdown_rows(text)
-    if stripped.startswith(("[", "{")):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError:
-            data = [json.loads(line) for line in text.splitlines() if line.strip()]
-        return [_field_row(d) for d in (data if isinstance(data, list) else [data])]
-    return [_field_row(d) for d in csv.DictReader(io.StringIO(text))]
+    try:
+        if stripped.startswith("|"):
+            rows = _markdown_rows(text)
+        elif stripped.startswith(("[", "{")):
+            rows = [_field_row(d) for d in _json_rows(text)]
+        else:
+            rows = [_field_row(d) for d in csv.DictReader(io.StringIO(text))]
+    except (csv.Error, RecursionError) as error:
+        raise ValueError(f"not llama-bench output ({type(error).__name__}: {str(error)[:100]})") from None
+    if len(rows) > MAX_ROWS:
+        raise ValueError(f"{len(rows):,} llama-bench rows: at most {MAX_ROWS:,} (a bench of a few models and sizes)")
+    return rows
+
+
+def _json_rows(text: str) -> list:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        data = [json.loads(line) for line in text.splitlines() if line.strip()]
+    return data if isinstance(data, list) else [data]
 
 
 def _field_row(d: dict) -> BenchRow:
     try:
-        return BenchRow(model=f"{d['model_type']} ({d.get('model_filename', '')})",
+        return BenchRow(model=_name(f"{d['model_type']} ({d.get('model_filename', '')})"),
                         params=float(d.get("model_n_params") or d.get("model_size") or 0),
                         n_prompt=int(d["n_prompt"]), n_gen=int(d["n_gen"]), depth=int(d.get("n_depth") or 0),
-                        ts=float(d["avg_ts"]))
-    except (KeyError, TypeError, ValueError) as error:
-        raise ValueError(f"not a llama-bench result row (needs model_type, n_prompt, n_gen, avg_ts): {error}") \
-            from error
+                        ts=_speed(d["avg_ts"]))
+    except (KeyError, TypeError, ValueError, OverflowError) as error:
+        raise ValueError(f"not a llama-bench result row (needs model_type, n_prompt, n_gen, avg_ts): "
+                         f"{str(error)[:100]}") from error
+
+
+def _name(model: str) -> str:
+    if len(model) > MAX_NAME:
+        raise ValueError(f"a model named in {len(model):,} characters: not llama-bench output")
+    return model
+
+
+def _speed(value) -> float:
+    """Tokens per second: a finite number above 0."""
+    ts = float(value)
+    if not math.isfinite(ts) or ts <= 0:
+        raise ValueError(f"a speed in tokens per second is a finite number above 0, got {ts}")
+    return ts
 
 
 def _markdown_rows(text: str) -> list[BenchRow]:
@@ -97,17 +130,17 @@ def _markdown_rows(text: str) -> list[BenchRow]:
     body = [row for row in table[1:] if len(row) == len(header) and row != header
             and not all(set(cell) <= set("-:") for cell in row)]
     if "test" not in header or "t/s" not in header:
-        raise ValueError(f"a llama-bench table has 'test' and 't/s' columns, got {header}")
+        raise ValueError(f"a llama-bench table has 'test' and 't/s' columns, got {shown(header, 200)}")
     out = []
     for row in body:
         cell = dict(zip(header, row))
         test = TEST.match(cell["test"])
-        if test is None:
-            raise ValueError(f"unreadable llama-bench test {cell['test']!r}")
+        if test is None or not cell["t/s"]:
+            raise ValueError(f"unreadable llama-bench row: test {shown(cell['test'])}, t/s {shown(cell['t/s'])}")
         size = cell.get("params") or cell.get("size") or "0"
-        out.append(BenchRow(model=f"{cell.get('model', '')} {cell.get('size', '')}".strip(), params=_amount(size),
+        out.append(BenchRow(model=_name(f"{cell.get('model', '')} {cell.get('size', '')}".strip()), params=_amount(size),
                             n_prompt=int(test.group(1) or 0), n_gen=int(test.group(2) or 0),
-                            depth=int(test.group(3) or 0), ts=float(cell["t/s"].split()[0])))
+                            depth=int(test.group(3) or 0), ts=_speed(cell["t/s"].split()[0])))
     return out
 
 

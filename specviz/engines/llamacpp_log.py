@@ -13,10 +13,11 @@ Examples, examples/speculative-simple/speculative-simple.cpp and examples/specul
 """
 from __future__ import annotations
 
+import math
 import re
 
-from .lines import counted, failed_at, marked_lines, numbers
-from .rounding import half_unit, recover_steps
+from .lines import count, counted, failed_at, marked_lines, numbers, short_lines
+from .rounding import checked_rates, half_unit, recover_steps
 from .run import EngineRun, total
 
 SERVER, SUMMARY = "llama.cpp server log", "llama-speculative summary"
@@ -24,8 +25,10 @@ SERVER_MARKERS = ("draft acceptance = ", "draft acceptance rate = ")
 ACCEPTANCE = re.compile(r"draft acceptance(?: rate)? = ([\d.]+) \(\s*(\d+) accepted /\s*(\d+) generated\)"
                         r"(?:, mean len =\s*([\d.]+))?")
 TASK = re.compile(r"\| task (-?\d+) \|")
-EVAL = re.compile(r"\beval time = .*/\s*(\d+) tokens")
-SUMMARY_LINE = re.compile(r"(?:^|\s)(n_draft|n_predict|n_drafted|n_accept|accept)\s+=\s+([-\d.]+)%?\s*$")
+EVAL = re.compile(r"\beval time = ")
+TOKENS = re.compile(r"\s*(\d+) tokens")  # after the eval line's last '/': "/   128 tokens"
+SUMMARY_KEYS = ("n_draft", "n_predict", "n_drafted", "n_accept", "accept")
+SUMMARY_VALUE = re.compile(r"\s+([-\d.]+)%?\s*")  # after the '=' of "n_accept  = 47" or "accept    = 35.606%"
 
 
 def is_server_log(text: str) -> bool:
@@ -33,18 +36,41 @@ def is_server_log(text: str) -> bool:
 
 
 def is_summary(text: str) -> bool:
-    keys = {m.group(1) for line in text.splitlines() if (m := SUMMARY_LINE.search(line.strip()))}
+    keys = {found[0] for line in short_lines(text) if (found := summary_field(line))}
     return {"n_drafted", "n_accept"} <= keys
 
 
-def parse_server_log(text: str) -> EngineRun:
-    lines = text.splitlines()
+def summary_field(line: str) -> tuple[str, str] | None:
+    """(key, value) of a summary line ("n_accept  = 47"): the key the last word before the line's last '=', the
+    value a number after it, nothing else."""
+    left, sep, right = line.strip().rpartition("=")
+    key = left.split()[-1] if sep and left[-1:].isspace() and left.split() else ""
+    value = SUMMARY_VALUE.fullmatch(right) if key in SUMMARY_KEYS else None
+    return (key, value.group(1)) if value else None
+
+
+def eval_tokens(line: str) -> int | None:
+    """The tokens of an "eval time = ... ms /   N tokens (...)" line: what follows the last '/' that a count of
+    tokens follows, each '/' tried once."""
+    found = EVAL.search(line)
+    end = len(line)
+    while found and (slash := line.rfind("/", found.end(), end)) >= 0:
+        if tokens := TOKENS.match(line, slash + 1):
+            return int(tokens.group(1))
+        end = slash
+    return None
+
+
+def parse_server_log(text: str, check=None) -> EngineRun:
+    lines = short_lines(text, SERVER_MARKERS)
     tasks = [m.group(1) if (m := TASK.search(line)) else None for line in lines]
     runs = []
     for i, line in enumerate(lines):
         found = ACCEPTANCE.search(line)
         if not found:
             continue
+        if check is not None:
+            check()
         near = [j for j in range(max(0, i - 12), min(len(lines), i + 3)) if tasks[j] == tasks[i]]
         try:
             runs.append(_task_run(found, [(j - i, lines[j]) for j in near]))
@@ -56,12 +82,13 @@ def parse_server_log(text: str) -> EngineRun:
 def _task_run(found, near: list[tuple[int, str]]) -> EngineRun:
     """One task's figures: its acceptance line, the eval line before it, the per-position line after it (``near``:
     (offset from the acceptance line, line) of the task's lines around it)."""
-    rate, accepted, drafted = float(found.group(1)), int(found.group(2)), int(found.group(3))
+    rate, accepted, drafted = float(found.group(1)), count(found.group(2), "accepted"), count(found.group(3),
+                                                                                               "generated")
     if drafted and abs(rate - accepted / drafted) > half_unit(5):
         raise ValueError(f"the printed rate {rate} is not accepted / generated = {accepted} / {drafted}")
-    emitted = next((int(m.group(1)) for d, other in reversed(near) if d < 0 and (m := EVAL.search(other))), None)
+    emitted = next((n for d, other in reversed(near) if d < 0 and (n := eval_tokens(other)) is not None), None)
     per_pos_line = next((other for d, other in near if d > 0 and "acc per pos = (" in other), None)
-    rates = numbers(per_pos_line.split("acc per pos =", 1)[1], "acc per pos") if per_pos_line else ()
+    rates = checked_rates(numbers(per_pos_line.split("acc per pos =", 1)[1], "acc per pos") if per_pos_line else ())
     steps = per_pos = None
     notes = []
     if found.group(4) is not None:
@@ -73,13 +100,13 @@ def _task_run(found, near: list[tuple[int, str]]) -> EngineRun:
                      k=len(rates) or None, accepted_per_pos=per_pos, notes=tuple(notes))
 
 
-def parse_summary(text: str) -> EngineRun:
+def parse_summary(text: str, check=None) -> EngineRun:
     records, current, start = [], {}, 1
-    for n, line in enumerate(text.splitlines(), 1):
-        found = SUMMARY_LINE.search(line.strip())
+    for n, line in enumerate(short_lines(text), 1):
+        found = summary_field(line)
         if not found:
             continue
-        key, value = found.group(1), found.group(2)
+        key, value = found
         if key == "n_draft" and current:  # the next run's summary begins
             records.append((start, current))
             current = {}
@@ -100,10 +127,13 @@ def _summary_run(fields: dict[str, str]) -> EngineRun:
     missing = [key for key in ("n_predict", "n_drafted", "n_accept") if key not in fields]
     if missing:
         raise ValueError(f"the summary lacks {', '.join(missing)}")
-    values = {key: float(value) for key, value in fields.items()}
-    if any(v != int(v) for key, v in values.items() if key != "accept"):
+    try:
+        values = {key: float(value) for key, value in fields.items()}
+    except ValueError:
+        raise ValueError(f"the summary's values must be numbers, got {fields}") from None
+    if any(not math.isfinite(v) or v != int(v) for key, v in values.items() if key != "accept"):
         raise ValueError("the summary's counts must be whole numbers")
-    emitted, drafted, accepted = int(values["n_predict"]), int(values["n_drafted"]), int(values["n_accept"])
+    emitted, drafted, accepted = (count(fields[key], key) for key in ("n_predict", "n_drafted", "n_accept"))
     if drafted and "accept" in values and abs(values["accept"] / 100 - accepted / drafted) > half_unit(5):
         raise ValueError(f"the printed accept {fields['accept']}% is not n_accept / n_drafted")
     if accepted > emitted:

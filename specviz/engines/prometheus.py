@@ -17,9 +17,12 @@ consecutive ones forming the series.
 """
 from __future__ import annotations
 
+import math
+
 from prometheus_client.parser import text_string_to_metric_families
 
-from .run import EngineRun
+from .lines import MAX_LINE, too_long
+from .run import MAX_K, EngineRun
 
 COUNTERS = {"spec_decode_num_drafts": "steps", "spec_decode_num_draft_tokens": "drafted",
             "spec_decode_num_accepted_tokens": "accepted", "spec_decode_num_accepted_tokens_per_pos": "per_pos"}
@@ -35,9 +38,12 @@ def is_scrape(text: str) -> bool:
 
 
 def split_scrapes(text: str) -> list[str]:
-    """One text per scrape: a scrape ends where a metric's "# TYPE" line comes round again."""
+    """One text per scrape: a scrape ends where a metric's "# TYPE" line comes round again. A line longer than
+    MAX_LINE is refused before the parser sees it (an exporter's lines are short)."""
     chunks, current, seen = [], [], set()
-    for line in text.splitlines():
+    for n, line in enumerate(text.splitlines(), 1):
+        if len(line) > MAX_LINE:
+            raise too_long(n, line)
         if line.startswith("# TYPE "):
             name = line.split()[2] if len(line.split()) > 2 else ""
             if name in seen:
@@ -83,23 +89,27 @@ def _field_of(name: str) -> tuple[str | None, str]:
 
 def _add(counts: dict, field: str, sample) -> None:
     value = sample.value
-    if value != value or value < 0:
-        raise ValueError(f"{sample.name} = {value}: a counter is a count")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{sample.name} = {value}: a counter is a finite count")
     if field == "per_pos":
-        if "position" not in sample.labels or not sample.labels["position"].isdigit():
-            raise ValueError(f"{sample.name} needs a numeric position label, got {sample.labels}")
+        label = sample.labels.get("position", "")
+        if not (label.isascii() and label.isdigit() and int(label) < MAX_K):
+            raise ValueError(f"{sample.name} needs a position label from 0 to {MAX_K - 1}, got {sample.labels}")
         positions = counts.setdefault("per_pos", {})
-        position = int(sample.labels["position"])
+        position = int(label)
         positions[position] = positions.get(position, 0) + value
     else:
         counts[field] = counts.get(field, 0) + value
 
 
-def parse(texts, model: str | None = None) -> EngineRun:
-    """The counts of one scrape (since the server started), or between the first and last of several."""
+def parse(texts, model: str | None = None, check=None) -> EngineRun:
+    """The counts of one scrape (since the server started), or between the first and last of several; ``check()``
+    before each scrape (a request's budget)."""
     scrapes = [chunk for text in texts for chunk in split_scrapes(text)]
     counts = []
     for i, chunk in enumerate(scrapes, 1):
+        if check is not None:
+            check()
         try:
             counts.append(scrape_counts(chunk))
         except ValueError as error:

@@ -32,10 +32,12 @@ LOG_KINDS = (("vllm log", lambda t: bool(marked_lines(t, vllm_log.MARKERS)), vll
              ("llama-speculative summary", llamacpp_log.is_summary, llamacpp_log.parse_summary))
 
 
-def read_engine_run(source, *, temperature: float | None = None, model: str | None = None) -> EngineRun:
+def read_engine_run(source, *, temperature: float | None = None, model: str | None = None,
+                    check=None) -> EngineRun:
     """An EngineRun from a text, a path, bytes, or a list of paths (several files of one format: a log's parts,
     two Prometheus scrapes). ``temperature`` fills the sampling temperature the format does not report (vLLM's
-    and SGLang's responses do not echo it); ``model`` picks one model of a scrape that holds several."""
+    and SGLang's responses do not echo it); ``model`` picks one model of a scrape that holds several; ``check()``
+    between texts, log lines and scrapes (a request's budget: it raises to stop the read)."""
     try:
         texts = load_texts(source)
     except ValueError as error:
@@ -50,7 +52,7 @@ def read_engine_run(source, *, temperature: float | None = None, model: str | No
         raise ValueError(f"the files hold different formats ({', '.join(sorted(set(kinds)))}): read each with "
                          "read_engine_run and pass them to diagnose together")
     try:
-        run = _parse(kinds[0], [text for _, text in texts], model)
+        run = _parse(kinds[0], [text for _, text in texts], model, check)
     except ValueError as error:
         raise unreadable(texts[0][0] if len(texts) == 1 else f"{len(texts)} files", error) from error
     return with_temperature(run, temperature)
@@ -119,15 +121,20 @@ def detect_format(text: str) -> str:
     return found[0]
 
 
-def _parse(kind: str, texts: list[str], model: str | None) -> EngineRun:
+def _parse(kind: str, texts: list[str], model: str | None, check=None) -> EngineRun:
     if kind == "prometheus":
-        return prometheus.parse(texts, model)
+        return prometheus.parse(texts, model, check)
     parse = _parse_json if kind == "json" else next(p for name, _, p in LOG_KINDS if name == kind)
-    runs = [parse(text) for text in texts]
+    runs = []
+    for text in texts:
+        if check is not None:
+            check()
+        runs.append(parse(text, check))
     return runs[0] if len(runs) == 1 else total(runs, runs[0].source).with_notes(f"{len(runs)} files summed")
 
 
-def _parse_json(text: str) -> EngineRun:
+def _parse_json(text: str, check=None) -> EngineRun:
+    """The JSON kinds read a record in microseconds: ``check`` is called between texts only."""
     records = json_records(text)
     if records and specviz_trace.is_trace(records[0][1]):
         return specviz_trace.parse(text)

@@ -10,7 +10,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
+from .run import MAX_K
+
 MAX_CANDIDATES = 200_000  # wider than this, the printed figures cannot pin the steps down anyway
+CHUNK = 4096  # step counts checked together
 
 
 @dataclass(frozen=True)
@@ -38,13 +43,14 @@ def counts_for(steps: int, rates, accepted: int, decimals: int = 3) -> tuple[int
 def recover_steps(accepted: int, mean_len: float, decimals: int = 2, rates=(), drafted: int | None = None,
                   rate_decimals: int = 3) -> Recovered:
     """Steps (and per-position counts, when rates are given) consistent with a printed mean acceptance length."""
-    rates, k = tuple(rates), len(rates) or None
+    rates = checked_rates(rates)
+    k = len(rates) or None
+    _check_mean(mean_len, decimals)
     exact = drafted // k if k and drafted is not None and drafted % k == 0 else None
     span = _span(accepted, mean_len, decimals, drafted, k)
     if span is None:
         return _from_drafts(exact, rates, accepted, rate_decimals, mean_len)
-    lo, hi = span
-    with_rates = [n for n in range(lo, hi + 1) if not rates or counts_for(n, rates, accepted, rate_decimals)]
+    with_rates = fitting(span, rates, accepted, rate_decimals)
     if exact is not None and exact in with_rates:
         return _recovered(exact, rates, accepted, rate_decimals, f"steps = drafted / k = {drafted} / {k}, "
                           f"consistent with the printed mean {mean_len} and per-position rates")
@@ -53,12 +59,87 @@ def recover_steps(accepted: int, mean_len: float, decimals: int = 2, rates=(), d
                           f"steps = {with_rates[0]}: the one whole number the printed mean {mean_len}"
                           + (" and per-position rates fit" if rates else " fits"))
     if with_rates:
-        n = min(with_rates, key=lambda m: abs(m - accepted / (mean_len - 1)))  # nearest the printed mean's
+        n = nearest(with_rates, accepted / (mean_len - 1) if mean_len > 1 else math.inf)  # nearest the mean's
         return _recovered(n, rates, accepted, rate_decimals, f"steps = {n}, one of {len(with_rates)} values in "
                           f"[{with_rates[0]}, {with_rates[-1]}] that fit the printed figures")
+    if mean_len <= 1:
+        return Recovered(None, None, f"the printed mean {mean_len} and per-position rates fit no whole number of "
+                         "steps")
     n = round(accepted / (mean_len - 1))
     return Recovered(n, None, f"steps ~ accepted / (mean - 1) = {n}; the printed per-position rates fit no whole "
                      "number of steps, so they were dropped")
+
+
+def checked_rates(rates) -> tuple[float, ...]:
+    """Per-position rates as printed: at most MAX_K of them, each a fraction in [0, 1]."""
+    rates = tuple(rates)
+    if len(rates) > MAX_K:
+        raise ValueError(f"{len(rates):,} per-position rates: a step drafts at most {MAX_K} tokens")
+    bad = next((r for r in rates if not 0 <= r <= 1), None)
+    if bad is not None:
+        raise ValueError(f"a per-position acceptance rate is a fraction between 0 and 1, got {bad}")
+    return rates
+
+
+def _check_mean(mean_len: float, decimals: int) -> None:
+    """1 + accepted / steps lies in [1, MAX_K + 1] (give or take the print's rounding)."""
+    if not 1 - half_unit(decimals) <= mean_len <= MAX_K + 1 + half_unit(decimals):
+        raise ValueError(f"the printed mean acceptance length {mean_len} is not between 1 and {MAX_K + 1} (1 + "
+                         "accepted / steps, with at most k accepted a step)")
+
+
+def fitting(span: tuple[int, int], rates, accepted: int, decimals: int = 3):
+    """The steps in ``span`` that ``counts_for`` accepts, ascending (a range when no rates are given). The rounded
+    counts' sum never falls as steps grow, so only the steps where it equals ``accepted`` are tried (found by
+    bisection): for rates printed to 3 decimals, at most about 2 / (largest rate) + 1 of them, however wide the span."""
+    lo, hi = span
+    if not rates:
+        return range(lo, hi + 1)
+    r = np.asarray(rates, dtype=np.float64)
+    lo = _first(lo, hi + 1, lambda n: _rounded_sum(r, n) >= accepted)
+    hi = _first(lo, hi + 1, lambda n: _rounded_sum(r, n) > accepted) - 1
+    out = []
+    for start in range(lo, hi + 1, CHUNK):  # (steps, k) counts a chunk at a time
+        steps = np.arange(start, min(start + CHUNK, hi + 1), dtype=np.int64)
+        out += _counts_fit(steps, r, decimals).tolist()
+    return out
+
+
+def _rounded_sum(r: np.ndarray, steps: int) -> int:
+    """sum(round(r_i x steps)): ``counts_for``'s counts (the same float product, rounded half to even), added up."""
+    return int(np.rint(r * steps).astype(np.int64).sum())
+
+
+def _counts_fit(steps: np.ndarray, r: np.ndarray, decimals: int) -> np.ndarray:
+    """The steps whose counts pass ``counts_for``'s rate and order checks, for many step counts at once (the sum is
+    checked by the caller)."""
+    counts = np.rint(steps[:, None] * r[None, :])  # (steps, k)
+    ok = (np.abs(counts / steps[:, None] - r[None, :]) <= half_unit(decimals)).all(axis=1)
+    whole = counts.astype(np.int64)
+    before = np.concatenate([steps[:, None], whole[:, :-1]], axis=1)  # steps, then position i - 1's count
+    return steps[ok & (whole <= before).all(axis=1)]
+
+
+def _first(lo: int, hi: int, holds) -> int:
+    """The least n in [lo, hi) where ``holds`` (true from some n on), or hi."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if holds(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def nearest(candidates, x: float) -> int:
+    """The candidate nearest x, the smaller on a tie (as ``min`` over them in order); a range in constant time."""
+    if x >= candidates[-1]:
+        return candidates[-1]
+    if isinstance(candidates, range):
+        if x <= candidates[0]:
+            return candidates[0]
+        candidates = [math.floor(x), math.floor(x) + 1]
+    return min(candidates, key=lambda m: abs(m - x))
 
 
 def _span(accepted, mean_len, decimals, drafted, k) -> tuple[int, int] | None:

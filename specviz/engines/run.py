@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass, fields, replace
 
 MAX_COUNT = 10**15  # more tokens than any engine has served: a unit mix-up or a corrupted counter
+MAX_NAME = 4096  # characters of a model's name (a path at most)
+MAX_K = 64  # drafts per step: engines run up to about 10 (an SGLang tree verifies at most 64 nodes a step)
 
 
 @dataclass(frozen=True)
@@ -67,10 +69,22 @@ def _check_counts(run: EngineRun) -> None:
         if getattr(run, name) is not None:
             _check_count(name, getattr(run, name))
     if run.k is not None:
-        _check_count("k (drafts per step)", run.k, low=1)
-    for name in ("accepted_per_pos", "histogram"):
-        for i, value in enumerate(getattr(run, name) or ()):
+        check_k(run.k, "k (drafts per step)")
+    for name, most in (("accepted_per_pos", MAX_K), ("histogram", MAX_K + 1)):
+        values = getattr(run, name) or ()
+        if len(values) > most:
+            raise ValueError(f"{len(values):,} entries in {name}: a step drafts at most {MAX_K} tokens, so at most "
+                             f"{most}")
+        for i, value in enumerate(values):
             _check_count(f"{name}[{i}]", value)
+
+
+def check_k(k, what: str = "k (drafts per step)") -> int:
+    """k as a count in 1..MAX_K (checked before anything is sized by it)."""
+    _check_count(what, k, low=1)
+    if k > MAX_K:
+        raise ValueError(f"{what} = {k:,}: no engine drafts more than {MAX_K} tokens a step")
+    return k
 
 
 def _check_totals(run: EngineRun) -> None:
@@ -125,6 +139,9 @@ def _check_sampling(run: EngineRun) -> None:
             raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
     if run.top_k is not None:
         _check_count("top_k", run.top_k)
+    if run.model is not None and (not isinstance(run.model, str) or len(run.model) > MAX_NAME):
+        raise ValueError(f"a model's name is a text of at most {MAX_NAME:,} characters, got "
+                         + (f"{len(run.model):,} characters" if isinstance(run.model, str) else type(run.model).__name__))
 
 
 # -- several runs as one --------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from .jsonio import choices, dense_histogram, grouped, number, survival, whole
 from .lines import counted, failed_at
-from .run import EngineRun, total
+from .run import EngineRun, check_k, total
 
 SOURCE = "SGLang meta_info"
 ACCEPTED = ("spec_num_correct_drafts", "spec_accepted_drafts", "spec_accept_token_num")
@@ -65,7 +65,8 @@ def request_run(meta: dict) -> EngineRun:
     drafted = whole(meta, *PROPOSED)
     k, notes = None, []
     if drafted is not None and steps and drafted % steps == 0:
-        k = drafted // steps  # proposed = verify_ct x (num_draft_tokens - 1), by construction in the source
+        # proposed = verify_ct x (num_draft_tokens - 1), by construction in the source; k bounded before padding
+        k = check_k(drafted // steps, "k = proposed / verify steps")
         notes.append(f"k = proposed / verify steps = {drafted} / {steps} (SGLang proposes num_draft_tokens - 1 "
                      "per step)")
     _check_length(meta, steps)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 
 from .lines import count, counted, failed_at, first_number, marked_lines, named_fields, numbers
-from .rounding import counts_for, half_unit, recover_steps
+from .rounding import checked_rates, counts_for, half_unit, recover_steps
 from .run import EngineRun, total
 
 V1_MARKER, V0_MARKER = "SpecDecoding metrics:", "Speculative metrics:"
@@ -26,16 +26,19 @@ MARKERS = (V1_MARKER, V0_MARKER)
 SOURCE = "vLLM log"
 
 
-def parse(text: str) -> EngineRun:
+def parse(text: str, check=None) -> EngineRun:
+    """The log's marked lines as one run; ``check()`` before each line (a request's budget)."""
     lines = marked_lines(text, MARKERS)
     v0 = [line for line in lines if V0_MARKER in line[1]]
     if v0 and len(v0) < len(lines):
         raise failed_at(v0[0][0], v0[0][1], ValueError("V0 ('Speculative metrics') and V1 ('SpecDecoding "
                                                        "metrics') lines mixed: two engines' logs in one file?"))
     if v0:
-        return _v0_run(v0)
+        return _v0_run(v0, check)
     runs = []
     for n, line, body in lines:
+        if check is not None:
+            check()
         try:
             run = v1_interval(named_fields(body))
         except ValueError as error:
@@ -54,7 +57,7 @@ def v1_interval(fields: dict[str, str]) -> EngineRun | None:
     mean = first_number(_field(fields, "Mean acceptance length"), "Mean acceptance length")
     if drafted == 0 or math.isnan(mean):
         return None
-    rates = numbers(fields.get("Per-position acceptance rate", ""), "Per-position acceptance rate")
+    rates = checked_rates(numbers(fields.get("Per-position acceptance rate", ""), "Per-position acceptance rate"))
     _check_printed_rate(fields, accepted, drafted)
     if "Drafts" in fields:  # a build that prints the number of drafts: nothing to recover
         steps, note = count(fields["Drafts"], "Drafts"), "steps = the printed Drafts"
@@ -89,9 +92,11 @@ def _rounded_counts(steps, rates, accepted):
     return counts_for(steps, rates, accepted) if rates and steps else None
 
 
-def _v0_run(lines) -> EngineRun:
+def _v0_run(lines, check=None) -> EngineRun:
     cumulative = []
     for n, line, body in lines:
+        if check is not None:
+            check()
         fields = named_fields(body)
         try:
             cumulative.append(_v0_totals(fields))

@@ -16,7 +16,7 @@ stream of them; requests are summed and form the series.
 from __future__ import annotations
 
 from .jsonio import choices, dense_histogram, number, per_request, survival, whole
-from .run import EngineRun
+from .run import MAX_K, EngineRun, check_k
 
 SOURCE = "vLLM per-request metrics"
 
@@ -44,6 +44,8 @@ def request_run(stats: dict, emitted: int | None) -> EngineRun:
     if steps is None or accepted is None:
         raise ValueError("the speculative-decoding stats lack num_spec_steps or num_accepted_draft_tokens")
     k = whole(stats, "num_spec_tokens")
+    if k is not None:
+        check_k(k, "num_spec_tokens")  # before anything is padded to it
     histogram = _histogram(stats, k)
     _check_mean(stats, accepted, steps)
     per_pos = survival(histogram) if histogram is not None else None
@@ -58,8 +60,8 @@ def _histogram(stats: dict, k: int | None) -> tuple[int, ...] | None:
     histogram = dense_histogram(stats.get("acceptance_histogram"), "acceptance_histogram: ")
     per_step = stats.get("per_step_accepted")
     if isinstance(per_step, list) and per_step:
-        if any(isinstance(j, bool) or not isinstance(j, int) or j < 0 for j in per_step):
-            raise ValueError("per_step_accepted must hold draft counts")
+        if any(isinstance(j, bool) or not isinstance(j, int) or not 0 <= j <= MAX_K for j in per_step):
+            raise ValueError(f"per_step_accepted must hold draft counts from 0 to {MAX_K}")
         built = [0] * (max(max(per_step), len(histogram or ()) - 1) + 1)
         for j in per_step:
             built[j] += 1
