@@ -25,4 +25,4 @@ def test_an_entry_goes_with_its_object_and_pop_forgets_it():
     assert cache.get(b, "none") == "none" and cache.get(a) == "kept"
     del a
     gc.collect()
-    assert cache._entries == {}
+    assert len(cache) == 0
