@@ -31,10 +31,6 @@ from ..sampling import logits_to_probs
 from ..trace import Trace
 from .sweep import BASELINE, baseline_costs, baseline_run, position_rows, run_row, speedup_spread, warm_up
 
-TABLE_COLUMNS = ["draft", "size", "tokenizer", "extra_mib", "new_tokens", "rounds", "acceptance_rate", "alpha", "tau",
-                 "target_passes_per_token", "tokens_per_s", "baseline_tokens_per_s", "speedup", "speedup_min", "speedup_max", "c"]
-# then accept@1 .. per position
-
 
 @dataclass(frozen=True)
 class Run:
