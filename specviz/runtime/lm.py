@@ -177,7 +177,9 @@ def baseline_path(model) -> str | None:
     where ``native`` builds) are timed on a few one-row passes, once per model, thread count and default, and the
     faster is taken: None (the default path, as CachedLM picks it) or the other one ("llamacpp"; "auto" where
     llama.cpp's is the default). SPECVIZ_BASELINE=same keeps the default (a
-    baseline on the run's own forward: the same kernels, so greedy text compares token for token)."""
+    baseline on the run's own forward: the same kernels, so greedy text compares token for token). On the lean
+    forward its passes take their threads as the speculative run's do (``threads.policy``, per call), so a speedup on
+    a busy host is the algorithm's (llama.cpp's forward keeps its own count, dropped to one after stalled decodes)."""
     choice = os.environ.get(BASELINE_ENV) or "fastest"
     if choice not in ("fastest", "same"):
         raise ValueError(f"{BASELINE_ENV} must be 'fastest' or 'same', got {choice!r}")

@@ -9,7 +9,8 @@ depth and rows, a matmul's size) goes on
 
     the fastest of the thread counts the free cores allow: c threads where ``free`` >= c - SLACK (one always),
     a larger count only where its fastest timing saves at least GAIN of the smaller's (a call that cannot fill two
-    cores stays on one), and a count not yet timed PROBES times for this shape timed first (the larger first).
+    cores stays on one), and a count not yet timed PROBES times for this shape timed first (the larger first);
+    every RETRY-th call of a shape on the allowed count tried least, timed again.
 
 ``choose`` is that rule, a pure function. The costs are each shape's fastest timing on each count (other work only
 adds time, so the fastest is the call's own cost); the free cores (``Cores``) are the host's idle core-seconds over
@@ -34,6 +35,7 @@ ENV = "SPECVIZ_THREADS"
 SLACK = 0.25   # c threads need c - SLACK cores free: a core busy a quarter of the time still serves
 GAIN = 0.10    # a larger count must save this share of the smaller's time (it risks waiting on a busy core)
 PROBES = 3     # timings of each allowed count before the fastest is trusted (the first one warms the team)
+RETRY = 200    # every RETRY-th call of a shape goes on the count tried least (a probe that other work slowed is redone)
 INTERVAL = 0.2  # seconds between two readings of the free cores
 
 
@@ -56,6 +58,8 @@ def choose(timings: Timings, free: float, most: int) -> int:
     untimed = [c for c in allowed if timings.calls.get(c, 0) < PROBES]
     if untimed:
         return max(untimed)
+    if sum(timings.calls.values()) % RETRY == RETRY - 1:  # now and then the count tried least, timed again
+        return min(allowed, key=lambda c: (timings.calls[c], -c))
     best = 1
     for c in allowed[1:]:
         if timings.fastest[c] <= (1 - GAIN) * timings.fastest[best]:

@@ -48,6 +48,11 @@ def test_each_allowed_count_is_timed_before_the_fastest_is_trusted_the_larger_fi
         t.add(picks[-1], {1: 0.010, 2: 0.006}[picks[-1]])
     assert picks == [2] * threads.PROBES + [1] * threads.PROBES + [2]
     assert choose(Timings(), free=0.5, most=2) == 1  # no free core to time two threads on: never tried
+    while sum(t.calls.values()) < threads.RETRY - 1:
+        t.add(2, 0.006)
+    assert choose(t, free=2.0, most=2) == 1  # the count tried least, timed again now and then
+    t.add(1, 0.004)  # faster than before (other work had slowed its first timings)
+    assert choose(t, free=2.0, most=2) == 1
 
 
 def test_the_threads_free_cores_allow():

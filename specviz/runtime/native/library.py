@@ -3,10 +3,11 @@ compiler and loaded through ctypes; where no compiler is found (or ``SPECVIZ_NAT
 torch, with the reason in ``unavailable()``.
 
 Why: at the bundled sizes a torch pass is half per-operator overhead, and fp32 GEMMs of a few rows run far below
-memory speed. Here each weight is packed once into column panels and a whole pass of every layer is one call, on a
-team of ``torch.get_num_threads()`` OpenMP threads: a verify pass of k + 1 rows streams each weight once, as a one-row pass
-does (docs/LLAMACPP.md has the costs). The arithmetic is the lean forward's (transformers' Llama layer); only the
-order of float additions differs (logits within about 1e-5 of torch's).
+memory speed. Here each weight is packed once into column panels and a whole pass of every layer is one call, on up
+to ``torch.get_num_threads()`` OpenMP threads (as many as ``runtime.threads`` chooses for the call): a verify pass of
+k + 1 rows streams each weight once, as a one-row pass does (docs/LLAMACPP.md has the costs). The arithmetic is the
+lean forward's (transformers' Llama layer); only the order of float additions differs (logits within about 1e-5 of
+torch's).
 
 The library is built into ``SPECVIZ_NATIVE_CACHE`` (default ``~/.cache/specviz/native``) under a name hashed from
 the source, the compiler and its flags, in about a second: ``cc -O3 -march=native -fno-math-errno -shared -fPIC -fopenmp``. Its
