@@ -1,23 +1,26 @@
-"""The distillation lab's tab: distil a draft towards the target (forward KL) for a short budget beside the same
-budget of cross-entropy, watch acceptance climb, then decode with the trained drafts. They are this user's
-alone (gr.State) and pickable by name in the explorer and the compare tab."""
+"""The distillation lab's tab: distil a draft towards the target (forward KL) beside an identical draft trained with
+cross-entropy for the same number of steps, read what each step did to held-out KL and acceptance, then decode
+with the trained drafts. They are this user's alone (gr.State) and pickable by name in the explorer and the
+compare tab."""
 from __future__ import annotations
 
+import math
 import shutil
 import time
 
 import gradio as gr
 import pandas as pd
 
-from ..config import EXAMPLE_PROMPTS
+from ..config import EXAMPLE_PROMPTS, DecodeConfig
 from ..drafts.drafter import Drafter
+from ..labs import claims
 from ..labs.distill_lab import CE, KL, POINT_COLUMNS, iter_distill_lab, lab_drafts
 from ..models import ASSETS
 from ..views import lab_plots
 from ..views.summary import summary_markdown
 from ..views.timeline import timeline_html
 from . import runs
-from .budget import Budget
+from .budget import Budget, token_seconds
 from .forms import encode, make_config, number_in
 from .runs import STREAM_EVERY_S
 from .store import ModelStore, TrainedDraft
@@ -27,6 +30,8 @@ from .widgets import LAB_QUEUE, SKIP, bind, chart, target_picker
 LAB_TEXT = ASSETS.parent / "corpus_sample.txt"  # small, committed: enough for a lab
 FRESH = "fresh tiny draft"
 SHORT = {KL: "KL", CE: "CE"}  # method -> its tag in a trained draft's name
+STEPS, EVERY = 40, 20  # the form's defaults: both methods' 40 steps and 6 checkpoints fit 120 s on a busy 2-core host
+CHECK_PROMPTS, CHECK_TOKENS, CHECK_K = 3, 16, 4  # a checkpoint decodes these (labs.distill_lab.checkpoint)
 
 
 def distill_views(points: list[dict]) -> tuple:
@@ -47,8 +52,8 @@ def zip_drafts(drafts: dict, tokenizer) -> str:
 MAX_USER_DRAFTS = 4  # trained drafts one session keeps (each a model in memory)
 
 
-def keep_drafts(user_drafts: dict | None, drafts: dict, target: str, seconds: float) -> tuple[dict, list[str]]:
-    """This user's drafts with the newly trained ones added (e.g. "lab: KL 30s #1"), stored without gradients,
+def keep_drafts(user_drafts: dict | None, drafts: dict, target: str, steps: int) -> tuple[dict, list[str]]:
+    """This user's drafts with the newly trained ones added (e.g. "lab: KL 40 steps #1"), stored without gradients,
     at most MAX_USER_DRAFTS of them: the oldest go first. Returns (drafts, names dropped)."""
     mine = dict(user_drafts or {})
     number = max((int(n.rsplit("#", 1)[1]) for n in mine if n.rsplit("#", 1)[-1].isdigit()), default=0)
@@ -57,41 +62,76 @@ def keep_drafts(user_drafts: dict | None, drafts: dict, target: str, seconds: fl
         for p in d.parameters():
             p.grad = None
         number += 1
-        mine[f"lab: {SHORT.get(method, method)} {seconds:g}s #{number}"] = TrainedDraft(d, target)
+        mine[f"lab: {SHORT.get(method, method)} {steps:g} steps #{number}"] = TrainedDraft(d, target)
     dropped = list(mine)[: max(0, len(mine) - MAX_USER_DRAFTS)]
     for name in dropped:
         del mine[name]
     return mine, dropped
 
 
-def run_distill(store: ModelStore, target, start, seconds, compare_ce, eval_every, user_drafts):
+def outcome(points: list[dict], steps: int) -> str:
+    """What the run shows, read off its checkpoints: per method held-out KL and acceptance α from the first
+    checkpoint to the last, the directions ``claims`` reads, and the methods set against each other at the same
+    step; and whether the budget stopped them before ``steps``."""
+    evals = pd.DataFrame(points).reindex(columns=POINT_COLUMNS)
+    evals = evals[evals.heldout_kl.notna()]
+    if evals.empty:
+        return "No checkpoint was taken."
+    last_step = int(evals.step.max())
+    parts, final = [], {}
+    for method, g in evals.groupby("method", sort=False):
+        a, b = g.iloc[0], g.iloc[-1]
+        final[method] = b.alpha
+        parts.append(f"**{method}**: held-out KL **{a.heldout_kl:.2f} → {b.heldout_kl:.2f}** "
+                     f"({claims.moved(a.heldout_kl, b.heldout_kl)}), acceptance α **{a.alpha:.2f} → {b.alpha:.2f}** "
+                     f"({claims.moved(a.alpha, b.alpha)})")
+    text = f"**What this run shows**, {last_step} optimiser steps per method: " + "; ".join(parts) + "."
+    if KL in final and CE in final:
+        text += (f" At step {last_step}, distillation's α **{final[KL]:.2f}**, "
+                 f"{claims.versus(final[KL], final[CE])} cross-entropy's **{final[CE]:.2f}**.")
+    if last_step < steps:
+        text += f" The request's time budget stopped both at step {last_step} of {steps}."
+    return text + (" DistillSpec trains on KL because α = E[Σ min(p, q)] and KL(p || q) tend to move in opposite "
+                   "directions; a few steps of a tiny draft on one small text, with α counted on three short prompts, "
+                   "can show either method ahead.")
+
+
+def _floor_s(model, tok, steps: int, methods: int) -> float:
+    """The least the lab can take: every KL step runs the target once, and every checkpoint decodes its prompts
+    (at least one target pass per k + 1 tokens), priced by the cached one-token pilot of this model."""
+    token_s = token_seconds(model, encode(tok, EXAMPLE_PROMPTS[0]), DecodeConfig(temperature=1.0))
+    checkpoints = methods * (2 + steps // EVERY)
+    return token_s * (steps + checkpoints * CHECK_PROMPTS * math.ceil(CHECK_TOKENS / (CHECK_K + 1)))
+
+
+def run_distill(store: ModelStore, target, start, steps, compare_ce, eval_every, user_drafts):
     """Streams (status, loss chart, checkpoint chart, user drafts state, zip, try-it dropdown)."""
     model, tok = store.target(target)
     base = None if start == FRESH else store.pair(target, start)[2]
     if isinstance(base, Drafter):
         raise ValueError(f"{start!r} is not a single draft model (a model-free rule or a hybrid): nothing to train. "
                          f"Pick a model draft or {FRESH!r}")
-    seconds, eval_every = number_in(seconds, "budget", 2, 900), number_in(eval_every, "checkpoint every", 1, 900)
-    Budget().refuse_over(seconds * (2 if compare_ce else 1), "this training", "a smaller time budget, or no "
-                         "cross-entropy comparison")
+    steps = int(number_in(steps, "steps per method", 1, 2000))
+    eval_every = int(number_in(eval_every, "checkpoint every", 1, 2000))
+    budget, methods = Budget(), 2 if compare_ce else 1
+    budget.refuse_over(_floor_s(model, tok, steps, methods), "this training", "fewer steps, or no cross-entropy "
+                       "comparison")
     drafts = lab_drafts(model, base, bool(compare_ce))
-    prompts = [encode(tok, p) for p in EXAMPLE_PROMPTS]
-    points, last, began, total = [], 0.0, time.time(), seconds * len(drafts)
+    prompts = [encode(tok, p) for p in EXAMPLE_PROMPTS[:CHECK_PROMPTS]]
+    points, last = [], 0.0
     stream = iter_distill_lab(model, drafts, [LAB_TEXT.read_text(encoding="utf-8")], prompts, tokenizer=tok,
-                              seconds=seconds, eval_every_s=eval_every)
+                              steps=steps, eval_every=eval_every, seconds=budget.seconds - budget.elapsed)
     for point in stream:
         points.append(point)
         if time.time() - last >= 2 * STREAM_EVERY_S:
             last = time.time()
-            done = time.time() - began
-            yield (f"**{point['method']}**: step {point['step']} · {done:.0f} / {total:.0f} s "
-                   f"(about {max(0.0, total - done):.0f} s left; checkpoints included)",
-                   *distill_views(points), SKIP, SKIP, SKIP)
-    mine, dropped = keep_drafts(user_drafts, drafts, target, seconds)
+            yield (f"Step {point['step']} of {steps} ({', '.join(drafts)} in turn, checkpoints included) · "
+                   f"{budget.elapsed:.0f} s of at most {budget.seconds:.0f} s", *distill_views(points), SKIP, SKIP, SKIP)
+    mine, dropped = keep_drafts(user_drafts, drafts, target, max(p["step"] for p in points))
     note = f" Your oldest trained drafts were dropped (at most {MAX_USER_DRAFTS} are kept): {', '.join(dropped)}." \
         if dropped else ""
-    yield (f"**Done.** Try the trained drafts below, or download them.{note}", *distill_views(points), mine,
-           zip_drafts(drafts, tok), gr.update(choices=list(mine), value=list(mine)[-len(drafts)]))
+    yield (f"**Done.** {outcome(points, steps)} Try the trained drafts below, or download them.{note}",
+           *distill_views(points), mine, zip_drafts(drafts, tok), gr.update(choices=list(mine), value=list(mine)[-len(drafts)]))
 
 
 def try_draft(store: ModelStore, prompt, target, name, user_drafts, temperature):
@@ -110,20 +150,22 @@ def handlers(store: ModelStore):
 def build(store: ModelStore, mine: gr.State):
     """The tab; ``mine`` is this user's trained drafts (name -> TrainedDraft). Returns the Train event."""
     h = handlers(store)
-    gr.Markdown("Distil a draft towards the target (forward KL) for a short budget and watch its acceptance rate "
-                "climb as the held-out KL falls; beside it, an identical draft trained on the same batches with "
-                "plain cross-entropy. Acceptance α (mean β) is measured on the example prompts (k = 4, T = 1, 16 tokens); "
-                "the budget is wall time per method, checkpoints included (one before training and one after, at least).")
+    gr.Markdown("Distil a draft towards the target (forward KL) and, beside it, train an identical draft on the same "
+                "batches with plain cross-entropy, for the same number of optimiser steps, one step of each in turn. "
+                "Does the teacher's signal show in acceptance? At each checkpoint (both at the same step), held-out "
+                "KL(p || q) and acceptance α (mean β) on three example prompts (k = 4, T = 1, 16 tokens); where the "
+                "request's time budget runs out first, both stop at the same step.")
     with gr.Row():
         target = target_picker(store)
         start = gr.Dropdown([FRESH] + store.list_drafters(), value=FRESH, label="Start from")
-        seconds = gr.Number(20, label="time budget per method (s, checkpoints included)")
-        every = gr.Number(10, label="checkpoint every (s of training)")
+        steps = gr.Number(STEPS, precision=0, label="optimiser steps per method")
+        every = gr.Number(EVERY, precision=0, label="checkpoint every (steps)")
         compare = gr.Checkbox(True, label="also train with cross-entropy")
     run_btn = gr.Button("Train", variant="primary")
     status = gr.Markdown()
     with gr.Row():
-        loss, checks = chart("Training loss per step."), chart("Acceptance (solid) and held-out KL (dotted).")
+        loss, checks = chart("Training loss per step."), chart("Acceptance α (solid) and held-out KL (dotted) at "
+                                                                "each checkpoint, against the step.")
     zipped = gr.File(label="Trained drafts (save_pretrained, zipped)", interactive=False)
     gr.Markdown("### Try a trained draft")
     with gr.Row():
@@ -132,7 +174,7 @@ def build(store: ModelStore, mine: gr.State):
         temperature = gr.Slider(0, 2, value=0.8, step=0.05, label="Temperature")
     try_btn = gr.Button("Decode with it")
     timeline, summary = gr.HTML(), gr.Markdown()
-    trained = run_btn.click(h.run_distill, [target, start, seconds, compare, every, mine],
+    trained = run_btn.click(h.run_distill, [target, start, steps, compare, every, mine],
                             [status, loss, checks, mine, zipped, pick], api_visibility="undocumented", **LAB_QUEUE)
     try_btn.click(h.try_draft, [prompt, target, pick, mine, temperature], [timeline, summary],
                   api_visibility="undocumented", **LAB_QUEUE)

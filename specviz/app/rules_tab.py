@@ -8,20 +8,50 @@ import time
 import gradio as gr
 
 from ..config import EXAMPLE_PROMPTS
+from ..labs import claims
 from ..labs.rule_presets import presets_frame
 from ..labs.rules import COLUMNS, VARIANTS, rules_lab, variant_config
-from ..views import rule_plots
+from ..views import rule_plots, tables
 from ..views.tables import empty, readable
 from .budget import Budget, token_seconds
-from .forms import RULE_CHOICES, as_float, encode, make_config, split_prompts
+from .forms import as_float, encode, make_config, split_prompts
 from .store import ModelStore
 from .widgets import LAB_QUEUE, SKIP, bind, chart, lab_inputs
 
-WHY = ("Why: Leviathan's rule accepts with min(1, p/q), so its acceptance is Σ min(p, q), which rises as T flattens "
-       "both models. An engine that drafts the argmax, or ignores q (a point mass), accepts with p(x) for that one "
-       "token: as T flattens p, p(x) falls, and so does acceptance. Both keep the target's law (TV 0). Lossy rules "
-       "(typical, optimistic, lenient) accept more by changing the law: their TV column is what that costs.")
-LABELS = dict((value, label) for label, value in RULE_CHOICES)
+WHY = ("**Why:** Leviathan's rule accepts with min(1, p/q), so its acceptance is Σ min(p, q), the overlap of the "
+       "two models, which flattening both can add to or take from. An engine that drafts the argmax, or ignores q (a "
+       "point mass), accepts with p(x) for that one token, which flattening p takes probability from. Both keep the "
+       "target's law (TV 0). A lossy rule (typical, optimistic, lenient) changes the law, and how its acceptance "
+       "compares with Leviathan's depends on its parameters, the temperature and the text: its TV column is "
+       "what it costs in truth. Each rate here counts a few dozen positions.")
+LEVIATHAN = "leviathan"
+
+
+def caption(lab) -> str:
+    """What the run shows, read off its table (``rules_lab``'s frame): each rule's acceptance (accepted / verified,
+    the chart's) from its lowest sampled temperature to its highest, and each lossy rule against Leviathan's at the
+    highest; the directions ``claims`` reads. Then why."""
+    sampled = lab[lab.temperature > 0].sort_values("temperature", kind="stable")
+    temps = sorted(sampled.temperature.unique())
+    if not temps:
+        return f"**What this run shows**: greedy only, where every lossless rule is the same match. {WHY}"
+    lo, hi, parts = temps[0], temps[-1], []
+    for rule, g in sampled.groupby("rule", sort=False):
+        a, b = g.alpha.iloc[0], g.alpha.iloc[-1]
+        parts.append(f"{tables.rule_name(rule)} **{a:.2f}**" if lo == hi else
+                     f"{tables.rule_name(rule)} **{a:.2f} → {b:.2f}** ({claims.moved(a, b)})")
+    span = f"at T = {hi:g}" if lo == hi else f"from T = {lo:g} to T = {hi:g}"
+    text = f"**What this run shows**: acceptance (accepted / verified) {span}: " + "; ".join(parts) + "."
+    top = sampled[sampled.temperature == hi].set_index("rule")
+    if LEVIATHAN in top.index:
+        ref = top.loc[LEVIATHAN, "alpha"]
+        lossy = [f"{tables.rule_name(r)} **{row.alpha:.2f}**, {claims.versus(row.alpha, ref)} Leviathan's "
+                 f"**{ref:.2f}** (TV {row.tv_closed:.2f})" for r, row in top.iterrows() if not row.lossless]
+        if lossy:
+            text += f" The lossy rules at T = {hi:g}: " + "; ".join(lossy) + "."
+    return f"{text} {WHY}"
+
+
 TAB_TEMPERATURES = (0.0, 0.7, 1.0)  # the tab's default: greedy, where engines' rules start to cost, and T = 1
 
 
@@ -61,7 +91,7 @@ def run_lab(store: ModelStore, target, draft, prompts_text, temperatures_text, v
     start = time.time()
     lab = rules_lab(model, drafter, prompts, temperatures, cfg, variants, int(as_float(draws, "draws")), tok,
                     check=budget.check)
-    yield (f"**Done: {runs} runs in {time.time() - start:.1f} s.** {WHY}", readable(lab),
+    yield (f"**Done: {runs} runs in {time.time() - start:.1f} s.** {caption(lab)}", readable(lab),
            rule_plots.acceptance_vs_temperature(lab), rule_plots.tv_vs_temperature(lab),
            rule_plots.speedup_by_rule(lab))
 
@@ -83,7 +113,7 @@ def build(store: ModelStore) -> None:
         k = gr.Number(4, precision=0, label="k")
         max_new = gr.Number(24, precision=0, label="new tokens per run")
         seed = gr.Number(0, precision=0, label="seed")
-    variants = gr.CheckboxGroup([(LABELS[v], v) for v in VARIANTS], value=list(VARIANTS), label="Rules")
+    variants = gr.CheckboxGroup([(tables.rule_name(v), v) for v in VARIANTS], value=list(VARIANTS), label="Rules")
     with gr.Row():
         epsilon = gr.Number(0.09, label="typical ε (Medusa: 0.09)")
         delta = gr.Number(0.3, label="typical δ (Medusa: 0.3)")

@@ -7,6 +7,7 @@ import time
 import gradio as gr
 
 from ..config import EXAMPLE_PROMPTS
+from ..labs import claims
 from ..labs.temperature import COLUMNS, temperature_lab
 from ..views import lab_plots
 from ..views.tables import empty, readable
@@ -15,10 +16,35 @@ from .forms import encode, make_config, split_prompts
 from .store import ModelStore
 from .widgets import LAB_QUEUE, SKIP, bind, chart, lab_inputs
 
-WHY = ("Why: p and q are both divided by T before the softmax. At T = 0 a draft is accepted exactly where the two "
-       "argmaxes agree (α is that agreement rate). At a small T both are sharp, so where they differ they barely "
-       "overlap; as T grows both flatten and overlap more, so α = E[Σ min(p, q)] rises towards 1 (and the text gets "
-       "more random). The measured acceptance follows α up to the noise of a few short runs.")
+WHY = ("**Why:** p and q are both divided by T before the softmax. At T = 0 a draft is accepted exactly where the "
+       "two argmaxes agree (α is that agreement rate). Raising T flattens both: where their top tokens differ they "
+       "gain common ground, where they agree they can lose some, and only as T goes to infinity do both tend to "
+       "the uniform law and α to 1. Which way a pair goes between 0 and 2 is what its runs measure; the measured "
+       "acceptance carries the noise of a few short runs (± two standard errors of its count), α at the fixed "
+       "contexts none.")
+
+
+def caption(lab) -> str:
+    """What the run shows, read off its table (``temperature_lab``'s frame, rows in the order run): each column's
+    first and last temperature, with the direction ``claims`` reads (the acceptance within its counted noise),
+    its highest and lowest, then why."""
+    lab = lab.sort_values("temperature", kind="stable")
+    first, last = lab.iloc[0], lab.iloc[-1]
+    if len(lab) < 2:
+        return f"**What this run shows**: acceptance {first.acceptance:.2f} at T = {first.temperature:g} (give two " \
+               f"temperatures or more to see how it moves). {WHY}"
+    span = f"T = {first.temperature:g} → T = {last.temperature:g}"
+    noise = claims.rate_noise(first.acceptance, first.drafted, last.acceptance, last.drafted)
+    parts = [f"measured acceptance **{first.acceptance:.2f} → {last.acceptance:.2f}** "
+             f"({claims.moved(first.acceptance, last.acceptance, noise=noise)}, noise ±{min(noise, 1.0):.2f} over "
+             f"{first.drafted:.0f} and {last.drafted:.0f} drafts)"]
+    for column, name in (("alpha_visited", "α at the contexts the runs met"), ("alpha_fixed", "α at the fixed contexts")):
+        if lab[column].notna().all():
+            top, low = lab.loc[lab[column].idxmax()], lab.loc[lab[column].idxmin()]
+            parts.append(f"{name} **{first[column]:.2f} → {last[column]:.2f}** "
+                         f"({claims.moved(first[column], last[column])}; its highest {top[column]:.2f} at "
+                         f"T = {top.temperature:g}, its lowest {low[column]:.2f} at T = {low.temperature:g})")
+    return f"**What this run shows**, {span}: " + "; ".join(parts) + ". " + WHY
 
 
 def parse_temperatures(text) -> list[float]:
@@ -44,7 +70,7 @@ def run_lab(store: ModelStore, target, draft, prompts_text, temperatures_text, k
     yield f"*Running {runs} runs…*", SKIP, SKIP
     start = time.time()
     lab = temperature_lab(model, drafter, prompts, temperatures, cfg, check=budget.check)
-    yield (f"**Done: {runs} runs in {time.time() - start:.1f} s.** {WHY}", readable(lab),
+    yield (f"**Done: {runs} runs in {time.time() - start:.1f} s.** {caption(lab)}", readable(lab),
            lab_plots.temperature_curves(lab))
 
 

@@ -1,10 +1,11 @@
-"""The distillation lab: train a draft towards a target with forward KL (``specviz.drafts.distill``) for a short
-wall-clock budget, checkpointing its held-out KL(p || q) and its acceptance rate against the target as
-it goes; and, for comparison, an identical draft trained for the same budget with plain next-token
-cross-entropy on the same batches.
+"""The distillation lab: train a draft towards a target with forward KL (``specviz.drafts.distill``) and, for
+comparison, an identical draft with plain next-token cross-entropy, for the same number of optimiser steps on the
+same batches (a KL step also runs the target, so it costs more seconds: seconds would hand cross-entropy more
+steps), checkpointing each one's held-out KL(p || q) and its acceptance against the target at the same steps.
 
-Notation: p the target, q the draft; alpha = E[sum_v min(p, q)], the expected acceptance rate, which
-falls as KL(p || q) rises (DistillSpec, Zhou et al. 2023).
+Notation: p the target, q the draft; alpha = E[sum_v min(p, q)], the expected acceptance rate. DistillSpec (Zhou et
+al. 2023) trains on KL because a lower KL(p || q) tends to give a higher alpha; on a few steps of a tiny draft either
+loss can come out ahead, and the lab's points say which did.
 """
 from __future__ import annotations
 
@@ -60,51 +61,60 @@ def checkpoint(target, draft, prompts: list, heldout: torch.Tensor, k: int = 4, 
     return dict(heldout_kl=kl, acceptance=counts.acceptance_rate, alpha=counts.alpha)
 
 
-def _budgeted(method: str, loop, seconds: float, evaluate, eval_every_s: float) -> Iterator[dict]:
-    """Run a (step, loss) loop within ``seconds`` of wall time, checkpoints included: a checkpoint at the start,
-    every ``eval_every_s`` of training and at the end, training stopping early enough to leave time for the last
-    one (its cost measured by the first). Points carry ``seconds``: the training time so far."""
-    start = time.perf_counter()
-    trained, next_eval, step = 0.0, eval_every_s, 0
-    first = dict(method=method, step=0, seconds=0.0) | evaluate()
-    eval_s = time.perf_counter() - start  # what one checkpoint costs on this machine
-    yield first
-    try:
-        while time.perf_counter() - start + eval_s < seconds:
-            t0 = time.perf_counter()
-            try:
-                step, loss = next(loop)
-            except StopIteration:
-                break
-            trained += time.perf_counter() - t0
-            yield dict(method=method, step=step + 1, seconds=trained, loss=loss)
-            if trained >= next_eval and time.perf_counter() - start + 2 * eval_s < seconds:
-                next_eval += eval_every_s
-                yield dict(method=method, step=step + 1, seconds=trained) | evaluate()
-    finally:
-        loop.close()
-    yield dict(method=method, step=step + 1, seconds=trained) | evaluate()
+def _loops(target, drafts: dict, train: torch.Tensor, opts: dict) -> dict:
+    """One (step, loss) loop per method, each on the same batches, optimiser and schedule."""
+    loops = {}
+    for method, draft in drafts.items():
+        if method == KL:
+            loops[method] = iter_distill(target, draft, train, **opts)
+        elif method == CE:
+            loops[method] = iter_distill(None, draft, train, loss_fn=ce_loss, **opts)  # same loop, plain CE
+        else:
+            raise ValueError(f"method must be {KL!r} or {CE!r}, got {method!r}")
+    return loops
 
 
-def iter_distill_lab(target, drafts: dict, data, prompts: list, *, tokenizer=None, seconds: float = 30.0,
-                     eval_every_s: float = 5.0, seq_len: int = 64, batch_size: int = 8, lr: float = 2e-3,
-                     heldout_windows: int = 4, max_steps: int = 100_000, seed: int = 0) -> Iterator[dict]:
-    """Train each of ``drafts`` ({KL: model, CE: model}, in place) within ``seconds`` each, checkpoints included
-    (at least one checkpoint before and after), and yield points
-    (columns POINT_COLUMNS): a loss per step, and checkpoints with held-out KL and acceptance."""
+def iter_distill_lab(target, drafts: dict, data, prompts: list, *, tokenizer=None, steps: int = 40,
+                     eval_every: int = 10, seconds: float | None = None, seq_len: int = 32, batch_size: int = 4,
+                     lr: float = 3e-3, heldout_windows: int = 4, seed: int = 0) -> Iterator[dict]:
+    """Train every draft of ``drafts`` ({KL: model, CE: model}, in place) for ``steps`` optimiser steps, one step
+    of each in turn, and yield points (POINT_COLUMNS): a loss per step, and checkpoints (held-out KL, acceptance)
+    of every method at the same steps: 0, every ``eval_every`` and the last. ``seconds``: the lab's wall time, all
+    methods and checkpoints together; where the next round of steps and the last checkpoints would not fit, every
+    method stops at the same step (a checkpoint's cost measured by the first ones). ``seconds`` of a point: that
+    method's training time so far."""
     windows = as_windows(data, tokenizer, seq_len)
     if len(windows) <= heldout_windows:
         raise ValueError(f"only {len(windows)} windows of {seq_len} tokens: give more text to train on")
+    if steps < 1 or eval_every < 1:
+        raise ValueError(f"steps and eval_every must be at least 1, got {steps} and {eval_every}")
     train, heldout = windows[:-heldout_windows], windows[-heldout_windows:]
-    opts = dict(steps=max_steps, seq_len=seq_len, batch_size=batch_size, lr=lr, warmup=10, seed=seed)
-    for method, draft in drafts.items():
-        if method == KL:
-            loop = iter_distill(target, draft, train, **opts)
-        elif method == CE:
-            loop = iter_distill(None, draft, train, loss_fn=ce_loss, **opts)  # same loop, plain CE
-        else:
-            raise ValueError(f"method must be {KL!r} or {CE!r}, got {method!r}")
-        yield from _budgeted(method, loop, seconds, lambda d=draft: checkpoint(target, d, prompts, heldout), eval_every_s)
+    loops = _loops(target, drafts, train, dict(steps=steps, seq_len=seq_len, batch_size=batch_size, lr=lr,
+                                              warmup=min(10, max(1, steps // 10)), seed=seed))
+    start, trained = time.perf_counter(), dict.fromkeys(drafts, 0.0)
+
+    def checkpoints(step):
+        return [dict(method=m, step=step, seconds=trained[m]) | checkpoint(target, d, prompts, heldout)
+                for m, d in drafts.items()]
+
+    yield from checkpoints(0)
+    evals_s, step_s, done = time.perf_counter() - start, 0.0, 0  # what a round of checkpoints costs here
+    try:
+        while done < steps and (seconds is None or time.perf_counter() - start + step_s + evals_s < seconds):
+            t_round = time.perf_counter()
+            for method, loop in loops.items():
+                t0 = time.perf_counter()
+                _, loss = next(loop)
+                trained[method] += time.perf_counter() - t0
+                yield dict(method=method, step=done + 1, seconds=trained[method], loss=loss)
+            done, step_s = done + 1, time.perf_counter() - t_round
+            if done % eval_every == 0 and done < steps:
+                yield from checkpoints(done)
+    finally:
+        for loop in loops.values():
+            loop.close()
+    if done and (done % eval_every or done == steps):
+        yield from checkpoints(done)
 
 
 def lab_drafts(target, start=None, compare_ce: bool = True, seed: int = 0) -> dict:
@@ -121,7 +131,8 @@ class DistillLab:
 
 def distill_lab(target, data, prompts: list, *, start=None, compare_ce: bool = True, seed: int = 0,
                 **kwargs) -> DistillLab:
-    """From a notebook: distil (and optionally CE-train) a draft for a budget; see iter_distill_lab."""
+    """From a notebook: distil (and optionally CE-train) a draft for the same number of steps; see
+    iter_distill_lab."""
     drafts = lab_drafts(target, start, compare_ce, seed)
     points = list(iter_distill_lab(target, drafts, data, prompts, seed=seed, **kwargs))
     return DistillLab(pd.DataFrame(points, columns=POINT_COLUMNS), drafts)

@@ -3,8 +3,11 @@ exactly from the two models' distributions.
 
 Notation: p target, q draft, both processed by the same temperature (and top-k / top-p); beta = sum_v min(p, q).
 At T -> 0 both are point masses on their argmax, so beta is 1 where the argmaxes agree and 0 elsewhere; as T grows
-both flatten and overlap more, so beta rises towards 1 (and the text gets worse). Columns:
+both flatten, and as T -> infinity both tend to the uniform law and beta to 1. In between beta can go either way: a
+context where the argmaxes differ gains overlap as both flatten, one where they agree can lose it, so a pair's curve
+over 0-2 is what its runs measure, not what the limit says. Columns:
   acceptance     accepted / drafted in speculative decoding at that temperature (the decoder's own count)
+  drafted        the drafts that count is over: its noise is about sqrt(a (1 - a) / drafted)
   alpha_visited  mean beta over the positions the decoder verified (exact at each; the contexts it happened to meet)
   alpha_fixed    mean beta over one fixed set of contexts (the target's greedy continuations of the prompts), the
                  same for every temperature: how the overlap of p and q alone changes with T
@@ -21,7 +24,7 @@ from ..decoder import autoregressive_generate, speculative_generate
 from ..drafts.drafter import Drafter, draft_q
 from ..sampling import logits_to_probs
 
-COLUMNS = ["temperature", "acceptance", "alpha_visited", "alpha_fixed", "tau", "tokens_per_s"]
+COLUMNS = ["temperature", "acceptance", "drafted", "alpha_visited", "alpha_fixed", "tau", "tokens_per_s"]
 
 
 @torch.inference_mode()
@@ -65,7 +68,8 @@ def temperature_lab(target, draft, prompts: list, temperatures: list[float], cfg
                 check()
             c = speculative_generate(target, draft, ids, run_cfg).counts()
             counts = c if counts is None else counts + c
-        rows.append(dict(temperature=float(t), acceptance=counts.acceptance_rate, alpha_visited=counts.alpha,
+        rows.append(dict(temperature=float(t), acceptance=counts.acceptance_rate, drafted=counts.drafted,
+                         alpha_visited=counts.alpha,
                          alpha_fixed=overlap(logits, run_cfg) if logits is not None else float("nan"),
                          tau=counts.tau, tokens_per_s=counts.tokens_per_s))
     return pd.DataFrame(rows, columns=COLUMNS)

@@ -7,10 +7,12 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from .style import colour, layout
+from .tables import rule_name
 
 
 def _label(row_rule: str, lossless: bool) -> str:
-    return row_rule if lossless else f"{row_rule} (lossy)"
+    name = rule_name(row_rule)
+    return name if lossless or name.endswith("(lossy)") else f"{name} (lossy)"
 
 
 def acceptance_vs_temperature(lab: pd.DataFrame) -> go.Figure:
@@ -33,7 +35,7 @@ def tv_vs_temperature(lab: pd.DataFrame) -> go.Figure:
     fig = go.Figure()
     lossy = lab[~lab.lossless.astype(bool)]
     for i, (rule, g) in enumerate(lossy.groupby("rule", sort=False)):
-        ink = colour(i + 4)
+        ink, rule = colour(i + 4), rule_name(rule)
         fig.add_trace(go.Scatter(x=g.temperature, y=g.tv_closed, mode="lines+markers", name=f"{rule} (visited)",
                                  line=dict(color=ink), hovertemplate="T=%{x}: TV %{y:.3f}<extra>" + rule + "</extra>"))
         fig.add_trace(go.Scatter(x=g.temperature, y=g.mc_tv, mode="markers", name=f"{rule} (one context, sampled)",

@@ -18,8 +18,16 @@ def test_readable_names_columns_in_words_and_drops_a_bare_index():
 
 
 def test_every_lab_column_has_words_for_a_header():
-    for columns in (temperature.COLUMNS, rules.COLUMNS):
+    lossless = ["variant", "draws", "tv_to_p", "chi2_p"]
+    compare = ["draft", "prompt", "position", "drafted", "target_put"]
+    advice = ["k", "tokens_iid", "tokens_iid_low", "tokens_iid_high"]
+    for columns in (temperature.COLUMNS, rules.COLUMNS, lossless, compare, advice):
         assert not [h for h in tables.headers(columns) if "_" in h], columns
+
+
+def test_a_rule_lab_table_names_its_rules_in_words():
+    out = tables.readable(pd.DataFrame({"rule": ["point_mass", "exact_match+argmax", "typical"], "tv_closed": [0, 0, 1]}))
+    assert list(out.rule) == ["point mass", "exact match, argmax drafts", "typical (lossy)"]
 
 
 def _tables_of(build, store) -> list[list[str]]:

@@ -15,12 +15,15 @@ def test_the_tab_runs_the_lab_and_draws_its_charts(store):
     h = rules_tab.handlers(store)
     status, table, acceptance, tv, speed = last(h.run_rules_lab(**LAB, variants=["leviathan", "typical",
                                                                                 "exact_match+argmax"], draws=500))
-    assert "Done: 8 runs" in status and len(table) == 6 and set(table.rule) == {"leviathan", "typical",
-                                                                                 "exact_match+argmax"}
+    assert "Done: 8 runs" in status and len(table) == 6 and set(table.rule) == {"Leviathan", "typical (lossy)",
+                                                                                 "exact match, argmax drafts"}
+    assert "**What this run shows**" in status  # the lossy rule set against Leviathan's, read off the table:
+    assert any(f"{word} Leviathan's" in status for word in ("below", "above", "about the same as"))
     assert acceptance.data and tv.data and speed.data
     assert not [c for c in table.columns if "_" in c or c.isdigit()]  # headed in words, no index leaking
     assert "χ² p-value against p" in table.columns and "target's own text" in table.columns
-    assert any("typical" in t.name for t in tv.data) and not any("leviathan" in t.name for t in tv.data)
+    assert any("typical" in t.name for t in tv.data) and not any("Leviathan" in t.name for t in tv.data)
+    assert not [t.name for t in acceptance.data if "_" in t.name]  # rules named in words in the legend
 
 
 @pytest.mark.parametrize("change, message", [
