@@ -14,6 +14,8 @@ from pathlib import Path
 
 import torch
 
+from .private_cache import private_folder, record, trusted
+
 CACHE_ENV = "SPECVIZ_GGUF_CACHE"
 
 
@@ -50,12 +52,12 @@ def gguf_for(model) -> Path:
     reason = supports(model)
     if reason:
         raise ValueError(reason)
-    path = cache_folder() / f"llama-{fingerprint(model)}-f32.gguf"
-    if not path.is_file():
-        path.parent.mkdir(parents=True, exist_ok=True)
+    path = private_folder(cache_folder()) / f"llama-{fingerprint(model)}-f32.gguf"
+    if not trusted(path):  # written by this user and unchanged since, or written again now
         tmp = path.with_suffix(".part")
         write(model, tmp)
         tmp.replace(path)
+        record(path)
     return path
 
 

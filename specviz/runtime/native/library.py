@@ -31,6 +31,8 @@ from pathlib import Path
 
 import torch
 
+from ..private_cache import private_folder, record, trusted
+
 SOURCE = Path(__file__).with_name("stack.c")
 ENV, CACHE_ENV, PIN_ENV = "SPECVIZ_NATIVE", "SPECVIZ_NATIVE_CACHE", "SPECVIZ_NATIVE_PIN"
 FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-shared", "-fPIC", "-fopenmp")
@@ -98,11 +100,10 @@ def _build(cc: str) -> Path:
     version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
     made = SOURCE.read_bytes() + " ".join(FLAGS).encode() + version.encode() + _cpu().encode()
     key = hashlib.sha256(made).hexdigest()[:16]
-    folder = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "specviz" / "native")
+    folder = private_folder(Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "specviz" / "native"))
     path = folder / f"stack-{key}.so"
-    if path.exists():
+    if trusted(path):  # built by this user and unchanged since; anything else is built again
         return path
-    folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=folder) as tmp:
         out = Path(tmp) / path.name
         done = subprocess.run([cc, *FLAGS, "-o", str(out), str(SOURCE), "-lm"], capture_output=True, text=True,
@@ -110,8 +111,9 @@ def _build(cc: str) -> Path:
         if done.returncode != 0:
             raise OSError(f"{cc} failed: {done.stderr.strip()[-400:]}")
         os.replace(out, path)  # atomic: a concurrent build leaves one whole file
-    for older in folder.glob("stack-*.so"):  # builds of other sources, flags, compilers or CPUs
-        if older != path:
+        record(path)
+    for older in folder.glob("stack-*.so*"):  # builds of other sources, flags, compilers or CPUs, and their digests
+        if older.name.split(".so")[0] != path.name.split(".so")[0]:
             older.unlink(missing_ok=True)  # a process that loaded it keeps its copy
     return path
 
