@@ -58,7 +58,8 @@ def run_compare(store: ModelStore, target, drafts, prompt, k, temperature, top_k
     status = (f"**Done**: the baseline and {len(chosen)} drafts in {time.perf_counter() - start:.1f} s "
               "(measured on this machine, one run at a time). The disagreement view opens at the earliest "
               "first rejection.")
-    yield (state, status, SKIP, SKIP, SKIP, SKIP, SKIP, divergence, slider, *disagree(store, state, position))
+    yield (state, status, SKIP, SKIP, SKIP, SKIP, SKIP, readable(divergence), slider,
+           *disagree(store, state, position))
 
 
 def disagree(store: ModelStore, state, position):

@@ -9,6 +9,7 @@ import gradio as gr
 from ..config import EXAMPLE_PROMPTS, LOSSY, RULES
 from ..labs import lossless
 from ..views import lab_plots
+from ..views.tables import readable
 from .budget import Budget
 from .forms import encode, make_config, number_in
 from .store import ModelStore
@@ -60,7 +61,7 @@ def run_lossless(store: ModelStore, target, draft, prompt, extra, temperature, t
         yield (f"**{table.draws[0]} draws per variant** ({rate:,.0f} verify steps/s). Lossless means the emitted "
                "tokens follow p: a large chi-square p-value and a TV distance that shrinks as draws accumulate."
                + (f" {raw_note}" if raw_note else ""),
-               table.round(4), *figs, decomp)
+               readable(table, 4), *figs, decomp)
 
 
 def handlers(store: ModelStore):

@@ -24,7 +24,6 @@ NAMES = {"tokens_per_s": "tokens/s", "baseline_tokens_per_s": "baseline tokens/s
          "tokens_iid_high": "tokens / round if independent, high"}
 
 
-
 def size_text(n) -> str:
     """A count of parameters (or stored n-grams) as 1.2M, 340k, 512; 0 (model-free) stays 0."""
     if pd.isna(n):
