@@ -29,6 +29,7 @@ def ready() -> dict:
     return gr.update(value=RUN_LABEL, interactive=True)
 SHAPES = ["chain", "chain:12,1", "chain:12,3,0.08", "3,2,2,1", "2,1,1,1,1,1", "4,2,1,1", "dynamic:10,8,3", "dynamic:16,6,4",
           "dynamic:12,10,2,0.3"]
+GALLERY_BUTTONS = 3  # the gallery's first ready runs, one click each from the first screen
 
 
 # -- views: a Trace in, component values out ----------------------------------------------------------
@@ -47,6 +48,11 @@ def replay_views(trace: Trace | None, index) -> tuple:
     return (html, plots.accept_line(chain), plots.residual_bars(plots.residual_frame(trace, i)), tree)
 
 
+def replay_round(trace: Trace | None, number) -> tuple:
+    """The replay of the round the slider names (rounds are numbered from 1 on screen)."""
+    return replay_views(trace, int(number or 1) - 1)
+
+
 def chart_views(trace: Trace | None) -> tuple:
     if trace is None or not trace.rounds:
         return None, None, None, None
@@ -59,7 +65,7 @@ def all_views(trace: Trace | None, base: Trace | None, where: str = HERE) -> tup
     """Every output of a finished run or an import, in OUTPUT order after the two states (``where``: where and when
     its speeds were measured)."""
     n = len(trace.rounds) if trace else 0
-    slider = gr.Slider(minimum=0, maximum=max(1, n - 1), value=0, step=1, interactive=n > 1)
+    slider = gr.Slider(minimum=1, maximum=max(2, n), value=1, step=1, interactive=n > 1)  # round 1 .. n
     return (timeline_html(trace), summary_markdown(trace, base, where=where), slider,
             *replay_views(trace, 0), *chart_views(trace))
 
@@ -94,10 +100,10 @@ def busy(phase: str) -> dict:
     return gr.update(value=f"Running… ({phase})", interactive=False)
 
 
-def step(trace, index, delta):
-    """The round slider's value moved by ``delta`` within the run."""
+def step(trace, number, delta):
+    """The round slider's value (round 1 .. n) moved by ``delta`` within the run."""
     n = len(trace.rounds) if trace else 0
-    return max(0, min(int(index or 0) + delta, n - 1)) if n else 0
+    return max(1, min(int(number or 1) + delta, n)) if n else 1
 
 
 IMPORTED = "where it was recorded (an imported trace: its file does not say on which machine or when)"
@@ -143,7 +149,7 @@ def handlers(store: ModelStore):
     """The tab's handlers, bound to ``store`` and ready to wire (tests call them the same way)."""
     h = bind(store, models=dict(run=run, draft_pickers=draft_pickers),
              plain=dict(step=step, load=load, open_gallery=open_gallery,
-                        open_named=open_named, replay=replay_views, export=runs.export_trace, what_if=runs.what_if,
+                        open_named=open_named, replay=replay_round, export=runs.export_trace, what_if=runs.what_if,
                         from_run=runs.from_run))
     h.generate = one_per_session(gpu_task(friendly(runs.api_generate(store))))  # one model job per visitor
     h.form_of = friendly(functools.partial(form_of, store))
@@ -152,40 +158,54 @@ def handlers(store: ModelStore):
 
 
 # -- layout ------------------------------------------------------------------------------------------
-def _controls(store: ModelStore) -> tuple[list, gr.Slider]:
-    """The run's inputs in the handler's order, and the draft-stop slider (passed after the user's drafts)."""
-    prompt = gr.Textbox(label="Prompt", value=EXAMPLE_PROMPTS[0], lines=3, elem_id="prompt")
-    gr.Examples(examples=[[e] for e in EXAMPLE_PROMPTS], inputs=[prompt], label="Examples")
-    target, draft = target_picker(store), draft_picker(store)  # a row each: the draft's full name stays readable
-    k = gr.Slider(1, 10, value=DEFAULTS.k, step=1, label="k (drafts per round)")
-    k_policy = gr.Radio(list(K_POLICIES), value=DEFAULTS.k_policy, label="k policy")
-    draft_stop = gr.Slider(0, 0.95, value=0, step=0.05, label="Stop drafting below draft confidence q(x) (0 = off)",
-                           info="transformers' assistant_confidence_threshold (its default: 0.4)", elem_id="draft-stop")
-    temperature = gr.Slider(0, 2, value=DEFAULTS.temperature, step=0.05, label="Temperature (0 = greedy)")
-    with gr.Row():
-        top_k = gr.Number(value=DEFAULTS.top_k, precision=0, minimum=0, label="top-k (0 = off)")
-        top_p = gr.Slider(0.05, 1, value=DEFAULTS.top_p, step=0.05, label="top-p (1 = off)")
-    with gr.Row():
-        max_new = gr.Slider(1, 256, value=DEFAULTS.max_new_tokens, step=1, label="Max new tokens")
-        seed = gr.Number(value=DEFAULTS.seed, precision=0, minimum=0, label="Seed")
-    with_baseline = gr.Checkbox(value=True, label="Also run the autoregressive baseline (measured speedup)")
-    return [prompt, target, draft, k, k_policy, temperature, top_k, top_p, max_new, seed, with_baseline], draft_stop
+def _controls(store: ModelStore) -> dict:
+    """The first screen's settings: the prompt, the two models, k and the temperature."""
+    prompt = gr.Textbox(label="Prompt", value=EXAMPLE_PROMPTS[0], lines=2, elem_id="prompt")
+    # a row each: the draft's full name stays readable
+    target, draft = target_picker(store, elem_id="target"), draft_picker(store, elem_id="draft")
+    k = gr.Slider(1, 16, value=DEFAULTS.k, step=1, label="k (drafts per round)", elem_id="k")
+    temperature = gr.Slider(0, 2, value=DEFAULTS.temperature, step=0.05, label="Temperature (0 = greedy)",
+                            elem_id="temperature")
+    return dict(prompt=prompt, target=target, draft=draft, k=k, temperature=temperature)
 
 
-def _tree_controls() -> list:
-    """[shape, children, rule]: a chain of k, or a token tree verified in one target pass; the accept rule."""
-    shape = gr.Dropdown(SHAPES, value="chain", allow_custom_value=True, label="Draft shape", elem_id="shape",
-                        info="chain: k drafts in a row · chain:DEPTH,SIBLINGS: that chain plus leaves where "
-                             "earlier rounds say the draft's other choice wins most · a tree: children per depth "
-                             "(3,2,2,1) or dynamic:BUDGET,DEPTH,WIDTH[,THRESHOLD] (EAGLE-2: the branches most likely "
-                             "accepted, as this run's verdicts so far say; a threshold drops nodes below it)")
-    children = gr.Radio(["auto", "top", "iid", "distinct"], value="auto", label="Tree children",
-                        info="top: the draft's best tokens · iid / distinct: drawn from q with / without "
-                             "replacement (auto: top when greedy, distinct when sampling)")
-    rule = gr.Dropdown(RULE_CHOICES, value="leviathan", label="Acceptance rule", elem_id="rule",
-                       info="how a draft is accepted: Leviathan's min(1, p/q), or what some engines do instead (the "
-                            "acceptance rule lab compares them); lossy rules change the text's law (chains only)")
-    return [shape, children, rule]
+def _more_settings() -> dict:
+    """Every other setting, folded, one short line of help each (the glossary says more)."""
+    with gr.Accordion("More settings", open=False, elem_id="more-settings"):
+        k_policy = gr.Radio(list(K_POLICIES), value=DEFAULTS.k_policy, label="k policy",
+                            info="fixed: k every round · history, heuristic: k follows recent acceptance")
+        draft_stop = gr.Slider(0, 0.95, value=0, step=0.05, label="Stop drafting below draft confidence q(x) (0 = off)",
+                               info="transformers' default: 0.4", elem_id="draft-stop")
+        with gr.Row():
+            top_k = gr.Number(value=DEFAULTS.top_k, precision=0, minimum=0, label="top-k (0 = off)",
+                              info="only the k likeliest tokens")
+            top_p = gr.Slider(0.05, 1, value=DEFAULTS.top_p, step=0.05, label="top-p (1 = off)",
+                              info="the likeliest tokens holding p")
+        with gr.Row():
+            max_new = gr.Slider(1, 256, value=DEFAULTS.max_new_tokens, step=1, label="Max new tokens",
+                                info="how long the run is")
+            seed = gr.Number(value=DEFAULTS.seed, precision=0, minimum=0, label="Seed", info="same seed, same run")
+        with_baseline = gr.Checkbox(value=True, label="Also run the autoregressive baseline (measured speedup)",
+                                    info="the target alone, timed: the speedup's denominator")
+        shape = gr.Dropdown(SHAPES, value="chain", allow_custom_value=True, label="Draft shape", elem_id="shape",
+                            info="chain, or a token tree (3,2,2,1 · dynamic:10,8,3): see the glossary")
+        children = gr.Radio(["auto", "top", "iid", "distinct"], value="auto", label="Tree children",
+                            info="how a tree picks its siblings (auto suits most runs)")
+        rule = gr.Dropdown(RULE_CHOICES, value="leviathan", label="Acceptance rule", elem_id="rule",
+                           info="Leviathan's keeps the target's law exactly; lossy ones do not")
+    return dict(k_policy=k_policy, draft_stop=draft_stop, top_k=top_k, top_p=top_p, max_new=max_new, seed=seed,
+                with_baseline=with_baseline, shape=shape, children=children, rule=rule)
+
+
+def _gallery_row() -> tuple[list, gr.Dropdown]:
+    """The gallery at the top: its first ready runs as buttons, every one in the dropdown."""
+    titles = list(gallery.entries())
+    with gr.Row(elem_id="gallery-row", equal_height=True):
+        shown = gr.Dropdown(titles, value=None, label="Ready runs: replayed at once (no model work)",
+                            elem_id="gallery", scale=1, min_width=220)
+        with gr.Column(scale=2, min_width=240, elem_classes="sv-gallery-btns"):
+            buttons = [gr.Button(t, size="sm", elem_classes="sv-gallery-btn") for t in titles[:GALLERY_BUTTONS]]
+    return list(zip(titles, buttons)), shown
 
 
 def _replay_section() -> tuple:
@@ -194,7 +214,7 @@ def _replay_section() -> tuple:
                 "the chart shows the coin u against the accept line min(1, p/q).")
     with gr.Row():
         prev_btn = gr.Button("◀ previous", elem_id="prev", scale=0)
-        round_slider = gr.Slider(0, 1, value=0, step=1, label="Round", elem_id="round", interactive=False)
+        round_slider = gr.Slider(1, 2, value=1, step=1, label="Round", elem_id="round", interactive=False)
         next_btn = gr.Button("next ▶", elem_id="next", scale=0)
     replay = gr.HTML(replay_html(None, 0), elem_id="replay")  # full width: every column readable at 1024 px
     with gr.Row(), gr.Column():
@@ -212,14 +232,17 @@ def _what_if(h, trace_state, base_state) -> None:
         gr.Markdown("Move α (how often a draft is accepted), k, c (a draft step's cost) and v (a verify pass's "
                     "cost), both in target forwards: the curves are E[τ] = (1 − α^(k+1)) / (1 − α) and the speedup "
                     "E[τ] / (k c + v). The × is this run, measured.")
-        with gr.Row():
-            sliders = [gr.Slider(0, 1, value=0.7, step=0.01, label="α"), gr.Slider(1, 16, value=4, step=1, label="k"),
-                       gr.Slider(0, 1, value=0.1, step=0.01, label="c"), gr.Slider(0.5, 3, value=1.3, step=0.05, label="v")]
+        with gr.Row():  # every value from_run gives fits its slider (runs.SLIDERS)
+            sliders = [gr.Slider(*runs.SLIDERS["alpha"], value=0.7, step=0.001, label="α"),
+                       gr.Slider(*runs.SLIDERS["k"], value=4, step=1, label="k"),
+                       gr.Slider(*runs.SLIDERS["c"], value=0.1, step=0.001, label="c"),
+                       gr.Slider(*runs.SLIDERS["v"], value=1.3, step=0.001, label="v")]
         fill = gr.Button("Take α, k, c, v from this run", elem_id="from-run")
+        note = gr.Markdown(elem_id="from-run-note")
         curves = gr.Plot(show_label=False, elem_id="what-if-plot")
     for s in sliders:
         s.change(h.what_if, [*sliders, trace_state, base_state], [curves], api_visibility="private")
-    fill.click(h.from_run, [trace_state, base_state], sliders, api_visibility="private")
+    fill.click(h.from_run, [trace_state, base_state], [*sliders, note], api_visibility="private")
 
 
 def _run_charts() -> list:
@@ -236,17 +259,29 @@ def _run_charts() -> list:
     return [by_pos, hist, pq, times]
 
 
+def _form(store: ModelStore) -> tuple[list, gr.Slider, list, gr.Button]:
+    """The left column: the first screen's settings and Run, the example prompts, then the rest folded. Returns the
+    run's inputs in the handler's order, the draft-stop slider (passed after the user's drafts), [shape, children,
+    rule] and the Run button."""
+    c = _controls(store)
+    run_btn = gr.Button(RUN_LABEL, variant="primary", elem_id="run")
+    gr.Examples(examples=[[e] for e in EXAMPLE_PROMPTS], inputs=[c["prompt"]], label="Example prompts")
+    m = _more_settings()
+    inputs = [c["prompt"], c["target"], c["draft"], c["k"], m["k_policy"], c["temperature"], m["top_k"], m["top_p"],
+              m["max_new"], m["seed"], m["with_baseline"]]
+    return inputs, m["draft_stop"], [m["shape"], m["children"], m["rule"]], run_btn
+
+
 def build(store: ModelStore, user_drafts: gr.State) -> tuple[gr.Dropdown, object]:
     """The explorer inside the caller's gr.Blocks; returns its draft dropdown (its choices grow with the
     user's trained drafts) and the handlers (``draft_pickers`` refreshes pickers)."""
     h = handlers(store)
     trace_state, base_state = gr.State(None), gr.State(None)
     with gr.Row():
-        with gr.Column(scale=1, min_width=320):
-            inputs, draft_stop = _controls(store)
-            tree_inputs = _tree_controls()
-            run_btn = gr.Button(RUN_LABEL, variant="primary", elem_id="run")
+        with gr.Column(scale=1, min_width=360):
+            inputs, draft_stop, tree_inputs, run_btn = _form(store)
         with gr.Column(scale=3):
+            ready_runs, shown = _gallery_row()
             timeline = gr.HTML(timeline_html(None), elem_id="timeline")
             summary = gr.Markdown(summary_markdown(None, None), elem_id="summary")
             with gr.Accordion("What do these numbers mean?", open=False, elem_id="glossary"):
@@ -259,8 +294,6 @@ def build(store: ModelStore, user_drafts: gr.State) -> tuple[gr.Dropdown, object
         files = gr.File(label="Downloads", file_count="multiple", interactive=False)
         upload = gr.File(label="Import a JSON trace (replays without the models)", file_types=[".json"],
                          type="filepath", elem_id="upload")
-    shown = gr.Dropdown(list(gallery.entries()), value=None, label="Gallery: ready runs, replayed at once (no model work)",
-                        elem_id="gallery")
 
     outputs = [trace_state, base_state, timeline, summary, round_slider, replay, accept, residual, tree, *charts]
     # the button says what the run is doing and takes no click until it ends (gradio drops a click on a busy event)
@@ -272,8 +305,9 @@ def build(store: ModelStore, user_drafts: gr.State) -> tuple[gr.Dropdown, object
     upload.upload(h.load, [upload], outputs, api_visibility="undocumented").then(
         h.form_of, [trace_state], link_fields, api_visibility="private")
     follow_target(store, inputs[1], inputs[2], user_drafts)
-    shown.input(h.open_gallery, [shown], outputs, api_visibility="private").then(
-        h.form_of, [trace_state], link_fields, api_visibility="private")
+    for opener, event in [(shown, shown.input)] + [(b, b.click) for _, b in ready_runs]:  # a button passes its title
+        event(h.open_gallery, [opener], outputs, api_visibility="private").then(
+            h.form_of, [trace_state], link_fields, api_visibility="private")
     round_slider.change(h.replay, [trace_state, round_slider], [replay, accept, residual, tree],
                         api_visibility="undocumented")
     prev_btn.click(lambda t, i: h.step(t, i, -1), [trace_state, round_slider], [round_slider],

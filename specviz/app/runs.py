@@ -113,23 +113,37 @@ def form_values(trace: Trace, targets: list[str], drafts: list[str]) -> tuple:
             cfg.top_p, cfg.max_new_tokens, cfg.seed, cfg.tree.label if cfg.tree is not None else "chain")
 
 
+# the theory explorer's sliders: their ranges, which what_if checks and from_run fills within
+SLIDERS = dict(alpha=(0.0, 1.0), k=(1, 16), c=(0.0, 5.0), v=(0.5, 5.0))
+SLIDER_NAMES = dict(alpha="α", k="k", c="c", v="v")
+
+
 def what_if(alpha, k, c, v, trace=None, base=None):
     """The theory explorer: Leviathan's curves for the sliders' alpha, k, c, v, with the run's measured point."""
-    alpha, c, v = number_in(alpha, "α", 0, 1), number_in(c, "c", 0, 5), number_in(v, "v", 0.5, 5)
-    k = as_int(number_in(k, "k", 1, 16), "k")
+    alpha, c, v = (number_in(x, SLIDER_NAMES[name], *SLIDERS[name]) for name, x in (("alpha", alpha), ("c", c), ("v", v)))
+    k = as_int(number_in(k, "k", *SLIDERS["k"]), "k")
     point = None
     if trace is not None and trace.mode == "speculative" and base is not None and trace.config.tree is None:
         point = (theory.mean_k(trace), theory.measured_speedup(trace, base) or 0.0)
     return plots.theory_curves(alpha, k, c, v, point)
 
 
-def from_run(trace, base):
-    """The theory explorer's sliders set to what a run measured: its alpha, k, c and v."""
+def from_run(trace, base) -> tuple:
+    """The theory explorer's sliders set to what a run measured: (alpha, k, c, v, note), each value within its
+    slider's range (SLIDERS); the note (Markdown, "" if none) gives the measured value of any the slider could not
+    hold, and says when k counts a tree's nodes."""
     if trace is None or trace.mode != "speculative":
         raise ValueError("run speculative decoding first: its alpha, k, c and v fill the sliders")
-    s = trace.summary()
-    return (round(min(s.alpha, 1.0), 3), max(1, min(16, round(theory.mean_k(trace)))),
-            round(min(theory.cost_ratio(trace, base), 5.0), 3), round(min(max(theory.verify_cost(trace, base), 0.5), 5.0), 3))
+    measured = dict(alpha=trace.summary().alpha, k=theory.mean_k(trace), c=theory.cost_ratio(trace, base),
+                    v=theory.verify_cost(trace, base))
+    held = {name: min(max(x, SLIDERS[name][0]), SLIDERS[name][1]) for name, x in measured.items()}
+    notes = [f"{SLIDER_NAMES[name]} measured {measured[name]:.3g}: the slider stops at {held[name]:g}"
+             for name in measured if round(held[name], 3) != round(measured[name], 3)]
+    if trace.config.tree is not None:
+        notes.insert(0, f"a tree run: k is its nodes per round ({measured['k']:.1f}) and the curves are a chain's "
+                        "(the summary gives the tree's own prediction)")
+    note = ("*This run*: " + "; ".join(notes) + ".") if notes else ""
+    return (round(held["alpha"], 3), round(held["k"]), round(held["c"], 3), round(held["v"], 3), note)
 
 
 def export_trace(trace: Trace | None, base: Trace | None = None) -> list[str]:

@@ -26,6 +26,8 @@ log = logging.getLogger(__name__)
 
 
 TAG_OR_ENTITY = re.compile(r"<(?=[A-Za-z/!?])|&(?=#?\w+;?)")
+# an absolute path on this server (not a URL's path): its folders are the server's business, its file name is not
+SERVER_PATH = re.compile(r"(?<![\w:/.~])(?:~/|/)(?:[\w.+@-]+/)+(?=[\w.+@-]*)")
 
 
 def _as_gr_error(e: Exception) -> gr.Error:
@@ -34,9 +36,15 @@ def _as_gr_error(e: Exception) -> gr.Error:
     if isinstance(e, gr.Error):
         return e
     if isinstance(e, ValueError):
-        return gr.Error(inert(str(e) or type(e).__name__))
+        return gr.Error(inert(hide_paths(str(e) or type(e).__name__)))
     log.exception("handler failed")
-    return gr.Error(inert(f"internal error ({type(e).__name__}: {e}); the app keeps running"))
+    return gr.Error(inert(hide_paths(f"internal error ({type(e).__name__}: {e}); the app keeps running")))
+
+
+def hide_paths(text: str) -> str:
+    """``text`` with every absolute server path cut to its file name ("…/name"): a message names what went wrong,
+    never where the server keeps its files (an upload's temp path, an operator's model folder)."""
+    return SERVER_PATH.sub("…/", text)
 
 
 def inert(text: str) -> str:
@@ -83,13 +91,13 @@ def chart(caption: str, elem_id: str | None = None) -> gr.Plot:
     return plot
 
 
-def target_picker(store: ModelStore) -> gr.Dropdown:
-    return gr.Dropdown(store.list_targets(), value=store.default_target(), label="Target")
+def target_picker(store: ModelStore, elem_id: str | None = None) -> gr.Dropdown:
+    return gr.Dropdown(store.list_targets(), value=store.default_target(), label="Target", elem_id=elem_id)
 
 
-def draft_picker(store: ModelStore, label: str = "Draft", model: bool = False) -> gr.Dropdown:
+def draft_picker(store: ModelStore, label: str = "Draft", model: bool = False, elem_id: str | None = None) -> gr.Dropdown:
     """The drafts offered, the default selected (``model``: the default draft model, for trees and batches)."""
-    return gr.Dropdown(store.list_drafters(), value=store.default_draft(model), label=label)
+    return gr.Dropdown(store.list_drafters(), value=store.default_draft(model), label=label, elem_id=elem_id)
 
 
 def fitting_update(store: ModelStore, target, current, mine=None):

@@ -3,12 +3,33 @@
 Notation: p target, q draft, tau tokens per round."""
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 import plotly.graph_objects as go
 
-from .style import colour, layout
+from .style import PALETTE, colour, layout
 
 TARGET_COLOUR = "#0ea5e9"
+DASHES, PATTERNS = ("solid", "dash", "dot", "dashdot"), ("", "/", ".", "x")  # the palette's 2nd, 3rd, 4th time round
+SHORT_NAME, ROW_PX = 18, 19  # names two legend entries a row hold in a third of a 1024 px page; a row's height
+
+
+def series_legend(fig: go.Figure) -> go.Figure:
+    """One legend entry per series, in rows under the whole figure (the container's bottom), below the x axis's
+    title, never over it or the plot: two a row where every name is short, else one; the figure grows by its rows."""
+    names = [t.name or "" for t in fig.data if t.showlegend is not False]
+    per_row = 2 if max(map(len, names), default=0) <= SHORT_NAME else 1
+    rows = math.ceil(len(names) / per_row)
+    fig.update_layout(legend=dict(orientation="h", yref="container", y=0, yanchor="bottom", x=0, xanchor="left",
+                                  entrywidth=1 / per_row, entrywidthmode="fraction"),
+                      height=320 + rows * ROW_PX, margin=dict(b=60 + rows * ROW_PX))
+    return fig
+
+
+def _turn(i: int) -> int:
+    """How many times the palette has come round before series i (0 for the first len(PALETTE))."""
+    return (i // len(PALETTE)) % len(DASHES)
 
 
 def position_columns(table: pd.DataFrame) -> list[str]:
@@ -21,11 +42,12 @@ def acceptance_by_position(table: pd.DataFrame) -> go.Figure:
     for i, (_, row) in enumerate(table.iterrows()):
         fig.add_trace(go.Scatter(x=list(range(1, len(cols) + 1)), y=row[cols].astype(float).tolist(),
                                  mode="lines+markers", name=row.draft,
-                                 line=dict(color=colour(i)),
+                                 line=dict(color=colour(i), dash=DASHES[_turn(i)]),
                                  hovertemplate="position %{x}: %{y:.2f} accepted<extra>" + row.draft + "</extra>"))
     fig.update_yaxes(range=[0, 1.05])
     fig.update_xaxes(dtick=1)
-    return layout(fig, "Acceptance rate per draft position", "draft position", "accepted / drafted")
+    layout(fig, "Acceptance rate per draft position", "draft position", "accepted / drafted")
+    return series_legend(fig)
 
 
 def _bars(table: pd.DataFrame, column: str, title: str, y: str, fmt: str) -> go.Figure:
@@ -58,12 +80,15 @@ def disagreement_bars(frame: pd.DataFrame) -> go.Figure:
     """Grouped bars per token: the target's p, then each draft's q."""
     fig = go.Figure(go.Bar(x=frame.text, y=frame.p, name="p (target)", marker_color=TARGET_COLOUR,
                            hovertemplate="%{x}: p = %{y:.3f}<extra></extra>"))
-    for i, col in enumerate(c for c in frame.columns if c.startswith("q ")):
+    drafts = [c for c in frame.columns if c.startswith("q ")]
+    for i, col in enumerate(drafts):
         fig.add_trace(go.Bar(x=frame.text, y=frame[col], name=col, marker_color=colour(i),
+                             marker_pattern_shape=PATTERNS[_turn(i)],
                              hovertemplate="%{x}: %{y:.3f}<extra>" + col + "</extra>"))
     fig.update_layout(barmode="group")
     fig.update_yaxes(range=[0, 1.02])
-    return layout(fig, "Next-token probabilities: target p against each draft's q", "token", "probability")
+    layout(fig, "Next-token probabilities: target p against each draft's q", "token", "probability")
+    return series_legend(fig)
 
 
 # -- the Batch tab ---------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ..trace import Trace
-from .timeline import esc, timeline_html
+from .timeline import esc, legend, timeline_html
 
 
 def compare_timelines_html(runs: list, baseline: str) -> str:
@@ -20,8 +20,8 @@ def compare_timelines_html(runs: list, baseline: str) -> str:
             head = (f"{run.draft}: acceptance {s.acceptance_rate:.2f} · τ {s.tau:.2f} tokens/round · "
                     f"{s.tokens_per_s:.1f} tokens/s")
         parts.append(f'<div class="sv-compare-run" data-draft="{esc(run.draft)}"><h4>{esc(head)}</h4>'
-                     f"{timeline_html(run.trace)}</div>")
-    return f'<div class="sv-compare-grid">{"".join(parts)}</div>'
+                     f"{timeline_html(run.trace, with_legend=False)}</div>")
+    return f'{legend()}<div class="sv-compare-grid">{"".join(parts)}</div>'  # one legend for every run
 
 
 def batch_rows_html(traces: list[Trace], seed: int) -> str:
@@ -30,8 +30,9 @@ def batch_rows_html(traces: list[Trace], seed: int) -> str:
     for b, trace in enumerate(traces):
         s = trace.summary()
         head = f"row {b} (seed {seed + b}): {s.new_tokens} tokens, acceptance {s.acceptance_rate:.2f}, τ {s.tau:.2f}"
-        parts.append(f'<div class="sv-batch-row" data-row="{b}"><h4>{esc(head)}</h4>{timeline_html(trace)}</div>')
-    return "".join(parts)
+        parts.append(f'<div class="sv-batch-row" data-row="{b}"><h4>{esc(head)}</h4>'
+                     f'{timeline_html(trace, with_legend=False)}</div>')
+    return legend() + "".join(parts)
 
 
 def batch_rows_frame(traces: list[Trace], seed: int) -> pd.DataFrame:

@@ -29,7 +29,34 @@ GLOSSARY = """
 | **v** | one verify pass's time (the target over all drafts) over one target forward's |
 | **speedup** | E[τ] / (k c + v): tokens per round over the round's cost in target forwards |
 | **residual** | norm(max(0, p − q)): what a token is drawn from after a rejection, so the output keeps the target's law |
-"""  # the explorer's "What do these numbers mean?"
+
+**The colours**: green, a draft the target accepted; red (struck out), a draft it rejected; orange, the token drawn from
+the residual after a rejection; blue, the bonus: the target's own next token, free when every draft passed (or the
+round's only token when nothing was drafted); grey, drafts after a rejection, never verified.
+
+"""
+SETTINGS_HELP = {  # the explorer's folded settings, in full (their own help is one line)
+    "k policy": "fixed: k drafts every round; history: k + 1 when the last 10 rounds accepted over 80% of their drafts, "
+                "k − 1 under 50%; heuristic: transformers' schedule, + 2 after a round that accepted every draft, else − 1",
+    "stop drafting below q(x)": "a round stops drafting once the draft's probability of its own token falls below this "
+                                "(transformers' assistant_confidence_threshold, 0.4 by default): fewer wasted drafts",
+    "top-k, top-p": "the target and the draft both keep only their k likeliest tokens, or the likeliest holding "
+                    "probability p, before p and q are compared",
+    "seed": "every coin u and every sample comes from it: the same seed and settings make the same run",
+    "baseline": "the target alone on the same prompt and settings, timed: the measured speedup's denominator",
+    "draft shape": "chain: k drafts in a row · chain:DEPTH,SIBLINGS: that chain plus sibling leaves where earlier rounds "
+                   "say the draft's second choice wins most · a static tree: children per depth (3,2,2,1) · "
+                   "dynamic:BUDGET,DEPTH,WIDTH[,THRESHOLD] (EAGLE-2): each level expands the WIDTH most promising nodes, "
+                   "the BUDGET likeliest to be accepted (as this run's verdicts so far say) are verified, and a threshold "
+                   "drops nodes less likely than it. A whole tree is verified in one target pass",
+    "tree children": "top: the draft's best tokens · iid: drawn from q with replacement · distinct: drawn without "
+                     "replacement · auto: top when greedy, distinct when sampling",
+    "acceptance rule": "Leviathan's min(1, p/q) keeps the text exactly the target's sample; some engines accept "
+                       "otherwise (typical, lenient, optimistic are lossy and chains only: they change the text's law; "
+                       "the acceptance rule lab compares them)",
+}
+GLOSSARY += "\n| setting (under *More settings*) | what it does |\n|---|---|\n" + "\n".join(
+    f"| **{name}** | {text} |" for name, text in SETTINGS_HELP.items()) + "\n"  # "What do these numbers mean?"
 MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_{}\[\]()#+\-.!|~])")
 
 

@@ -4,8 +4,12 @@ Pure functions of a Trace; every piece of text (token, prompt, number) goes thro
 (html.escape with quote=True), because the UI shows this HTML unsanitized.
 Notation: p target probability, q draft probability, u the uniform draw, beta = sum min(p, q).
 
+A token's details (its numbers and the decision) sit in its ``data-tip`` attribute, which the CSS shows at once as a
+panel under the token's line on hover, or while the token has focus (a click or a tap pins it; Tab walks the tokens):
+no script, and the text is an attribute's, never markup. Rounds are numbered from 1 on screen (``Round.index`` + 1).
+
 What they render is bounded before any HTML is built, whatever the trace: a token shows at most ``TOKEN_SHOWN``
-characters (its hover ``TITLE_CHARS``), the timeline the prompt's last ``PROMPT_SHOWN`` tokens and rounds until
+characters (its details ``TITLE_CHARS``), the timeline the prompt's last ``PROMPT_SHOWN`` tokens and rounds until
 its markup reaches ``TIMELINE_CHARS``, the plain text ``PLAIN_CHARS``; a note says where something was cut. The
 replay reads one round (and the few tokens before it), so moving the slider costs the same on any trace.
 """
@@ -28,7 +32,7 @@ SPECIAL = re.compile(r"<\|[^<>|]{1,40}\|>|</?s>|<(?:pad|unk|bos|eos|mask)>")  # 
 STATUSES = ("prompt", "accepted", "rejected", "resampled", "bonus", "discarded", "generated")
 LEGEND = {
     "accepted": "accepted draft", "rejected": "rejected draft", "resampled": "resampled (residual)",
-    "bonus": "bonus (all accepted)", "discarded": "discarded (never verified)",
+    "bonus": "bonus (drawn from the target)", "discarded": "discarded (never verified)",
 }
 # Translucent fills and saturated underlines read on light and dark backgrounds alike;
 # text colour is inherited from the theme.
@@ -37,7 +41,18 @@ CSS = """
   line-height: 2.1; white-space: pre-wrap; word-break: break-word; }
 .sv-legend { font-family: ui-sans-serif, system-ui, sans-serif; font-size: 0.9rem; margin-bottom: 0.4rem; }
 .sv-legend .sv-tok { margin-right: 0.6rem; }
-.sv-tok { border-radius: 3px; padding: 0.05rem 0.1rem; border-bottom: 3px solid transparent; cursor: help; }
+.sv-tok { border-radius: 3px; padding: 0.05rem 0.1rem; border-bottom: 3px solid transparent; }
+.sv-timeline, .sv-replay-wrap { position: relative; }
+.sv-tok[data-tip] { cursor: pointer; }
+.sv-tok[data-tip]:focus { outline: 2px solid #2563eb; outline-offset: 1px; }
+.sv-tok[data-tip]:hover::after, .sv-tok[data-tip]:focus::after, .sv-round-n[data-tip]:hover::after,
+.sv-round-n[data-tip]:focus::after {
+  content: attr(data-tip); position: absolute; left: 0; right: 0; margin-top: 1.9em; z-index: 20;
+  padding: 0.45em 0.75em; border-radius: 6px; background: #111827; color: #f9fafb; opacity: 1;
+  font: 500 0.85em/1.45 ui-sans-serif, system-ui, sans-serif; white-space: pre-wrap; text-decoration: none;
+  text-align: left; pointer-events: none; box-shadow: 0 4px 14px rgba(0, 0, 0, 0.3); }
+.sv-round-n[data-tip] { cursor: pointer; }
+.sv-round-n[data-tip]:hover::after, .sv-round-n[data-tip]:focus::after { font-size: 1.3em; vertical-align: baseline; }
 .sv-prompt { background: rgba(128, 128, 128, 0.18); border-bottom-color: rgba(128, 128, 128, 0.6); }
 .sv-accepted { background: rgba(34, 197, 94, 0.28); border-bottom-color: #16a34a; }
 .sv-rejected { background: rgba(239, 68, 68, 0.28); border-bottom-color: #dc2626; text-decoration: line-through;
@@ -73,6 +88,11 @@ CSS = """
   white-space: pre; border-left: 1px solid rgba(128, 128, 128, 0.45); }
 .sv-align-draft { background: rgba(168, 85, 247, 0.22); }
 .sv-align-none { opacity: 0.4; }
+#intro h1 { font-size: 1.6rem; margin: 0 0 0.2rem; }
+#intro p { margin: 0; }
+.sv-gallery-btns { gap: 4px !important; }
+.sv-gallery-btn { font-size: 0.85rem !important; white-space: nowrap; overflow: hidden; text-overflow: ellipsis;
+  display: block !important; text-align: left !important; }
 """
 
 
@@ -93,9 +113,11 @@ def cut(text: str, chars: int = TOKEN_SHOWN) -> str:
     return text if len(text) <= chars else text[:chars] + "…"
 
 
-def token_span(text: str, status: str, title: str = "") -> str:
-    """A token by fate; one that completes no character (part of a multi-byte one) shows ◌."""
-    return (f'<span class="sv-tok sv-{status}" data-status="{esc(status)}" title="{esc(cut(title, TITLE_CHARS))}">'
+def token_span(text: str, status: str, tip: str = "") -> str:
+    """A token by fate, its details ``tip`` shown on hover, click or tap (focusable: a tap focuses it); one that
+    completes no character (part of a multi-byte one) shows ◌."""
+    details = f' tabindex="0" data-tip="{esc(cut(tip, TITLE_CHARS))}"' if tip else ""
+    return (f'<span class="sv-tok sv-{status}" data-status="{esc(status)}"{details}>'
             f'{visible(shown(cut(text)))}</span>')
 
 
@@ -151,16 +173,17 @@ def quoted(trace: Trace, token: int, text: str) -> str:
 def _draft_title(trace: Trace, r: Round, i: int, text: str) -> str:
     p, q, u, b = r.p[i], r.q[i], r.u[i], r.beta[i]
     ratio = p / q if q else None
-    return (f"{quoted(trace, r.drafted[i], text)}  round {r.index}, draft {i + 1} of {len(r.drafted)}\n"
+    return (f"{quoted(trace, r.drafted[i], text)}  round {r.index + 1}, draft {i + 1} of {len(r.drafted)}\n"
             f"p = {_num(p)}   q = {_num(q)}   p/q = {_num(ratio)}   u = {_num(u)}   beta = {_num(b)}\n"
             f"{decision(r, i, trace.config.greedy, trace.config.rule)}")
 
 
 def _next_title(trace: Trace, r: Round, status: str, token: int, text: str) -> str:
-    pos = f"round {r.index}, position {r.n_accepted + 1}"
+    pos = f"round {r.index + 1}, position {r.n_accepted + 1}"
     if status == "bonus":
         what = (f"all {len(r.drafted)} drafts accepted: a bonus token from the target's p" if r.drafted
-                else "no drafts (autoregressive)" if r.k == 0 else "the drafter proposed nothing: one target token")
+                else "no drafts (autoregressive)" if r.k == 0
+                else "no drafts this round (the drafter proposed nothing): the target's own token")
     elif trace.config.greedy:
         what = "after the rejection: the target's argmax"
     elif trace.config.rule != "leviathan":
@@ -178,10 +201,11 @@ def next_text(trace: Trace, r: Round, texts: RoundTexts, token: int) -> str:
 def round_spans(trace: Trace, r: Round, texts: RoundTexts) -> str:
     """One round: its drafts by fate, then the resampled or bonus token."""
     if r.tree is not None:  # a tree round: its number says so, and hovering it says how big the tree was
-        title = f"round {r.index}: a tree of {len(r.tree.nodes)} nodes, {len(r.tree.path)} accepted (the replay draws it)"
-        parts = [f'<span class="sv-round-n sv-round-tree" title="{esc(title)}">{esc(r.index)}▲</span>']
+        tip = (f"round {r.index + 1}: a tree of {len(r.tree.nodes)} nodes, {len(r.tree.path)} accepted (the replay "
+               "draws it)")
+        parts = [f'<span class="sv-round-n sv-round-tree" tabindex="0" data-tip="{esc(tip)}">{esc(r.index + 1)}▲</span>']
     else:
-        parts = [f'<span class="sv-round-n">{esc(r.index)}</span>']
+        parts = [f'<span class="sv-round-n">{esc(r.index + 1)}</span>']
     for i, x in enumerate(r.drafted):
         parts.append(token_span(texts.drafted[i], _status(r, i), _draft_title(trace, r, i, texts.drafted[i])))
     for status, tok in (("resampled", r.resampled), ("bonus", r.bonus)):
@@ -193,8 +217,8 @@ def round_spans(trace: Trace, r: Round, texts: RoundTexts) -> str:
 
 
 def legend() -> str:
-    items = "".join(token_span(label, status, label) for status, label in LEGEND.items())
-    hint = "a bar and small number start each round · hover a token for p, q, u and the decision"
+    items = "".join(token_span(label, status) for status, label in LEGEND.items())
+    hint = "a bar and small number start each round · point at a token, or click or tap it, for p, q, u and the decision"
     return f'<div class="sv-legend">{items}<span>{hint}</span></div>'
 
 
@@ -236,10 +260,13 @@ def _plain(trace: Trace, prompt_ids: list[int], texts: Texts) -> str:
                                           else "")
 
 
-def timeline_html(trace: Trace | None) -> str:
-    """The hero view: prompt, then every round's tokens coloured by fate (within the bounds above)."""
+def timeline_html(trace: Trace | None, with_legend: bool = True) -> str:
+    """The hero view: prompt, then every round's tokens coloured by fate (within the bounds above); the colours'
+    legend first unless ``with_legend`` is False (several timelines under one legend)."""
+    head = legend() if with_legend else ""
     if trace is None:
-        return f'{legend()}<div class="sv-timeline"><i>Run a prompt, or import a trace, to see it here.</i></div>'
+        return (f'{head}<div class="sv-timeline"><i>Press Run, or open a ready run: the text appears here, each '
+                "draft token coloured by the target's verdict.</i></div>")
     hidden = max(0, len(trace.prompt_ids) - PROMPT_SHOWN)
     context, ids = list(trace.prompt_ids[max(0, hidden - CONTEXT):hidden]), list(trace.prompt_ids[hidden:])
     texts = bounded_texts(trace, context + ids, trace.rounds)
@@ -249,7 +276,7 @@ def timeline_html(trace: Trace | None) -> str:
     rounds, size = [], len(prompt)
     for r, t in zip(trace.rounds, texts.rounds):
         if size > TIMELINE_CHARS:
-            notes.append(f"Rounds {r.index}–{trace.rounds[-1].index} are not shown: the timeline stops at "
+            notes.append(f"Rounds {r.index + 1}–{trace.rounds[-1].index + 1} are not shown: the timeline stops at "
                          f"{TIMELINE_CHARS / 1e6:.0f} MB of markup (the round replay shows every round).")
             break
         rounds.append(round_spans(trace, r, t))
@@ -257,7 +284,7 @@ def timeline_html(trace: Trace | None) -> str:
     if any(len(x) > TOKEN_SHOWN for x in trace.token_text.values()):
         notes.append(f"Token texts longer than {TOKEN_SHOWN} characters are cut (…).")
     plain = _plain(trace, ids, texts)
-    return (f'{legend()}{"".join(map(_note, notes))}<div class="sv-timeline">{prompt}{"".join(rounds)}</div>'
+    return (f'{head}{"".join(map(_note, notes))}<div class="sv-timeline">{prompt}{"".join(rounds)}</div>'
             f'<details class="sv-plain-box" open><summary>Plain text</summary><div class="sv-plain">{plain}</div></details>')
 
 
@@ -286,10 +313,20 @@ def replay_html(trace: Trace | None, index: int) -> str:
         rows.append(f'<tr><td class="sv-left">{span}'
                     f'</td><td>{i + 1}</td>{cells}<td class="sv-left sv-decision">{verdict}</td></tr>')
     table = (f'<table class="sv-table"><tr><th class="sv-left">draft</th>{head}<th class="sv-left">decision</th></tr>'
-             f'{"".join(rows)}</table>') if rows else "<p>No drafts this round (the drafter found nothing to propose).</p>"
+             f'{"".join(rows)}</table>') if rows else ("<p>No drafts this round (the drafter found nothing to propose): "
+                                                      "the target's own token was appended.</p>")
     appended = "".join(token_span(text, "prompt", f"id {t}") for t, text in zip(r.emitted, texts.emitted))
-    size = f"a tree of {len(r.tree.nodes)} nodes" if r.tree is not None else f"k = {esc(r.k)}, {len(r.drafted)} drafted"
-    return (f'<div class="sv-replay-wrap"><p><b>Round {esc(r.index)}</b> of {len(trace.rounds) - 1}: {size}, '
-            f"{esc(r.n_accepted)} accepted; draft {r.draft_s * 1e3:.1f} ms, target {r.target_s * 1e3:.1f} ms.</p>"
+    if r.tree is not None:
+        size = f"a tree of {len(r.tree.nodes)} nodes, {esc(r.n_accepted)} accepted"
+    else:
+        size = f"k = {esc(r.k)}, " + (f"{len(r.drafted)} drafted, {esc(r.n_accepted)} accepted" if r.drafted
+                                      else "nothing drafted")
+    return (f'<div class="sv-replay-wrap"><p><b>Round {esc(r.index + 1)}</b> of {len(trace.rounds)}: {size}; '
+            f"draft {r.draft_s * 1e3:.1f} ms, target {r.target_s * 1e3:.1f} ms.</p>"
             f'{_stopped_early(trace, r)}{table}<p>Appended: <span class="sv-timeline">{appended}</span> '
-            f'({len(r.emitted)} tokens)</p></div>')
+            f'({plural(len(r.emitted), "token")})</p></div>')
+
+
+def plural(n: int, noun: str) -> str:
+    """"1 token", "2 tokens"."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

@@ -97,7 +97,7 @@ def tree_figure(trace: Trace, r: Round) -> go.Figure:
             x=[p[2] for p in pts], y=[p[3] for p in pts], mode="markers+text", name=label,
             text=[esc(_short(p[4])) for p in pts], textposition="middle right", hovertext=[p[5] for p in pts],
             hoverinfo="text", marker=dict(color=colour, size=12, line=dict(width=1, color="white"))))
-    layout(fig, f"Round {r.index}: {len(nodes)} nodes verified in one target pass, {len(r.tree.path)} accepted",
+    layout(fig, f"Round {r.index + 1}: {len(nodes)} nodes verified in one target pass, {len(r.tree.path)} accepted",
            "depth (drafted tokens after the committed text)", "")
     fig.update_yaxes(visible=False)
     fig.update_xaxes(dtick=1, range=[-0.6, max((n.depth for n in nodes), default=0) + 2.8])

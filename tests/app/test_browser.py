@@ -1,4 +1,4 @@
-"""A real browser drives the app: run an example, hover details on coloured tokens, every chart
+"""A real browser drives the app: run an example, details on coloured tokens, every chart
 drawn, stepping through rounds; saves a screenshot (docs/screenshot.png with SPECVIZ_REFRESH_SCREENSHOT=1,
 else a temporary file). Needs Debian's chromium and playwright
 (CI: apt-get install -y chromium; pip install playwright); skipped without them."""
@@ -38,15 +38,15 @@ def test_run_an_example_and_step_through_rounds(app_url, tmp_path):
         sync_api.expect(page.locator("#summary")).to_contain_text(MEASURED, timeout=60_000)  # baseline in
         tokens = page.locator("#timeline .sv-timeline .sv-round .sv-tok")
         assert tokens.count() > 0
-        title = tokens.first.get_attribute("title")
-        assert "p = " in title and "round 0" in title
+        tip = tokens.first.get_attribute("data-tip")
+        assert "p = " in tip and "round 1" in tip  # rounds numbered from 1 on screen
         colour = tokens.first.evaluate("e => getComputedStyle(e).backgroundColor")
         assert colour not in ("rgba(0, 0, 0, 0)", "transparent")  # the timeline's CSS reached the page
         sync_api.expect(page.locator(".js-plotly-plot")).to_have_count(6, timeout=30_000)  # 4 charts + 2 replay
         before = page.locator("#replay").inner_text()
-        assert "Round 0" in before
+        assert "Round 1 of" in before
         page.locator("#next").click()
-        sync_api.expect(page.locator("#replay")).to_contain_text("Round 1", timeout=15_000)
+        sync_api.expect(page.locator("#replay")).to_contain_text("Round 2 of", timeout=15_000)
         assert page.locator("#replay").inner_text() != before
         shot = DOCS_SCREENSHOT if os.environ.get("SPECVIZ_REFRESH_SCREENSHOT") == "1" else tmp_path / "screenshot.png"
         page.screenshot(path=str(shot), full_page=True)
@@ -56,6 +56,7 @@ def test_run_an_example_and_step_through_rounds(app_url, tmp_path):
 def test_a_tree_round_is_drawn(app_url):
     with chromium_page(viewport={"width": 1400, "height": 1000}) as page:
         page.goto(app_url)
+        page.locator("#more-settings").click()  # the draft shape is folded under "More settings"
         page.locator("#shape input").click()
         page.get_by_role("option", name="3,2,2,1").click()
         page.locator("#run").click()
@@ -80,7 +81,7 @@ def test_the_page_fits_laptop_and_desktop_widths(app_url, tmp_path, tab):
         page.locator("#run").click()
         sync_api.expect(page.locator("#summary")).to_contain_text(MEASURED, timeout=60_000)
         page.locator("#next").click()
-        sync_api.expect(page.locator("#replay")).to_contain_text("Round 1", timeout=15_000)
+        sync_api.expect(page.locator("#replay")).to_contain_text("Round 2 of", timeout=15_000)
         assert page.locator("#timeline .sv-plain").inner_text().strip()  # the generation as plain text
         for width in (1024, 1280, 1920):
             page.set_viewport_size({"width": width, "height": 800})

@@ -30,12 +30,13 @@ def page(app_url):
 def run(page, app_url, prompt):
     page.goto(app_url)
     page.locator("#prompt textarea").fill(prompt)
+    page.locator("#more-settings").click()  # the baseline's checkbox is folded under "More settings"
     page.get_by_label("Also run the autoregressive baseline (measured speedup)").uncheck()
     page.locator("#run").click()
     summary = page.locator("#summary")
     sync_api.expect(summary).to_contain_text("predicted", timeout=60_000)
     sync_api.expect(summary).not_to_contain_text("running…", timeout=60_000)  # the decode finished
-    sync_api.expect(page.locator("#replay")).to_contain_text("Round 0", timeout=60_000)  # and its views are in
+    sync_api.expect(page.locator("#replay")).to_contain_text("Round 1", timeout=60_000)  # and its views are in
     page.wait_for_timeout(300)  # an injected <img onerror> would fire on its own tick
 
 
@@ -51,7 +52,7 @@ def test_hostile_prompt_is_shown_as_text_and_never_runs(page, app_url, hostile):
     assert prompt in text  # the markup as characters: neither run as markup, nor escaped twice, nor decoded
 
     tokens = timeline.locator(".sv-tok").evaluate_all(
-        "els => els.map(e => [e.dataset.status, e.textContent, e.getAttribute('title')])")
+        "els => els.map(e => [e.dataset.status, e.textContent, e.getAttribute('data-tip')])")  # the details
     generated = [(t, title) for status, t, title in tokens if status != "prompt"]
     assert generated and all(title for _, title in generated)
     for t, title in generated:  # a title starts with its token's text, repr()'d: the escaped text, decoded once
@@ -64,7 +65,7 @@ def test_hostile_prompt_is_shown_as_text_and_never_runs(page, app_url, hostile):
     if "&" not in hostile:
         assert "&lt;" not in titles and "&quot;" not in titles and "&amp;" not in titles  # not escaped twice
 
-    replay = page.locator("#replay .sv-tok").evaluate_all("els => els.map(e => e.getAttribute('title'))")
+    replay = page.locator("#replay .sv-tok").evaluate_all("els => els.map(e => e.getAttribute('data-tip'))")
     assert replay and HOSTILE[hostile] in "".join(replay)  # round 0 drafted the markup: its replay shows it
     if "&" not in hostile:
         assert "&lt;" not in "".join(replay) and "&quot;" not in "".join(replay)
@@ -88,7 +89,7 @@ def test_a_crafted_trace_is_refused_or_shown_as_text_and_never_runs(page, app_ur
     good.write_text(trace.to_json())
     page.goto(app_url)
     page.locator("#upload input[type=file]").set_input_files(str(good))
-    sync_api.expect(page.locator("#replay")).to_contain_text("Round 0", timeout=30_000)
+    sync_api.expect(page.locator("#replay")).to_contain_text("Round 1", timeout=30_000)
     page.wait_for_timeout(300)
     assert evil in page.locator("#timeline .sv-timeline").inner_text()  # the markup as characters
     assert "javascript:alert(1)" in page.locator("#summary").inner_text()  # a name is text, not a link

@@ -29,6 +29,7 @@ def shot(locator, name: str, tmp_path) -> None:
 def test_a_lossy_rule_is_labelled_and_costs_truth(app_url, tmp_path):
     with chromium_page(viewport={"width": 1400, "height": 1000}) as page:
         page.goto(app_url)
+        page.locator("#more-settings").click()  # the acceptance rule is folded under "More settings"
         page.locator("#rule input").click()
         page.get_by_role("option", name="optimistic (lossy)").click()
         page.locator("#run").click()

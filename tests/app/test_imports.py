@@ -64,7 +64,7 @@ def test_the_views_cut_what_they_show_and_say_so():
     assert "The first 32,256 prompt tokens are not shown" in html and "are not shown: the timeline stops at" in html
     assert "Token texts longer than 128 characters are cut" in html and "<b>" not in html
     replay = timeline.replay_html(trace, 4000)
-    assert "Round 4000" in replay and len(replay) < 200_000
+    assert "Round 4001" in replay and len(replay) < 200_000  # round index 4000: the 4001st, as the screen counts
 
 
 def test_a_slider_move_onto_the_largest_tree_round_costs_a_rounds_work(tmp_path):

@@ -125,10 +125,11 @@ def test_an_exported_run_keeps_its_baseline_and_its_speedup(store):
 def test_replay_steps_clamp(store):
     h = handlers(store)
     trace = last(h.run("ROMEO:", "tiny-target", "tiny", *SETTINGS.values(), False))[0]
-    n = len(trace.rounds)
-    assert h.step(trace, 0, -1) == 0 and h.step(trace, n - 1, +1) == n - 1 and h.step(trace, 0, +1) == 1
+    n = len(trace.rounds)  # the slider names rounds 1 .. n
+    assert h.step(trace, 1, -1) == 1 and h.step(trace, n, +1) == n and h.step(trace, 1, +1) == 2
     html, accept, residual, tree = h.replay(trace, 1)
-    assert "Round 1" in html and accept.data[0].y is not None and tree["visible"] is False  # a chain: no tree chart
+    assert f"<b>Round 1</b> of {n}:" in html and accept.data[0].y is not None and tree["visible"] is False  # a chain
+    assert f"<b>Round {n}</b> of {n}:" in h.replay(trace, n)[0]
 
 
 @pytest.mark.slow
@@ -148,7 +149,7 @@ def test_tree_mode_runs_a_tree_then_its_chain_twin_and_draws_each_round(pair, st
 
     assert "▲" in timeline_html(trace)  # the timeline marks tree rounds
     r = next(i for i, r in enumerate(trace.rounds) if r.tree.nodes)
-    html, accept, residual, tree = h.replay(trace, r)
+    html, accept, residual, tree = h.replay(trace, r + 1)  # the slider names round r + 1
     assert tree["visible"] is True
     drawn = {d.name: len(d.x) for d in tree["value"].data if d.name}
     assert sum(drawn[s] for s in ("accepted", "rejected", "not visited")) == len(trace.rounds[r].tree.nodes)
@@ -187,7 +188,7 @@ def test_theory_explorer_draws_leviathan_and_takes_the_runs_numbers(store):
     assert speed.y[3] == pytest.approx((1 - 0.8 ** 5) / 0.2 / (4 * 0.1 + 1.2)) == chosen.y[0]
     outs = last(h.run("ROMEO:", "tiny-target", "tiny", *SETTINGS.values(), True))
     trace, base = outs[0], outs[1]
-    alpha, k, c, v = h.from_run(trace, base)
+    alpha, k, c, v, note = h.from_run(trace, base)
     assert alpha == pytest.approx(trace.summary().alpha, abs=1e-3) and k == 3 and c > 0 and v > 0
     fig = h.what_if(alpha, k, c, v, trace, base)
     assert fig.data[-1].name == "this run, measured" and fig.data[-1].x[0] == pytest.approx(3, abs=0.5)
@@ -237,3 +238,98 @@ def test_an_opened_run_sets_the_form_so_run_makes_the_run_shown(store):
     deps = build_demo(store).config["dependencies"]
     after = {d["trigger_after"] for d in deps if str(d["api_name"]).startswith("form_of")}
     assert {d["api_name"] for d in deps if d["id"] in after} == {"load", "open_gallery"}  # after an import, a gallery run
+
+
+def what_if_sliders(demo) -> dict:
+    """The theory explorer's sliders by label: (minimum, maximum)."""
+    found = {c["props"]["label"]: (c["props"]["minimum"], c["props"]["maximum"]) for c in demo.config["components"]
+             if c["type"] == "slider" and c["props"].get("label") in ("α", "k", "c", "v")}
+    assert len(found) == 4
+    return found
+
+
+def tree_trace():
+    import torch
+
+    from specviz.config import TreeConfig
+    from tests.helpers.models import perturbed, tiny_llama
+
+    target = tiny_llama(seed=0)
+    cfg = DecodeConfig(temperature=0.0, max_new_tokens=12, tree=TreeConfig.parse("dynamic:16,6,4"))
+    return speculative_generate(target, perturbed(target), torch.tensor([[3, 5, 7]]), cfg)
+
+
+@pytest.mark.parametrize("measured", [None, dict(k=40.0, c=7.5, v=3.593), dict(k=0.0, c=0.0, v=0.2)],
+                         ids=["as measured", "above every slider", "below every slider"])
+def test_the_theory_sliders_take_whatever_a_tree_run_puts_into_them(store, monkeypatch, measured):
+    """A tree run's numbers (its k is its nodes per round, its v may pass 3) land inside the sliders' ranges, the
+    sliders' own check passes, and the curves draw; a value a slider cannot hold is given beside it, measured."""
+    from specviz.app import runs
+
+    trace = tree_trace()
+    if measured:
+        monkeypatch.setattr(runs.theory, "mean_k", lambda t: measured["k"])
+        monkeypatch.setattr(runs.theory, "cost_ratio", lambda t, b: measured["c"])
+        monkeypatch.setattr(runs.theory, "verify_cost", lambda t, b: measured["v"])
+    h = handlers(store)
+    alpha, k, c, v, note = h.from_run(trace, None)
+    bounds = what_if_sliders(build_demo(store))
+    for label, value in (("α", alpha), ("k", k), ("c", c), ("v", v)):
+        low, high = bounds[label]
+        gr.Slider(low, high).preprocess(value)  # what gradio checks on every later slider move
+    assert h.what_if(alpha, k, c, v, trace, None).data  # and the curves draw
+    assert note.startswith("*This run*: a tree run: k is its nodes per round")
+    if measured == dict(k=40.0, c=7.5, v=3.593):
+        assert (k, c, v) == (16, 5.0, 3.593)  # v = 3.593 fits now; k and c are held at their ends, and said so
+        assert "k measured 40: the slider stops at 16" in note and "c measured 7.5: the slider stops at 5" in note
+        assert "v measured" not in note
+    if measured == dict(k=0.0, c=0.0, v=0.2):
+        assert (k, c, v) == (1, 0.0, 0.5) and "v measured 0.2: the slider stops at 0.5" in note
+
+
+def test_the_theory_sliders_ends_are_what_if_accepts(store):
+    """The sliders' ranges are the ones what_if checks: both ends of each draw."""
+    from specviz.app import runs
+
+    bounds = what_if_sliders(build_demo(store))
+    assert bounds == {"α": runs.SLIDERS["alpha"], "k": runs.SLIDERS["k"], "c": runs.SLIDERS["c"], "v": runs.SLIDERS["v"]}
+    h = handlers(store)
+    for end in (0, 1):
+        assert h.what_if(*(bounds[name][end] for name in ("α", "k", "c", "v"))).data
+    with pytest.raises(gr.Error, match=r"v must lie in \[0.5, 5\]"):
+        h.what_if(0.5, 4, 0.1, 5.01)
+
+
+def test_the_first_screen_folds_every_other_setting_with_one_line_of_help(store):
+    """Prompt, Target, Draft, k, temperature and Run outside; the rest in a closed "More settings", each with a
+    short help line; the long texts (the tree shapes' grammar) in the glossary."""
+    from specviz.app import explorer
+    from specviz.views.summary import GLOSSARY
+
+    demo = build_demo(store)
+    comps = {c["id"]: c for c in demo.config["components"]}
+    more = next(c for c in comps.values() if c["props"].get("elem_id") == "more-settings")
+    assert more["props"]["open"] is False
+
+    def inside(cid, layout=demo.config["layout"], within=False):
+        if layout.get("id") == cid:
+            return within
+        return any(inside(cid, child, within or layout.get("id") == more["id"]) for child in layout.get("children", []))
+
+    labelled = {}  # the explorer's own (built first: the labs reuse some labels)
+    for c in comps.values():
+        labelled.setdefault(c["props"].get("label"), c)
+    folded = ["k policy", "Stop drafting below draft confidence q(x) (0 = off)", "top-k (0 = off)", "top-p (1 = off)",
+              "Max new tokens", "Seed", "Also run the autoregressive baseline (measured speedup)", "Draft shape",
+              "Tree children", "Acceptance rule"]
+    for label in folded:
+        c = labelled[label]
+        assert inside(c["id"]), label
+        assert 0 < len(c["props"]["info"]) <= 70, label  # one short line
+    for label in ("Prompt", "Target", "Draft", "k (drafts per round)", "Temperature (0 = greedy)"):
+        assert not inside(labelled[label]["id"]), label
+    assert "dynamic:BUDGET,DEPTH,WIDTH[,THRESHOLD]" in GLOSSARY and "EAGLE-2" in GLOSSARY
+    assert "assistant_confidence_threshold" in GLOSSARY
+    titles = [b["props"]["value"] for b in comps.values() if "sv-gallery-btn" in (b["props"].get("elem_classes") or [])]
+    from specviz.labs import gallery
+    assert titles == list(gallery.entries())[:explorer.GALLERY_BUTTONS]  # the first ready runs, one click away

@@ -1,4 +1,5 @@
-"""The timeline: escaping, one class per fate, hover text with the recorded numbers, visible newlines."""
+"""The timeline: escaping, one class per fate, details with the recorded numbers (shown on hover, click or tap),
+visible newlines, rounds numbered from 1."""
 import re
 
 import pytest
@@ -10,7 +11,7 @@ from tests.helpers.traces import EVIL, sample_trace
 
 
 def spans(html, status):
-    return re.findall(rf'<span class="sv-tok sv-{status}"[^>]*title="([^"]*)"', html)
+    return re.findall(rf'<span class="sv-tok sv-{status}"[^>]*data-tip="([^"]*)"', html)
 
 
 def test_every_token_text_is_escaped():
@@ -62,8 +63,8 @@ def test_replay_lists_the_rounds_proposals_and_what_was_appended():
     html = replay_html(sample_trace(), 0)
     assert html.count("<tr>") == 4  # header + 3 drafts
     assert "0.16" in html and "0.8" in html  # p and q of the rejected draft
-    assert "(2 tokens)" in html
-    assert "Round 1" in replay_html(sample_trace(), 99)  # clamped to the last round
+    assert "(2 tokens)" in html and "<b>Round 1</b> of 2:" in html  # rounds numbered from 1: round 0 is the first
+    assert "<b>Round 2</b> of 2:" in replay_html(sample_trace(), 99)  # clamped to the last round
 
 
 class FakeTokenizer:
@@ -143,3 +144,42 @@ def test_a_tree_rounds_replay_gives_the_trees_size_not_a_k():
     html = replay_html(trace, 1)
     assert f"a tree of {len(r.tree.nodes)} nodes, {r.n_accepted} accepted" in html and "k = " not in html
     assert "k = " in replay_html(sample_trace(), 0)
+
+
+def test_a_rounds_details_show_on_hover_click_and_tap_without_a_script():
+    """Every drafted and appended token is focusable (a click or tap focuses it, Tab walks them) and carries its
+    details in data-tip, which the CSS shows at once on :hover and :focus; no title (the browser's slow tooltip)."""
+    html = timeline_html(sample_trace())
+    body = html.split('class="sv-timeline"')[1]
+    tokens = re.findall(r'<span class="sv-tok sv-(\w+)"([^>]*)>', body)
+    assert len(tokens) == 10 and all('tabindex="0"' in attrs and "data-tip=" in attrs for _, attrs in tokens)
+    assert "title=" not in html and "<script" not in html
+    tip = CSS.split(".sv-tok[data-tip]:hover::after, .sv-tok[data-tip]:focus::after")[1].split("}")[0]
+    assert "content: attr(data-tip)" in tip and "transition" not in tip  # at once, from the attribute (text only)
+    assert "em" in tip.split("font:")[1].split(";")[0]  # scales with the timeline's type (the presenter view)
+    legend = html.split('class="sv-timeline"')[0]
+    assert "data-tip" not in legend and "tabindex" not in legend  # the legend's swatches explain themselves
+
+
+def test_one_token_reads_singular_and_a_round_without_drafts_says_so():
+    from dataclasses import replace
+    trace = sample_trace()
+    trace.rounds[1] = replace(trace.rounds[1], drafted=(), q=(), p=(), accept_prob=(), u=(), beta=(), n_accepted=0,
+                              emitted=(9,), bonus=9)
+    html = replay_html(trace, 1)
+    assert "(1 token)" in html and "(1 tokens)" not in html
+    assert "k = 2, nothing drafted" in html and "the target's own token was appended" in html
+    bonus = spans(timeline_html(trace).split('class="sv-timeline"')[1], "bonus")
+    assert len(bonus) == 1 and "no drafts this round" in bonus[0] and "all 0 drafts" not in bonus[0]
+    assert "round 2, position 1" in bonus[0]
+
+
+def test_compare_and_batch_timelines_share_one_legend():
+    from types import SimpleNamespace
+
+    from specviz.views.runs import batch_rows_html, compare_timelines_html
+
+    runs = [SimpleNamespace(draft=name, trace=sample_trace()) for name in ("baseline", *(f"d{i}" for i in range(12)))]
+    assert compare_timelines_html(runs, "baseline").count('class="sv-legend"') == 1
+    assert compare_timelines_html(runs, "baseline").count('class="sv-timeline"') == 13
+    assert batch_rows_html([sample_trace()] * 3, seed=0).count('class="sv-legend"') == 1
