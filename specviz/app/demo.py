@@ -45,7 +45,7 @@ def build_demo(store: ModelStore | None = None) -> gr.Blocks:
         user_drafts = gr.State({}, time_to_live=7200)
         with gr.Row(equal_height=True):  # one row: the explorer's Run stays on the first screen
             gr.Markdown(INTRO, elem_id="intro")
-            presenter = gr.Checkbox(False, label="Presenter view: large type, high contrast (for a projector)",
+            presenter = gr.Checkbox(False, label="Presenter view (large type, for a projector)",
                                     elem_id="presenter", scale=0, min_width=240)
         presenter.change(None, [presenter], None, js=PRESENTER_JS, api_visibility="private")
         with gr.Tabs() as tabs:
