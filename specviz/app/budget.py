@@ -56,14 +56,16 @@ def token_seconds(model, ids, cfg, tokens: int = 8) -> float:
     """Seconds per generated token of a short autoregressive pilot of ``model`` on ``ids`` with cfg's settings,
     after two untimed tokens (a model's first calls lay out and pack its weights: timed, they priced a
     comparison of the bundled family at several times its real length). Measured once per model, prompt and
-    sampling settings, then priced at the load now (``labs.pilot_cache``): a later gate answers at once."""
+    sampling settings, then scaled by a target pass timed now over the one timed beside it (``labs.pilot_cache``):
+    a later gate answers after a few passes."""
     key = ("token", pilot_cache.identity(model), pilot_cache.prompt_key(ids), cfg.temperature, cfg.top_k, cfg.top_p,
            tokens, torch.get_num_threads())
-    if (hit := pilot_cache.get(key, (model,))) is not None:
+    now_s = pilot_cache.pass_now(model, ids, cfg)
+    if (hit := pilot_cache.get(key, (model,), now_s)) is not None:
         return hit[0] * hit[1]
     autoregressive_generate(model, ids, replace(cfg, max_new_tokens=2, tree=None, record=False))
     t0 = time.perf_counter()
     trace = autoregressive_generate(model, ids, replace(cfg, max_new_tokens=tokens, tree=None))
     seconds = (time.perf_counter() - t0) / max(1, len(trace.new_tokens))
-    pilot_cache.put(key, seconds, (model,))
+    pilot_cache.put(key, seconds, (model,), now_s)
     return seconds

@@ -10,7 +10,7 @@ import pandas as pd
 
 from ..config import EXAMPLE_PROMPTS
 from ..labs import estimate as est
-from ..labs import least, policies
+from ..labs import least, pilot_cache, policies
 from ..labs.sweep import iter_sweep, per_position, position_rows, summarize
 from ..views import lab_plots
 from ..views.tables import readable
@@ -70,16 +70,32 @@ def policy_configs(cfg, fixed_k, stop) -> dict:
 def estimate(store: ModelStore, target, drafts, prompts_text, k_min, k_max, temperature, top_k, top_p, max_new, seed,
              compare=False, fixed_k=4, stop=0.4):
     """Markdown: the predicted duration of everything Run sweep will run (the sweep, and the policy comparison
-    when it is on) and its range, from a short timed pilot of the baseline and each draft (Run sweep states the
-    same estimate, from the same pilot, before it starts)."""
+    when it is on) and its range, from a short timed pilot of the baseline and each draft, and whether Run sweep
+    will take it: the very gate Run sweep applies (``gate``), so the two never disagree at the same speed."""
     setup = sweep_setup(store, target, drafts, prompts_text, k_min, k_max, temperature, top_k, top_p, max_new, seed)
-    return pilot(*setup, compare, fixed_k, stop)[0]
+    try:
+        return gate(*setup, compare, fixed_k, stop, Budget())[0]
+    except ValueError as refused:
+        return f"**Run sweep would refuse this now:** {refused}"
 
 
-def pilot(model, drafts: dict, prompts, ks, cfg, compare, fixed_k, stop) -> tuple:
-    """(note, Estimate, pricing): the pilot's estimate in words and seconds, and pricing, (new tokens, ks,
-    prompts) -> Estimate, for what a refusal suggests."""
-    costs = est.measure_costs(model, drafts, prompts[0], ks, cfg)
+def gate(model, drafts: dict, prompts, ks, cfg, compare, fixed_k, stop, budget: Budget) -> tuple:
+    """The one price both Estimate time and Run sweep read: a target pass timed now on this request's thread
+    (``pilot_cache.pass_now``), the floor of that price (refused at once if even it is over the budget), then the
+    pilot's estimate priced at the same pass (refused if its likely duration is over). (note, Estimate, pricing)."""
+    now_s = pilot_cache.pass_now(model, prompts[0], cfg)
+    refuse_floor(model, drafts, prompts, ks, cfg, compare, fixed_k, stop, budget.seconds, now_s)
+    note, time_of, pricing = pilot(model, drafts, prompts, ks, cfg, compare, fixed_k, stop, now_s)
+    if time_of.likely > budget.seconds:
+        budget.refuse_over(time_of.likely, "this sweep", f"its estimate {time_of}; " + refusal(
+            pricing, cfg.max_new_tokens, list(ks), len(prompts), budget.seconds - budget.elapsed, compare))
+    return note, time_of, pricing
+
+
+def pilot(model, drafts: dict, prompts, ks, cfg, compare, fixed_k, stop, now_s: float | None = None) -> tuple:
+    """(note, Estimate, pricing): the pilot's estimate in words and seconds (priced at ``now_s``, a target pass timed
+    now), and pricing, (new tokens, ks, prompts) -> Estimate, for what a refusal suggests."""
+    costs = est.measure_costs(model, drafts, prompts[0], ks, cfg, now_s=now_s)
     configs = policy_configs(cfg, fixed_k, stop) if compare else {}
     runs = est.sweep_runs(len(prompts), len(drafts), ks) + (est.policy_runs(len(prompts), len(configs)) if compare
                                                              else 0)
@@ -93,7 +109,7 @@ def pilot(model, drafts: dict, prompts, ks, cfg, compare, fixed_k, stop) -> tupl
 
     time_of = pricing(cfg.max_new_tokens, list(ks), len(prompts))
     note = (f"**Estimated {time_of}** for {runs} runs{' (the policy comparison included)' if compare else ''}, "
-            f"from a pilot on this machine as loaded now: {costs.token_s * 1e3:.1f} ms per baseline token, "
+            f"from a pilot priced at target passes timed now: {costs.token_s * 1e3:.1f} ms per baseline token, "
             f"slow rounds {costs.spread:.1f}x the typical; α "
             + ", ".join(f"{a:.2f} ± {2 * costs.alpha_se.get(n, 0):.2f} ({n})" for n, a in costs.alpha.items()) + ".")
     return note, time_of, pricing
@@ -116,18 +132,20 @@ def refusal(pricing, n: int, ks: list[int], n_prompts: int, budget_s: float, com
 
 
 def warm(store: ModelStore) -> None:
-    """Prices the default form (its floor and its pilot) into ``pilot_cache``, as a first Estimate time would:
-    after this, the default's estimate and any refusal of it with more tokens or prompts answer at once."""
+    """Prices the default form's pilot into ``pilot_cache`` beside a pass timed with it, as a first Estimate time
+    would: after this, the default's estimate and any refusal of it answer after a few passes timed now."""
     form = (store.default_target(), [store.default_draft()], "\n\n".join(EXAMPLE_PROMPTS), K_MIN, K_MAX, 0.0, 0, 1.0,
             DEFAULT_TOKENS, 0)
     model, drafts, prompts, ks, cfg = sweep_setup(store, *form)
-    least.pass_seconds(model, prompts[0], cfg)
     pilot(model, drafts, prompts, ks, cfg, True, FIXED_K, STOP)
 
 
-def refuse_floor(model, drafts: dict, prompts, ks, cfg, compare, fixed_k, stop, budget_s: float) -> None:
-    """Refused before any pilot where even the target passes alone would overrun the budget (``labs.least``)."""
-    pass_s, configs = least.pass_seconds(model, prompts[0], cfg), list(policy_configs(cfg, fixed_k, stop).values())
+def refuse_floor(model, drafts: dict, prompts, ks, cfg, compare, fixed_k, stop, budget_s: float,
+                 now_s: float | None = None) -> None:
+    """Refused before any pilot where even the target passes alone (at ``now_s``, a pass timed now) would overrun
+    the budget (``labs.least``)."""
+    pass_s = least.pass_seconds(model, prompts[0], cfg, now_s)
+    configs = list(policy_configs(cfg, fixed_k, stop).values())
 
     def floor(n: int, ks: list[int], n_prompts: int) -> est.Estimate:
         s = least.sweep_floor(pass_s, n, n_prompts, len(drafts), ks) + (
@@ -154,30 +172,26 @@ def run_sweep(store: ModelStore, target, drafts, prompts_text, k_min, k_max, tem
     form = (target, drafts, prompts_text, k_min, k_max, temperature, top_k, top_p, max_new, seed)
     budget = Budget()
     model, drafts, prompts, ks, cfg = sweep_setup(store, *form)
-    refuse_floor(model, drafts, prompts, ks, cfg, compare, fixed_k, stop, budget.seconds)
-    note, time_of, pricing = pilot(model, drafts, prompts, ks, cfg, compare, fixed_k, stop)
-    if time_of.likely > budget.seconds:
-        budget.refuse_over(time_of.likely, "this sweep", f"its estimate {time_of}; " + refusal(
-            pricing, cfg.max_new_tokens, list(ks), len(prompts), budget.seconds - budget.elapsed, compare))
+    note, time_of, pricing = gate(model, drafts, prompts, ks, cfg, compare, fixed_k, stop, budget)
     yield (note + "\n\n*Running…*", *(SKIP,) * 9)
-    total, rows, positions, start, last = est.sweep_runs(len(prompts), len(drafts), ks), [], [], time.time(), 0.0
+    total, rows, positions, start, last = est.sweep_runs(len(prompts), len(drafts), ks), [], [], time.perf_counter(), 0.0
     drawing, every = 0.0, 1.0  # seconds spent drawing the tables and charts as rows came in; seconds between draws
     for row, trace in iter_sweep(model, drafts, prompts, ks, cfg):
         budget.check()
         rows.append(row)
         if trace is not None:
             positions += position_rows(trace, draft=row["draft"], k=row["k"], prompt=row["prompt"])
-        if positions and (time.time() - last >= every or len(rows) == total):
-            drawn = time.time()
+        if positions and (time.perf_counter() - last >= every or len(rows) == total):
+            drawn = time.perf_counter()
             views = _sweep_views(pd.DataFrame(rows), pd.DataFrame(positions))
-            last, drawing = time.time(), drawing + time.time() - drawn
+            last, drawing = time.perf_counter(), drawing + time.perf_counter() - drawn
             every = max(1.0, 4 * (last - drawn))  # redraw at most a fifth of the time: the runs come first
             left = (last - start) * (total - len(rows)) / len(rows)
             yield (f"{note}\n\n**{len(rows)} / {total} runs** in {last - start:.1f} s (about {left:.0f} s left)", *views,
                    *(SKIP,) * 4)
     runs = pd.DataFrame(rows)
     frames = dict(sweep_runs=runs, sweep_summary=summarize(runs), per_position=per_position(pd.DataFrame(positions)))
-    took = time.time() - start
+    took = time.perf_counter() - start
     note += (f"\n\n**Done: {total} runs in {est.seconds(took - drawing)} s**, and {est.seconds(drawing)} s drawing "
              f"the charts (measured, on the machine as loaded).")
     if not compare:

@@ -11,7 +11,7 @@ import pandas as pd
 
 from ..config import EXAMPLE_PROMPTS, TreeConfig
 from ..labs import estimate as est
-from ..labs import least
+from ..labs import least, pilot_cache
 from ..labs.trees import settings, tree_lab
 from ..views import lab_plots
 from .budget import Budget
@@ -54,8 +54,9 @@ def run_lab(store: ModelStore, target, draft, prompts_text, chains_text, trees_t
         raise ValueError(f"at most {MAX_PROMPTS} prompts, got {len(prompts)}")
     budget = Budget()
     configs = list(settings(chains, trees, cfg).values())
-    refuse_floor(model, prompts, configs, cfg, repeats, budget.seconds)
-    costs = est.measure_tree_costs(model, drafter, prompts[0], configs)  # a pair priced before: at once, no model work
+    now_s = pilot_cache.pass_now(model, prompts[0], cfg)  # one price for the floor and the pilot: passes timed now
+    refuse_floor(model, prompts, configs, cfg, repeats, budget.seconds, now_s)
+    costs = est.measure_tree_costs(model, drafter, prompts[0], configs, now_s=now_s)  # priced before: no pilot
 
     def pricing(n: int, n_prompts: int, reps: int) -> est.Estimate:
         return est.tree_estimate(costs, len(configs), n_prompts, n, reps)
@@ -69,7 +70,7 @@ def run_lab(store: ModelStore, target, draft, prompts_text, chains_text, trees_t
     shortened = (f" The default {DEFAULT_TOKENS} new tokens per run would not fit this server's {budget.seconds:.0f} s "
                  f"on this machine as loaded now: {max_new} a run." if fitted else "")
     yield (f"*Running {runs} runs (the baseline and every setting, prompt by prompt): estimated {time_of} from a pilot "
-           f"on this machine, priced at its load now ({costs.token_s * 1e3:.0f} ms a baseline token; the settings "
+           f"priced at target passes timed now ({costs.token_s * 1e3:.0f} ms a baseline token; the settings "
            f"took {costs.ratio:.2f}× a baseline token's time per token).{shortened}…*"), SKIP, SKIP, SKIP
     start = time.time()
     lab = tree_lab(model, drafter, prompts, chains, trees, cfg, repeats, check=budget.check)
@@ -86,21 +87,20 @@ def run_lab(store: ModelStore, target, draft, prompts_text, chains_text, trees_t
 
 
 def warm(store: ModelStore) -> None:
-    """Prices the default form (its floor and its pilot) into ``pilot_cache``, as a first press would: after this,
-    the default's estimate and any refusal of it with more tokens, prompts or repeats answer at once."""
+    """Prices the default form's pilot into ``pilot_cache`` beside a pass timed with it, as a first press would:
+    after this, the default's estimate and any refusal of it answer after a few passes timed now."""
     target, draft = store.default_target(), store.default_draft(model=True)
     cfg = make_config(4, "fixed", 0.0, 0, 1.0, DEFAULT_TOKENS, 0)
     model, tok, drafter = store.pair(target, draft)
     ids = encode(tok, EXAMPLE_PROMPTS[0])
     configs = list(settings(*lab_setup(CHAINS, TREES), cfg).values())
-    least.pass_seconds(model, ids, cfg)
     est.measure_tree_costs(model, drafter, ids, configs)
 
 
-def refuse_floor(model, prompts, configs, cfg, repeats: int, budget_s: float) -> None:
-    """Refused before any pilot where even the target passes alone would overrun the budget (``labs.least``), at the
-    shortest length the default may shrink to."""
-    pass_s, n = least.pass_seconds(model, prompts[0], cfg), cfg.max_new_tokens
+def refuse_floor(model, prompts, configs, cfg, repeats: int, budget_s: float, now_s: float | None = None) -> None:
+    """Refused before any pilot where even the target passes alone (at ``now_s``, a pass timed now) would overrun
+    the budget (``labs.least``), at the shortest length the default may shrink to."""
+    pass_s, n = least.pass_seconds(model, prompts[0], cfg, now_s), cfg.max_new_tokens
 
     def floor(m: int, n_prompts: int, reps: int) -> est.Estimate:
         s = least.configs_floor(pass_s, m, n_prompts, configs, reps)

@@ -5,7 +5,8 @@ The pilot runs after an untimed warm-up (first calls allocate and pack weights),
 (set-up and prefill included, as a sweep's runs are), and keeps the spread of its rounds' times: the range
 prices the same work at the pilot's slow rounds and at alpha's interval, so a busy machine states a wider one.
 A pair's pilot is measured once (per prompt and sampling settings) and remembered (``pilot_cache``): later estimates,
-and the budget gate built on them, price the same costs scaled by the load now, at once and without model work;
+and the budget gate built on them, price the same costs scaled by a few target passes timed now (its own passes
+over those timed beside the pilot), at once and without a pilot;
 the tree lab refreshes its entry with what its real runs measured.
 """
 from __future__ import annotations
@@ -69,19 +70,27 @@ class Costs:
 
 
 def measure_costs(target, drafts: dict, ids: torch.Tensor, ks: list[int], cfg: DecodeConfig,
-                  tokens: int = 12) -> Costs:
+                  tokens: int = 12, now_s: float | None = None) -> Costs:
     """A pilot at ``ids``, after an untimed warm-up: ``tokens`` autoregressive tokens, and per draft a run at the
     smallest and the largest k (everything the real runs do, timed as they are). A pilot of the same pair, prompt,
-    sampling and ks measured before is not run again: its costs are priced at the load now (``pilot_cache``)."""
+    sampling and ks measured before is not run again: its costs are scaled by ``now_s`` (a target pass timed now,
+    ``pilot_cache.pass_now``; timed here if not given) over the pass timed beside them."""
     key = ("sweep", pilot_cache.identity(target), tuple((n, pilot_cache.identity(d)) for n, d in drafts.items()),
            pilot_cache.prompt_key(ids), _sampling(cfg), min(ks), max(ks), tokens, torch.get_num_threads())
-    if (hit := pilot_cache.get(key, (target, *drafts.values()))) is not None:
+    now_s = pilot_cache.pass_now(target, ids, cfg) if now_s is None else now_s
+    if (hit := pilot_cache.get(key, (target, *drafts.values()), now_s)) is not None:
         costs, scale = hit
         return replace(costs, token_s=costs.token_s * scale, run_s=costs.run_s * scale, slack=pilot_cache.slack(scale),
                        round_s={n: (lo * scale, hi * scale) for n, (lo, hi) in costs.round_s.items()})
     costs = _pilot(target, drafts, ids, ks, replace(cfg, max_new_tokens=tokens, k_policy="fixed"))
-    pilot_cache.put(key, costs, (target, *drafts.values()))
+    pilot_cache.put(key, costs, (target, *drafts.values()), _beside(now_s, target, ids, cfg))
     return costs
+
+
+def _beside(before_s: float, target, ids: torch.Tensor, cfg: DecodeConfig) -> float:
+    """The pass price a pilot is remembered with: the mean of passes timed just before it and just after it, so a
+    load that moved while it ran falls on both sides."""
+    return (before_s + pilot_cache.pass_now(target, ids, cfg)) / 2
 
 
 def _sampling(cfg: DecodeConfig) -> tuple:
@@ -211,16 +220,19 @@ def most_rows(configs: list[DecodeConfig]) -> DecodeConfig:
     return max(configs, key=lambda c: (c.tree.nodes if c.tree is not None else c.k) + 1)
 
 
-def measure_tree_costs(target, draft, ids: torch.Tensor, configs: list[DecodeConfig], tokens: int = 6) -> TreeCosts:
+def measure_tree_costs(target, draft, ids: torch.Tensor, configs: list[DecodeConfig], tokens: int = 6,
+                       now_s: float | None = None) -> TreeCosts:
     """A pilot at ``ids`` after an untimed warm-up: ``tokens`` baseline tokens, the same of the setting with the most
     rows, and the baseline again, each run timed whole as the lab times it. Measured once per pair, prompt and
-    settings: after that (and after ``remember_tree_run``) priced at the load now, at once (``pilot_cache``)."""
-    key = tree_key(target, draft, ids, configs)
-    if (hit := pilot_cache.get(key, (target, draft))) is not None:
+    settings: after that (and after ``remember_tree_run``) scaled by ``now_s``, a target pass timed now (timed here
+    if not given), over the pass timed beside it, at once (``pilot_cache``)."""
+    key, cfg = tree_key(target, draft, ids, configs), most_rows(configs)
+    now_s = pilot_cache.pass_now(target, ids, cfg) if now_s is None else now_s
+    if (hit := pilot_cache.get(key, (target, draft), now_s)) is not None:
         costs, scale = hit
         return replace(costs, token_s=costs.token_s * scale, run_s=costs.run_s * scale, slack=pilot_cache.slack(scale))
-    costs = _tree_pilot(target, draft, ids, replace(most_rows(configs), max_new_tokens=tokens, k_policy="fixed"))
-    pilot_cache.put(key, costs, (target, draft))
+    costs = _tree_pilot(target, draft, ids, replace(cfg, max_new_tokens=tokens, k_policy="fixed"))
+    pilot_cache.put(key, costs, (target, draft), _beside(now_s, target, ids, cfg))
     return costs
 
 
@@ -233,13 +245,14 @@ def tree_key(target, draft, ids: torch.Tensor, configs: list[DecodeConfig]) -> t
 
 def remember_tree_run(target, draft, ids: torch.Tensor, configs: list[DecodeConfig], lab, costs: TreeCosts) -> None:
     """Refreshes the lab's pilot entry with what its real runs measured (``lab``: the tree lab's table): a baseline
-    token at the baseline's tokens/s (its set-up included), the ratio at the settings' mean time per token over it."""
+    token at the baseline's tokens/s (its set-up included), the ratio at the settings' mean time per token over it,
+    beside a pass timed now (as the lab's runs ran)."""
     speeds = dict(zip(lab["setting"], lab["tokens/s"]))
     base = speeds.pop("autoregressive", 0.0)
     if base > 0 and speeds and min(speeds.values()) > 0:
         ratio = statistics.fmean(base / v for v in speeds.values())
         pilot_cache.put(tree_key(target, draft, ids, configs), replace(costs, token_s=1 / base, ratio=ratio, slack=1.0),
-                        (target, draft))
+                        (target, draft), pilot_cache.pass_now(target, ids, most_rows(configs)))
 
 
 def _tree_pilot(target, draft, ids: torch.Tensor, pilot: DecodeConfig) -> TreeCosts:

@@ -3,41 +3,24 @@
 A run cannot beat its target passes: a baseline token is one pass, and a speculative round is at least one pass
 (its verify) buying at most its longest chain of drafts and the bonus, k + 1 tokens (a tree: its levels + 1),
 even if every draft were accepted and drafting were free. ``pass_seconds`` times a few one-row passes on the
-fastest one-row forward here (the baseline's, ``labs.sweep.baseline_run``), once per model and thread count, and
-prices them at the load now (``pilot_cache``); the floor takes the low end of that price's range. So a request
+fastest one-row forward here (``pilot_cache.pass_now``), on the request's own thread, every time it is asked: never a
+price from another moment or another thread's priority. The floor takes the low end of that price's range. So a request
 whose floor is over the budget is refused in well under two seconds, before any pilot, with the setting to reduce
 and the most it could be; a request that clears the floor goes on to its pilot and the full estimate.
 """
 from __future__ import annotations
-
-import time
-from dataclasses import replace
 
 import torch
 
 from ..config import DecodeConfig
 from . import pilot_cache
 from .estimate import seconds
-from .sweep import baseline_run
-
-TOKENS = 6  # timed one-row passes (after two untimed ones: a model's first calls lay out its weights)
 
 
-def pass_seconds(target, ids: torch.Tensor, cfg: DecodeConfig) -> float:
-    """Seconds of one target pass at one row, on the fastest one-row forward here, at the load now, at its low end
-    (divided by the remembered price's slack): what a floor may assume of every pass."""
-    key = ("pass", pilot_cache.identity(target), torch.get_num_threads())
-    if (hit := pilot_cache.get(key, (target,))) is not None:
-        price, scale = hit
-        return price * scale / pilot_cache.slack(scale)
-    short = replace(cfg, max_new_tokens=2, tree=None, k_policy="fixed", record=False)
-    baseline_run(target, ids, short)
-    start = time.perf_counter()
-    trace = baseline_run(target, ids, replace(short, max_new_tokens=TOKENS, record=True))
-    walls = sorted(r.wall_s for r in trace.rounds[1:]) or [(time.perf_counter() - start) / TOKENS]
-    median = walls[len(walls) // 2]  # the median pass, the prefill's left out
-    pilot_cache.put(key, median, (target,))
-    return median / pilot_cache.SLACK
+def pass_seconds(target, ids: torch.Tensor, cfg: DecodeConfig, now_s: float | None = None) -> float:
+    """Seconds of one target pass at one row, at the low end of a pass timed now (``now_s``, else timed here:
+    ``pilot_cache.pass_now``) divided by its slack: what a floor may assume of every pass."""
+    return (pilot_cache.pass_now(target, ids, cfg) if now_s is None else now_s) / pilot_cache.SLACK
 
 
 def most_tokens(cfg: DecodeConfig) -> int:

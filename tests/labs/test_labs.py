@@ -294,19 +294,26 @@ def test_temperature_lab_alpha_by_hand_and_through_the_tab(store):
     assert not [c for c in table.columns if "_" in c or c.isdigit()]  # headed in words, no index leaking
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("max_new", [6, 24])
-def test_the_sweeps_stated_range_holds_its_measured_duration(store, max_new):
+def test_the_sweeps_stated_range_holds_its_measured_duration(monkeypatch, max_new):
     """Run sweep states its estimate and range before it starts, from a pilot on the machine as loaded; the
-    sweep's own measured duration falls inside that range."""
+    sweep's own measured duration falls inside that range. On a virtual clock (a target pass costs 20 ms, a draft
+    pass 2 ms, exactly): a loaded host moves neither the pilot nor the sweep, so only the estimate's model is
+    checked."""
     import re
 
-    h = handlers(store)
-    form = ("tiny-target", ["tiny", "prompt-lookup"], "ROMEO:\n\nTo be, or not", 1, 4, 0.0, 0, 1.0, max_new, 0)
+    from tests.helpers.clock import VirtualMachine
+
+    monkeypatch.setenv("SPECVIZ_BASELINE", "same")  # the baseline on the costed forward
+    machine = VirtualMachine(monkeypatch)
+    target, draft, tok = ui_models()
+    h = handlers(tiny_store((machine.costing(target, 0.02), machine.costing(draft, 0.002), tok)))
+    # a draft model only: prompt lookup's rounds cost exactly nothing here, where its chart finds no best k to mark
+    form = ("tiny-target", ["tiny"], "ROMEO:\n\nTo be, or not", 1, 4, 0.0, 0, 1.0, max_new, 0)
     note = last(h.run_sweep(*form, False, 2, 0.4))[0]
     low, high = (float(x) for x in re.search(r"\(([\d.]+)–([\d.]+) s\)", note).groups())
     took = float(re.search(r"runs in ([\d.]+) s", note).group(1))
-    assert low <= took <= high, note
+    assert 0 < low <= took <= high, note
 
 
 def test_a_refusal_says_what_to_reduce_and_to_what():
