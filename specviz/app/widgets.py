@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 TAG_OR_ENTITY = re.compile(r"<(?=[A-Za-z/!?])|&(?=#?\w+;?)")
 # an absolute path on this server (not a URL's path): its folders are the server's business, its file name is not
-SERVER_PATH = re.compile(r"(?<![\w:/.~])(?:~/|/)(?:[\w.+@-]+/)+(?=[\w.+@-]*)")
+SERVER_PATH = re.compile(r"(?<![\w:/.~])(?:~/|/)(?:[\w.+@-]{1,255}/){1,64}")  # bounded: linear in the text
 
 
 def _as_gr_error(e: Exception) -> gr.Error:
