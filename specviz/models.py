@@ -31,8 +31,8 @@ PROMPT_LOOKUP = "prompt-lookup"
 NOT_MODELS = {"tokenizer"}  # asset folders that are not causal LMs
 HYBRIDS = {  # name -> (bundled model draft or feature draft, bundled n-gram, HybridDrafter's options)
     "lite+ngram-target": ("lite", "ngram-target", {}),
-    # at most 5 feature drafts a round (its best k, sampled: model card); in greedy runs the run's own last 4 tokens
-    # are looked up first (its loops), then the n-gram, and their sure steps may run on to k
+    # in greedy runs the run's own last 4 tokens are looked up first (its loops), then the n-gram, at most 5 feature
+    # drafts a round (its best k, sampled: model card), and the sure steps may run on to k; sampled runs: up to k
     "target+eagle+ngram-target": ("target+eagle", "ngram-target", {"model_steps": 5, "lookup": 4}),
 }
 

@@ -20,8 +20,10 @@ class HybridDrafter(Drafter):
     token is drawn from the q of the draft that proposed it, which is the q verify uses: exact, as for any draft.
     ``greedy_only``: use the n-gram in greedy runs only (a table of the target's greedy text knows its greedy
     continuations, not its sampled distribution: sampled, its q is accepted far less often than the model's).
-    ``model_steps``: at most this many of a round's drafts come from the model (then the round ends at the n-gram's
-    next unsure step), so k can be large where the n-gram is sure (the target's loops) without costing model steps.
+    ``model_steps``: in the runs that use the n-gram, at most this many of a round's drafts come from the model (then
+    the round ends at the n-gram's next unsure step), so k can be large where the n-gram is sure (the target's loops)
+    without costing model steps. A run without the n-gram (sampled, with ``greedy_only``) drafts from the model alone,
+    up to k: there the cap would leave every k above it the same run (``draft_limit`` says which case applies).
     ``lookup`` >= 1 (chains and trees, in the runs that use the n-gram): before the n-gram, propose what followed the
     latest earlier occurrence in the run's own text of its last ``lookup`` tokens (prompt lookup, a point mass): the
     loops of this very run."""
@@ -87,7 +89,7 @@ class HybridDrafter(Drafter):
                     sources.append("table")
                     others.append(None)
                     return logq.to(self.device)
-            if used == self.model_steps:  # the round's model drafts are spent: k caps the near-free ones only
+            if use_table and used == self.model_steps:  # the model's drafts are spent: k caps the near-free ones only
                 return None
             used += 1
             model_logits = model_logits or md.stepper(committed)
@@ -98,6 +100,11 @@ class HybridDrafter(Drafter):
         proposal = draft_loop(next_logits, k, self.cfg, self.vocab_size, generator, self.device)
         m = len(proposal.tokens)
         return replace(proposal, sources=tuple(sources[:m]), others=tuple(others[:m]))
+
+    def uses_table(self, temperature: float) -> bool:
+        """Whether a run at ``temperature`` drafts from the n-gram (and the lookup) at all: greedy runs, or every run
+        where ``greedy_only`` is off."""
+        return temperature == 0 or not self.greedy_only
 
     def _lookup(self, committed: list[int], drafted: list[int]) -> int | None:
         """The token after the latest occurrence in committed of the last ``lookup`` tokens of committed + drafted.
@@ -184,3 +191,14 @@ class HybridDrafter(Drafter):
             logits = md.tree_logits(level, [self.token_of[a] for a in level], [self.parent_of[a] for a in level])
             out.update(zip(level, logits))
         return torch.stack([out[n] for n in nodes])
+
+
+def draft_limit(drafter, k: int, temperature: float) -> tuple[int, str]:
+    """(the most drafts a chain round of ``drafter`` can make at k and temperature, why): k, except a hybrid with a
+    model-step cap in a run that uses its n-gram, where k is reached only by the n-gram's sure steps."""
+    if not isinstance(drafter, HybridDrafter) or drafter.model_steps is None or drafter.model_steps >= k:
+        return k, f"up to k = {k} drafts a round"
+    if not drafter.uses_table(temperature):
+        return k, f"up to k = {k} drafts a round, all from {drafter.model_draft.name} (sampled: no n-gram)"
+    return k, (f"up to k = {k} drafts a round, at most {drafter.model_steps} of them from {drafter.model_draft.name}: "
+               "the rest only where the n-gram is sure")

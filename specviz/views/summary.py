@@ -131,8 +131,8 @@ def draft_note(trace: Trace) -> str:
                 "key/value cache.")
     if trace.draft_name in HYBRIDS:
         model, table, options = HYBRIDS[trace.draft_name]
-        cap = (f" At most {options['model_steps']} drafts a round come from `{model}`; the n-gram's sure steps may run "
-               "on to k." if options.get("model_steps") else "")
+        cap = (f" In greedy runs at most {options['model_steps']} drafts a round come from `{model}`; the n-gram's sure "
+               "steps may run on to k (sampled runs draft up to k from it)." if options.get("model_steps") else "")
         look = (f" Before the n-gram, greedy runs propose what followed the latest earlier occurrence of the run's own "
                 f"last {options['lookup']} tokens (prompt lookup: the run's own loops, q = 1)." if options.get("lookup") else "")
         return (f"\n\n*Hybrid*: in greedy runs `{table}` (an n-gram of the target's own greedy text) drafts wherever its "

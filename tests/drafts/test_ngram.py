@@ -162,6 +162,24 @@ def test_a_hybrid_spends_at_most_model_steps_model_drafts_a_round():
 
 
 @pytest.mark.slow
+def test_a_sampled_hybrid_drafts_up_to_k_and_the_limit_says_why():
+    """Sampled (no n-gram in the run), the model is the hybrid's only draft and k is what it drafts: a round of k = 5
+    with model_steps=2 drafts more than 2, so k = 3 and k = 5 are different runs; draft_limit says which case is on."""
+    from specviz.drafts.hybrid import HybridDrafter, draft_limit
+
+    target, draft, ids, table = _hybrid_setup()
+    hybrid = HybridDrafter(table, draft, 0.0, model_steps=2)
+    runs = {k: speculative_generate(target, hybrid, ids, DecodeConfig(k=k, temperature=0.8, max_new_tokens=30, seed=3))
+            for k in (3, 5)}
+    assert max(len(r.drafted) for r in runs[5].rounds) > 3 > 2
+    assert [len(r.drafted) for r in runs[3].rounds] != [len(r.drafted) for r in runs[5].rounds]
+    assert draft_limit(hybrid, 5, 0.8)[0] == 5 and "(sampled: no n-gram)" in draft_limit(hybrid, 5, 0.8)[1]
+    assert "at most 2 of them from" in draft_limit(hybrid, 5, 0.0)[1]
+    assert draft_limit(hybrid, 2, 0.0) == (2, "up to k = 2 drafts a round")
+    assert draft_limit(draft, 7, 0.8) == (7, "up to k = 7 drafts a round")
+
+
+@pytest.mark.slow
 def test_lookup_proposes_what_followed_the_latest_earlier_match():
     """By hand: the last 2 tokens of committed + drafted, their latest earlier occurrence in committed, the token
     after it; none without a match; a different text is indexed anew."""
