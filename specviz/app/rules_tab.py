@@ -103,7 +103,7 @@ def handlers(store: ModelStore):
 def build(store: ModelStore) -> None:
     h = handlers(store)
     gr.Markdown("The same prompts (at most 3), k and seed decoded under each acceptance rule, beside its closed form; "
-                "lossy rules also show their total variation from the target's p. The table below says which rule "
+                "lossy rules also show their total variation from the target's p. The last table says which rule "
                 "each engine uses by default, read from its source.")
     target, draft, prompts = lab_inputs(store, EXAMPLE_PROMPTS[:2], model=True)
     if "lite" in store.list_drafters():

@@ -261,3 +261,19 @@ def test_a_lab_caption_made_to_contradict_its_table_is_caught():
 def test_rule_names_read_as_words():
     assert tables.rule_name("exact_match+argmax") == "exact match, argmax drafts"
     assert tables.rule_name("point_mass") == "point mass" and tables.rule_name("typical") == "typical (lossy)"
+
+
+def test_no_lab_states_a_direction_before_its_run(store):
+    """What a lab's tab shows before Run (its intro, labels and chart captions) states no direction: the words that
+    say how a number moved come after the run, from its table."""
+    import gradio as gr
+
+    with gr.Blocks() as demo:
+        rules_tab.build(store)
+        temperature_tab.build(store)
+        distill_tab.build(store, gr.State({}))
+    texts = [getattr(b, attr) for b in demo.blocks.values() for attr in ("value", "label")
+             if isinstance(getattr(b, attr, None), str)]
+    assert any("same number of optimiser steps" in t for t in texts)
+    stated = [(t[:80], LEXICON.findall(t)) for t in texts if LEXICON.search(t)]
+    assert not stated, stated
