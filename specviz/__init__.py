@@ -5,6 +5,7 @@ The core (this folder's modules) knows nothing of the three wings built on it: `
 (experiments -> DataFrames), ``specviz.views`` (DataFrame -> Figure, Trace -> HTML) and ``specviz.app``
 (the gradio app); see docs/ARCHITECTURE.md.
 """
+from . import conformance  # noqa: F401 (specviz.conformance.run: the engine conformance kit)
 from .batch import autoregressive_generate_batch, speculative_generate_batch
 from .config import EXAMPLE_PROMPTS, PRESETS, DecodeConfig, TreeConfig
 from .decoder import Decoding, autoregressive_generate, speculative_generate
