@@ -32,9 +32,14 @@ MODEL_LABELS = ("model_name", "model")
 
 
 def is_scrape(text: str) -> bool:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return bool(lines) and (any(line.startswith(("# HELP ", "# TYPE ")) for line in lines)
-                            or "spec_decode_num_" in lines[0].split(" ")[0])
+    """A "# HELP" or "# TYPE" line, or a first line that is a spec_decode_num_ sample."""
+    first = None
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith(("# HELP ", "# TYPE ")):
+            return True
+        first = first or line
+    return bool(first) and "spec_decode_num_" in first.split(" ", 1)[0]
 
 
 def split_scrapes(text: str) -> list[str]:
