@@ -41,6 +41,7 @@ CSS = """
   line-height: 2.1; white-space: pre-wrap; word-break: break-word; }
 .sv-legend { font-family: ui-sans-serif, system-ui, sans-serif; font-size: 0.9rem; margin-bottom: 0.4rem; }
 .sv-legend .sv-tok { margin-right: 0.6rem; }
+.sv-empty { font-size: 1.05rem; margin: 0.6rem 0; }
 .sv-tok { border-radius: 3px; padding: 0.05rem 0.1rem; border-bottom: 3px solid transparent; }
 .sv-timeline, .sv-replay-wrap { position: relative; }
 .sv-tok[data-tip] { cursor: pointer; }
@@ -265,8 +266,8 @@ def timeline_html(trace: Trace | None, with_legend: bool = True) -> str:
     legend first unless ``with_legend`` is False (several timelines under one legend)."""
     head = legend() if with_legend else ""
     if trace is None:
-        return (f'{head}<div class="sv-timeline"><i>Press Run, or open a ready run: the text appears here, each '
-                "draft token coloured by the target's verdict.</i></div>")
+        return (f'{head}<p class="sv-empty"><i>Press Run, or open a ready run: the text appears here, each draft '
+                "token coloured by the target's verdict.</i></p>")
     hidden = max(0, len(trace.prompt_ids) - PROMPT_SHOWN)
     context, ids = list(trace.prompt_ids[max(0, hidden - CONTEXT):hidden]), list(trace.prompt_ids[hidden:])
     texts = bounded_texts(trace, context + ids, trace.rounds)

@@ -113,6 +113,7 @@ def test_a_link_reopens_the_settings(app_url):
     with chromium_page(viewport={"width": 1280, "height": 800}) as page:
         page.goto(app_url + "?prompt=Once+more+unto+the+breach&k=6&temperature=0&seed=3&shape=2,1,1&top_p=lots")
         sync_api.expect(page.locator("#prompt textarea")).to_have_value("Once more unto the breach", timeout=15_000)
+        page.locator("#more-settings").click()  # the draft shape is folded under "More settings"
         sync_api.expect(page.locator("#shape input")).to_have_value("2,1,1")
         page.locator("#link-btn").click()
         link = page.locator("#link textarea")
