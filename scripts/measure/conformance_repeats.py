@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import threading
 import time
@@ -18,13 +19,13 @@ import time
 import torch
 
 from specviz.conformance import LlamaCpp, run
-from specviz.serve import Engine, TableLM, make_server
+from specviz.serve import Engine, make_server, table_pair
 
 RULES = ("leviathan", "typical", "optimistic", "lenient", "scalar_residual", "raw_q")
 
 
 def serve(rule: str):
-    engine = Engine(TableLM(6, 0), TableLM(6, 0, noise=1.5, noise_seed=1), rule=rule)
+    engine = Engine(*table_pair(), rule=rule)
     server = make_server(engine)
     threading.Thread(target=server.serve_forever, daemon=True).start()
 
@@ -34,6 +35,14 @@ def serve(rule: str):
     return server, LlamaCpp(f"http://127.0.0.1:{server.server_address[1]}", transport=transport)
 
 
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=20)
@@ -41,7 +50,7 @@ def main() -> None:
     ap.add_argument("--rules", default=",".join(RULES), help="comma-separated (default: all six)")
     a = ap.parse_args()
     torch.set_num_threads(1)
-    print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {platform.processor() or platform.machine()}, "
+    print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {cpu_model()}, {os.cpu_count()} threads, "
           f"torch threads 1; python scripts/measure/conformance_repeats.py --repeats {a.repeats}"
           + (f" --n {a.n}" if a.n else "") + (f" --rules {a.rules}" if a.rules != ",".join(RULES) else ""), flush=True)
     for rule in a.rules.split(","):

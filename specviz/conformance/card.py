@@ -27,8 +27,10 @@ class Card:
         on = frame[frame["mode"] == "on"]
         drafted = pd.to_numeric(on.draft_n, errors="coerce").dropna()
         accepted = pd.to_numeric(on.draft_accepted, errors="coerce").dropna()
+        off_drafted = pd.to_numeric(frame[frame["mode"] == "off"].draft_n, errors="coerce").fillna(0).sum()
         acceptance = dict(drafted=int(drafted.sum()), accepted=int(accepted.sum()),
-                          rate=float(accepted.sum() / drafted.sum()) if drafted.sum() else None)
+                          rate=float(accepted.sum() / drafted.sum()) if drafted.sum() else None,
+                          drafted_off=int(off_drafted))  # > 0: speculation was not off in the off samples
         n = int(frame.groupby(["prompt_id", "setting", "mode"]).size().min())
         return cls(info, [s.to_dict() for s in settings], n, alpha, near_tie, tests, list(greedy), acceptance)
 
@@ -89,6 +91,8 @@ def markdown(card: dict) -> str:
     rate = acc.get("rate")
     lines += [f"Acceptance the engine reported: {acc['accepted']} of {acc['drafted']} drafts ({rate:.1%})."
               if rate is not None else "The engine reported no acceptance counts.", "",
+              *([f"**Warning**: the engine reported {acc['drafted_off']} drafts in the samples meant to have "
+                 "speculation off: both sides may have speculated.", ""] if acc.get("drafted_off") else []),
               "| prompt | position | test | given | on | off | categories | p | p (Holm) | TV seen | TV caught 95% |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]
     for t in card["tests"]:

@@ -32,14 +32,15 @@ def draw_samples(client, prompts, settings, n: int, n_predict: int, seed: int | 
                 seeds = (None, None) if seed is None else (seed * 10**8 + 2 * c, seed * 10**8 + 2 * c + 1)
                 c += 1
                 for mode, lines, sd in (("on", on, seeds[0]), ("off", off, seeds[1])):
-                    d = client.draw(prompt, s, mode == "on", sd, n_predict, n_probs=0)
+                    d = client.draw(prompt, s, mode == "on", sd, n_predict, n_probs=1)  # per-token text, logprob
                     lines.append(sample_line(info, f"p{j}", prompt, s, mode, i, sd, n_predict, d))
     return on, off
 
 
 def analyse(frame: pd.DataFrame, alpha: float = 0.05, skip_first: bool = True) -> pd.DataFrame:
     """Every (prompt, setting)'s position tests, Holm-adjusted over all tested rows; position 1 (the prefill
-    pass's token) shown but not tested with ``skip_first``. Adds tested, p_holm, flagged, detectable_tv."""
+    pass's token) shown but not tested with ``skip_first``, nor a row with one category. Adds tested, p_holm,
+    flagged, detectable_tv."""
     parts = []
     for (pid, setting), g in frame.groupby(["prompt_id", "setting"], sort=True):
         n_predict = int(g.n_predict.iloc[0])
@@ -47,7 +48,8 @@ def analyse(frame: pd.DataFrame, alpha: float = 0.05, skip_first: bool = True) -
         t = position_tests(on, off, range(1, n_predict + 1))
         parts.append(t.assign(prompt_id=pid, setting=setting))
     tests = pd.concat(parts, ignore_index=True)
-    tests["tested"] = tests.pvalue.notna() & ~((tests.position == 1) & skip_first)
+    # a row with one category cannot reject (p = 1): left out of Holm's family, which it would only widen
+    tests["tested"] = tests.pvalue.notna() & (tests.categories > 1) & ~((tests.position == 1) & skip_first)
     m = int(tests.tested.sum())
     tests["p_holm"] = np.nan
     if m:

@@ -9,10 +9,11 @@ import torch
 from scipy.stats import chi2
 
 from specviz.conformance import LlamaCpp, OpenAI, Setting, read_card, read_samples, run
+from specviz.conformance.__main__ import main
 from specviz.conformance.greedy import classify
 from specviz.conformance.power import detectable_tv, plan_n, power, simulated_power
 from specviz.conformance.stats import OTHER, holm, merged_table, position_tests, table_test
-from specviz.serve import Engine, ScalarResidual, TableLM, make_server
+from specviz.serve import Engine, ScalarResidual, make_server, table_pair
 
 
 # -- statistics, by hand ---------------------------------------------------------------------------------------
@@ -126,7 +127,7 @@ def served():
     servers = []
 
     def start(rule):
-        server = make_server(Engine(TableLM(6, 0), TableLM(6, 0, noise=1.5, noise_seed=1), rule=rule))
+        server = make_server(Engine(*table_pair(), rule=rule))
         threading.Thread(target=server.serve_forever, daemon=True).start()
         servers.append(server)
         return f"http://127.0.0.1:{server.server_address[1]}"
@@ -144,8 +145,14 @@ def test_leviathan_passes_and_a_lossy_rule_is_flagged(served, tmp_path):
     card = read_card(tmp_path / "card.json")
     assert card.attrs["verdict"] == "pass" and "would be caught 95% of the time" in card.attrs["power"]
     assert len(read_samples(tmp_path / "samples-on.jsonl", tmp_path / "samples-off.jsonl")) == 400
+    assert main(["--on", str(tmp_path / "samples-on.jsonl"), "--off", str(tmp_path / "samples-off.jsonl")]) == 0
     lossy = run(LlamaCpp(served("typical")), [[1]], n=200, seed=0, greedy_tokens=0)
     assert lossy.verdict == "flag" and lossy.tests.flagged.sum() >= 2
+
+
+def test_a_bad_request_is_answered_400_and_read_as_a_value_error(served):
+    with pytest.raises(ValueError, match="answered 400.*speculative.rule must be one of"):
+        LlamaCpp(served("leviathan"), extra={"speculative.rule": "nope"}).draw([1], Setting(), True, 0, 4, 1)
 
 
 def test_the_openai_client_reads_token_ids_and_a_structural_divergence(served):
