@@ -4,14 +4,15 @@ with the trained drafts. They are this user's alone (gr.State) and pickable by n
 compare tab."""
 from __future__ import annotations
 
-import math
 import shutil
 import time
 
 import gradio as gr
 import pandas as pd
+import torch
 
-from ..config import EXAMPLE_PROMPTS, DecodeConfig
+from ..config import EXAMPLE_PROMPTS
+from ..drafts.distill import as_windows
 from ..drafts.drafter import Drafter
 from ..labs import claims
 from ..labs.distill_lab import CE, KL, POINT_COLUMNS, iter_distill_lab, lab_drafts
@@ -20,8 +21,8 @@ from ..views import lab_plots
 from ..views.summary import summary_markdown
 from ..views.timeline import timeline_html
 from . import runs
-from .budget import Budget, token_seconds
-from .forms import encode, make_config, number_in
+from .budget import Budget
+from .forms import make_config, number_in
 from .runs import STREAM_EVERY_S
 from .store import ModelStore, TrainedDraft
 from .tempfiles import fresh_folder
@@ -30,8 +31,8 @@ from .widgets import LAB_QUEUE, SKIP, bind, chart, target_picker
 LAB_TEXT = ASSETS.parent / "corpus_sample.txt"  # small, committed: enough for a lab
 FRESH = "fresh tiny draft"
 SHORT = {KL: "KL", CE: "CE"}  # method -> its tag in a trained draft's name
-STEPS, EVERY = 40, 20  # the form's defaults: both methods' 40 steps and 6 checkpoints fit 120 s on a busy 2-core host
-CHECK_PROMPTS, CHECK_TOKENS, CHECK_K = 3, 16, 4  # a checkpoint decodes these (labs.distill_lab.checkpoint)
+STEPS, EVERY = 40, 10  # the form's defaults: both methods' 40 steps fit 120 s on a 2-core host beside two busy loops
+SEQ_LEN, BATCH = 32, 4  # a training batch: 4 windows of 32 tokens
 
 
 def distill_views(points: list[dict]) -> tuple:
@@ -92,16 +93,19 @@ def outcome(points: list[dict], steps: int) -> str:
     if last_step < steps:
         text += f" The request's time budget stopped both at step {last_step} of {steps}."
     return text + (" DistillSpec trains on KL because α = E[Σ min(p, q)] and KL(p || q) tend to move in opposite "
-                   "directions; a few steps of a tiny draft on one small text, with α counted on three short prompts, "
-                   "can show either method ahead.")
+                   "directions; a few steps of a tiny draft on one small text can show either method ahead.")
 
 
-def _floor_s(model, tok, steps: int, methods: int) -> float:
-    """The least the lab can take: every KL step runs the target once, and every checkpoint decodes its prompts
-    (at least one target pass per k + 1 tokens), priced by the cached one-token pilot of this model."""
-    token_s = token_seconds(model, encode(tok, EXAMPLE_PROMPTS[0]), DecodeConfig(temperature=1.0))
-    checkpoints = methods * (2 + steps // EVERY)
-    return token_s * (steps + checkpoints * CHECK_PROMPTS * math.ceil(CHECK_TOKENS / (CHECK_K + 1)))
+@torch.no_grad()
+def _floor_s(model, drafts: dict, windows: torch.Tensor, steps: int) -> float:
+    """The least the lab can take, from one timed pass over a batch of ``windows``: every KL step runs the target
+    and its draft forward over a batch, every cross-entropy step its draft (backward passes not counted)."""
+    t0 = time.perf_counter()
+    model(input_ids=windows)
+    target_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    next(iter(drafts.values()))(input_ids=windows)
+    return steps * (target_s + len(drafts) * (time.perf_counter() - t0))
 
 
 def run_distill(store: ModelStore, target, start, steps, compare_ce, eval_every, user_drafts):
@@ -113,13 +117,13 @@ def run_distill(store: ModelStore, target, start, steps, compare_ce, eval_every,
                          f"Pick a model draft or {FRESH!r}")
     steps = int(number_in(steps, "steps per method", 1, 2000))
     eval_every = int(number_in(eval_every, "checkpoint every", 1, 2000))
-    budget, methods = Budget(), 2 if compare_ce else 1
-    budget.refuse_over(_floor_s(model, tok, steps, methods), "this training", "fewer steps, or no cross-entropy "
-                       "comparison")
+    budget, text = Budget(), [LAB_TEXT.read_text(encoding="utf-8")]
     drafts = lab_drafts(model, base, bool(compare_ce))
-    prompts = [encode(tok, p) for p in EXAMPLE_PROMPTS[:CHECK_PROMPTS]]
+    batch = as_windows(text, tok, SEQ_LEN)[:BATCH]
+    budget.refuse_over(_floor_s(model, drafts, batch, steps), "this training", "fewer steps, or no cross-entropy "
+                       "comparison")
     points, last = [], 0.0
-    stream = iter_distill_lab(model, drafts, [LAB_TEXT.read_text(encoding="utf-8")], prompts, tokenizer=tok,
+    stream = iter_distill_lab(model, drafts, text, [], tokenizer=tok, seq_len=SEQ_LEN, batch_size=BATCH,
                               steps=steps, eval_every=eval_every, seconds=budget.seconds - budget.elapsed)
     for point in stream:
         points.append(point)
@@ -152,9 +156,9 @@ def build(store: ModelStore, mine: gr.State):
     h = handlers(store)
     gr.Markdown("Distil a draft towards the target (forward KL) and, beside it, train an identical draft on the same "
                 "batches with plain cross-entropy, for the same number of optimiser steps, one step of each in turn. "
-                "Does the teacher's signal show in acceptance? At each checkpoint (both at the same step), held-out "
-                "KL(p || q) and acceptance α (mean β) on three example prompts (k = 4, T = 1, 16 tokens); where the "
-                "request's time budget runs out first, both stop at the same step.")
+                "Does the teacher's signal show in acceptance? At each checkpoint (both at the same step): held-out "
+                "KL(p || q), and acceptance α = mean Σ min(p, q) at every position of the held-out text (T = 1, "
+                "exact). Where the request's time budget runs out first, both stop at the same step.")
     with gr.Row():
         target = target_picker(store)
         start = gr.Dropdown([FRESH] + store.list_drafters(), value=FRESH, label="Start from")

@@ -3,7 +3,9 @@ comparison, an identical draft with plain next-token cross-entropy, for the same
 same batches (a KL step also runs the target, so it costs more seconds: seconds would hand cross-entropy more
 steps), checkpointing each one's held-out KL(p || q) and its acceptance against the target at the same steps.
 
-Notation: p the target, q the draft; alpha = E[sum_v min(p, q)], the expected acceptance rate. DistillSpec (Zhou et
+Notation: p the target, q the draft; alpha = E[sum_v min(p, q)], the expected acceptance rate, computed exactly at
+every held-out position (the target's logits there computed once); the acceptance counted in speculative decoding
+on a few prompts, where prompts are given, beside it. DistillSpec (Zhou et
 al. 2023) trains on KL because a lower KL(p || q) tends to give a higher alpha; on a few steps of a tiny draft either
 loss can come out ahead, and the lab's points say which did.
 """
@@ -21,8 +23,9 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from ..config import DecodeConfig
 from ..decoder import speculative_generate
-from ..drafts.distill import as_windows, iter_distill, kl_on_batch
+from ..drafts.distill import as_windows, forward_kl, iter_distill, total_variation
 from ..runtime.lm import context_window
+from ..trace import Counts
 
 KL, CE = "distill (KL)", "cross-entropy"
 FRESH_DRAFT = dict(hidden=128, layers=2, heads=4, kv_heads=2, intermediate=448)  # scripts/train/train_lm.py's "tiny"
@@ -50,15 +53,22 @@ def ce_loss(model, batch: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def checkpoint(target, draft, prompts: list, heldout: torch.Tensor, k: int = 4, new_tokens: int = 16,
-               temperature: float = 1.0) -> dict:
-    """Held-out KL(p || q), and the acceptance rate and alpha of speculative decoding on ``prompts``."""
+               temperature: float = 1.0, p_logits: torch.Tensor | None = None) -> dict:
+    """Held-out KL(p || q) and alpha, the mean of beta = sum_v min(p, q) over every held-out position (exact: the
+    acceptance rate a draft sampled from q would have there, at ``temperature``); and the acceptance rate counted in
+    speculative decoding on ``prompts`` (NaN where none are given). ``p_logits``: the target's logits on
+    ``heldout``, computed once by the caller (else here)."""
     was_training = draft.training
     draft.eval()
-    kl = kl_on_batch(target, draft, heldout)
+    if p_logits is None:
+        p_logits = target(input_ids=heldout).logits
+    q_logits = draft(input_ids=heldout).logits
+    kl = forward_kl(p_logits, q_logits, temperature).item()
+    alpha = 1.0 - total_variation(p_logits, q_logits, temperature).item()
     cfg = DecodeConfig(k=k, max_new_tokens=new_tokens, temperature=temperature, seed=0)
-    counts = sum(speculative_generate(target, draft, ids, cfg).counts() for ids in prompts)
+    counts = sum((speculative_generate(target, draft, ids, cfg).counts() for ids in prompts), Counts())
     draft.train(was_training)
-    return dict(heldout_kl=kl, acceptance=counts.acceptance_rate, alpha=counts.alpha)
+    return dict(heldout_kl=kl, alpha=alpha, acceptance=counts.acceptance_rate if prompts else float("nan"))
 
 
 def _loops(target, drafts: dict, train: torch.Tensor, opts: dict) -> dict:
@@ -92,9 +102,12 @@ def iter_distill_lab(target, drafts: dict, data, prompts: list, *, tokenizer=Non
     loops = _loops(target, drafts, train, dict(steps=steps, seq_len=seq_len, batch_size=batch_size, lr=lr,
                                               warmup=min(10, max(1, steps // 10)), seed=seed))
     start, trained = time.perf_counter(), dict.fromkeys(drafts, 0.0)
+    with torch.no_grad():
+        p_logits = target.eval()(input_ids=heldout).logits  # the target's side of every checkpoint, once
 
     def checkpoints(step):
-        return [dict(method=m, step=step, seconds=trained[m]) | checkpoint(target, d, prompts, heldout)
+        return [dict(method=m, step=step, seconds=trained[m]) | checkpoint(target, d, prompts, heldout,
+                                                                           p_logits=p_logits)
                 for m, d in drafts.items()]
 
     yield from checkpoints(0)

@@ -124,6 +124,8 @@ def test_distill_lab_trains_both_losses_the_same_steps_and_checkpoints_them_at_t
         assert list(evals.step) == [0, 5, 10, 12] and evals.acceptance.between(0, 1).all()
     kl = pts[(pts.method == KL) & pts.heldout_kl.notna()].heldout_kl
     assert kl.iloc[-1] < 0.9 * kl.iloc[0]  # 0.63 -> 0.54 with these seeds
+    evals = pts[pts.heldout_kl.notna()]
+    assert evals.alpha.between(0, 1).all()  # mean sum min(p, q) over the held-out positions
     # identical starts: the first checkpoint of both methods is the same model
     first = pts[pts.heldout_kl.notna()].groupby("method").heldout_kl.first()
     assert first[KL] == pytest.approx(first[CE])
@@ -135,6 +137,8 @@ def test_distill_lab_trains_both_losses_the_same_steps_and_checkpoints_them_at_t
 def test_distill_lab_stops_every_method_at_the_same_step_when_its_time_is_spent(monkeypatch):
     """On a virtual clock: a checkpoint costs 1 s, a KL step 3 s and a CE step 1 s; with 20 s the lab stops both at
     the step where one more round and the last checkpoints would not fit, and checkpoints both there."""
+    import types
+
     from specviz.labs import distill_lab as lab_module
     from tests.helpers.clock import VirtualClock
 
@@ -146,14 +150,21 @@ def test_distill_lab_stops_every_method_at_the_same_step_when_its_time_is_spent(
             clock.spend(1.0 if loss_fn else 3.0)
             yield step, 1.0 / (step + 1)
 
-    def fake_checkpoint(target, draft, prompts, heldout):
+    def fake_checkpoint(target, draft, prompts, heldout, **options):
         clock.spend(1.0)
         return dict(heldout_kl=1.0, acceptance=0.5, alpha=0.5)
+
+    class Target:  # the held-out logits the lab computes once, free
+        def eval(self):
+            return self
+
+        def __call__(self, input_ids):
+            return types.SimpleNamespace(logits=None)
 
     monkeypatch.setattr(lab_module, "iter_distill", fake_loop)
     monkeypatch.setattr(lab_module, "checkpoint", fake_checkpoint)
     drafts = {KL: object(), CE: object()}
-    points = list(lab_module.iter_distill_lab(None, drafts, torch.zeros(10, 8, dtype=torch.long), [], steps=50,
+    points = list(lab_module.iter_distill_lab(Target(), drafts, torch.zeros(10, 8, dtype=torch.long), [], steps=50,
                                               eval_every=100, seconds=20.0))
     last = {m: max(p["step"] for p in points if p["method"] == m) for m in drafts}
     evals = [(p["method"], p["step"]) for p in points if "heldout_kl" in p]
