@@ -4,8 +4,9 @@ without scrolling); prints where Run, the form and the timeline's first token si
 
     python scripts/measure/first_screen_shots.py [--out docs] [--sizes 1280x800 1024x768]
 
-Writes OUT/first-screen-WIDTH.png (before) and OUT/first-screen-WIDTH-run.png (after). Needs Debian's chromium and
-Playwright for Python (as the browser tests do). Every pixel is the real page during a real run.
+Writes OUT/first-screen-WIDTH.png (before), OUT/first-screen-WIDTH-run.png (after) and
+OUT/first-screen-WIDTH-details.png (the run's first rejected draft clicked: its details pinned under its line).
+Needs Debian's chromium and Playwright for Python (as the browser tests do). Every pixel is the real page during a real run.
 """
 from __future__ import annotations
 
@@ -45,9 +46,13 @@ def shoot(url: str, width: int, height: int, out: Path) -> None:
         page.locator("#run").click()
         sync_api.expect(page.locator("#summary")).to_contain_text(DONE, timeout=300_000)
         sync_api.expect(page.locator("#run")).to_have_text("Run", timeout=300_000)
+        page.mouse.move(0, 0)  # no button in its hover colour
         page.wait_for_timeout(500)
         page.screenshot(path=str(out / f"first-screen-{width}-run.png"))
         print(f"{width}x{height} after a run: {where(page)}")
+        page.locator("#timeline .sv-timeline .sv-rejected").first.click()
+        page.mouse.move(0, 0)  # pinned: the pointer has gone
+        page.screenshot(path=str(out / f"first-screen-{width}-details.png"))
 
 
 def main() -> None:
