@@ -60,7 +60,8 @@ CSS = """
   text-decoration-color: #dc2626; text-decoration-thickness: 2px; }
 .sv-resampled { background: rgba(249, 115, 22, 0.32); border-bottom-color: #ea580c; }
 .sv-bonus { background: rgba(59, 130, 246, 0.30); border-bottom-color: #2563eb; }
-.sv-discarded { background: rgba(128, 128, 128, 0.12); opacity: 0.5; border-bottom: 2px dashed #888; }
+.sv-discarded { background: rgba(128, 128, 128, 0.12); border-bottom: 2px dashed #888;
+  color: color-mix(in srgb, currentColor 50%, transparent); }  /* faded, its details not (opacity would fade them) */
 .sv-round { border-left: 2px solid rgba(128, 128, 128, 0.7); padding-left: 2px; margin-left: 3px; }
 .sv-round-n { font-size: 0.65rem; vertical-align: super; opacity: 0.7; margin-right: 1px; }
 .sv-ws { opacity: 0.55; }
