@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -41,6 +42,7 @@ TEMPERATURES = (0.0, 0.8)
 def busy_loops(count: int):
     """``count`` busy Python loops beside this process, ended (by their ids) when the block ends."""
     loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a kill of this run ends the loops too
     try:
         yield [p.pid for p in loops]
     finally:
