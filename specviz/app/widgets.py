@@ -112,9 +112,13 @@ def fitting_update(store: ModelStore, target, current, mine=None):
 
 def follow_target(store: ModelStore, target, draft, user_drafts=None) -> None:
     """Keep a draft picker (a dropdown, multiselect or checkboxes) to the drafts that fit the target picked
-    (``ModelStore.drafts_for``): no tab offers a draft whose vocabulary cannot be the target's."""
+    (``ModelStore.drafts_for``): no tab offers a draft whose vocabulary cannot be the target's. The picker's value is
+    read as the browser holds it, unchecked (``preprocess=False``): a pick fires this event more than once, and the
+    second arrives with the old draft after the first has already narrowed the choices; checked, gradio answered it
+    with an Error over the picker ("... is not in the list of choices"). Each answer sets the choices and a value
+    among them in one update."""
     states = [user_drafts] if user_drafts is not None else []
-    target.input(functools.partial(fitting_update, store), [target, draft, *states], [draft],
+    target.input(functools.partial(fitting_update, store), [target, draft, *states], [draft], preprocess=False,
                  api_visibility="private")
 
 
