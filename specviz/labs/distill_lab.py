@@ -25,6 +25,7 @@ from ..config import DecodeConfig
 from ..decoder import speculative_generate
 from ..drafts.distill import as_windows, forward_kl, iter_distill, total_variation
 from ..runtime.lm import context_window
+from ..runtime.threads import policy
 from ..trace import Counts
 
 KL, CE = "distill (KL)", "cross-entropy"
@@ -84,6 +85,13 @@ def _loops(target, drafts: dict, train: torch.Tensor, opts: dict) -> dict:
     return loops
 
 
+def _split(windows: torch.Tensor, heldout: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(training windows, the last ``heldout`` windows), a ValueError where too few are left to train on."""
+    if len(windows) <= heldout:
+        raise ValueError(f"only {len(windows)} windows of {windows.shape[1]} tokens: give more text to train on")
+    return windows[:-heldout], windows[-heldout:]
+
+
 def iter_distill_lab(target, drafts: dict, data, prompts: list, *, tokenizer=None, steps: int = 40,
                      eval_every: int = 10, seconds: float | None = None, seq_len: int = 32, batch_size: int = 4,
                      lr: float = 3e-3, heldout_windows: int = 4, seed: int = 0) -> Iterator[dict]:
@@ -93,33 +101,37 @@ def iter_distill_lab(target, drafts: dict, data, prompts: list, *, tokenizer=Non
     methods and checkpoints together; where the next round of steps and the last checkpoints would not fit, every
     method stops at the same step (a checkpoint's cost measured by the first ones). ``seconds`` of a point: that
     method's training time so far."""
-    windows = as_windows(data, tokenizer, seq_len)
-    if len(windows) <= heldout_windows:
-        raise ValueError(f"only {len(windows)} windows of {seq_len} tokens: give more text to train on")
     if steps < 1 or eval_every < 1:
         raise ValueError(f"steps and eval_every must be at least 1, got {steps} and {eval_every}")
-    train, heldout = windows[:-heldout_windows], windows[-heldout_windows:]
+    train, heldout = _split(as_windows(data, tokenizer, seq_len), heldout_windows)
     loops = _loops(target, drafts, train, dict(steps=steps, seq_len=seq_len, batch_size=batch_size, lr=lr,
                                               warmup=min(10, max(1, steps // 10)), seed=seed))
     start, trained = time.perf_counter(), dict.fromkeys(drafts, 0.0)
-    with torch.no_grad():
+    with torch.no_grad(), policy.team():
         p_logits = target.eval()(input_ids=heldout).logits  # the target's side of every checkpoint, once
 
     def checkpoints(step):
-        return [dict(method=m, step=step, seconds=trained[m]) | checkpoint(target, d, prompts, heldout,
-                                                                           p_logits=p_logits)
-                for m, d in drafts.items()]
+        with policy.team():
+            return [dict(method=m, step=step, seconds=trained[m]) | checkpoint(target, d, prompts, heldout,
+                                                                               p_logits=p_logits)
+                    for m, d in drafts.items()]
+
+    def one_round(step):  # one step of every method, on the threads the free cores allow (not while yielding)
+        out = []
+        with policy.team():
+            for method, loop in loops.items():
+                t0 = time.perf_counter()
+                _, loss = next(loop)
+                trained[method] += time.perf_counter() - t0
+                out.append(dict(method=method, step=step, seconds=trained[method], loss=loss))
+        return out
 
     yield from checkpoints(0)
     evals_s, step_s, done = time.perf_counter() - start, 0.0, 0  # what a round of checkpoints costs here
     try:
         while done < steps and (seconds is None or time.perf_counter() - start + step_s + evals_s < seconds):
             t_round = time.perf_counter()
-            for method, loop in loops.items():
-                t0 = time.perf_counter()
-                _, loss = next(loop)
-                trained[method] += time.perf_counter() - t0
-                yield dict(method=method, step=done + 1, seconds=trained[method], loss=loss)
+            yield from one_round(done + 1)
             done, step_s = done + 1, time.perf_counter() - t_round
             if done % eval_every == 0 and done < steps:
                 yield from checkpoints(done)

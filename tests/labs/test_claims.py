@@ -148,7 +148,27 @@ def lesson_contradictions(step, numbers: dict) -> list[str]:
         word = lessons.changes(numbers)[f"{metric}_change"]
         if first is not None and last is not None:
             found += contradictions(f"{first} → {last} ({word})", free_words=False)
-    return found + contradictions(text, free_words=False)
+    return found + contradictions(text, free_words=False) + _named_metrics(step.why.get(verdict, ""), numbers)
+
+
+# a clause that names a metric and a direction says how that metric moved: it must agree with the run
+NAMED = {"alpha": re.compile(r"overlap|Σ min\(p, q\)|α"), "tau": re.compile(r"tokens per round|τ"),
+         "tokens_per_pass": re.compile(r"tokens per (target )?pass")}
+UP_WORDS = re.compile(r"\b(rose|rises?|grew|grows?|climbs?|climbed|increased?)\b", re.IGNORECASE)
+DOWN_WORDS = re.compile(r"\b(fell|falls?|shrank|shrinks?|dropped|drops?|decreased?)\b", re.IGNORECASE)
+
+
+def _named_metrics(why: str, numbers: dict) -> list[str]:
+    """Clauses of a why that name a metric beside a direction word, against that metric's change in the run."""
+    changes, found = lessons.changes(numbers), []
+    for clause in re.split(r"[.:;]\s", why):
+        said = "rose" if UP_WORDS.search(clause) and not DOWN_WORDS.search(clause) else \
+            "fell" if DOWN_WORDS.search(clause) and not UP_WORDS.search(clause) else None
+        for metric, named in NAMED.items():
+            moved = changes.get(f"{metric}_change")
+            if said and moved and named.search(clause) and moved != said:
+                found.append(f"{clause!r} says {said} where {metric} {moved}")
+    return found
 
 
 def test_a_reveal_whose_words_contradict_its_numbers_is_caught():
@@ -161,6 +181,9 @@ def test_a_reveal_whose_words_contradict_its_numbers_is_caught():
     assert not lesson_contradictions(step, falling)
     asserted = replace(step, reveal="Acceptance **{acceptance_0:.2f} → {acceptance_1:.2f}** (rose).")
     assert lesson_contradictions(asserted, falling)  # a word written in, not read off the run
+    overlap = replace(step, why={**step.why, "down": "The overlap Σ min(p, q) shrank as both flattened."})
+    assert lesson_contradictions(overlap, falling | {"alpha_0": 0.69, "alpha_1": 0.74})  # α rose beside it
+    assert not lesson_contradictions(overlap, falling | {"alpha_0": 0.79, "alpha_1": 0.72})
     coarse = replace(step, reveal="Acceptance **{acceptance_0:.1f}** at T = 0.3, **{acceptance_1:.1f}** at 1.2.")
     assert lesson_contradictions(coarse, {"acceptance_0": 0.60, "acceptance_1": 0.64})  # "up" beside 0.6 and 0.6
     assert not lesson_contradictions(coarse, {"acceptance_0": 0.61, "acceptance_1": 0.76})  # "up" beside 0.6, 0.8
