@@ -1,5 +1,6 @@
 """The conformance kit against specviz.serve, 20 seeded times per accept rule: how often it passes Leviathan's
-rule and flags each lossy rule and classic bug at its default N.
+rule (and the other exact ones, point_mass and exact_match) and flags each lossy rule and classic bug at its
+default N.
 
     python scripts/measure/conformance_repeats.py [--repeats 20] [--n 500]
 
@@ -21,7 +22,7 @@ import torch
 from specviz.conformance import LlamaCpp, run
 from specviz.serve import Engine, make_server, table_pair
 
-RULES = ("leviathan", "typical", "optimistic", "lenient", "scalar_residual", "raw_q")
+RULES = ("leviathan", "point_mass", "exact_match", "typical", "optimistic", "lenient", "scalar_residual", "raw_q")
 
 
 def serve(rule: str):
@@ -47,7 +48,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--n", type=int, default=None, help="samples per mode (default: the kit's DEFAULT_N)")
-    ap.add_argument("--rules", default=",".join(RULES), help="comma-separated (default: all six)")
+    ap.add_argument("--rules", default=",".join(RULES), help="comma-separated (default: all eight)")
     a = ap.parse_args()
     torch.set_num_threads(1)
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {cpu_model()}, {os.cpu_count()} threads, "
