@@ -11,11 +11,12 @@ from ..config import EXAMPLE_PROMPTS
 from ..decoder import speculative_generate
 from ..engines import CostModel, EngineRun, cost_from_llama_bench, parse_verify, read_engine_run, total
 from ..engines.read import with_temperature
+from ..engines.run import check_k
 from ..engines.specviz_trace import trace_run
 from ..labs import hardware
 from ..trace import MAX_TRACE_BYTES
 from .budget import Budget, token_seconds
-from .forms import encode, make_config, number_in
+from .forms import as_int, encode, make_config, number_in
 from .runs import import_trace
 from .store import ModelStore
 from .tempfiles import discard
@@ -26,6 +27,7 @@ GROUPINGS = (ONE_RUN, PER_FILE, PER_TEMPERATURE)
 TYPED, BENCH, MEASURE = "typed c and v", "llama-bench output", "measure here"
 COSTS = (TYPED, BENCH, MEASURE)
 MAX_FILES = 32
+MAX_FIELD_CHARS = 2000  # the temperatures and v boxes: 64 numbers or rows:cost points fit in a few hundred
 PASTED = "the pasted text"
 
 
@@ -89,20 +91,31 @@ def renamed(error: Exception, names: dict[str, str]) -> ValueError:
     return ValueError(message)
 
 
-def read_runs(text, files, grouping: str, temperatures: str = "") -> list[EngineRun]:
+def short_field(value, what: str) -> str:
+    """A text box's value, at most MAX_FIELD_CHARS characters."""
+    text = str(value or "")
+    if len(text) > MAX_FIELD_CHARS:
+        raise ValueError(f"{what} is {len(text):,} characters long; at most {MAX_FIELD_CHARS:,}")
+    return text
+
+
+def read_runs(text, files, grouping: str, temperatures: str = "", check=None, k=None) -> list[EngineRun]:
     """EngineRuns from the inputs: all as one run, one per input, or the inputs' runs summed per temperature (and
-    format); then the typed temperatures filled in where the formats do not say (one for all runs, or one each)."""
+    format); then the typed temperatures filled in where the formats do not say (one for all runs, or one each), and
+    the typed ``k`` where a run does not print its own (``typed_k``). ``check()`` between inputs, log lines and
+    scrapes (the request's budget)."""
+    temperatures = short_field(temperatures, "the temperatures box")
     items, names = inputs(text, files)
     if grouping not in GROUPINGS:
         raise ValueError(f"grouping must be one of {GROUPINGS}, got {grouping!r}")
     try:
         if grouping == ONE_RUN:
-            runs = [read_engine_run(items if len(items) > 1 else items[0])]
+            runs = [read_engine_run(items if len(items) > 1 else items[0], check=check)]
         else:
-            runs = [read_engine_run(item) for item in items]  # the pasted text, read alone, is "input 1" too
+            runs = [read_engine_run(item, check=check) for item in items]  # the pasted text alone is "input 1" too
         if grouping == PER_TEMPERATURE:
             runs = by_temperature(runs)
-        return typed_temperatures(runs, temperatures)
+        return typed_k(typed_temperatures(runs, temperatures), k)
     except ValueError as error:
         raise renamed(error, names) from None
 
@@ -131,6 +144,17 @@ def typed_temperatures(runs: list[EngineRun], text: str) -> list[EngineRun]:
     return [with_temperature(run, number_in(t, "temperature", 0, 100)) for run, t in zip(runs, values)]
 
 
+def typed_k(runs: list[EngineRun], k) -> list[EngineRun]:
+    """``k`` (None or blank: none typed) filled in where a run does not print its k, saying so; a run that prints its
+    own k keeps it (it is what the engine ran), and where the typed k differs the run says the typed one was ignored."""
+    if k is None or str(k).strip() == "":
+        return runs
+    k = check_k(as_int(k, "k"), "the k typed")
+    return [replace(run, k=k).with_notes(f"k = {k} as typed (the input does not print it)") if run.k is None
+            else run if run.k == k else run.with_notes(f"k = {run.k} as the input prints it: the {k} typed is ignored")
+            for run in runs]
+
+
 def labels(runs: list[EngineRun]) -> list[str]:
     """What the charts and tables call each run ("" for a lone run)."""
     if len(runs) == 1:
@@ -142,7 +166,7 @@ def labels(runs: list[EngineRun]) -> list[str]:
 # -- the cost model ---------------------------------------------------------------------------------------------
 def typed_cost(c, v) -> CostModel:
     return CostModel(c=number_in(c, "c (a draft step over a target forward)", 0, 100),
-                     verify=parse_verify(str(v or "1")), source="typed")
+                     verify=parse_verify(short_field(v, "v") or "1"), source="typed")
 
 
 def bench_cost(text, file, c) -> CostModel:
@@ -178,14 +202,15 @@ def _bench_cost(source: bytes, c, names: dict[str, str]) -> CostModel:
     return replace(cost, source=str(renamed(ValueError(cost.source), names)))
 
 
-def measured_cost(store: ModelStore, target: str, draft: str, repeats: int = 5) -> hardware.Hardware:
+def measured_cost(store: ModelStore, target: str, draft: str, repeats: int = 5,
+                  budget: Budget | None = None) -> hardware.Hardware:
     """The hardware lab on a pair from the store, refused up front when its pilot says it would overrun the
-    request's budget, checked between repeats."""
-    budget = Budget()
+    request's budget (what the request has spent counted), checked between repeats."""
+    budget = budget or Budget()
     model, tok, drafter = store.pair(target, draft)
     prompt = encode(tok, EXAMPLE_PROMPTS[0])[0].tolist()
-    budget.refuse_over(hardware.pilot_seconds(model, prompt, repeats=repeats), "measuring this machine's costs",
-                       "type c and v, or paste llama-bench output")
+    budget.refuse_over(budget.elapsed + hardware.pilot_seconds(model, prompt, repeats=repeats),
+                       "measuring this machine's costs", "type c and v, or paste llama-bench output")
     return hardware.measure(model, drafter, prompt, repeats=repeats, check=budget.check)
 
 
@@ -197,13 +222,14 @@ def imported_run(path) -> EngineRun:
     return trace_run(trace)
 
 
-def pair_run(store: ModelStore, target: str, draft: str, k, temperature, max_new, seed=0) -> EngineRun:
+def pair_run(store: ModelStore, target: str, draft: str, k, temperature, max_new, seed=0,
+             budget: Budget | None = None) -> EngineRun:
     """The pair at this k and temperature over the example prompts, within the request's budget."""
-    budget = Budget()
+    budget = budget or Budget()
     cfg = make_config(k, "fixed", temperature, 0, 1.0, max_new, seed)
     model, tok, drafter = store.pair(target, draft)
     prompts = [encode(tok, p) for p in EXAMPLE_PROMPTS]
-    budget.refuse_over(len(prompts) * cfg.max_new_tokens * token_seconds(model, prompts[0], cfg),
+    budget.refuse_over(budget.elapsed + len(prompts) * cfg.max_new_tokens * token_seconds(model, prompts[0], cfg),
                        f"running {target} + {draft} on {len(prompts)} prompts", "fewer new tokens")
     runs = []
     for ids in prompts:

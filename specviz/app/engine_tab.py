@@ -8,9 +8,11 @@ import gradio as gr
 import pandas as pd
 
 from ..engines import FORMATS, Advice, advise, diagnose, fit_alpha
+from ..engines.run import coarsened
 from ..views import engine_plots as plots
 from ..views import engine_report as report
 from . import engine_inputs as inputs
+from .budget import Budget
 from .store import ModelStore
 from .widgets import LAB_QUEUE, bind, chart, draft_picker, target_picker
 
@@ -20,12 +22,13 @@ ACCEPTED = "Accepted: " + "; ".join(f.split(" (")[0] for f in FORMATS) + "."
 PLACEHOLDER = ("INFO 12-02 10:00:00 [metrics.py:96] SpecDecoding metrics: Mean acceptance length: 2.40, Accepted "
                "throughput: 28.00 tokens/s, Drafted throughput: 60.00 tokens/s, Accepted: 280 tokens, Drafted: 600 "
                "tokens, Per-position acceptance rate: 0.700, 0.470, 0.230, Avg Draft acceptance rate: 46.7%")
+MAX_SERIES_POINTS = 2000  # intervals the series chart draws over all runs; more are pooled into consecutive groups
 
 
-def cost_model(store: ModelStore, source, c, v, bench_text, bench_file, target, draft):
+def cost_model(store: ModelStore, source, c, v, bench_text, bench_file, target, draft, budget=None):
     """(CostModel, the hardware lab's table or None) from the chosen source."""
     if source == inputs.MEASURE:
-        hw = inputs.measured_cost(store, target, draft)
+        hw = inputs.measured_cost(store, target, draft, budget=budget)
         return hw.cost, hw
     if source == inputs.BENCH:
         return inputs.bench_cost(bench_text, bench_file, c), None
@@ -34,23 +37,25 @@ def cost_model(store: ModelStore, source, c, v, bench_text, bench_file, target, 
     raise ValueError(f"the cost source must be one of {inputs.COSTS}, got {source!r}")
 
 
-def beside_run(store: ModelStore, beside, trace_file, target, draft, k, temperature, max_new):
+def beside_run(store: ModelStore, beside, trace_file, target, draft, k, temperature, max_new, budget=None):
     """(label, EngineRun) of the specviz run to show beside the engine's, or None."""
     if beside == TRACE:
         run = inputs.imported_run(trace_file)
         return f"specviz trace: {run.model or 'a run'}, k = {run.k}", run
     if beside == PAIR:
-        run = inputs.pair_run(store, target, draft, k, temperature, max_new)
+        run = inputs.pair_run(store, target, draft, k, temperature, max_new, budget=budget)
         return f"specviz: {target} + {draft}, k = {run.k}, T = {run.temperature:g}", run
     if beside != NOTHING:
         raise ValueError(f"beside must be one of {BESIDE}, got {beside!r}")
     return None
 
 
-def advice_views(runs, names, cost) -> tuple[str, pd.DataFrame, object]:
-    """(Markdown of each run's advice, their tables in one, the first advice's chart)."""
+def advice_views(runs, names, cost, check=None) -> tuple[str, pd.DataFrame, object]:
+    """(Markdown of each run's advice, their tables in one, the first advice's chart); ``check()`` before each."""
     texts, tables, first = [], [], None
     for name, run in zip(names, runs):
+        if check is not None:
+            check()
         try:
             advice: Advice = advise(run, cost)
         except ValueError as error:
@@ -77,18 +82,32 @@ def cost_chart(cost, hw, runs):
     return plots.verify_cost_chart(table, fit.alpha if fit else 0.7, cost.c)
 
 
+def charted(runs: dict) -> tuple[dict, str]:
+    """The runs as the charts draw them: a series longer than its share of MAX_SERIES_POINTS pooled into groups of
+    consecutive intervals (counts summed), and a sentence saying so ("" when nothing was pooled)."""
+    shown, said = {}, []
+    for label, run in runs.items():
+        shown[label], size = coarsened(run, max(1, MAX_SERIES_POINTS // len(runs)))
+        if size > 1:
+            said.append(f"{len(run.series):,} intervals of {report.md(label)} as {len(shown[label].series):,} groups "
+                        f"of {size:,} consecutive ones (counts summed)")
+    return shown, (" The series chart draws " + "; ".join(said) + ".") if said else ""
+
+
 def analyse(store: ModelStore, text, files, grouping, temperatures, cost_source, c, v, bench_text, bench_file,
-            target, draft, beside, trace_file, k, temperature, max_new):
-    """(status, runs, findings, advice, advice table, cost, 5 charts, the specviz run beside)."""
-    runs = inputs.read_runs(text, files, grouping, temperatures)
-    cost, hw = cost_model(store, cost_source, c, v, bench_text, bench_file, target, draft)
-    extra = beside_run(store, beside, trace_file, target, draft, k, temperature, max_new)
+            target, draft, beside, trace_file, k, temperature, max_new, engine_k=None):
+    """(status, runs, findings, advice, advice table, cost, 5 charts, the specviz run beside), within one request's
+    budget (checked between inputs, log lines, scrapes and runs)."""
+    budget = Budget()
+    runs = inputs.read_runs(text, files, grouping, temperatures, check=budget.check, k=engine_k)
+    cost, hw = cost_model(store, cost_source, c, v, bench_text, bench_file, target, draft, budget)
+    extra = beside_run(store, beside, trace_file, target, draft, k, temperature, max_new, budget)
     names = inputs.labels(runs)
-    findings = diagnose(runs if len(runs) > 1 else runs[0], cost)
-    advice_text, table, advice_figure = advice_views(runs, names, cost)
-    shown = dict(zip(names, runs)) | (dict([extra]) if extra else {})
+    findings = diagnose(runs if len(runs) > 1 else runs[0], cost, check=budget.check)
+    advice_text, table, advice_figure = advice_views(runs, names, cost, budget.check)
+    shown, pooled = charted(dict(zip(names, runs)) | (dict([extra]) if extra else {}))
     status = (f"**Read {len(runs)} run{'s' if len(runs) > 1 else ''}**: "
-              + "; ".join(report.md(r.source) for r in runs) + f". {len(findings)} findings.")
+              + "; ".join(report.md(r.source) for r in runs) + f". {len(findings)} findings." + pooled)
     runs_text = "\n\n".join(report.run_markdown(r, n if len(runs) > 1 else "") for r, n in zip(runs, names))
     beside_text = report.run_markdown(extra[1], extra[0]) if extra else ""
     return (status, runs_text, report.findings_markdown(findings), advice_text, table,
@@ -136,6 +155,9 @@ def build(store: ModelStore) -> None:
     with gr.Row():
         grouping = gr.Radio(list(inputs.GROUPINGS), value=inputs.ONE_RUN, label="Several inputs are")
         temperatures = gr.Textbox("", label="Temperatures where the format does not say (one, or one per run)")
+        engine_k = gr.Number(None, precision=0, minimum=1, label="k where the input does not print it",
+                             info="a k the input prints wins: this one is then ignored, and the run says so",
+                             elem_id="engine-k")
     cost = _cost_inputs(store)
     beside = _beside_inputs()
     read_btn = gr.Button("Read and diagnose", variant="primary", elem_id="engine-read")
@@ -158,6 +180,6 @@ def build(store: ModelStore) -> None:
     series = chart("Over the run: each interval's acceptance (log lines, scrape deltas, requests).",
                    elem_id="engine-series")
     beside_md = gr.Markdown(elem_id="engine-beside")
-    read_btn.click(h.read_engine, [text, files, grouping, temperatures, *cost, *beside],
+    read_btn.click(h.read_engine, [text, files, grouping, temperatures, *cost, *beside, engine_k],
                    [status, runs_md, findings, advice_md, advice_table, cost_md, positions, histogram, advice_plot,
                     series, verify_plot, beside_md], api_visibility="undocumented", **LAB_QUEUE)

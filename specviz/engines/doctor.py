@@ -22,13 +22,16 @@ CLIFF_BEFORE, CLIFF_AFTER, CLIFF_EVIDENCE = 0.3, 0.02, 20  # rate before, rate a
 IID_P, IID_EFFECT = 0.01, 0.05  # the i.i.d. model is called off when rejected at this level by this much
 
 
-def diagnose(run_or_runs, cost: CostModel | None = None) -> list[Finding]:
-    """Findings for one run, or for several (each run's, labelled, then what only several runs show)."""
+def diagnose(run_or_runs, cost: CostModel | None = None, check=None) -> list[Finding]:
+    """Findings for one run, or for several (each run's, labelled, then what only several runs show); ``check()``
+    before each run's (a request's budget)."""
     runs = [run_or_runs] if isinstance(run_or_runs, EngineRun) else list(run_or_runs)
     if not runs or not all(isinstance(r, EngineRun) for r in runs):
         raise ValueError("diagnose takes an EngineRun or a list of them (read_engine_run makes them)")
     out = []
     for i, run in enumerate(runs):
+        if check is not None:
+            check()
         label = f"run {i + 1} ({run.source}): " if len(runs) > 1 else ""
         for finding in run_findings(run, cost):
             numbers = finding.numbers | ({"run": i} if len(runs) > 1 else {})

@@ -167,6 +167,16 @@ def total(runs, source: str | None = None, keep_series: bool = True) -> EngineRu
                      notes=inherited + tuple(notes), **summed, **shared)
 
 
+def coarsened(run: EngineRun, most: int) -> tuple[EngineRun, int]:
+    """The run with its series pooled into at most ``most`` groups of consecutive intervals (counts summed, so each
+    group's rates are pooled over its steps), and how many intervals a group holds (1: the series as it was)."""
+    size = -(-len(run.series) // most)  # ceil
+    if size <= 1:
+        return run, 1
+    groups = tuple(total(run.series[i:i + size], keep_series=False) for i in range(0, len(run.series), size))
+    return replace(run, series=groups), size
+
+
 def _shared_notes(runs) -> tuple[str, ...]:
     """The notes every run carries; that the rest are on the series, if there are any."""
     shared = [n for n in runs[0].notes if all(n in r.notes for r in runs[1:])]
