@@ -55,6 +55,7 @@ class BatchDecoding:
         if not isinstance(prompts, (list, tuple)) or not prompts:
             raise ValueError("list_of_input_ids must be a non-empty list of [1, n] LongTensors, one per prompt")
         self.cfg, self.prompts = cfg, [prompt_list(ids) for ids in prompts]
+        _check_ids(self.prompts, target.get_input_embeddings().weight.shape[0])
         self.drafter: Drafter | None = None if draft is None else as_drafter(draft).fresh()  # this run's own copy
         if self.drafter is not None:
             check_fits(target, self.drafter)
@@ -188,6 +189,14 @@ class BatchDecoding:
 
     def _visible(self, ids: list[int]) -> list[int]:
         return draft_view(ids, self.n_embed, self.vocab_size)
+
+
+def _check_ids(prompts: list[list[int]], vocab_size: int) -> None:
+    """Every prompt's ids inside the target's vocabulary (an id outside it would index past the embedding table)."""
+    for b, ids in enumerate(prompts):
+        bad = next((i for i in ids if not 0 <= i < vocab_size), None)
+        if bad is not None:
+            raise ValueError(f"prompt {b} holds token id {bad}, outside the target's embedding table of {vocab_size}")
 
 
 def speculative_generate_batch(target, draft, list_of_input_ids: list[torch.Tensor],

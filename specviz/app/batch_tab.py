@@ -3,15 +3,17 @@ own number of drafts), and a small benchmark of batch sizes."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import gradio as gr
 
 from ..batch import BatchDecoding
-from ..config import EXAMPLE_PROMPTS, DecodeConfig
+from ..config import EXAMPLE_PROMPTS
 from ..labs.batch_bench import run_batch_bench
 from ..views.compare_plots import tokens_per_s_by_batch
 from ..views.runs import batch_rows_frame, batch_rows_html
-from .forms import as_int, encode, make_config, split_prompts
+from .budget import Budget, token_seconds
+from .forms import encode, make_config, split_prompts
 from .runs import STREAM_EVERY_S
 from .store import ModelStore
 from .widgets import LAB_QUEUE, bind, chart, draft_picker, follow_target, run_settings, target_picker
@@ -27,16 +29,27 @@ def batch_views(traces: list, tokenizer, seed: int) -> tuple:
     return batch_rows_html(traces, seed), batch_rows_frame(traces, seed)
 
 
-def run_batch(store: ModelStore, target, draft, prompts_text, k, temperature, top_k, top_p, max_new, seed):
-    """Streams (per-row timelines, row table) of one batched speculative run."""
-    cfg = make_config(k, "fixed", temperature, top_k, top_p, max_new, seed)
-    model, tok = store.target(target)
+def batch_prompts(tok, prompts_text) -> list:
+    """The prompts as ids, at most MAX_BATCH of them (each held to the prompt's length limit by ``encode``)."""
     texts = split_prompts(prompts_text)
     if len(texts) > MAX_BATCH:
         raise ValueError(f"{len(texts)} prompts: a batch here holds at most {MAX_BATCH}")
-    run = BatchDecoding(model, store.pair(target, draft)[2], [encode(tok, p) for p in texts], cfg)
+    return [encode(tok, p) for p in texts]
+
+
+def run_batch(store: ModelStore, target, draft, prompts_text, k, temperature, top_k, top_p, max_new, seed):
+    """Streams (per-row timelines, row table) of one batched speculative run, within the request's budget: refused
+    at once when rows x new tokens at this model's pace would overrun it, checked between rounds."""
+    budget = Budget()
+    cfg = make_config(k, "fixed", temperature, top_k, top_p, max_new, seed)
+    model, tok = store.target(target)
+    prompts = batch_prompts(tok, prompts_text)
+    budget.refuse_over(len(prompts) * cfg.max_new_tokens * token_seconds(model, prompts[0], cfg),
+                       f"this batch ({len(prompts)} rows of {cfg.max_new_tokens} tokens)", "fewer prompts or new tokens")
+    run = BatchDecoding(model, store.pair(target, draft)[2], prompts, cfg)
     last = time.perf_counter()
     for _ in run:
+        budget.check()
         if time.perf_counter() - last >= STREAM_EVERY_S:
             last = time.perf_counter()
             yield batch_views(run.traces, tok, cfg.seed)
@@ -44,10 +57,15 @@ def run_batch(store: ModelStore, target, draft, prompts_text, k, temperature, to
 
 
 def run_bench(store: ModelStore, target, draft, prompts_text, k):
-    """(status, chart, table): batched speculative vs autoregressive tokens/s at batch sizes 1, 2, 4."""
-    cfg = DecodeConfig(k=as_int(k, "k"), temperature=0.0, max_new_tokens=BENCH_TOKENS, record=False)
+    """(status, chart, table): batched speculative vs autoregressive tokens/s at batch sizes 1, 2, 4, refused at
+    once when its rows (a warm-up and each size, both methods) at this model's pace would overrun the budget."""
+    budget = Budget()
+    cfg = replace(make_config(k, "fixed", 0.0, 0, 1.0, BENCH_TOKENS, 0), record=False)  # k checked as the forms do
     model, tok = store.target(target)
-    prompts = [encode(tok, p) for p in split_prompts(prompts_text)]
+    prompts = [encode(tok, p) for p in split_prompts(prompts_text)[: max(BENCH_SIZES)]]  # cycled to fill a batch
+    rows = 2 * (2 + sum(BENCH_SIZES))  # both methods: the warm-up's 2 rows, then each size
+    budget.refuse_over(rows * BENCH_TOKENS * token_seconds(model, prompts[0], cfg), "this benchmark",
+                       "a smaller model")
     start = time.perf_counter()
     frame = run_batch_bench(model, store.pair(target, draft)[2], prompts, cfg, sizes=BENCH_SIZES, repeats=1)
     status = (f"**Done in {time.perf_counter() - start:.1f} s**: greedy, k = {cfg.k}, {BENCH_TOKENS} tokens per "

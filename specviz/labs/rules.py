@@ -39,6 +39,15 @@ COLUMNS = ["rule", "lossless", "drafting", "temperature", "acceptance", "alpha",
            "tv_closed", "mc_tv", "mc_tv_closed", "mc_tv_noise", "mc_p_vs_p", "mc_p_vs_law", "forwards_per_token",
            "speedup", "speedup_closed", "c", "v", "text", "target_text"]
 MC_COLUMNS = ["mc_tv", "mc_tv_closed", "mc_tv_noise", "mc_p_vs_p", "mc_p_vs_law"]
+MIN_DRAWS, MAX_DRAWS = 100, 100_000  # the fixed-context check's accept steps: 10^5 take about a second on 2 cores
+
+
+def checked_draws(draws) -> int:
+    """The fixed-context check's number of accept steps, a whole number in [MIN_DRAWS, MAX_DRAWS]."""
+    if isinstance(draws, bool) or not isinstance(draws, (int, np.integer)) or not MIN_DRAWS <= draws <= MAX_DRAWS:
+        raise ValueError(f"draws (accept steps of the fixed-context check) must be a whole number from {MIN_DRAWS} "
+                         f"to {MAX_DRAWS:,}, got {draws!r}")
+    return int(draws)
 
 
 def variant_config(cfg: DecodeConfig, variant: str) -> DecodeConfig:
@@ -88,7 +97,7 @@ def rules_lab(target, draft, prompts: list, temperatures=TEMPERATURES, cfg: Deco
               variants=VARIANTS, draws: int = 4000, tokenizer=None, check=None) -> pd.DataFrame:
     """One row per rule variant and temperature (COLUMNS), every run from the same prompts (ids (1, n) each), k and
     seed; ``check()`` before each run (a request's budget). ``tokenizer`` decodes the texts (else token ids)."""
-    cfg = cfg or DecodeConfig(k=4, max_new_tokens=32)
+    cfg, draws = cfg or DecodeConfig(k=4, max_new_tokens=32), checked_draws(draws)  # before any model work
     decode = (lambda ids: tokenizer.decode(ids)) if tokenizer is not None else (lambda ids: " ".join(map(str, ids)))
     configs = [variant_config(cfg, v) for v in variants]  # bad names fail before any model work
     _run(None, speculative_generate, target, draft, prompts[0], replace(configs[0], max_new_tokens=4))  # warm up

@@ -218,3 +218,77 @@ def test_a_run_too_dear_for_the_budget_stops_within_its_first_rounds(store, monk
     assert cut.new_tokens == whole.new_tokens[: len(cut.new_tokens)]  # what it made is the same run, cut short
     assert time.perf_counter() - t0 < whole.total_s  # stopped well before the whole run's time
     assert len(runs.baseline(store, cut).new_tokens) == len(cut.new_tokens)
+
+
+# -- the rule lab's draws and Batch: validated, and Batch under the request's budget ------------------------------
+@pytest.mark.parametrize("draws", [10**8, 0, -5, 2.5, True, "many"])
+def test_the_rule_labs_draws_are_refused_before_any_model_work(draws):
+    """10^8 draws once peaked at 6.6 GB over 204 s; draws <= 0 gave an internal error."""
+    from specviz.labs.rules import rules_lab
+
+    with pytest.raises(ValueError, match=r"draws \(accept steps of the fixed-context check\) must be a whole number "
+                                         r"from 100 to 100,000"):
+        rules_lab(None, None, [None], draws=draws)  # no model is touched before the check
+
+
+def test_the_rule_tab_says_what_is_wrong_with_its_draws(store):
+    from specviz.app import rules_tab
+
+    with pytest.raises(gr.Error, match="from 100 to 100,000, got 100000000"):
+        last(rules_tab.handlers(store).run_rules_lab("tiny-target", "tiny", "ROMEO:", "0.7", ["leviathan"], 2, 4, 0,
+                                                     0.09, 0.3, 0.5, 10**8))
+
+
+@pytest.mark.parametrize("call, what", [
+    (lambda h: last(h.run_batch("tiny-target", "tiny", "ROMEO:\n\nJULIET:", 2, 0.0, 0, 1.0, 64, 0)),
+     r"this batch \(2 rows of 64 tokens\)"),
+    (lambda h: h.run_bench("tiny-target", "tiny", "ROMEO:", 2), "this benchmark"),
+])
+def test_batch_requests_over_the_budget_are_refused_at_once(store, monkeypatch, call, what):
+    monkeypatch.setenv("SPECVIZ_MAX_REQUEST_S", "0.001")
+    with pytest.raises(gr.Error, match=rf"{what} would take about [\d.]+ s; this server runs at most"):
+        call(handlers(store))
+
+
+def test_a_batch_run_is_checked_between_rounds(store, monkeypatch):
+    from specviz.app import batch_tab
+    from specviz.app.budget import Budget
+
+    checks = []
+
+    class Stopping(Budget):
+        def check(self):
+            checks.append(self.elapsed)
+            if len(checks) == 3:
+                raise ValueError("stopped at the third round")
+
+    monkeypatch.setattr(batch_tab, "Budget", Stopping)
+    with pytest.raises(gr.Error, match="stopped at the third round"):
+        last(handlers(store).run_batch("tiny-target", "tiny", "ROMEO:\n\nJULIET:", 2, 0.0, 0, 1.0, 48, 0))
+    assert len(checks) == 3
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda h: h.run_bench("tiny-target", "tiny", "ROMEO:", 100), r"k must lie in \[1, 16\]"),
+    (lambda h: h.run_bench("tiny-target", "tiny", "ROMEO:", "abc"), "k must be a whole number, got 'abc'"),
+    (lambda h: last(h.run_batch("tiny-target", "tiny", "\n\n".join(["ROMEO:"] * 9), 2, 0.0, 0, 1.0, 8, 0)),
+     "9 prompts: a batch here holds at most 8"),
+    (lambda h: last(h.run_batch("tiny-target", "tiny", "ROMEO:", 2, 0.0, 0, 1.0, 10**9, 0)),
+     r"max_new_tokens must lie in \[1, 512\]"),
+])
+def test_batch_fields_out_of_range_are_readable_errors(store, call, message):
+    with pytest.raises(gr.Error, match=message):
+        call(handlers(store))
+
+
+def test_batch_prompts_outside_the_vocabulary_are_refused_by_the_library(pair):
+    import torch
+
+    from specviz import DecodeConfig
+    from specviz.batch import speculative_generate_batch
+
+    target, draft, _ = pair
+    vocab = target.get_input_embeddings().weight.shape[0]
+    with pytest.raises(ValueError, match=f"prompt 1 holds token id {vocab}, outside the target's embedding table"):
+        speculative_generate_batch(target, draft, [torch.tensor([[1, 2]]), torch.tensor([[3, vocab]])],
+                                   DecodeConfig(k=2, max_new_tokens=4))
