@@ -22,7 +22,7 @@ V0_HEAD = ("INFO [metrics.py:300] Speculative metrics: Draft acceptance rate: 0.
 WORST_RECOVERY = ("SpecDecoding metrics: Mean acceptance length: 1.00, Accepted: 5 tokens, Drafted: 100000 tokens, "
                   "Per-position acceptance rate: " + ", ".join(["0.001"] * 64))
 SUMMARY = "n_draft   = 4\nn_predict = 30\nn_drafted = 40\nn_accept  = 20\naccept    = 50.000%\n"
-PROM_HEAD = "# TYPE vllm:spec_decode_num_accepted_tokens counter\n"
+PROM_HEAD = "# TYPE vllm:spec_decode_num_accepted_tokens_total counter\n"
 BENCH_HEAD = ("| model | size | params | backend | threads | test | t/s | pad |\n"
               "| --- | --- | --- | --- | --- | --- | --- | --- |\n")
 REQUEST = ('{"id": "r%d", "choices": [{"index": 0, "text": "%s", "finish_reason": "length"}], "metrics": '
