@@ -64,7 +64,7 @@ def test_plots_are_figures(lab):
     for fig in (rule_plots.acceptance_vs_temperature(lab), rule_plots.tv_vs_temperature(lab),
                 rule_plots.speedup_by_rule(lab)):
         assert fig.data
-    assert all("lossy" not in t.name for t in rule_plots.tv_vs_temperature(lab).data if "leviathan" in t.name)
+    assert all("lossy" not in t.name for t in rule_plots.acceptance_vs_temperature(lab).data if "Leviathan" in t.name)
 
 
 def test_presets_name_rules_the_lab_replays():
