@@ -28,7 +28,7 @@ def store(pair):
 
 @pytest.fixture(scope="module")
 def mine(store):
-    """One user's state after a tiny distillation run (KL only, 2 s, checkpoints at start and end)."""
+    """One user's state after a tiny distillation run (KL only, 2 steps, checkpoints at start and end)."""
     final = last(handlers(store).run_distill("tiny-target", "tiny", 2, False, 100, {}))
     return final[3]
 
@@ -36,7 +36,7 @@ def mine(store):
 @pytest.mark.slow
 def test_trained_draft_is_named_and_kept_with_its_target(mine):
     (name, entry), = mine.items()
-    assert name == "lab: KL 2s #1" and isinstance(entry, TrainedDraft) and entry.target == "tiny-target"
+    assert name == "lab: KL 2 steps #1" and isinstance(entry, TrainedDraft) and entry.target == "tiny-target"
 
 
 @pytest.mark.slow
