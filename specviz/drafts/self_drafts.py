@@ -98,7 +98,7 @@ class ExitDrafter(ModelDrafter):
         return head_logits(self.own, rms_norm(x, lean.w.norm, lean.eps))
 
     def _reserve(self, n: int) -> None:
-        self.lean._reserve(n)
+        self.lean.reserve(n)
         if self.adapter_kv.shape[2] < self.lean.capacity:
             grown = self.adapter_kv.new_zeros(*self.adapter_kv.shape[:2], self.lean.capacity, self.adapter_kv.shape[3])
             grown[:, :, : self.adapter_kv.shape[2]] = self.adapter_kv
@@ -240,12 +240,12 @@ class FeatureDrafter(Drafter):
         positions, visible = None, None  # a lone node under the last one fed, the whole tree a path: a chain step
         if len(nodes) > 1 or any(parent != j - 1 for j, parent in enumerate(self.fed_parents)):
             positions, visible = tree_attention(start, 0, self.fed_parents, first, self.device)
-        lm._reserve(start + len(nodes))
+        lm.reserve(start + len(nodes))
         features = torch.stack([self.tree_h[parent] for parent in parents])
         e = F.embedding(torch.tensor(tokens, device=self.device), lm.w.embed)
         x = linear(torch.cat([features.to(e.dtype), e], dim=-1), self.fc_t, None)
         h, logits = lm.through_head(x, start, None, positions, visible)
-        lm.length = start + len(nodes)  # a later _reserve keeps the tree's entries
+        lm.length = start + len(nodes)  # a later reserve keeps the tree's entries
         self.tree_h.update(zip(nodes, h))
         return logits
 
@@ -257,7 +257,7 @@ class FeatureDrafter(Drafter):
         ``last_logits``, the draft's logits after the last of them (V,)."""
         lm = self.lm
         lm.length = start
-        lm._reserve(start + len(tokens))
+        lm.reserve(start + len(tokens))
         e = F.embedding(torch.tensor(tokens, device=self.device), lm.w.embed)
         x = linear(torch.cat([features.to(e.dtype), e], dim=-1), self.fc_t, None)
         h, logits = lm.through_head(x, start, first=len(tokens) - 1)

@@ -139,7 +139,7 @@ class LeanLlama:
         self.features_from = 0
         self._native: dict[tuple, bool] = {}  # ids of a stack's blocks -> whether it runs in C (``native``)
         self._own = self._own_c = None  # this model's own (Block, cache) pairs, and as the C stack takes them
-        self._reserve(FIRST_CAPACITY)
+        self.reserve(FIRST_CAPACITY)
         self.dims = native.Dims(self.w.embed.shape[1], self.nh, self.nkv, self.hd, self.inter, self.cos.shape[-1],
                                 self.eps, self.scale)  # as the C stack takes them
 
@@ -172,7 +172,7 @@ class LeanLlama:
         slot = position and the new tokens attend causally; a token tree passes each node's ``positions`` (n,)
         (its depth below the prefix) and ``visible`` (n, length + n), the slots each node attends to."""
         start, end = self.length, self.length + ids.shape[-1]
-        self._reserve(end)
+        self.reserve(end)
         h, logits = self.through_head(F.embedding(ids, self.w.embed), start, None, positions, visible)
         self.length = end
         if self.features is not None:  # a feature draft reads them (specviz.drafts.eagle)
@@ -187,6 +187,8 @@ class LeanLlama:
                      visible: torch.Tensor | None = None, first: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         """``layers`` (stack None: this model's own blocks and cache), then the final norm and the LM head: (every row
         normed (n, d), the logits of rows first..n-1). In C, all of it is one call."""
+        if stack is None:
+            self.reserve(start + x.shape[0])
         stack = self._stack(stack)
         if self.runs_native(stack):
             w = self.w
@@ -202,8 +204,11 @@ class LeanLlama:
                visible: torch.Tensor | None = None) -> torch.Tensor:
         """Rows x (n, d) at slots start..start+n-1 through ``stack``, pairs (Block, its key/value cache (2 nkv,
         capacity, hd)), each writing its keys and values at those slots; the rows after the last block. The caches
-        and this object's RoPE tables must hold start + n slots (``_reserve``); ``length`` is left as it is (an
-        early exit writes into the target's first layers' cache this way, ahead of the target's verify pass)."""
+        and this object's RoPE tables must hold start + n slots (``reserve``: done here for stack None, this model's
+        own cache; the C stack refuses a pass past a cache's capacity); ``length`` is left as it is (an early exit
+        writes into the target's first layers' cache this way, ahead of the target's verify pass)."""
+        if stack is None:
+            self.reserve(start + x.shape[0])
         stack = self._stack(stack)
         if self.runs_native(stack):
             out = native.layers(x, start, self._c_stack(stack), self.dims, self.cos, self.sin, positions, visible)
@@ -248,7 +253,7 @@ class LeanLlama:
         if stack is not self._own:
             return stack
         if self._own_c is None:
-            self._own_c = native.Stack(stack, self.inter)
+            self._own_c = native.Stack(stack, self.dims)
         return self._own_c
 
     def runs_native(self, stack) -> bool:
@@ -282,9 +287,11 @@ class LeanLlama:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale)  # (1, nkv, g n, hd)
         return out.view(nh, n, hd).transpose(0, 1).reshape(n, nh * hd)
 
-    def _reserve(self, n: int) -> None:
+    def reserve(self, n: int) -> None:
         """Room for n positions: keys then values (layers, 2 nkv, capacity, hd), RoPE tables (capacity, hd),
-        reallocated at double the size when full (the cached positions are copied over)."""
+        reallocated at double the size when full (the cached positions [0, length) are copied over). ``forward`` and
+        a pass over this model's own cache reserve what they write; a caller writing other caches sized from this
+        one (``layers`` with a stack) reserves first."""
         if n <= self.capacity:
             return
         cap, embed = max(n, 2 * self.capacity, FIRST_CAPACITY), self.w.embed

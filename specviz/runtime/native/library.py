@@ -92,8 +92,43 @@ def _load():
     so.sv_rms_norm.argtypes = [p, i, i, p, ctypes.c_float, p]
     so.sv_set_pin.argtypes = [i]
     so.sv_set_pin(os.environ.get(PIN_ENV, "1").strip().lower() not in ("0", "off", "no", "false"))
-    so.sv_layers.restype = so.sv_panel_width.restype = i
-    return so, None
+    so.sv_layers.restype = so.sv_panel_width.restype = so.sv_max_head_dim.restype = i
+    for name in ("sv_sizeof_dims", "sv_sizeof_layer", "sv_sizeof_head"):
+        getattr(so, name).restype = ctypes.c_size_t
+    why = disagreement(so)
+    return (None, why) if why else (so, None)
+
+
+def disagreement(so) -> str | None:
+    """Where the loaded library and this module's copies of its limits and structs differ, what differs (a struct
+    read with the wrong layout would hand C pointers in the wrong fields), else None."""
+    pairs = [("MAX_HEAD_DIM", MAX_HEAD_DIM, so.sv_max_head_dim()),
+             ("sizeof(Dims)", ctypes.sizeof(Dims), so.sv_sizeof_dims()),
+             ("sizeof(Layer)", ctypes.sizeof(Layer), so.sv_sizeof_layer()),
+             ("sizeof(Head)", ctypes.sizeof(Head), so.sv_sizeof_head())]
+    wrong = [f"{name} is {here} here, {there} in stack.c" for name, here, there in pairs if here != there]
+    if not wrong:
+        return None
+    return f"specviz/runtime/native/library.py and stack.c disagree ({'; '.join(wrong)}): the lean forward runs on torch"
+
+
+def need(ok: bool, message: str) -> None:
+    """The C boundary's check: a ValueError with the message unless ok (before any pointer reaches C)."""
+    if not ok:
+        raise ValueError(message)
+
+
+def check_tensor(name: str, t, shape: tuple | None = None, contiguous: bool = True) -> None:
+    """That t is a float32 tensor on the CPU (contiguous, of this shape where given: None in it takes any size), as C
+    reads or writes it."""
+    need(isinstance(t, torch.Tensor), f"{name} must be a tensor, not {type(t).__name__}")
+    need(t.dtype == torch.float32, f"{name} must be float32 for the C stack, not {t.dtype}")
+    need(t.device.type == "cpu", f"{name} must be on the CPU for the C stack, not {t.device}")
+    need(not contiguous or t.is_contiguous(), f"{name} must be contiguous for the C stack")
+    if shape is not None:
+        fits_shape = t.dim() == len(shape) and all(want is None or got == want for got, want in zip(t.shape, shape))
+        need(fits_shape, f"{name} must be of shape {tuple('*' if w is None else w for w in shape)}, not "
+                         f"{tuple(t.shape)}")
 
 
 def _build(cc: str) -> Path:

@@ -39,6 +39,7 @@ static inline vf vsel(vi mask, vf a, vf b) { return (vf)((mask & (vi)a) | (~mask
 static inline vf vmax(vf a, vf b) { return vsel(a > b, a, b); }
 
 int sv_panel_width(void) { return PW; }
+int sv_max_head_dim(void) { return MAX_HD; }
 
 /* W_t (K, N) row-major -> panels: panel p holds columns [p PW, p PW + PW) as K rows of PW floats (zero-padded). */
 void sv_pack(const float *w, int K, int N, float *out) {
@@ -183,6 +184,11 @@ typedef struct {
     float *logits;             /* (n - first, vocab) out */
 } sv_head;
 
+/* The structs' sizes, so that the ctypes side is checked against them when the library loads. */
+size_t sv_sizeof_dims(void) { return sizeof(sv_dims); }
+size_t sv_sizeof_layer(void) { return sizeof(sv_layer); }
+size_t sv_sizeof_head(void) { return sizeof(sv_head); }
+
 struct stack_job {
     const sv_dims *m;
     const sv_head *head;
@@ -199,8 +205,9 @@ struct stack_job {
 /* e^x to within about 2 ulp (Cephes' expf: x = n ln2 + r with |r| <= ln2 / 2, a degree-6 polynomial in r, times
  * 2^n), branch-free so that the loops calling it vectorize (libm's expf does not); 0 below -87.3, so exp(-inf) = 0. */
 static inline float vexp(float x) {
-    float n = rintf(x * 1.44269504088896341f);
-    float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+    float c = x < -88.0f ? -88.0f : (x > 88.0f ? 88.0f : x); /* 2^n stays a float's exponent: no int overflow */
+    float n = rintf(c * 1.44269504088896341f);
+    float r = c - n * 0.693359375f + n * 2.12194440e-4f;
     float p = 1.9875691500e-4f;
     p = p * r + 1.3981999507e-3f;
     p = p * r + 8.3334519073e-3f;
@@ -403,10 +410,17 @@ static void stack_job(void *ctx, int tid, int nt) {
 }
 
 /* Rows x (n, d) at cache slots start..start+n-1 through the layers, each writing its keys and values there, then
- * (head not NULL) the final norm and the LM head. Returns 0, or -1 where scratch memory could not be had. */
+ * (head not NULL) the final norm and the LM head. Returns 0, -1 where scratch memory could not be had, or -2 where
+ * the arguments cannot be right (the Python side checks each first; this is the last line before a stray write). */
 int sv_layers(const sv_dims *m, const sv_layer *const *layers, float *const *kv, int nlayers, float *x, int n,
               int start, int cap, const float *cos, const float *sin, const int64_t *positions,
               const uint8_t *visible, const sv_head *head, int nt) {
+    if (n < 1 || start < 0 || (long)start + n > cap || m->hd < 1 || m->hd > MAX_HD || m->rot % 2 || m->rot > m->hd ||
+        m->nkv < 1 || m->nh % m->nkv || (head && (head->first < 0 || head->first >= n)))
+        return -2;
+    if (positions)
+        for (int i = 0; i < n; i++)
+            if (positions[i] < 0 || positions[i] >= cap) return -2;
     struct stack_job j = {m, head, layers, kv, nlayers, n, start, cap, x, cos, sin, positions, visible};
     int width = (m->nh + 2 * m->nkv) * m->hd, total = start + n;
     size_t floats = (size_t)n * width + (size_t)n * m->nh * m->hd + 2 * (size_t)n * m->inter;
