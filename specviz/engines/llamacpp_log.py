@@ -116,6 +116,8 @@ def parse_summary(text: str, check=None) -> EngineRun:
     records.append((start, current))
     runs = []
     for n, fields in records:
+        if check is not None:
+            check()
         try:
             runs.append(_summary_run(fields))
         except ValueError as error:
