@@ -127,8 +127,13 @@ def check_tensor(name: str, t, shape: tuple | None = None, contiguous: bool = Tr
     need(not contiguous or t.is_contiguous(), f"{name} must be contiguous for the C stack")
     if shape is not None:
         fits_shape = t.dim() == len(shape) and all(want is None or got == want for got, want in zip(t.shape, shape))
-        need(fits_shape, f"{name} must be of shape {tuple('*' if w is None else w for w in shape)}, not "
-                         f"{tuple(t.shape)}")
+        need(fits_shape, f"{name} must be of shape {_shape(shape)}, not {_shape(t.shape)}")
+
+
+def _shape(shape) -> str:
+    """(2, *) for (2, None): a shape as an error message shows it."""
+    sizes = ["*" if size is None else str(size) for size in shape]
+    return f"({sizes[0]},)" if len(sizes) == 1 else f"({', '.join(sizes)})"
 
 
 def _build(cc: str) -> Path:

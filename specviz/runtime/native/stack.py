@@ -112,8 +112,8 @@ def _positions(positions, n: int, start: int, cos, sin, dims: Dims):
     if positions is None:
         need(start + n <= rows, f"slots up to {start + n - 1} run past the RoPE tables' {rows} positions")
         return None
-    need(isinstance(positions, torch.Tensor) and positions.shape == (n,), f"positions must be a tensor of shape "
-         f"({n},), one per row, not {getattr(positions, 'shape', type(positions).__name__)}")
+    got = tuple(positions.shape) if isinstance(positions, torch.Tensor) else type(positions).__name__
+    need(got == (n,), f"positions must be a tensor of shape ({n},), one per row, not {got}")
     need(not positions.is_floating_point() and not positions.is_complex() and positions.dtype != torch.bool,
          f"positions must be integers, not {positions.dtype}")
     need(positions.device.type == "cpu", f"positions must be on the CPU for the C stack, not {positions.device}")

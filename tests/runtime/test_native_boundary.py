@@ -1,0 +1,214 @@
+"""The C stack's boundary (specviz.runtime.native): each entry (the layer stack, the matmul, RMSNorm, the packing)
+refuses every kind of wrong argument with a ValueError before a pointer reaches C, and writes nothing (the caches
+are compared before and after); its outputs are float32 on the CPU whatever torch's default dtype (checked against
+the same call under float32); the limits and struct sizes that library.py keeps are compared with stack.c's when
+the library loads (a disagreement: unavailable, with the reason)."""
+import ctypes
+import dataclasses
+
+import pytest
+import torch
+
+from specviz.runtime import lean_llama, native
+from specviz.runtime.native import library
+from tests.helpers.models import tiny_llama
+
+pytestmark = pytest.mark.skipif(native.unavailable() is not None, reason=f"{native.unavailable()}")
+
+F32 = dict(dtype=torch.float32, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def lean():
+    return lean_llama.LeanLlama(tiny_llama(layers=2).float().cpu())
+
+
+def valid(lm, n: int = 3, start: int = 0) -> dict:
+    """native.layers' arguments for a pass of n rows at slots start.. through the model's own stack, with its head."""
+    x = torch.randn(n, lm.dims.d, generator=torch.Generator().manual_seed(n), **F32)
+    w, stack = lm.w, lm._c_stack(lm._stack(None))
+    return dict(x=x, start=start, stack=stack, dims=lm.dims, cos=lm.cos, sin=lm.sin, positions=None, visible=None,
+                head=(w.norm, w.head_t, w.head_b, 0))
+
+
+def other_dims(lm, **change) -> native.Dims:
+    fields = {name: getattr(lm.dims, name) for name, _ in native.Dims._fields_}
+    return native.Dims(**{**fields, **change})
+
+
+def block_with(lm, **change) -> list:
+    """The model's own (Block, cache) pairs with the first block's weights changed."""
+    pairs = list(zip(lm.w.blocks, lm.kv))
+    return [(dataclasses.replace(pairs[0][0], **change), pairs[0][1]), *pairs[1:]]
+
+
+META = torch.empty(3, 32, device="meta")  # a tensor on no CPU (stands for a CUDA one where there is none)
+WRONG_LAYERS = {
+    "x float64": lambda lm, a: dict(x=a["x"].double()),
+    "x float16": lambda lm, a: dict(x=a["x"].half()),
+    "x of another width": lambda lm, a: dict(x=torch.zeros(3, lm.dims.d + 1, **F32)),
+    "x one-dimensional": lambda lm, a: dict(x=torch.zeros(lm.dims.d, **F32)),
+    "x without rows": lambda lm, a: dict(x=torch.zeros(0, lm.dims.d, **F32)),
+    "x not on the CPU": lambda lm, a: dict(x=META),
+    "start negative": lambda lm, a: dict(start=-1),
+    "start not an int": lambda lm, a: dict(start=0.0),
+    "past the capacity": lambda lm, a: dict(start=lm.capacity - 2),
+    "positions too few": lambda lm, a: dict(positions=torch.tensor([0, 1])),
+    "positions floats": lambda lm, a: dict(positions=torch.tensor([0.0, 1.0, 2.0])),
+    "positions negative": lambda lm, a: dict(positions=torch.tensor([0, -1, 2])),
+    "positions past the tables": lambda lm, a: dict(positions=torch.tensor([0, 1, lm.capacity])),
+    "positions past the cache": lambda lm, a: dict(positions=torch.tensor([0, 1, lm.capacity]),
+                                                   cos=torch.cat([lm.cos, lm.cos]), sin=torch.cat([lm.sin, lm.sin])),
+    "visible of another shape": lambda lm, a: dict(visible=torch.ones(3, 4, dtype=torch.bool)),
+    "visible floats": lambda lm, a: dict(visible=torch.ones(3, 3)),
+    "visible not a tensor": lambda lm, a: dict(visible=[[True] * 3] * 3),
+    "first negative": lambda lm, a: dict(head=(*a["head"][:3], -1)),
+    "first past the rows": lambda lm, a: dict(head=(*a["head"][:3], 3)),
+    "head not four things": lambda lm, a: dict(head=a["head"][:3]),
+    "head norm of another width": lambda lm, a: dict(head=(torch.ones(5, **F32), *a["head"][1:])),
+    "head W_t float64": lambda lm, a: dict(head=(a["head"][0], a["head"][1].double(), *a["head"][2:])),
+    "head bias of another width": lambda lm, a: dict(head=(*a["head"][:2], torch.zeros(3, **F32), 0)),
+    "cos float64": lambda lm, a: dict(cos=lm.cos.double()),
+    "cos of another rot": lambda lm, a: dict(cos=lm.cos[:, :-2].contiguous()),
+    "sin not as cos": lambda lm, a: dict(sin=lm.sin[:10].contiguous()),
+    "a head over the limit": lambda lm, a: dict(dims=other_dims(lm, hd=library.MAX_HEAD_DIM + 2)),
+    "heads not shared evenly": lambda lm, a: dict(dims=other_dims(lm, nkv=3)),
+    "rot odd": lambda lm, a: dict(dims=other_dims(lm, rot=lm.dims.rot - 1)),
+    "dims not Dims": lambda lm, a: dict(dims=(32, 2, 2, 16, 64, 16)),
+    "dims not the stack's": lambda lm, a: dict(dims=other_dims(lm, inter=lm.dims.inter * 2)),
+    "a cache of another shape": lambda lm, a: dict(stack=[(lm.w.blocks[0], torch.zeros(4, lm.capacity, 8, **F32))]),
+    "no pairs": lambda lm, a: dict(stack=[]),
+    "a block's norm of another width": lambda lm, a: dict(stack=block_with(lm, ln1=torch.ones(7, **F32))),
+    "a block's weight float64": lambda lm, a: dict(stack=block_with(lm, o_t=lm.w.blocks[0].o_t.double())),
+    "a block's q_norm alone": lambda lm, a: dict(stack=block_with(lm, q_norm=torch.ones(lm.hd, **F32))),
+}
+
+SAYS = {  # what the refusal of each says (the check meant for it fired, not another one)
+    "x float64": "x must be float32", "x float16": "x must be float32",
+    "x of another width": r"x must be of shape \(\*, 32\), not \(3, 33\)",
+    "x one-dimensional": r"x must be of shape \(\*, 32\)", "x without rows": "no rows",
+    "x not on the CPU": "x must be on the CPU",
+    "start negative": "start must be a slot", "start not an int": "start must be a slot",
+    "past the capacity": r"slots 254..256 run past the cache's capacity of 256 positions \(LeanLlama.reserve\(257\)",
+    "positions too few": r"positions must be a tensor of shape \(3,\)", "positions floats": "positions must be integers",
+    "positions negative": r"positions must lie in \[0, 256\)", "positions past the tables": r"not 0..256",
+    "positions past the cache": "refused its arguments", "visible of another shape": r"visible must be of shape \(3, 3\)",
+    "visible floats": "visible must be a bool tensor", "visible not a tensor": "visible must be a bool tensor, not list",
+    "first negative": r"first must be a row in \[0, 3\)", "first past the rows": r"first must be a row in \[0, 3\), not 3",
+    "head not four things": "head must be", "head norm of another width": "final norm's weight must be of shape",
+    "head W_t float64": "head's W_t must be float32", "head bias of another width": "head's bias must be of shape",
+    "cos float64": "cos must be float32", "cos of another rot": r"cos must be of shape \(\*, 16\)",
+    "sin not as cos": "sin must be of shape", "a head over the limit": "over the C stack's 512",
+    "heads not shared evenly": "do not share", "rot odd": "rot must be even", "dims not Dims": "dims must be a native.Dims",
+    "dims not the stack's": "the stack was built for dims", "a cache of another shape": "layer 0's cache must be of shape",
+    "no pairs": "at least one", "a block's norm of another width": "a block's ln1 must be of shape",
+    "a block's weight float64": "a block's o_t must be float32", "a block's q_norm alone": "q_norm and k_norm come together",
+}
+
+
+@pytest.mark.parametrize("case", list(WRONG_LAYERS))
+def test_the_layer_stack_refuses_a_wrong_argument_and_writes_nothing(lean, case):
+    args = valid(lean)
+    args.update(WRONG_LAYERS[case](lean, args))
+    caches = lean.kv.clone()
+    with pytest.raises(ValueError, match=SAYS[case]):
+        native.layers(**args)
+    assert torch.equal(lean.kv, caches)  # nothing reached C: no slot written
+    h, logits = native.layers(**valid(lean))  # and the next right call still runs
+    assert h.shape == (3, lean.dims.d) and logits.shape == (3, lean.w.head_t.shape[1])
+
+
+def test_a_right_call_matches_the_torch_layers(lean):
+    """The checks pass what is right: a tree pass (positions, visible, first) agrees with torch's layers."""
+    args = valid(lean, n=4, start=2)
+    args.update(positions=torch.tensor([2, 3, 3, 4]), head=(*args["head"][:3], 1),
+                visible=torch.tensor([[1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 0, 0], [1, 1, 1, 0, 1, 0],
+                                      [1, 1, 1, 1, 0, 1]], dtype=torch.bool))
+    h, logits = native.layers(**args)
+    x = lean._torch_layers(args["x"], 2, list(zip(lean.w.blocks, lean.kv)), args["positions"], args["visible"])
+    want = lean_llama.rms_norm(x, lean.w.norm, lean.eps)
+    torch.testing.assert_close(h, want, atol=2e-5, rtol=1e-4)
+    torch.testing.assert_close(logits, lean.logits(want[1:]), atol=2e-5, rtol=1e-4)
+
+
+def test_a_pass_over_the_models_own_cache_reserves_what_it_writes():
+    lm = lean_llama.LeanLlama(tiny_llama(layers=2).float().cpu())
+    start, x = lm.capacity - 1, torch.zeros(3, lm.dims.d, **F32)
+    with pytest.raises(ValueError, match="capacity"):  # a given stack cannot grow: refused
+        native.layers(x, start, list(zip(lm.w.blocks, lm.kv)), lm.dims, lm.cos, lm.sin)
+    h, logits = lm.through_head(x, start)  # its own cache: grown first
+    assert lm.capacity >= start + 3 and h.shape == (3, lm.dims.d) and torch.isfinite(logits).all()
+
+
+W = torch.randn(20, 45, generator=torch.Generator().manual_seed(0), **F32)
+X = torch.randn(3, 20, generator=torch.Generator().manual_seed(1), **F32)
+WRONG_OPS = {
+    "pack float64": lambda: native.packed(W.double()),
+    "pack float16": lambda: native.packed(W.half()),
+    "pack one-dimensional": lambda: native.packed(torch.zeros(5, **F32)),
+    "pack not on the CPU": lambda: native.packed(torch.empty(4, 4, device="meta")),
+    "pack without rows": lambda: native.packed(torch.zeros(0, 4, **F32)),
+    "linear x float64": lambda: native.linear(X.double(), W),
+    "linear x of another width": lambda: native.linear(X[:, :19], W),
+    "linear x not on the CPU": lambda: native.linear(torch.empty(3, 20, device="meta"), W),
+    "linear W_t float16": lambda: native.linear(X, W.half()),
+    "linear bias of another width": lambda: native.linear(X, W, torch.zeros(44, **F32)),
+    "linear bias not contiguous": lambda: native.linear(X, W, torch.zeros(90, **F32)[::2]),
+    "linear bias float64": lambda: native.linear(X, W, torch.zeros(45, dtype=torch.float64)),
+    "linear residual of another shape": lambda: native.linear(X, W, None, torch.zeros(2, 45, **F32)),
+    "linear residual float64": lambda: native.linear(X, W, None, torch.zeros(3, 45, dtype=torch.float64)),
+    "norm x float64": lambda: native.rms_norm(X.double(), torch.ones(20, **F32), 1e-6),
+    "norm x one-dimensional": lambda: native.rms_norm(X[0], torch.ones(20, **F32), 1e-6),
+    "norm weight of another width": lambda: native.rms_norm(X, torch.ones(21, **F32), 1e-6),
+    "norm weight not contiguous": lambda: native.rms_norm(X, torch.ones(40, **F32)[::2], 1e-6),
+    "norm weight float16": lambda: native.rms_norm(X, torch.ones(20, dtype=torch.float16), 1e-6),
+    "norm eps negative": lambda: native.rms_norm(X, torch.ones(20, **F32), -1.0),
+    "norm eps not a number": lambda: native.rms_norm(X, torch.ones(20, **F32), "1e-6"),
+}
+
+
+@pytest.mark.parametrize("case", list(WRONG_OPS))
+def test_the_matmul_norm_and_packing_refuse_a_wrong_argument(case):
+    with pytest.raises(ValueError):
+        WRONG_OPS[case]()
+
+
+@pytest.fixture(params=[torch.float16, torch.float64])
+def default_dtype(request):
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(request.param)
+    try:
+        yield request.param
+    finally:
+        torch.set_default_dtype(before)
+
+
+def test_outputs_are_float32_whatever_torchs_default_dtype(lean, default_dtype):
+    """Under a float16 default the packing wrote past its buffer, under float64 C's floats were read as doubles."""
+    w = torch.randn(33, 70, generator=torch.Generator().manual_seed(3), **F32)  # never packed before: packed here
+    x, b = torch.randn(5, 33, generator=torch.Generator().manual_seed(4), **F32), torch.ones(70, **F32)
+    got = native.linear(x, w, b)
+    norm = native.rms_norm(x, torch.ones(33, **F32), 1e-6)
+    h, logits = native.layers(**valid(lean))
+    assert native.packed(w).dtype == torch.float32 and torch.get_default_dtype() == default_dtype
+    torch.set_default_dtype(torch.float32)
+    torch.testing.assert_close(got, x.double().mm(w.double()).add(1).float(), rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(norm, torch.nn.functional.rms_norm(x, (33,), eps=1e-6))
+    want_h, want_logits = native.layers(**valid(lean))
+    assert torch.equal(h, want_h) and torch.equal(logits, want_logits)
+
+
+def test_a_limit_or_struct_that_disagrees_with_stack_c_leaves_the_library_unavailable(monkeypatch):
+    assert library.disagreement(library.lib()) is None  # as shipped, they agree
+    monkeypatch.setattr(library, "_state", {})
+    monkeypatch.setattr(library, "MAX_HEAD_DIM", 256)
+    assert native.unavailable() == library.unavailable()
+    assert "MAX_HEAD_DIM is 256 here, 512 in stack.c" in library.unavailable() and library.lib() is None
+
+    class Layer(ctypes.Structure):  # one pointer short
+        _fields_ = library.Layer._fields_[:-1]
+
+    monkeypatch.setattr(library, "_state", {})
+    monkeypatch.setattr(library, "MAX_HEAD_DIM", 512)
+    monkeypatch.setattr(library, "Layer", Layer)
+    assert "sizeof(Layer)" in library.unavailable() and not native.enabled()
