@@ -62,7 +62,7 @@ def p_vs_q(tokens: pd.DataFrame) -> go.Figure:
         part = drafted[drafted["status"] == status]
         fig.add_trace(go.Scatter(
             x=part["q"], y=part["p"], mode="markers", name=status, marker=dict(color=COLOURS[status], size=8),
-            text=part["text"].map(repr), customdata=part["round"],
+            text=part["text"].map(repr), customdata=part["round"] + 1,  # rounds counted from 1, as the timeline
             hovertemplate="%{text}<br>q = %{x:.3f}, p = %{y:.3f}<br>round %{customdata}<extra>" + status + "</extra>"))
     fig.update_xaxes(range=[0, 1.02])
     fig.update_yaxes(range=[0, 1.02])
@@ -73,7 +73,7 @@ def round_times(rounds: pd.DataFrame) -> go.Figure:
     """Stacked bars: time per round spent drafting and verifying (one target forward)."""
     fig = go.Figure()
     for col, name, colour in (("draft_s", "draft", "#a855f7"), ("target_s", "target", "#0ea5e9")):
-        fig.add_trace(go.Bar(x=rounds["round"], y=rounds[col] * 1e3, name=name, marker_color=colour,
+        fig.add_trace(go.Bar(x=rounds["round"] + 1, y=rounds[col] * 1e3, name=name, marker_color=colour,
                              hovertemplate="round %{x}: %{y:.1f} ms<extra>" + name + "</extra>"))
     fig.update_layout(barmode="stack")
     return layout(fig, "Time per round: draft vs target", "round", "ms")
