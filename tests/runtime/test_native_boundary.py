@@ -134,6 +134,8 @@ def test_a_right_call_matches_the_torch_layers(lean):
 def test_a_pass_over_the_models_own_cache_reserves_what_it_writes():
     lm = lean_llama.LeanLlama(tiny_llama(layers=2).float().cpu())
     start, x = lm.capacity - 1, torch.zeros(3, lm.dims.d, **F32)
+    lm.kv.zero_()
+    lm.length = start  # slots 0..start-1 written (zeros), kept when the cache grows
     with pytest.raises(ValueError, match="capacity"):  # a given stack cannot grow: refused
         native.layers(x, start, list(zip(lm.w.blocks, lm.kv)), lm.dims, lm.cos, lm.sin)
     h, logits = lm.through_head(x, start)  # its own cache: grown first
