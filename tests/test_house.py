@@ -91,3 +91,35 @@ def test_relative_links_resolve(doc):
         if not (path.parent / target.split("#", 1)[0]).exists():
             broken.append(target)
     assert not broken, f"{doc} links to missing files: {broken}"
+
+
+def test_every_image_in_docs_is_shown_by_a_doc():
+    texts = "\n".join((ROOT / doc).read_text(encoding="utf-8") for doc in OWN_DOCS)
+    images = sorted(p.relative_to(ROOT / "docs").as_posix() for p in (ROOT / "docs").rglob("*")
+                    if p.suffix.lower() in (".png", ".gif", ".jpg", ".jpeg", ".svg", ".webp"))
+    unshown = [image for image in images if image.split("/")[-1] not in texts]
+    assert not unshown, f"images in docs/ that no doc shows (link them or delete them): {unshown}"
+
+
+NUMBERS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10,
+           "eleven": 11, "twelve": 12}
+
+
+def _counted(text: str, noun: str) -> list[int]:
+    """Every count the text gives of ``noun`` ("eight ready runs", "9 lessons")."""
+    pattern = rf"\b(\d+|{'|'.join(NUMBERS)})\s+(?:[\w-]+\s+)?{noun}\b"
+    return [int(n) if n.isdigit() else NUMBERS[n.lower()] for n in re.findall(pattern, text, flags=re.IGNORECASE)]
+
+
+def test_the_readmes_counts_match_the_code():
+    from specviz.labs import gallery
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    lessons = len(list((ROOT / "assets" / "lessons").glob("*.json")))
+    assert _counted(text, "lessons") and set(_counted(text, "lessons")) == {lessons}
+    runs = len(gallery.entries())
+    assert _counted(text, "ready runs") and set(_counted(text, "ready runs")) == {runs}
+    demo = (ROOT / "specviz" / "app" / "demo.py").read_text(encoding="utf-8")
+    labs = demo.split('gr.Tab("Labs"', 1)[1].split('gr.Tab("Compare', 1)[0].count("gr.Tab(")
+    for count in _counted(text, "labs"):
+        assert count == labs, f"the README counts {count} labs; the app has {labs}"
