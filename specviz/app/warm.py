@@ -1,8 +1,8 @@
 """The labs' default forms priced once in the background when the server starts (``SPECVIZ_WARM``, on unless "0"):
 the default models load, and each lab's pilot goes into ``labs.pilot_cache`` beside a target pass timed with it, so
 a visitor's first estimate of a default form, and a refusal of it asked with more tokens, prompts or repeats, answer
-after a few passes instead of after a pilot (tens of seconds on a loaded machine). The models load at the server's
-priority (a visitor may wait on the store's lock meanwhile); the pricing then runs at the lowest CPU priority.
+after a few passes instead of after a pilot (tens of seconds on a loaded machine). The models load and the C layers
+compile at the server's priority (a visitor's first request waits on both); the pricing then runs at the lowest.
 
 At that priority a busy machine gives the thread a sliver of a core: on 2 cores beside two busy loops a pass timed
 there took 3.4-4.1 s against 0.09-0.10 s on a normal thread (measured, the load average the same for both). So no
@@ -16,7 +16,10 @@ import logging
 import os
 import threading
 
+from ..config import EXAMPLE_PROMPTS, DecodeConfig
+from ..labs.sweep import warm_up
 from . import sweep_tab, tree_tab
+from .forms import encode
 from .store import ModelStore
 
 ENV = "SPECVIZ_WARM"
@@ -40,15 +43,19 @@ def warm(store: ModelStore) -> list[str]:
 
 
 def load(store: ModelStore) -> None:
-    """The labs' default models into the store: the target, the default draft and the default draft model."""
+    """The labs' default models into the store (the target, the default draft, the default draft model), and a few
+    untimed tokens through each pair: the C layers compile and the weights lay out here. A visitor's first request
+    waits on both; at the pricing's priority a compiler (it inherits the thread's) sat 5 minutes on a busy machine
+    while the request waited on it (measured, 2 cores, load 10-11)."""
     target = store.default_target()
     for draft in {store.default_draft(), store.default_draft(model=True)}:
-        store.pair(target, draft)
+        model, tok, drafter = store.pair(target, draft)
+        warm_up(model, {draft: drafter}, encode(tok, EXAMPLE_PROMPTS[0]), DecodeConfig(temperature=0.0, max_new_tokens=4))
 
 
 def start(store: ModelStore) -> threading.Thread | None:
-    """``warm`` on a daemon thread, unless ``SPECVIZ_WARM=0``: the models load at the server's priority (a loading
-    thread holds the store's lock, which a visitor's request may wait on), the pricing at the lowest."""
+    """``warm`` on a daemon thread, unless ``SPECVIZ_WARM=0``: the models load and the C layers compile at the
+    server's priority (``load``: a visitor's request would wait on both), the pricing runs at the lowest."""
     if not enabled():
         return None
 

@@ -65,5 +65,17 @@ def test_specviz_warm_0_starts_nothing(monkeypatch):
     monkeypatch.setenv(warm.ENV, "1")
     monkeypatch.setattr(warm, "warm", lambda store: None)
     thread = warm.start(tiny_store())
-    thread.join(5)
+    thread.join(60)
     assert thread.name == "specviz-warm" and not thread.is_alive()
+
+
+def test_the_models_load_and_compile_before_the_priority_drops(monkeypatch):
+    """A visitor's first request waits on the models and the C layers: they come first, at the server's priority,
+    and only the pricing runs at the lowest."""
+    order = []
+    monkeypatch.setenv(warm.ENV, "1")
+    monkeypatch.setattr(warm, "load", lambda store: order.append("load"))
+    monkeypatch.setattr(warm.os, "setpriority", lambda *a: order.append(("nice", a[2])))
+    monkeypatch.setattr(warm, "warm", lambda store: order.append("price"))
+    warm.start(tiny_store()).join(60)
+    assert order == ["load", ("nice", 19), "price"]
