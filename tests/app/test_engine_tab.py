@@ -176,3 +176,27 @@ def test_bad_input_is_a_readable_error_and_the_next_call_works(h, tmp_path, case
     assert all(word in message for word in words), message
     assert str(tmp_path) not in message  # an upload is named, not its temporary path
     assert "Detected format: vLLM log" in read(h, LOG)["runs"]
+
+
+def test_a_typed_k_fills_in_a_log_without_one_and_a_printed_k_wins():
+    from specviz.engines import read_engine_run
+
+    silent, printed = read_engine_run(str(LLAMA / "server.log")), read_engine_run(str(LLAMA / "speculative-simple.txt"))
+    assert silent.k is None and printed.k == 6  # the same llama.cpp server and draft, run at k = 6
+    filled, kept, same = ei.typed_k([silent, printed], 7)[0], ei.typed_k([printed], 4)[0], ei.typed_k([printed], 6)[0]
+    assert filled.k == 7 and filled.notes[-1] == "k = 7 as typed (the input does not print it)"
+    assert kept.k == 6 and kept.notes[-1] == "k = 6 as the input prints it: the 4 typed is ignored"
+    assert same == printed and ei.typed_k([silent], None) == [silent] and ei.typed_k([silent], "") == [silent]
+    with pytest.raises(ValueError, match=r"drafted \(1823\) exceeds steps x k = 315 x 5"):
+        ei.typed_k([silent], 5)  # the log's own counts say a step drafted more than 5
+    for bad in (0, 2.5, 65):
+        with pytest.raises(ValueError, match="k"):
+            ei.typed_k([silent], bad)
+
+
+@pytest.mark.slow
+def test_the_k_field_reaches_the_runs_shown(h):
+    out = read(h, (LLAMA / "server.log").read_text(), engine_k=6)
+    assert md("k = 6 as typed (the input does not print it)") in out["runs"]
+    out = read(h, (LLAMA / "speculative-simple.txt").read_text(), engine_k=3)
+    assert md("k = 6 as the input prints it: the 3 typed is ignored") in out["runs"]
