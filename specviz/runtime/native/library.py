@@ -120,14 +120,17 @@ def need(ok: bool, message: str) -> None:
 
 def check_tensor(name: str, t, shape: tuple | None = None, contiguous: bool = True) -> None:
     """That t is a float32 tensor on the CPU (contiguous, of this shape where given: None in it takes any size), as C
-    reads or writes it."""
-    need(isinstance(t, torch.Tensor), f"{name} must be a tensor, not {type(t).__name__}")
-    need(t.dtype == torch.float32, f"{name} must be float32 for the C stack, not {t.dtype}")
-    need(t.device.type == "cpu", f"{name} must be on the CPU for the C stack, not {t.device}")
-    need(not contiguous or t.is_contiguous(), f"{name} must be contiguous for the C stack")
-    if shape is not None:
-        fits_shape = t.dim() == len(shape) and all(want is None or got == want for got, want in zip(t.shape, shape))
-        need(fits_shape, f"{name} must be of shape {_shape(shape)}, not {_shape(t.shape)}")
+    reads or writes it. Each message is built only where its check fails (a pass checks some 20 tensors)."""
+    if not isinstance(t, torch.Tensor):
+        raise ValueError(f"{name} must be a tensor, not {type(t).__name__}")
+    if t.dtype is not torch.float32:
+        raise ValueError(f"{name} must be float32 for the C stack, not {t.dtype}")
+    if t.device.type != "cpu":
+        raise ValueError(f"{name} must be on the CPU for the C stack, not {t.device}")
+    if contiguous and not t.is_contiguous():
+        raise ValueError(f"{name} must be contiguous for the C stack")
+    if shape is not None and (t.dim() != len(shape) or any(w is not None and g != w for g, w in zip(t.shape, shape))):
+        raise ValueError(f"{name} must be of shape {_shape(shape)}, not {_shape(t.shape)}")
 
 
 def _shape(shape) -> str:
