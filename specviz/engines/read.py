@@ -11,7 +11,6 @@ from pathlib import Path
 
 from . import llamacpp_json, llamacpp_log, prometheus, sglang, specviz_trace, trtllm, vllm_log, vllm_requests
 from .jsonio import json_records, looks_like_json
-from .lines import marked_lines
 from .run import EngineRun, total
 
 MAX_BYTES = 256 * 2**20
@@ -27,7 +26,7 @@ FORMATS = (
     "specviz trace JSON (Trace.to_json)",
 )
 JSON_KINDS = (vllm_requests, trtllm, sglang, llamacpp_json)  # each: carries(obj), parse(records), SOURCE
-LOG_KINDS = (("vllm log", lambda t: bool(marked_lines(t, vllm_log.MARKERS)), vllm_log.parse),
+LOG_KINDS = (("vllm log", lambda t: bool(vllm_log.vllm_lines(t)), vllm_log.parse),
              ("llama.cpp server log", llamacpp_log.is_server_log, llamacpp_log.parse_server_log),
              ("llama-speculative summary", llamacpp_log.is_summary, llamacpp_log.parse_summary))
 

@@ -17,51 +17,89 @@ from __future__ import annotations
 
 import math
 
-from .lines import count, counted, failed_at, first_number, marked_lines, named_fields, numbers
+from .lines import count, counted, failed_at, first_number, marked_lines, named_fields, numbers, short_lines
 from .rounding import checked_rates, counts_for, half_unit, recover_steps
-from .run import EngineRun, total
+from .run import EngineRun, check_k, total
 
 V1_MARKER, V0_MARKER = "SpecDecoding metrics:", "Speculative metrics:"
 MARKERS = (V1_MARKER, V0_MARKER)
+BARE_HEADS = ("Draft acceptance rate: ", "Mean acceptance length: ")  # a line pasted without its prefix starts so
+BARE_NEEDS = ("Accepted: ", "Drafted: ")
+V0_ONLY = ("Number of speculative tokens", "System efficiency", "Number of emitted tokens",
+           "Number of emitted tokens tokens")  # fields early V1's 'Speculative metrics:' line never printed
 SOURCE = "vLLM log"
 
 
+def vllm_lines(text: str) -> list[tuple[int, str, str]]:
+    """(line number, line, fields text) of every vLLM metrics line: with its prefix, or the V1 field list pasted
+    without it (a line that starts with one of BARE_HEADS and holds 'Accepted: ' and 'Drafted: ')."""
+    out = marked_lines(text, MARKERS)
+    marked = {n for n, _, _ in out}
+    for n, line in enumerate(short_lines(text, MARKERS), 1):
+        body = line.strip()
+        if n not in marked and body.startswith(BARE_HEADS) and all(f in body for f in BARE_NEEDS):
+            out.append((n, body, body))
+    return sorted(out)
+
+
+def is_v0(fields: dict[str, str]) -> bool:
+    return any(name in fields for name in V0_ONLY)
+
+
 def parse(text: str, check=None) -> EngineRun:
-    """The log's marked lines as one run; ``check()`` before each line (a request's budget)."""
-    lines = marked_lines(text, MARKERS)
-    v0 = [line for line in lines if V0_MARKER in line[1]]
+    """The log's metrics lines as one run; ``check()`` before each line (a request's budget)."""
+    lines = [(n, line, named_fields(body)) for n, line, body in vllm_lines(text)]
+    v0 = [line for line in lines if is_v0(line[2])]
     if v0 and len(v0) < len(lines):
-        raise failed_at(v0[0][0], v0[0][1], ValueError("V0 ('Speculative metrics') and V1 ('SpecDecoding "
-                                                       "metrics') lines mixed: two engines' logs in one file?"))
+        raise failed_at(v0[0][0], v0[0][1], ValueError("V0 lines (with 'Number of emitted tokens') and V1 lines "
+                                                       "mixed: two engines' logs in one file?"))
     if v0:
         return _v0_run(v0, check)
     runs = []
-    for n, line, body in lines:
+    for n, line, fields in lines:
         if check is not None:
             check()
         try:
-            run = v1_interval(named_fields(body))
+            run = v1_interval(fields)
         except ValueError as error:
             raise failed_at(n, line, error) from error
         if run is not None:
             runs.append(run)
     if not runs:
         raise ValueError("the vLLM log lines report no drafts (every interval was idle)")
-    return total(runs, SOURCE).with_notes(counted(len(runs), "logging interval") + "; totals are their sums")
+    return total(runs, SOURCE).with_notes(counted(len(runs), "logging interval") + "; totals are their sums",
+                                          _version_note(lines))
+
+
+def _version_note(lines) -> str:
+    fields = lines[0][2]
+    if "Number of draft tokens" in fields:
+        return ("read as an early V1 line (2025, before vLLM #15902): 'Speculative metrics:' is also V0's prefix, "
+                "but the line has no 'Number of emitted tokens' or 'System efficiency', which V0 always prints; "
+                "each line covers one logging interval")
+    if "Mean acceptance length" not in fields:
+        return ("read as a V1 line of vLLM #15902's form (rate, Accepted, Drafted): no mean length and no number "
+                "of drafts, so steps are unknown; each line covers one logging interval")
+    return ("read as V1 lines (fields by name: Accepted, Drafted, Mean acceptance length = 1 + accepted / drafts, "
+            "bonus included); each line covers one logging interval")
 
 
 def v1_interval(fields: dict[str, str]) -> EngineRun | None:
     """One V1 line as a run (None for an interval that drafted nothing: vLLM prints nan rates then)."""
-    accepted = count(_field(fields, "Accepted"), "Accepted")
-    drafted = count(_field(fields, "Drafted"), "Drafted")
-    mean = first_number(_field(fields, "Mean acceptance length"), "Mean acceptance length")
-    if drafted == 0 or math.isnan(mean):
+    early = "Number of draft tokens" in fields  # early V1 (before #15902): V0's labels, per interval
+    accepted = count(_field(fields, "Number of accepted tokens" if early else "Accepted"), "Accepted")
+    drafted = count(_field(fields, "Number of draft tokens" if early else "Drafted"), "Drafted")
+    mean = first_number(fields["Mean acceptance length"], "Mean acceptance length") \
+        if "Mean acceptance length" in fields else None
+    if drafted == 0 or (mean is not None and math.isnan(mean)):
         return None
     rates = checked_rates(numbers(fields.get("Per-position acceptance rate", ""), "Per-position acceptance rate"))
     _check_printed_rate(fields, accepted, drafted)
     if "Drafts" in fields:  # a build that prints the number of drafts: nothing to recover
         steps, note = count(fields["Drafts"], "Drafts"), "steps = the printed Drafts"
         per_pos = _rounded_counts(steps, rates, accepted)
+    elif mean is None:
+        steps, per_pos, note = None, None, "no mean acceptance length printed: steps unknown"
     else:
         found = recover_steps(accepted, mean, 2, rates, drafted)
         steps, per_pos, note = found.steps, found.accepted_per_pos, found.note
@@ -94,10 +132,9 @@ def _rounded_counts(steps, rates, accepted):
 
 def _v0_run(lines, check=None) -> EngineRun:
     cumulative = []
-    for n, line, body in lines:
+    for n, line, fields in lines:
         if check is not None:
             check()
-        fields = named_fields(body)
         try:
             cumulative.append(_v0_totals(fields))
         except ValueError as error:
@@ -111,16 +148,43 @@ def _v0_run(lines, check=None) -> EngineRun:
                                          "differences between lines",))
 
 
+def _v0_field(fields, name: str) -> int:
+    """A V0 count by name; some V0 builds (around v0.5) print 'Number of draft tokens tokens:' (sic)."""
+    return count(fields[name + " tokens"] if name + " tokens" in fields else _field(fields, name), name)
+
+
 def _v0_totals(fields) -> EngineRun:
-    k = count(_field(fields, "Number of speculative tokens"), "Number of speculative tokens")
-    drafted = count(_field(fields, "Number of draft tokens"), "Number of draft tokens")
-    steps = drafted // k if k and drafted % k == 0 else None
-    note = "steps = draft tokens / k (V0 proposes k tokens per sequence and step)" if steps is not None else \
-        "draft tokens are not a multiple of k: steps unknown"
-    return EngineRun(source=SOURCE + " (V0 engine)", drafted=drafted, steps=steps, k=k or None,
-                     accepted=count(_field(fields, "Number of accepted tokens"), "Number of accepted tokens"),
-                     emitted=count(_field(fields, "Number of emitted tokens"), "Number of emitted tokens"),
-                     notes=(note,))
+    """One V0 line. V0's 'Number of accepted tokens' counts every draft that matched, also after the first
+    rejection (vllm#9565: [1,0,1,0] counts 2), so it is not the accepted prefix; emitted = prefix + one token a
+    step, so the prefix is emitted - steps, with steps = draft tokens / k (V0 drafts k tokens a step)."""
+    k = check_k(_v0_field(fields, "Number of speculative tokens"), "Number of speculative tokens")
+    drafted = _v0_field(fields, "Number of draft tokens")
+    matched = _v0_field(fields, "Number of accepted tokens")
+    emitted = _v0_field(fields, "Number of emitted tokens")
+    if drafted % k:
+        raise ValueError(f"draft tokens ({drafted}) are not a multiple of k = {k}: V0 drafts k tokens a step, so "
+                         "steps, and with them the accepted prefix, cannot be known")
+    steps = drafted // k
+    if not steps <= emitted <= steps * (k + 1):
+        raise ValueError(f"{emitted} emitted tokens in {steps} steps (draft tokens / k): a step emits 1 to k + 1")
+    _check_efficiency(fields, emitted, steps, k)
+    return EngineRun(source=SOURCE + " (V0 engine)", drafted=drafted, steps=steps, k=k, accepted=emitted - steps,
+                     emitted=emitted, notes=(
+                         f"V0 semantics (the line prints 'Number of emitted tokens' and 'System efficiency'): "
+                         f"steps = draft tokens / k = {drafted} / {k}; accepted = emitted - steps = {emitted} - "
+                         f"{steps} = {emitted - steps} (the accepted prefix); the printed accepted count "
+                         f"{matched} counts every matching draft, also after the first rejection (vllm#9565)",))
+
+
+def _check_efficiency(fields, emitted: int, steps: int, k: int) -> None:
+    """V0's System efficiency = emitted / (steps x (k + 1)) must agree with the counts (else steps is not
+    draft tokens / k and the line is not what it seems)."""
+    if "System efficiency" not in fields or not steps:
+        return
+    printed = first_number(fields["System efficiency"], "System efficiency")
+    if abs(printed - emitted / (steps * (k + 1))) > half_unit(3):
+        raise ValueError(f"the printed System efficiency {printed} is not emitted / (steps x (k + 1)) = {emitted} / "
+                         f"({steps} x {k + 1})")
 
 
 def _difference(after: EngineRun, before: EngineRun, index: int) -> EngineRun:

@@ -45,7 +45,10 @@ def test_vllm_log_fields_are_read_by_name_in_any_order():
 def test_vllm_v0_lines_are_totals_since_start():
     run = read_engine_run(FIXTURES / "vllm_v0.log")
     assert run.source == "vLLM log (V0 engine)"
-    assert counts(run) == (800, 500, 200, 4, 700, None)  # the last line; steps = 800 draft tokens / k = 4
+    # the last line; steps = 800 draft tokens / k = 4; accepted = the prefix, emitted - steps = 700 - 200, not the
+    # printed 541 (V0 counts every matching draft, also after the first rejection: vllm#9565)
+    assert counts(run) == (800, 500, 200, 4, 700, None)
+    assert "541 counts every matching draft" in " ".join(run.notes)
     first, second = run.series
     assert (second.drafted, second.accepted, second.steps, second.emitted) == (400, 260, 100, 360)
 
