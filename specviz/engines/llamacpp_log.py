@@ -23,7 +23,8 @@ from .run import EngineRun, total
 SERVER, SUMMARY = "llama.cpp server log", "llama-speculative summary"
 SERVER_MARKERS = ("draft acceptance = ", "draft acceptance rate = ")
 ACCEPTANCE = re.compile(r"draft acceptance(?: rate)? = ([\d.]+) \(\s*(\d+) accepted /\s*(\d+) generated\)"
-                        r"(?:, mean len =\s*([\d.]+))?")
+                        r"(?:, mean (?:len|acceptance length) =\s*([\d.]+))?")
+PER_POSITION = ("acc per pos = (", "acceptance rate per position = (")  # own line (trace level), or the same line
 TASK = re.compile(r"\| task (-?\d+) \|")
 EVAL = re.compile(r"\beval time = ")
 TOKENS = re.compile(r"\s*(\d+) tokens")  # after the eval line's last '/': "/   128 tokens"
@@ -87,8 +88,7 @@ def _task_run(found, near: list[tuple[int, str]]) -> EngineRun:
     if drafted and abs(rate - accepted / drafted) > half_unit(5):
         raise ValueError(f"the printed rate {rate} is not accepted / generated = {accepted} / {drafted}")
     emitted = next((n for d, other in reversed(near) if d < 0 and (n := eval_tokens(other)) is not None), None)
-    per_pos_line = next((other for d, other in near if d > 0 and "acc per pos = (" in other), None)
-    rates = checked_rates(numbers(per_pos_line.split("acc per pos =", 1)[1], "acc per pos") if per_pos_line else ())
+    rates = _position_rates([(0, found.string)] + near)
     steps = per_pos = None
     notes = []
     if found.group(4) is not None:
@@ -98,6 +98,16 @@ def _task_run(found, near: list[tuple[int, str]]) -> EngineRun:
         notes.append("an older build's line: no mean length, so no steps")
     return EngineRun(source=SERVER, drafted=drafted, accepted=accepted, steps=steps, emitted=emitted, requests=1,
                      k=len(rates) or None, accepted_per_pos=per_pos, notes=tuple(notes))
+
+
+def _position_rates(near) -> tuple[float, ...]:
+    """The task's per-position rates: on its acceptance line (2026 builds) or on a line after it."""
+    for d, other in near:
+        for label in PER_POSITION:
+            if d >= 0 and label in other:
+                inner = other.split(label, 1)[1].split(")", 1)[0]
+                return checked_rates(numbers(inner, label.rstrip(" =(")))
+    return ()
 
 
 def parse_summary(text: str, check=None) -> EngineRun:

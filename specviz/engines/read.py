@@ -5,7 +5,9 @@ ValueError that says why, names the line where it can, and lists the formats acc
 """
 from __future__ import annotations
 
+import json
 import os
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -105,9 +107,13 @@ def _load(item, i: int) -> tuple[str, str]:
     return name, item
 
 
+LOG_PREFIX = re.compile(r"\[[^\]\"{}]{1,64}\] ")  # "[53409] ", "[2025-10-22 10:27:57 TP0] ": a log line, not JSON
+
+
 def detect_format(text: str) -> str:
     """The format's key: "json", "prometheus", or one of the log formats' names."""
-    if looks_like_json(text):
+    first = next((line.strip() for line in text.splitlines()[:1000] if line.strip()), "")[:200]
+    if looks_like_json(text) and not LOG_PREFIX.match(first):
         return "json"
     if prometheus.is_scrape(text):
         return "prometheus"
@@ -132,11 +138,67 @@ def _parse(kind: str, texts: list[str], model: str | None, check=None) -> Engine
     return runs[0] if len(runs) == 1 else total(runs, runs[0].source).with_notes(f"{len(runs)} files summed")
 
 
+# an engine's statistics object pasted on its own, and the response that carries it: (a key only it has, wrapper)
+BARE = (("num_spec_steps", lambda o: {"metrics": {"speculative_decoding": o}}, "vLLM per-request metrics object"),
+        ("spec_verify_ct", lambda o: {"meta_info": o}, "SGLang meta_info object"),
+        ("draft_n", lambda o: {"timings": o}, "llama.cpp timings object (jq .timings)"))
+PLACEHOLDERS = ("[ ... ]", "{ ... }", "[...]", "{...}")  # how people shorten a response they paste
+EMBEDDED = ('"speculative_decoding"', '"speculative_decoding_stats"', '"meta_info"', '"timings"')
+
+
 def _parse_json(text: str, check=None) -> EngineRun:
     """The JSON kinds read a record in microseconds: ``check`` is called between texts only."""
-    records = json_records(text)
+    notes = []
+    try:
+        records = json_records(text)
+    except ValueError:
+        records = _embedded(text) if any(p in text for p in PLACEHOLDERS) else []
+        if not records:
+            raise
+        notes.append("the JSON around the statistics does not parse (a paste with placeholders such as "
+                     "[ ... ]?): only the statistics object was read")
     if records and specviz_trace.is_trace(records[0][1]):
         return specviz_trace.parse(text)
+    records, bare = _wrapped(records)
+    notes += bare
+    return _parse_records(records).with_notes(*notes)
+
+
+def _wrapped(records):
+    """Bare statistics objects inside the response that carries them, and a note saying so."""
+    out, notes = [], set()
+    for n, obj in records:
+        found = next((b for b in BARE if b[0] in obj), None)
+        if found is not None:
+            obj = found[1](obj)
+            notes.add(f"a bare {found[2]}, read as the response that carries it")
+        out.append((n, obj))
+    return out, sorted(notes)
+
+
+def _embedded(text: str) -> list[tuple[int, dict]]:
+    """The first statistics object in a text that is not whole JSON: the value after one of EMBEDDED keys,
+    decoded on its own (linear: one decode from one position)."""
+    decoder = json.JSONDecoder()
+    for key in EMBEDDED:
+        at = text.find(key + ":")
+        brace = text.find("{", at) if at >= 0 else -1
+        if brace < 0:
+            continue
+        try:
+            obj, _ = decoder.raw_decode(text, brace)
+        except (json.JSONDecodeError, RecursionError):
+            continue
+        if isinstance(obj, dict):
+            line = text.count("\n", 0, brace) + 1
+            wrap = {'"speculative_decoding"': lambda o: {"metrics": {"speculative_decoding": o}},
+                    '"speculative_decoding_stats"': lambda o: {"choices": [{"speculative_decoding_stats": o}]},
+                    '"meta_info"': lambda o: {"meta_info": o}, '"timings"': lambda o: {"timings": o}}[key]
+            return [(line, wrap(obj))]
+    return []
+
+
+def _parse_records(records) -> EngineRun:
     kinds = {}
     for n, obj in records:
         for module in JSON_KINDS:

@@ -80,5 +80,10 @@ def _padded(counts, width: int) -> tuple[int, ...]:
 
 def _check_mean(stats: dict, accepted: int, steps: int) -> None:
     mean = number(stats, "mean_acceptance_length")
-    if mean is not None and steps and abs(mean - (1 + accepted / steps)) > 1e-6 * max(1.0, mean):
+    if mean is None or not steps:
+        return
+    # a full float, or one rounded for display (an early build sent 1.23): within half its last digit
+    digits = len(repr(float(mean)).partition(".")[2])
+    slack = 0.5 * 10.0 ** -digits if digits < 6 else 1e-6 * max(1.0, mean)
+    if abs(mean - (1 + accepted / steps)) > slack + 1e-12:
         raise ValueError(f"mean_acceptance_length {mean} is not 1 + accepted / steps = 1 + {accepted} / {steps}")
