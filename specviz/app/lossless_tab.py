@@ -7,7 +7,7 @@ import time
 import gradio as gr
 
 from ..config import EXAMPLE_PROMPTS, LOSSY, RULES
-from ..labs import lossless
+from ..labs import claims, lossless
 from ..views import lab_plots
 from ..views.tables import readable
 from .budget import Budget
@@ -49,7 +49,7 @@ def run_lossless(store: ModelStore, target, draft, prompt, extra, temperature, t
     d = lossless.next_token_dists(model, store.pair(target, draft)[2], encode(tok, prompt), cfg, extra)
     labels, raw_note = TokenLabels(tok), lossless.raw_mistake_note(d, cfg)
     decomp = lab_plots.decomposition_bars(lossless.decomposition(d.p, d.q), labels)
-    start, budget = time.perf_counter(), Budget()
+    start, budget, first = time.perf_counter(), Budget(), None
     for frame in lossless.iter_lossless(d, draws, int(number_in(batch, "batch", 100, draws)), seed=cfg.seed, rule=rule):
         table = lossless.fit_table(frame)
         rate = table.draws[0] * len(table) / (time.perf_counter() - start)
@@ -58,10 +58,20 @@ def run_lossless(store: ModelStore, target, draft, prompt, extra, temperature, t
                            f"{draws:,} draws per variant", "fewer draws or generated tokens")
         budget.check()
         figs = [lab_plots.emitted_bars(frame[frame.variant == v], title(v, raw_note), labels) for v in lossless.VARIANTS]
-        yield (f"**{table.draws[0]} draws per variant** ({rate:,.0f} verify steps/s). Lossless means the emitted "
-               "tokens follow p: a large chi-square p-value and a TV distance that shrinks as draws accumulate."
-               + (f" {raw_note}" if raw_note else ""),
-               readable(table, 4), *figs, decomp)
+        first = first if first is not None else table.iloc[0]
+        yield (f"**{table.draws[0]} draws per variant** ({rate:,.0f} verify steps/s). " + tv_trend(first, table.iloc[0])
+               + (f" {raw_note}" if raw_note else ""), readable(table, 4), *figs, decomp)
+
+
+def tv_trend(first, now) -> str:
+    """What lossless looks like, and what this run's correct column did: its TV from p at the first update and now,
+    with the direction read off those two numbers (sampling noise alone shrinks like 1 / sqrt(draws))."""
+    text = ("Lossless means the emitted tokens follow p: a chi-square p-value that is not small, and a TV distance "
+            "from p that is sampling noise alone, about 1 / sqrt(draws).")
+    if now.draws <= first.draws:
+        return text
+    return text + (f" Here the correct column's TV from p went from {first.tv_to_p:.4f} at {int(first.draws):,} draws to "
+                   f"{now.tv_to_p:.4f} at {int(now.draws):,} ({claims.moved(first.tv_to_p, now.tv_to_p)}).")
 
 
 def handlers(store: ModelStore):

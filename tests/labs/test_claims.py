@@ -300,3 +300,15 @@ def test_no_lab_states_a_direction_before_its_run(store):
     assert any("same number of optimiser steps" in t for t in texts)
     stated = [(t[:80], LEXICON.findall(t)) for t in texts if LEXICON.search(t)]
     assert not stated, stated
+
+
+def test_the_losslessness_labs_status_reads_its_tv_off_the_run():
+    import pandas as pd
+
+    from specviz.app.lossless_tab import tv_trend
+
+    first = pd.Series(dict(draws=500, tv_to_p=0.050))
+    assert "went from 0.0500 at 500 draws to 0.0150 at 5,000 (fell)" in tv_trend(
+        first, pd.Series(dict(draws=5000, tv_to_p=0.015)))
+    assert "(rose)" in tv_trend(first, pd.Series(dict(draws=5000, tv_to_p=0.09)))  # a run's own numbers, whatever they say
+    assert "went from" not in tv_trend(first, first)  # one update: no direction to state
