@@ -29,7 +29,6 @@ PLAIN_CHARS = 100_000  # the plain-text view's characters
 CONTEXT = 8  # tokens before a cut whose bytes may complete a character after it
 SPECIAL = re.compile(r"<\|[^<>|]{1,40}\|>|</?s>|<(?:pad|unk|bos|eos|mask)>")  # control tokens' texts
 
-STATUSES = ("prompt", "accepted", "rejected", "resampled", "bonus", "discarded", "generated")
 LEGEND = {
     "accepted": "accepted draft", "rejected": "rejected draft", "resampled": "resampled (residual)",
     "bonus": "bonus (drawn from the target)", "discarded": "discarded (never verified)",

@@ -133,9 +133,3 @@ def _short(text: str, n: int = 12) -> str:
     shown = text.replace("\n", "↵").replace("\t", "→")
     return shown if len(shown) <= n else shown[: n - 1] + "…"
 
-
-def empty_tree_figure(message: str) -> go.Figure:
-    fig = layout(go.Figure(), message, "", "")
-    fig.update_xaxes(visible=False)
-    fig.update_yaxes(visible=False)
-    return fig
