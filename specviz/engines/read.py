@@ -11,8 +11,9 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-from . import llamacpp_json, llamacpp_log, prometheus, sglang, specviz_trace, trtllm, vllm_log, vllm_requests
+from . import bench_summary, llamacpp_json, llamacpp_log, prometheus, sglang, specviz_trace, trtllm, vllm_log, vllm_requests
 from .jsonio import json_records, looks_like_json
+from .nearest import nearest
 from .run import EngineRun, total
 
 MAX_BYTES = 256 * 2**20
@@ -25,12 +26,16 @@ FORMATS = (
     "llama.cpp server responses with timings.draft_n / draft_n_accepted",
     "llama.cpp server logs ('draft acceptance = ... (N accepted / M generated), mean len = ...')",
     "llama-speculative(-simple) summaries (n_draft, n_predict, n_drafted, n_accept)",
+    "vLLM's spec_decode.py example summary (num_drafts, num_draft_tokens, num_accepted_tokens, ...)",
+    "vllm bench serve / SGLang bench_serving 'Speculative Decoding' sections (Drafts, Draft tokens, Accepted tokens)",
     "specviz trace JSON (Trace.to_json)",
 )
 JSON_KINDS = (vllm_requests, trtllm, sglang, llamacpp_json)  # each: carries(obj), parse(records), SOURCE
 LOG_KINDS = (("vllm log", lambda t: bool(vllm_log.vllm_lines(t)), vllm_log.parse),
              ("llama.cpp server log", llamacpp_log.is_server_log, llamacpp_log.parse_server_log),
-             ("llama-speculative summary", llamacpp_log.is_summary, llamacpp_log.parse_summary))
+             ("llama-speculative summary", llamacpp_log.is_summary, llamacpp_log.parse_summary),
+             ("vLLM spec_decode.py summary", bench_summary.is_example, bench_summary.parse_example),
+             ("bench serve summary", bench_summary.is_bench, bench_summary.parse_bench))
 
 
 def read_engine_run(source, *, temperature: float | None = None, model: str | None = None,
@@ -121,8 +126,7 @@ def detect_format(text: str) -> str:
     if len(found) > 1:
         raise ValueError(f"two formats mixed in one text ({' and '.join(found)})")
     if not found:
-        first = next(line.strip() for line in text.splitlines() if line.strip())
-        raise ValueError(f"no line of a known format (the first line: {first[:100]!r})")
+        raise ValueError(nearest(text))
     return found[0]
 
 

@@ -1,0 +1,118 @@
+"""Printed summaries of a benchmark run: ``Name: value`` lines, one figure a line.
+
+vLLM's examples/offline_inference/spec_decode.py, from llm.get_metrics() (the /metrics counters):
+  "num_drafts: %d"  verify steps that drafted (an ngram step that found no match drafts nothing and is not
+                    counted, vllm#24344); "num_draft_tokens", "num_accepted_tokens", "total_num_output_tokens",
+  "mean acceptance length: %.2f" = 1 + accepted / num_drafts (bonus included),
+  "acceptance at token i: %.2f" = accepted at position i / num_drafts (marginal; k lines).
+``vllm bench serve`` (vllm#31739) and SGLang's bench_serving, "{:<40} {:<10}" each, computed by the client from
+the server's counters before and after the run:
+  "Acceptance rate (%)" = accepted / draft tokens, "Acceptance length" = 1 + accepted / drafts (SGLang: "(server)",
+  the server's running mean, and "(benchmark)", this run's), "Drafts" (steps), "Draft tokens", "Accepted tokens",
+  vLLM then "Per-position acceptance (%):" with "  Position i: %.2f" lines (accepted at i / drafts, in %).
+"""
+from __future__ import annotations
+
+from .lines import count, first_number, short_lines
+from .rounding import half_unit
+from .run import EngineRun, check_k
+
+EXAMPLE, BENCH = "vLLM spec_decode.py summary", "bench serve summary"
+EXAMPLE_KEYS = ("num_drafts", "num_accepted_tokens")
+BENCH_KEYS = ("Drafts", "Accepted tokens", "Draft tokens")
+
+
+def summary_fields(text: str) -> dict[str, str]:
+    """``Name: value`` of every line whose value is one word (a number); a name seen twice is refused."""
+    fields: dict[str, str] = {}
+    for n, line in enumerate(short_lines(text), 1):
+        name, sep, value = line.strip().partition(":")
+        value = value.strip()
+        if not sep or not value or " " in value or len(name) > 60:
+            continue
+        if name in fields:
+            raise ValueError(f"line {n}: '{name}' a second time: several summaries in one text; paste one")
+        fields[name] = value
+    return fields
+
+
+def is_example(text: str) -> bool:
+    return _holds(text, EXAMPLE_KEYS)
+
+
+def is_bench(text: str) -> bool:
+    return _holds(text, BENCH_KEYS)
+
+
+def _holds(text: str, keys) -> bool:
+    starts = {line.strip().partition(":")[0] for line in short_lines(text) if ":" in line}
+    return all(key in starts for key in keys)
+
+
+def parse_example(text: str, check=None) -> EngineRun:
+    fields = summary_fields(text)
+    rates = _positions(fields, "acceptance at token ")
+    steps, accepted = count(fields["num_drafts"], "num_drafts"), count(fields["num_accepted_tokens"],
+                                                                        "num_accepted_tokens")
+    _check_mean(fields.get("mean acceptance length"), accepted, steps)
+    notes = ["read as vLLM's spec_decode.py example summary: num_drafts = verify steps that drafted (vllm#24344); "
+             "mean acceptance length = 1 + num_accepted_tokens / num_drafts, bonus included"]
+    if "num_tokens_generated_without_sd" in fields:
+        notes.append(f"{fields['num_tokens_generated_without_sd']} tokens came from steps that drafted nothing "
+                     "(not counted in num_drafts)")
+    return EngineRun(source=EXAMPLE, steps=steps, accepted=accepted, k=check_k(len(rates)) if rates else None,
+                     drafted=_count(fields, "num_draft_tokens"), emitted=_count(fields, "total_num_output_tokens"),
+                     notes=tuple(notes) + _rates_note(rates, 2))
+
+
+def parse_bench(text: str, check=None) -> EngineRun:
+    fields = summary_fields(text)
+    steps, drafted = count(fields["Drafts"], "Drafts"), count(fields["Draft tokens"], "Draft tokens")
+    accepted = count(fields["Accepted tokens"], "Accepted tokens")
+    sglang = "Acceptance length (benchmark)" in fields
+    _check_mean(fields.get("Acceptance length (benchmark)" if sglang else "Acceptance length"), accepted, steps)
+    if "Acceptance rate (%)" in fields and drafted:
+        rate = first_number(fields["Acceptance rate (%)"], "Acceptance rate (%)")
+        if abs(rate - 100 * accepted / drafted) > half_unit(2):
+            raise ValueError(f"the printed Acceptance rate {rate}% is not Accepted tokens / Draft tokens = "
+                             f"{accepted} / {drafted}")
+    rates = _positions(fields, "Position ")
+    note = ("read as SGLang bench_serving's section: Drafts = verify steps; 'Acceptance length (server)' is the "
+            "server's running mean, not this run's" if sglang else
+            "read as vllm bench serve's section (vllm#31739): Drafts = verify steps; per-position values are % of "
+            "drafts")
+    requests = fields.get("Successful requests")
+    return EngineRun(source=BENCH + (" (SGLang)" if sglang else " (vLLM)"), steps=steps, drafted=drafted,
+                     accepted=accepted, k=check_k(len(rates)) if rates else None,
+                     emitted=_count(fields, "Total generated tokens"),
+                     requests=count(requests, "Successful requests") if requests else None,
+                     notes=(note,) + _rates_note(rates, 2))
+
+
+def _count(fields, name: str) -> int | None:
+    return count(fields[name], name) if name in fields else None
+
+
+def _positions(fields, prefix: str) -> tuple[float, ...]:
+    """The per-position rates, in position order ("acceptance at token 0", "Position 0", ...)."""
+    out, i = [], 0
+    while f"{prefix}{i}" in fields and i <= 64:
+        out.append(first_number(fields[f"{prefix}{i}"], f"{prefix}{i}"))
+        i += 1
+    return tuple(out)
+
+
+def _rates_note(rates, decimals: int) -> tuple[str, ...]:
+    if not rates:
+        return ()
+    return (f"k = {len(rates)}, the number of per-position rates; the rates are printed to {decimals} decimals, too "
+            "coarse to give per-position counts",)
+
+
+def _check_mean(printed: str | None, accepted: int, steps: int) -> None:
+    if printed is None or not steps:
+        return
+    mean = first_number(printed, "the mean acceptance length")
+    if abs(mean - (1 + accepted / steps)) > half_unit(2):
+        raise ValueError(f"the printed mean acceptance length {mean} is not 1 + accepted / drafts = 1 + {accepted} "
+                         f"/ {steps}")

@@ -1,0 +1,64 @@
+"""What a text that no reader takes looks closest to, which line says so, and what to paste instead.
+
+Engines print figures that carry no counts (means, percentiles, speeds): such a text is refused, and the refusal
+names the output it recognised and the output of the same engine that does carry counts.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .lines import short_lines
+
+
+@dataclass(frozen=True)
+class Near:
+    needles: tuple[str, ...]  # every one on one line
+    name: str
+    why: str  # what the line holds, and why it is not enough
+    paste: str  # what to paste instead
+
+
+NEAR = (
+    Near(("Decode batch", "accept len"), "SGLang 'Decode batch' log lines",
+         "they print 'accept len' (tokens per verify step, bonus included) and 'accept rate' (whose meaning changed "
+         "between releases: sglang#11572) over a logging interval, but no counts of steps or drafts",
+         "the responses' meta_info (spec_verify_ct, spec_num_correct_drafts, ...) or bench_serving's "
+         "'Speculative Decoding' section with Drafts, Draft tokens and Accepted tokens"),
+    Near(("[AR]",), "TensorRT-LLM trtllm-bench 'Acceptance Rate Details'",
+         "'[AR]' there is an acceptance LENGTH (output tokens per decoding iteration, bonus included), given as "
+         "percentiles over requests, with no totals",
+         "the responses with their per-choice speculative_decoding object"),
+    Near(("[AL]",), "TensorRT-LLM trtllm-bench 'Acceptance Length Details'",
+         "percentiles over requests of the acceptance length (bonus included); '[DT]' draft tokens there are the "
+         "configured maximum times the iterations, an upper bound; no totals",
+         "the responses with their per-choice speculative_decoding object"),
+    Near(("Accept length:",), "SGLang bench_serving summary",
+         "'Accept length' is the server's running mean (bonus included), not counts, and not scoped to this run",
+         "a bench_serving build's 'Speculative Decoding' section with Drafts, Draft tokens and Accepted tokens, or "
+         "the responses' meta_info"),
+    Near(("Acceptance length:",), "an acceptance-length summary (SGLang's MT-bench script or bench_serving)",
+         "it prints the mean acceptance length (completion tokens / verify steps) only, no counts",
+         "the responses' meta_info (spec_verify_ct, spec_num_correct_drafts, ...)"),
+    Near(("Generation:", "tokens-per-sec"), "MLX-LM generate's output",
+         "it reports tokens and speed only: mlx_lm prints no drafted or accepted count",
+         "a run with counts from another engine; MLX-LM's output carries none"),
+    Near((" | ", "spec_decode_"), "a Prometheus UI table of vLLM's spec_decode counters",
+         "the rows are 'series | value' as the Prometheus web UI shows them, not the /metrics text format",
+         "the text of the server's /metrics endpoint (curl http://HOST:PORT/metrics), every spec_decode_ counter"),
+    Near(("#gen drafts",), "llama.cpp 'statistics' lines",
+         "they are counters over the server's whole life, per drafter, not one run's",
+         "the server log's per-task 'draft acceptance = ...' lines"),
+)
+
+
+def nearest(text: str) -> str:
+    """'closest to NAME: WHY (line N: LINE). Paste instead: ...', or a message naming the first line."""
+    lines = short_lines(text)
+    for near in NEAR:
+        for n, line in enumerate(lines, 1):
+            if all(needle in line for needle in near.needles):
+                shown = line.strip() if len(line.strip()) <= 120 else line.strip()[:117] + "..."
+                return (f"closest to {near.name}: {near.why} (line {n}: {shown!r}). Paste instead: {near.paste}")
+    first = next((line.strip() for line in lines if line.strip()), "")
+    return (f"no line of a known format, closest to none (the first line: {first[:100]!r}); paste one of the "
+            "formats below")
