@@ -124,3 +124,13 @@ def forbid_model_work(monkeypatch) -> None:
         monkeypatch.setattr(estimate, name, fail)
     monkeypatch.setattr(tree_tab, "tree_lab", fail)
     monkeypatch.setattr(sweep_tab, "iter_sweep", fail)
+
+
+def count_pass_timings(monkeypatch) -> list:
+    """Every ``pilot_cache.pass_now`` call from here on, appended to the list returned: a refusal "at once" makes
+    exactly one (counted, not timed: a loaded host cannot move a count)."""
+    from specviz.labs import pilot_cache
+
+    calls, timed = [], pilot_cache.pass_now
+    monkeypatch.setattr(pilot_cache, "pass_now", lambda *a, **k: calls.append(1) or timed(*a, **k))
+    return calls

@@ -5,7 +5,16 @@ import os
 
 import pytest
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+from transformers import (
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    Phi3Config,
+    Phi3ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
 
 # The device the decoder tests run their models on: SPECVIZ_TEST_DEVICE=cuda (scripts/measure/gpu_check.sh sets it
 # for the library's tests). Models and the prompt fixture go there; hand-built tensors stay on the CPU
@@ -98,3 +107,43 @@ def assert_greedy_speculative_equals_autoregressive(target, draft, ids, k, tree=
     reference = autoregressive_generate(target, ids, cfg).new_tokens
     trace = speculative_generate(target, draft, ids, cfg)
     assert trace.new_tokens == reference and trace.counts().accepted > 0
+
+
+def gqa_llama(seed=0, layers=2, hidden=48, heads=6, kv_heads=2, sharpen=1.0, dtype=torch.float64, tied=False):
+    """A tiny Llama with grouped-query attention (3 query heads per key/value head), as the bundled ones
+    (which also tie the LM head to the embeddings: ``tied``)."""
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=64, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                      num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=512,
+                      bos_token_id=None, eos_token_id=None, pad_token_id=None, tie_word_embeddings=tied)
+    return finish(LlamaForCausalLM(cfg), sharpen).to(dtype)
+
+
+# the families the lean Llama forward covers besides Llama, tiny and random (tests/runtime)
+COMMON = dict(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4,
+              num_key_value_heads=2, max_position_embeddings=256, bos_token_id=None, eos_token_id=None,
+              pad_token_id=None, tie_word_embeddings=False)
+BUILDS = {
+    "qwen3": lambda: Qwen3ForCausalLM(Qwen3Config(**COMMON, head_dim=24)),  # head_dim not hidden / heads
+    "qwen3-bias": lambda: Qwen3ForCausalLM(Qwen3Config(**COMMON, attention_bias=True)),
+    "phi3": lambda: Phi3ForCausalLM(Phi3Config(**COMMON)),
+    "phi3-partial-rotary": lambda: Phi3ForCausalLM(Phi3Config(**COMMON, partial_rotary_factor=0.5)),
+}
+
+
+def tiny(family: str, seed: int = 0, sharpen: float = 1.0):
+    torch.manual_seed(seed)
+    model = BUILDS[family]().eval()
+    with torch.no_grad():  # norms start at one: give them some shape, so a skipped norm shows
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.normal_(1.0, 0.3)
+        model.get_output_embeddings().weight.mul_(sharpen)
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+    return model
+
+
+def reference_logits(model, ids: list[int]) -> torch.Tensor:
+    with torch.no_grad():
+        return model(torch.tensor([ids])).logits[0]

@@ -9,21 +9,13 @@ import pytest
 
 from specviz.app import tree_tab
 from specviz.config import DecodeConfig, TreeConfig
-from specviz.labs import least, pilot_cache
+from specviz.labs import least
 from specviz.labs.sweep import sweep
 from specviz.labs.trees import tree_lab
-from tests.helpers.app import forbid_model_work, handlers, tiny_store
+from tests.helpers.app import count_pass_timings, forbid_model_work, handlers, tiny_store
 from tests.helpers.models import last
 
 pytestmark = pytest.mark.usefixtures("fresh_pilot_cache")
-
-
-def count_pass_timings(monkeypatch) -> list:
-    """Every ``pilot_cache.pass_now`` call from here on, appended to the list returned: a refusal "at once" makes
-    exactly one (counted, not timed: a loaded host cannot move a count)."""
-    calls, timed = [], pilot_cache.pass_now
-    monkeypatch.setattr(pilot_cache, "pass_now", lambda *a, **k: calls.append(1) or timed(*a, **k))
-    return calls
 
 
 def test_a_first_sweep_far_over_the_budget_is_refused_at_once_with_the_most_each_setting_could_be(monkeypatch):

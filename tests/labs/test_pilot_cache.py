@@ -12,10 +12,9 @@ from specviz.app import tree_tab
 from specviz.config import DecodeConfig
 from specviz.labs import estimate as est
 from specviz.labs import least, pilot_cache
-from tests.helpers.app import forbid_model_work, handlers, tiny_store
+from tests.helpers.app import count_pass_timings, forbid_model_work, handlers, tiny_store
 from tests.helpers.clock import VirtualMachine
 from tests.helpers.models import last, perturbed, tiny_gpt2, tiny_llama
-from tests.labs.test_least import count_pass_timings
 
 pytestmark = pytest.mark.usefixtures("fresh_pilot_cache")
 

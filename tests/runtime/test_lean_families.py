@@ -10,35 +10,7 @@ from specviz.drafts.early_exit import early_exit
 from specviz.runtime import lean_llama
 from specviz.runtime.lean_families import refusal
 from specviz.runtime.lm import CachedLM
-from tests.helpers.models import reference_greedy
-
-COMMON = dict(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4,
-              num_key_value_heads=2, max_position_embeddings=256, bos_token_id=None, eos_token_id=None,
-              pad_token_id=None, tie_word_embeddings=False)
-BUILDS = {
-    "qwen3": lambda: Qwen3ForCausalLM(Qwen3Config(**COMMON, head_dim=24)),  # head_dim not hidden / heads
-    "qwen3-bias": lambda: Qwen3ForCausalLM(Qwen3Config(**COMMON, attention_bias=True)),
-    "phi3": lambda: Phi3ForCausalLM(Phi3Config(**COMMON)),
-    "phi3-partial-rotary": lambda: Phi3ForCausalLM(Phi3Config(**COMMON, partial_rotary_factor=0.5)),
-}
-
-
-def tiny(family: str, seed: int = 0, sharpen: float = 1.0):
-    torch.manual_seed(seed)
-    model = BUILDS[family]().eval()
-    with torch.no_grad():  # norms start at one: give them some shape, so a skipped norm shows
-        for name, p in model.named_parameters():
-            if "norm" in name:
-                p.normal_(1.0, 0.3)
-        model.get_output_embeddings().weight.mul_(sharpen)
-    model.generation_config.eos_token_id = None
-    model.generation_config.pad_token_id = 0
-    return model
-
-
-def reference_logits(model, ids: list[int]) -> torch.Tensor:
-    with torch.no_grad():
-        return model(torch.tensor([ids])).logits[0]
+from tests.helpers.models import BUILDS, COMMON, reference_greedy, reference_logits, tiny
 
 
 @pytest.mark.parametrize("family", list(BUILDS))

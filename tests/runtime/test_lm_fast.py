@@ -14,6 +14,7 @@ from tests.helpers.models import (
     DEVICE,
     assert_greedy_speculative_equals_autoregressive,
     finish,
+    gqa_llama,
     perturbed,
     reference_greedy,
     tiny_gpt2,
@@ -21,16 +22,6 @@ from tests.helpers.models import (
 )
 
 FAST = ["static", "lean"]
-
-
-def gqa_llama(seed=0, layers=2, hidden=48, heads=6, kv_heads=2, sharpen=1.0, dtype=torch.float64, tied=False):
-    """A tiny Llama with grouped-query attention (3 query heads per key/value head), as the bundled ones
-    (which also tie the LM head to the embeddings: ``tied``)."""
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=64, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-                      num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=512,
-                      bos_token_id=None, eos_token_id=None, pad_token_id=None, tie_word_embeddings=tied)
-    return finish(LlamaForCausalLM(cfg), sharpen).to(dtype)
 
 
 MODELS = {"mha-f64": lambda: tiny_llama(seed=2), "gqa-f64": gqa_llama,

@@ -11,9 +11,7 @@ from specviz.runtime import lean_llama, native
 from specviz.runtime import threads as thread_policy
 from specviz.runtime.lm import CachedLM
 from specviz.runtime.native import library
-from tests.helpers.models import reference_greedy
-from tests.runtime.test_lean_families import reference_logits, tiny
-from tests.runtime.test_lm_fast import gqa_llama
+from tests.helpers.models import gqa_llama, reference_greedy, reference_logits, tiny
 
 pytestmark = pytest.mark.skipif(native.unavailable() is not None, reason=f"{native.unavailable()}")
 

@@ -7,8 +7,7 @@ import pytest
 import torch
 
 from specviz.runtime import lean_llama, native, packed_linear
-from tests.helpers.models import assert_greedy_speculative_equals_autoregressive, perturbed
-from tests.runtime.test_lm_fast import gqa_llama
+from tests.helpers.models import assert_greedy_speculative_equals_autoregressive, gqa_llama, perturbed
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch has no oneDNN")
 

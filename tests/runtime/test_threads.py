@@ -8,7 +8,7 @@ from specviz import DecodeConfig, autoregressive_generate, speculative_generate
 from specviz.runtime import native, threads
 from specviz.runtime.native import ops, stack
 from specviz.runtime.threads import INTERVAL, Cores, Policy, Timings, allowed_most, choose, free_cores
-from tests.runtime.test_lm_fast import gqa_llama
+from tests.helpers.models import gqa_llama
 
 
 def timed(**fastest_ms) -> Timings:
