@@ -18,9 +18,10 @@ import re
 
 from .lines import count, counted, failed_at, marked_lines, numbers, short_lines
 from .rounding import checked_rates, half_unit, recover_steps
-from .run import EngineRun, total
+from .run import MAX_K, EngineRun, total
 
-SERVER, SUMMARY = "llama.cpp server log", "llama-speculative summary"
+SERVER, SUMMARY, ROUNDS = "llama.cpp server log", "llama-speculative summary", "llama.cpp per-round log"
+ROUND_MARKER = "| accepted "  # "slot update_slots: id  3 | task 0 | accepted 3/4 draft tokens, new n_tokens = 702"
 SERVER_MARKERS = ("draft acceptance = ", "draft acceptance rate = ")
 ACCEPTANCE = re.compile(r"draft acceptance(?: rate)? = ([\d.]+) \(\s*(\d+) accepted /\s*(\d+) generated\)"
                         r"(?:, mean (?:len|acceptance length) =\s*([\d.]+))?")
@@ -34,6 +35,39 @@ SUMMARY_VALUE = re.compile(r"\s+([-\d.]+)%?\s*")  # after the '=' of "n_accept  
 
 def is_server_log(text: str) -> bool:
     return bool(marked_lines(text, SERVER_MARKERS))
+
+
+def is_round_log(text: str) -> bool:
+    """llama-server -v's per-round lines, without the per-task acceptance line (which would be read instead)."""
+    return bool(marked_lines(text, (ROUND_MARKER,))) and not is_server_log(text)
+
+
+def parse_round_log(text: str, check=None) -> EngineRun:
+    """One verify step a line: 'accepted N/M draft tokens' (N accepted of M drafted; before llama.cpp #18211 M is
+    always printed 0, the drafted count cleared before the line: then drafted is unknown)."""
+    rounds = []
+    for n, line, body in marked_lines(text, (ROUND_MARKER,)):
+        if check is not None:
+            check()
+        accepted, slash, drafted = body.split(" ", 1)[0].partition("/")
+        try:
+            a, d = count(accepted, "accepted"), count(drafted, "drafted") if slash else None
+            if a > MAX_K or (d is not None and d > MAX_K) or (d and a > d):
+                raise ValueError(f"accepted {a} of {d} drafts: a round drafts at most {MAX_K} and accepts at most "
+                                 "what it drafted")
+        except ValueError as error:
+            raise failed_at(n, line, error) from error
+        rounds.append((a, d))
+    buggy = any(d == 0 and a > 0 for a, d in rounds)
+    histogram = [0] * (max(a for a, _ in rounds) + 1)
+    for a, _ in rounds:
+        histogram[a] += 1
+    notes = [f"{counted(len(rounds), 'verify round')}, one a line ('accepted N/M draft tokens')"]
+    if buggy:
+        notes.append("the lines print 'accepted N/0': a build before llama.cpp #18211, which cleared the drafted "
+                     "count before logging it; drafted is unknown")
+    return EngineRun(source=ROUNDS, accepted=sum(a for a, _ in rounds), steps=len(rounds), histogram=histogram,
+                     drafted=None if buggy else sum(d or 0 for _, d in rounds), notes=tuple(notes))
 
 
 def is_summary(text: str) -> bool:
@@ -77,7 +111,28 @@ def parse_server_log(text: str, check=None) -> EngineRun:
             runs.append(_task_run(found, [(j - i, lines[j]) for j in near]))
         except ValueError as error:
             raise failed_at(i + 1, line.strip(), error) from error
-    return total(runs, SERVER).with_notes(counted(len(runs), "finished task") + " summed")
+    return total(runs, SERVER).with_notes(counted(len(runs), "finished task") + " summed", *statistics_notes(lines))
+
+
+def statistics_notes(lines) -> list[str]:
+    """The last 'statistics NAME: ..., #gen drafts = N, ...' line of each drafter, as notes: those counters run over
+    the server's whole life and per drafter, so they are never added to the per-task counts."""
+    last: dict[str, dict[str, str]] = {}
+    for line in lines:
+        at = line.find("statistics ")
+        if at < 0 or "#gen drafts = " not in line:
+            continue
+        name, _, body = line[at + len("statistics "):].partition(":")
+        fields = {}
+        for part in body.split(", "):
+            key, sep, value = part.partition(" = ")
+            if sep:
+                fields[key.strip()] = value.split()[0] if value.split() else ""
+        last[name.strip()] = fields
+    return [f"statistics {name} (cumulative over the server's life, not added to the tasks): #gen drafts = "
+            f"{f.get('#gen drafts')} verify steps that drafted, #gen tokens = {f.get('#gen tokens')} drafted, "
+            f"#acc tokens = {f.get('#acc tokens')} accepted" for name, f in last.items()
+            if f.get("#gen drafts") not in (None, "0")]
 
 
 def _task_run(found, near: list[tuple[int, str]]) -> EngineRun:

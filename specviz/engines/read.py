@@ -25,6 +25,7 @@ FORMATS = (
     "TensorRT-LLM responses with a per-choice speculative_decoding object",
     "llama.cpp server responses with timings.draft_n / draft_n_accepted",
     "llama.cpp server logs ('draft acceptance = ... (N accepted / M generated), mean len = ...')",
+    "llama-server -v per-round lines ('accepted N/M draft tokens, new n_tokens = ...')",
     "llama-speculative(-simple) summaries (n_draft, n_predict, n_drafted, n_accept)",
     "vLLM's spec_decode.py example summary (num_drafts, num_draft_tokens, num_accepted_tokens, ...)",
     "vllm bench serve / SGLang bench_serving 'Speculative Decoding' sections (Drafts, Draft tokens, Accepted tokens)",
@@ -34,6 +35,7 @@ JSON_KINDS = (vllm_requests, trtllm, sglang, llamacpp_json)  # each: carries(obj
 LOG_KINDS = (("vllm log", lambda t: bool(vllm_log.vllm_lines(t)), vllm_log.parse),
              ("llama.cpp server log", llamacpp_log.is_server_log, llamacpp_log.parse_server_log),
              ("llama-speculative summary", llamacpp_log.is_summary, llamacpp_log.parse_summary),
+             ("llama.cpp per-round log", llamacpp_log.is_round_log, llamacpp_log.parse_round_log),
              ("vLLM spec_decode.py summary", bench_summary.is_example, bench_summary.parse_example),
              ("bench serve summary", bench_summary.is_bench, bench_summary.parse_bench))
 

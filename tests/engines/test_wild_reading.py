@@ -41,6 +41,8 @@ MEANS = ("Mean acceptance length", "mean len", "mean acceptance length", "mean_a
 RATES = ("Draft acceptance rate", "Avg Draft acceptance rate", "draft acceptance", "draft acceptance rate", "accept",
          "Acceptance rate (%)", "draft_acceptance_rate", "spec_accept_rate")
 HISTOGRAMS = ("acceptance_histogram", "spec_correct_drafts_histogram")
+POSITIONS = ("Per-position acceptance rate", "acceptance rate per position")  # accepted at i / steps, per line
+STATISTICS = ("#gen drafts", "#gen tokens", "#acc tokens")  # llama.cpp's cumulative counters: stated apart
 
 
 def as_list(value) -> list:
@@ -95,12 +97,32 @@ def wrong_figures(entry, run) -> list[str]:
         values = as_list(figures.get(name, []))
         for part, value in zip(parts if len(values) == len(parts) else [run] * len(values), values):
             wrong += _off(f"{name} {value}", part, "acceptance rate", f"{value}%" if "(%)" in name else value)
+    wrong += _positions_off(figures, parts)
+    notes = " ".join(run.notes)
+    for name in STATISTICS:
+        if name in figures and f"{name} = {as_list(figures[name])[-1]} " not in notes:
+            wrong.append(f"{name}: the last value {as_list(figures[name])[-1]} is not stated apart in the notes")
     for name in HISTOGRAMS:
         if name in figures:
             h = figures[name]
             dense = [h.get(str(j), 0) for j in range(max(map(int, h)) + 1)] if isinstance(h, dict) else h
             if tuple(dense) != tuple(run.histogram or ())[: len(dense)] or any((run.histogram or ())[len(dense):]):
                 wrong.append(f"{name}: read {run.histogram}, the source says {h}")
+    return wrong
+
+
+def _positions_off(figures, parts) -> list[str]:
+    """Each interval's per-position counts over its steps print as the source's rates (where they were recovered)."""
+    printed_rates = next((as_list(figures[name]) for name in POSITIONS if name in figures), [])
+    if len(printed_rates) != sum(part.k or 0 for part in parts):
+        return []  # the manifest lists a line's rates once where lines repeat them: nothing to pair
+    wrong, at = [], 0
+    for part in parts:
+        k = part.k or 0
+        for i, a_i in enumerate(part.accepted_per_pos or ()):
+            if abs(a_i / part.steps - printed_rates[at + i]) > 0.0005 + 1e-9:
+                wrong.append(f"position {i}: read {a_i} / {part.steps}, the source says {printed_rates[at + i]}")
+        at += k
     return wrong
 
 
