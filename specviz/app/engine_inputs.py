@@ -145,9 +145,9 @@ def typed_temperatures(runs: list[EngineRun], text: str) -> list[EngineRun]:
 
 
 def typed_k(runs: list[EngineRun], k) -> list[EngineRun]:
-    """``k`` (None or blank: none typed) filled in where a run does not print its k, saying so; a run that prints its
+    """``k`` (None, blank or 0: none typed) filled in where a run does not print its k, saying so; a run that prints its
     own k keeps it (it is what the engine ran), and where the typed k differs the run says the typed one was ignored."""
-    if k is None or str(k).strip() == "":
+    if k is None or str(k).strip() in ("", "0", "0.0"):  # the field's empty value: an empty Number sends 0
         return runs
     k = check_k(as_int(k, "k"), "the k typed")
     return [replace(run, k=k).with_notes(f"k = {k} as typed (the input does not print it)") if run.k is None

@@ -155,7 +155,7 @@ def build(store: ModelStore) -> None:
     with gr.Row():
         grouping = gr.Radio(list(inputs.GROUPINGS), value=inputs.ONE_RUN, label="Several inputs are")
         temperatures = gr.Textbox("", label="Temperatures where the format does not say (one, or one per run)")
-        engine_k = gr.Number(None, precision=0, minimum=1, label="k where the input does not print it",
+        engine_k = gr.Number(0, precision=0, minimum=0, maximum=64, label="k where the input does not print it (0: none)",
                              info="a k the input prints wins: this one is then ignored, and the run says so",
                              elem_id="engine-k")
     cost = _cost_inputs(store)

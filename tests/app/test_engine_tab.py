@@ -189,9 +189,10 @@ def test_a_typed_k_fills_in_a_log_without_one_and_a_printed_k_wins():
     assert same == printed and ei.typed_k([silent], None) == [silent] and ei.typed_k([silent], "") == [silent]
     with pytest.raises(ValueError, match=r"drafted \(1823\) exceeds steps x k = 315 x 5"):
         ei.typed_k([silent], 5)  # the log's own counts say a step drafted more than 5
-    for bad in (0, 2.5, 65):
+    for bad in (-1, 2.5, 65):
         with pytest.raises(ValueError, match="k"):
             ei.typed_k([silent], bad)
+    assert ei.typed_k([silent], 0)[0].k is None  # 0 is the field's empty value: none typed
 
 
 @pytest.mark.slow
