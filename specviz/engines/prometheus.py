@@ -31,8 +31,34 @@ EXTRAS = {"vllm:generation_tokens": "emitted", "vllm:request_success": "requests
 MODEL_LABELS = ("model_name", "model")
 
 
+UI_SEPARATOR = " | "  # Prometheus's web UI table, copied: "series{labels} | value", a "-- | --" rule under the head
+
+
+def is_ui_table(text: str) -> bool:
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return UI_SEPARATOR in first and "spec_decode_num_" in first.split("{", 1)[0]
+
+
+def from_ui_table(text: str) -> str:
+    """The table as text exposition: 'series value' a line under a '# TYPE NAME counter' line for each counter, the
+    rule lines and the '_created' rows (timestamps the Prometheus server adds, not counts) dropped."""
+    out, typed = [], set()
+    for line in text.splitlines():
+        series, sep, value = line.strip().rpartition(UI_SEPARATOR)
+        name = series.split("{", 1)[0].strip()
+        if not sep or not name.strip("- ") or name.endswith("_created"):
+            continue
+        if name not in typed:
+            typed.add(name)
+            out.append(f"# TYPE {name} counter")
+        out.append(f"{series.strip()} {value.strip()}")
+    return "\n".join(out) + "\n"
+
+
 def is_scrape(text: str) -> bool:
-    """A "# HELP" or "# TYPE" line, or a first line that is a spec_decode_num_ sample."""
+    """A "# HELP" or "# TYPE" line, or a first line that is a spec_decode_num_ sample, or a web UI table of them."""
+    if is_ui_table(text):
+        return True
     first = None
     for line in text.splitlines():
         line = line.strip()
@@ -110,7 +136,8 @@ def _add(counts: dict, field: str, sample) -> None:
 def parse(texts, model: str | None = None, check=None) -> EngineRun:
     """The counts of one scrape (since the server started), or between the first and last of several; ``check()``
     before each scrape (a request's budget)."""
-    scrapes = [chunk for text in texts for chunk in split_scrapes(text)]
+    ui = any(is_ui_table(text) for text in texts)
+    scrapes = [chunk for text in texts for chunk in split_scrapes(from_ui_table(text) if is_ui_table(text) else text)]
     counts = []
     for i, chunk in enumerate(scrapes, 1):
         if check is not None:
@@ -126,7 +153,8 @@ def parse(texts, model: str | None = None, check=None) -> EngineRun:
                          f"another model): accepted names end in {', '.join(COUNTERS)}")
     runs = [counts_run(v, chosen) for v in values]
     if len(runs) == 1:
-        return runs[0].with_notes("one scrape: counts since the server started")
+        return runs[0].with_notes("one scrape: counts since the server started", "read from a copy of Prometheus's "
+                                  "web UI table (series | value); counters summed over engines" if ui else "")
     series = tuple(difference(b, a, i + 1) for i, (a, b) in enumerate(zip(runs, runs[1:]))) if len(runs) > 2 else ()
     return difference(runs[-1], runs[0], 0, series).with_notes(
         f"{len(runs)} scrapes: counts between the first and the last" + ("; the series holds each interval"

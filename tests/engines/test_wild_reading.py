@@ -175,3 +175,19 @@ def test_the_checks_can_fail():
     assert wrong_figures(entry, other)
     v0_taken_as_v1 = dict(entry, figures={k: v for k, v in entry["figures"].items() if "emitted" not in k})
     assert wrong_figures(v0_taken_as_v1, read_engine_run(WILD / entry["file"]))  # 8547 is not the accepted prefix
+
+
+def test_a_prometheus_ui_table_is_read_summed_over_engines():
+    """The excerpt keeps only the num_drafts rows (refused: no accepted counter); with the accepted and draft-token
+    rows the thread cut, in the same 'series | value' shape, it reads as the sum over its 8 engines."""
+    entry = next(e for e in COUNTED if e["file"] == "vllm-prometheus-query-dp-engines-1.txt")
+    text = (WILD / entry["file"]).read_text()
+    with pytest.raises(ValueError, match="without spec_decode_num_accepted_tokens"):
+        read_engine_run(text)
+    rows = [line for line in text.splitlines() if "num_drafts_total" in line]
+    drafted = [line.replace("num_drafts_total", "num_draft_tokens_total").replace(" | ", " | 1") for line in rows]
+    accepted = [line.replace("num_drafts_total", "num_accepted_tokens_total") for line in rows]
+    run = read_engine_run("\n".join([text] + drafted + accepted))
+    drafts = entry["figures"]["vllm:spec_decode_num_drafts_total"]
+    assert run.steps == sum(drafts) == 188 and run.accepted == 188  # the _created row is a timestamp, not counted
+    assert run.drafted == sum(int(f"1{d}") for d in drafts)
