@@ -79,6 +79,22 @@ CASES = {  # name: (reader, text of about n characters)
                                   + "1\n"),
     "JSON lines with long texts": (read, lambda n: lines(n, REQUEST % (0, run_of("a:b/c=d ", 4000)))),
     "JSON nested deeply": (read, lambda n: "[" * n),
+    "vLLM lines without their prefix, ', ' runs": (read, lambda n: lines(n, "Mean acceptance length: 2.00, Accepted: 1 "
+                                                                      "tokens, Drafted: 2 tokens, Pad: "
+                                                                      + run_of(", Accepted: ", 3900))),
+    "per-round lines, '| accepted ' runs": (read, lambda n: lines(n, "slot update_slots: id  3 | task 0 "
+                                                                + run_of("| accepted 1/", 4000))),
+    "statistics lines, ', ' and ' = ' runs": (read, lambda n: lines(n, "statistics d: #gen drafts = 1, "
+                                                                  + run_of(", #a = ", 3900), every=9,
+                                                                  marked=SERVER_LINE)),
+    "bench summary, ':' runs": (read, lambda n: lines(n, "Pad" + run_of(": ", 4000)) + "\nDrafts: 1\n"
+                                "Draft tokens: 2\nAccepted tokens: 1\n"),
+    "Prometheus web UI table, ' | ' runs": (read, lambda n: "vllm:spec_decode_num_drafts_total{e=\"0\"} | 1\n"
+                                            + lines(n, run_of(" | ", 4000))),
+    "a paste with placeholders, one long response": (read, lambda n: '{"choices": [ ... ], "metrics": '
+                                                     '{"speculative_decoding": {"num_spec_steps": 1, "pad": "'
+                                                     + "x" * n + '"}}'),
+    "log lines that start like JSON lists": (read, lambda n: lines(n, "[12345] " + run_of("[x] ", 4000))),
     "llama-bench table, wide cells": (bench, lambda n: BENCH_HEAD + lines(
         n, "| m 1B | 1 GiB | 1 B | CPU | 2 | pp4 | 10.0 ± 1.0 | " + run_of("-: ", 900) + " |")),
     "llama-bench CSV, one huge field": (bench, lambda n: 'model_type,n_prompt,n_gen,avg_ts\n"' + "x" * n + '",1,0,1\n'),
