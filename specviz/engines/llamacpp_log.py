@@ -148,7 +148,8 @@ def _task_run(found, near: list[tuple[int, str]]) -> EngineRun:
     notes = []
     if found.group(4) is not None:
         got = recover_steps(accepted, float(found.group(4)), 2, rates, drafted)
-        steps, per_pos, notes = got.steps, got.accepted_per_pos, [got.note]
+        steps, per_pos, notes = got.steps, got.accepted_per_pos, [got.note, "mean = 1 + accepted / verify steps "
+                                                                   "(llama.cpp #24536); 'generated' = drafted tokens"]
     else:
         notes.append("an older build's line: no mean length, so no steps")
     return EngineRun(source=SERVER, drafted=drafted, accepted=accepted, steps=steps, emitted=emitted, requests=1,

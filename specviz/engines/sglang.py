@@ -68,7 +68,8 @@ def request_run(meta: dict) -> EngineRun:
         # proposed = verify_ct x (num_draft_tokens - 1), by construction in the source; k bounded before padding
         k = check_k(drafted // steps, "k = proposed / verify steps")
         notes.append(f"k = proposed / verify steps = {drafted} / {steps} (SGLang proposes num_draft_tokens - 1 "
-                     "per step)")
+                     "per step); proposed is that width times the steps, an upper bound on what an adaptive or "
+                     "ragged drafter drafted (sglang#34814)")
     _check_length(meta, steps)
     per_pos = survival(histogram) if histogram is not None else None
     if per_pos is not None and k is not None:

@@ -170,7 +170,7 @@ def _v0_totals(fields) -> EngineRun:
     _check_efficiency(fields, emitted, steps, k)
     return EngineRun(source=SOURCE + " (V0 engine)", drafted=drafted, steps=steps, k=k, accepted=emitted - steps,
                      emitted=emitted, notes=(
-                         f"V0 semantics (the line prints 'Number of emitted tokens' and 'System efficiency'): "
+                         f"V0 semantics (the line prints 'Number of emitted tokens', which only V0 does): "
                          f"steps = draft tokens / k = {drafted} / {k}; accepted = emitted - steps = {emitted} - "
                          f"{steps} = {emitted - steps} (the accepted prefix); the printed accepted count "
                          f"{matched} counts every matching draft, also after the first rejection (vllm#9565)",))
