@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .lines import short_lines
+from .lines import counted, short_lines
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,37 @@ def nearest(text: str) -> str:
         for n, line in enumerate(lines, 1):
             if all(needle in line for needle in near.needles):
                 shown = line.strip() if len(line.strip()) <= 120 else line.strip()[:117] + "..."
-                return (f"closest to {near.name}: {near.why} (line {n}: {shown!r}). Paste instead: {near.paste}")
+                seen = decode_batch_means(lines) if near is NEAR[0] else ""
+                return (f"closest to {near.name}: {near.why}{seen} (line {n}: {shown!r}). Paste instead: "
+                        f"{near.paste}")
     first = next((line.strip() for line in lines if line.strip()), "")
     return (f"no line of a known format, closest to none (the first line: {first[:100]!r}); paste one of the "
             "formats below")
+
+
+def decode_batch_means(lines) -> str:
+    """What SGLang's Decode batch lines do say: their 'accept len' range and the most '#running-req' (the load)."""
+    lengths, running = [], []
+    for line in lines:
+        if "Decode batch" not in line:
+            continue
+        for part in line.split(", "):
+            name, sep, value = part.rpartition(": ")
+            if sep and name.endswith("accept len"):
+                lengths.append(_number(value))
+            elif sep and name.endswith("#running-req"):
+                running.append(_number(value))
+    lengths = [x for x in lengths if x is not None]
+    running = [x for x in running if x is not None]
+    if not lengths:
+        return ""
+    spread = f"{min(lengths):.2f}" + (f" to {max(lengths):.2f}" if max(lengths) > min(lengths) else "")
+    return (f"; here {counted(len(lengths), 'line')} with accept len {spread}"
+            + (f" at up to {max(running):.0f} running requests" if running else ""))
+
+
+def _number(value: str) -> float | None:
+    try:
+        return float(value.strip().rstrip(","))
+    except ValueError:
+        return None

@@ -191,3 +191,16 @@ def test_a_prometheus_ui_table_is_read_summed_over_engines():
     drafts = entry["figures"]["vllm:spec_decode_num_drafts_total"]
     assert run.steps == sum(drafts) == 188 and run.accepted == 188  # the _created row is a timestamp, not counted
     assert run.drafted == sum(int(f"1{d}") for d in drafts)
+
+
+@pytest.mark.parametrize("name", [e["file"] for e in UNCOUNTED if "decode-batch" in e["file"]])
+def test_sglang_decode_batch_lines_are_refused_with_what_they_do_say(name):
+    """Log lines, not truncated JSON: the refusal states their accept len range (bonus included) and the load."""
+    entry = next(e for e in UNCOUNTED if e["file"] == name)
+    lengths = as_list(entry["figures"]["accept len"])
+    with pytest.raises(ValueError) as refused:
+        read_engine_run(WILD / name)
+    message = str(refused.value).splitlines()[0]
+    assert "JSON" not in message and "closest to SGLang 'Decode batch' log lines" in message
+    spread = f"{min(lengths):.2f}" + (f" to {max(lengths):.2f}" if max(lengths) > min(lengths) else "")
+    assert f"with accept len {spread}" in message, message
