@@ -110,15 +110,19 @@ def test_download_folders_are_swept_by_age(tmp_path):
     (lambda h: last(h.run_distill("tiny-target", "tiny", 30, True, 10, {})), "this training"),
 ])
 def test_over_budget_requests_are_refused_at_once(store, monkeypatch, call, what):
-    """With a small per-request budget every long action says its estimate and what to reduce, within a second."""
+    """With a small per-request budget every long action says its estimate and what to reduce, before doing the work:
+    the refusal takes less time than the work it states, both measured here and now (a ratio in one run: a loaded
+    host slows both)."""
+    import re
     import time
 
     monkeypatch.setenv("SPECVIZ_MAX_REQUEST_S", "0.05")
     t0 = time.perf_counter()
     with pytest.raises(gr.Error, match=rf"{what} would take (about|at least) [\d.]+ s.*; this server runs at most "
-                                       r"0.05 s per request \(SPECVIZ_MAX_REQUEST_S\): "):
+                                       r"0.05 s per request \(SPECVIZ_MAX_REQUEST_S\): ") as refused:
         call(handlers(store))
-    assert time.perf_counter() - t0 < 1.5
+    stated = float(re.search(r"would take (?:about|at least) ([\d.]+) s", str(refused.value)).group(1))
+    assert time.perf_counter() - t0 < stated
 
 
 def test_link_parameters_are_checked_like_the_form():
