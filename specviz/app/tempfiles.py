@@ -46,29 +46,26 @@ def sweep(root: Path, max_age_s: float) -> int:
     return gone
 
 
-def folder_bytes(root: Path) -> int:
-    """The bytes of every file under root (a file that goes meanwhile counts nothing)."""
-    total = 0
-    for folder, _, names in os.walk(root):
-        for name in names:
-            try:
-                total += os.stat(os.path.join(folder, name)).st_size
-            except OSError:
-                continue
-    return total
-
-
-def cap_size(root: Path, limit: int) -> int:
-    """Delete the root's oldest files (by modification time) until the rest take at most ``limit`` bytes, and the
-    folders they leave empty; returns how many files went."""
-    files = []
+def _files(root: Path):
+    """(modification time, bytes, path) of every file under root (a file that goes meanwhile is left out)."""
     for folder, _, names in os.walk(root):
         for name in names:
             try:
                 st = os.stat(os.path.join(folder, name))
             except OSError:
                 continue
-            files.append((st.st_mtime, st.st_size, os.path.join(folder, name)))
+            yield st.st_mtime, st.st_size, os.path.join(folder, name)
+
+
+def folder_bytes(root: Path) -> int:
+    """The bytes of every file under root."""
+    return sum(size for _, size, _ in _files(root))
+
+
+def cap_size(root: Path, limit: int) -> int:
+    """Delete the root's oldest files (by modification time) until the rest take at most ``limit`` bytes, and the
+    folders they leave empty; returns how many files went."""
+    files = list(_files(root))
     total, gone = sum(size for _, size, _ in files), 0
     for _, size, path in sorted(files):
         if total <= limit:

@@ -30,11 +30,8 @@ def private_folder(folder: Path) -> Path:
 
 
 def digest(path: Path) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _sidecar(path: Path) -> Path:

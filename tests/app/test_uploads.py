@@ -2,30 +2,19 @@
 a body is cut off past its bound however it arrives (with a length or chunked), the upload folder stays under its cap
 by refusing new uploads (never by deleting a pending one), gradio's deep_link route is closed, and an imported
 trace's upload is deleted once read. The server here has an upload folder of its own (GRADIO_TEMP_DIR)."""
-import contextlib
 import os
 from pathlib import Path
 
 import pytest
 
 from specviz.app import build_demo
+from specviz.app.tempfiles import folder_bytes
 from tests.helpers.app import serve, tiny_store
 from tests.helpers.http import fn_index, join, session, stream, until, upload
 from tests.helpers.traces import sample_trace
 
 pytestmark = pytest.mark.slow
 FOUR_MB = os.urandom(4 * 10**6)
-
-
-def folder_bytes(folder: Path) -> int:
-    """Bytes of the files under folder, counted while the server may be removing some (a file or its folder
-    gone between the listing and the stat counts nothing)."""
-    total = 0
-    for root, _, files in os.walk(folder):  # os.walk skips a folder removed under it (rglob raised)
-        for name in files:
-            with contextlib.suppress(FileNotFoundError):
-                total += os.stat(os.path.join(root, name)).st_size
-    return total
 
 
 @pytest.fixture(scope="module")
