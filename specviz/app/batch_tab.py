@@ -58,7 +58,8 @@ def run_batch(store: ModelStore, target, draft, prompts_text, k, temperature, to
 
 def run_bench(store: ModelStore, target, draft, prompts_text, k):
     """(status, chart, table): batched speculative vs autoregressive tokens/s at batch sizes 1, 2, 4, refused at
-    once when its rows (a warm-up and each size, both methods) at this model's pace would overrun the budget."""
+    once when its rows (a warm-up and each size, both methods) at this model's pace would overrun the budget, and
+    checked before each measurement (stopped there once past the budget or once its visitor has left)."""
     budget = Budget()
     cfg = replace(make_config(k, "fixed", 0.0, 0, 1.0, BENCH_TOKENS, 0), record=False)  # k checked as the forms do
     model, tok = store.target(target)
@@ -67,7 +68,8 @@ def run_bench(store: ModelStore, target, draft, prompts_text, k):
     budget.refuse_over(rows * BENCH_TOKENS * token_seconds(model, prompts[0], cfg), "this benchmark",
                        "a smaller model")
     start = time.perf_counter()
-    frame = run_batch_bench(model, store.pair(target, draft)[2], prompts, cfg, sizes=BENCH_SIZES, repeats=1)
+    frame = run_batch_bench(model, store.pair(target, draft)[2], prompts, cfg, sizes=BENCH_SIZES, repeats=1,
+                            check=budget.check)
     status = (f"**Done in {time.perf_counter() - start:.1f} s**: greedy, k = {cfg.k}, {BENCH_TOKENS} tokens per "
               f"row, batch sizes {', '.join(map(str, BENCH_SIZES))} (your prompts cycled to fill a batch), one "
               "repeat, methods interleaved. Small scale: expect noise.")

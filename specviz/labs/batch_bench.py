@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import copy
 import time
+from collections.abc import Callable
 
 import pandas as pd
 import torch
@@ -50,17 +51,23 @@ def batch_of(prompts: list[torch.Tensor], size: int) -> list[torch.Tensor]:
 
 
 @torch.inference_mode()
-def run_batch_bench(target, draft, prompts, cfg: DecodeConfig, sizes=(1, 2, 4, 8), repeats: int = 2) -> pd.DataFrame:
-    """The batch frame: one row per (batch size, method) with total tokens, seconds and tokens/s."""
+def run_batch_bench(target, draft, prompts, cfg: DecodeConfig, sizes=(1, 2, 4, 8), repeats: int = 2,
+                    check: Callable[[], None] | None = None) -> pd.DataFrame:
+    """The batch frame: one row per (batch size, method) with total tokens, seconds and tokens/s. ``check()`` runs
+    before every measurement (each warm-up and each timed batch, outside its timing): a caller's budget or its
+    visitor's leaving stops the benchmark there by raising."""
+    check = check or (lambda: None)
     fns = {"speculative": lambda ids: speculative_generate_batch(target, draft, ids, cfg),
            "autoregressive": lambda ids: autoregressive_generate_batch(target, ids, cfg)}
     for fn in fns.values():  # warm-up: first calls allocate
+        check()
         fn(batch_of(prompts, 2))
     totals = {(size, name): [Counts(), 0.0] for size in sizes for name in fns}  # what the runs did, wall seconds
     for rep in range(repeats):
         for i, size in enumerate(sizes):
             names = list(fns) if (rep + i) % 2 == 0 else list(fns)[::-1]
             for name in names:
+                check()
                 t0 = time.perf_counter()
                 traces = fns[name](batch_of(prompts, size))
                 totals[size, name][1] += time.perf_counter() - t0

@@ -272,6 +272,26 @@ def test_a_batch_run_is_checked_between_rounds(store, monkeypatch):
     assert len(checks) == 3
 
 
+def test_the_batch_benchmark_is_checked_between_measurements(store, monkeypatch):
+    """Batch's benchmark once ran 244 s while another visitor's lab waited 234 s: now each measurement starts with
+    the request budget's check, which also stops it once its visitor has left."""
+    from specviz.app import batch_tab
+    from specviz.app.budget import Budget
+
+    checks = []
+
+    class Stopping(Budget):
+        def check(self):
+            checks.append(self.elapsed)
+            if len(checks) == 3:
+                raise ValueError("stopped at the third measurement")
+
+    monkeypatch.setattr(batch_tab, "Budget", Stopping)
+    with pytest.raises(gr.Error, match="stopped at the third measurement"):
+        handlers(store).run_bench("tiny-target", "tiny", "ROMEO:", 2)
+    assert len(checks) == 3
+
+
 @pytest.mark.parametrize("call, message", [
     (lambda h: h.run_bench("tiny-target", "tiny", "ROMEO:", 100), r"k must lie in \[1, 16\]"),
     (lambda h: h.run_bench("tiny-target", "tiny", "ROMEO:", "abc"), "k must be a whole number, got 'abc'"),

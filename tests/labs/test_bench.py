@@ -176,3 +176,32 @@ def test_bench_measures_the_plain_matmul_path_beside_the_packed_one(prompt):
     assert tallies["ours-spec-plain"].tokens == tallies["ours-spec"].tokens // 2 == 8
     assert packed_linear.enabled()  # switched back on after the plain runs
     assert "packed matmuls (ours-norecord) vs plain (ours-spec-plain)" in report(tallies)
+
+
+# -- the batch benchmark: checked between measurements ------------------------------------------------------------
+def test_the_batch_benchmark_checks_before_every_measurement_and_stops_where_the_check_raises(prompt, monkeypatch):
+    """A caller's budget (or its visitor's leaving) stops the benchmark between measurements: 2 warm-ups and
+    2 methods x 3 sizes checked, and once a check raises no further batch runs."""
+    from specviz.labs import batch_bench
+
+    target = tiny_llama(seed=3, sharpen=30)
+    cfg = DecodeConfig(k=2, temperature=0, max_new_tokens=3, record=False)
+    batches, checks = [], []
+    for name in ("speculative_generate_batch", "autoregressive_generate_batch"):
+        real = getattr(batch_bench, name)
+        monkeypatch.setattr(batch_bench, name, lambda *a, real=real, **k: batches.append(1) or real(*a, **k))
+    frame = batch_bench.run_batch_bench(target, perturbed(target, 0.3), [prompt], cfg, sizes=(1, 2, 4), repeats=1,
+                                        check=lambda: checks.append(len(batches)))
+    assert checks == list(range(2 + 2 * 3)) and len(batches) == 8  # each check before its own measurement
+    assert len(frame) == 6 and (frame.tokens == 3 * frame.batch_size).all()
+
+    def stop_at_fifth():
+        if len(checks) == 4:
+            raise ValueError("stopped: the visitor who asked for this run has left")
+        checks.append(1)
+
+    batches.clear(), checks.clear()
+    with pytest.raises(ValueError, match="has left"):
+        batch_bench.run_batch_bench(target, perturbed(target, 0.3), [prompt], cfg, sizes=(1, 2, 4), repeats=1,
+                                    check=stop_at_fifth)
+    assert len(batches) == 4  # the two warm-ups and two timed batches; the other four never ran
