@@ -37,7 +37,7 @@ MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
 FOLDERS = ("runtime", "trees", "drafts")  # the core's folders, one idea each
-BASE = {"config", "sampling", "rules", "theory", "texts", "records", "trace_schema", "trace"}  # the math, its records
+BASE = {"config", "sampling", "rules", "theory", "goodput", "texts", "records", "trace_schema", "trace"}  # the math, its records
 LOOP = {"kpolicy", "decoder", "batch", "reference", "models", "serve"}  # the algorithm's loop over drafts and trees
 
 
