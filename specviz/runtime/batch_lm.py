@@ -102,6 +102,18 @@ class BatchLM:
         self.ids, self.cols = [self.ids[r] for r in rows], [self.cols[r] for r in rows]
         self.last, self._synced = [self.last[r] for r in rows], [self._synced[r] for r in rows]
 
+    def drop_last(self, width: int) -> None:
+        """Undo the last ``feed`` of ``width`` tokens to every row (a timed pass, rolled back by the cache's own
+        crop); the rows' last logits are forgotten."""
+        if width <= 0 or any(len(c) < width or c[-1] != self.mask.shape[1] - 1 for c in self.cols):
+            raise ValueError(f"drop_last({width}): every row's last {width} columns must be the newest ones")
+        self.cache.crop(-width)
+        self.mask = self.mask[:, :-width]
+        for b in range(len(self.ids)):
+            del self.ids[b][-width:], self.cols[b][-width:]
+            self.last[b] = None
+            self._synced[b] = min(self._synced[b], len(self.ids[b]))
+
     def compact(self) -> None:
         """Crop the columns past the furthest column any row still uses (the cache's own crop)."""
         used = max((c[-1] + 1 for c in self.cols if c), default=0)

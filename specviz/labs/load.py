@@ -1,0 +1,307 @@
+"""The Load lab: where speculation stops paying as more requests are decoded together, measured on this machine
+beside the goodput model's prediction (``specviz.goodput``; B = batch, L = context, k = drafts per round).
+
+    python -m specviz.labs.load [--batches 1 2 4 8 16 32] [--context 256] [--k 4] [--new-tokens 16] [--repeats 2]
+
+What it measures:
+  the verify-cost surface: one batched target pass of B requests x w tokens over each request's cached L tokens,
+  for every batch size and w = 1 .. k + 1 (the rows one round verifies), and the draft's one-token pass, each
+  repeat in a shuffled order so load from other work falls on all of them alike;
+  the runs: batched speculative and autoregressive greedy decoding of the example prompts (cycled to fill a
+  batch, each after natural text from the other prompts up to L tokens), the two methods interleaved (their
+  order alternating each repeat and batch size); tokens/s of decoding (the prefill excluded: the same for both),
+  its median and range over the repeats; the speedup of each repeat taken within the repeat (the same load).
+The model's prediction sees the timed passes, and the smallest batch's acceptance per position and its
+bookkeeping per request and step; never the batched runs' tokens/s. The forward measured is ``FORWARD``.
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+from dataclasses import dataclass
+
+import pandas as pd
+import torch
+
+from .. import goodput as gp
+from ..batch import autoregressive_generate_batch, speculative_generate_batch
+from ..config import EXAMPLE_PROMPTS, DecodeConfig
+from ..drafts.drafter import ModelDrafter, as_drafter
+from ..models import load_pair
+from ..runtime.batch_lm import BatchLM
+from ..runtime.lm import Stopwatch, context_window
+from ..theory import positional_rates
+from .estimate import Estimate
+
+BATCHES, CONTEXTS, MAX_K = (1, 2, 4, 8, 16, 32), (128, 256, 512, 1024, 2048), 8
+FORWARD = ("transformers' forward over a DynamicCache (specviz.runtime.BatchLM, the Batch tab's batches), not the "
+           "lean forward in C that single runs use: the crossover measured is that forward's on this machine")
+RUN_COLUMNS = ["batch", "method", "repeat", "tokens", "seconds", "tokens_per_s", "steps", "drafted", "accepted"]
+SURFACE_COLUMNS = ["model", "batch", "width", "tokens", "context", "ms", "ms_min", "ms_max"]
+
+
+def check_setting(target, batches, context: int, k: int, new_tokens: int, repeats: int) -> list[int]:
+    """The batch sizes sorted, or a ValueError saying what to change."""
+    batches = sorted({int(b) for b in batches})
+    if not batches or batches[0] < 1 or batches[-1] > max(BATCHES):
+        raise ValueError(f"batch sizes must lie in 1..{max(BATCHES)}, got {batches}")
+    if not 1 <= k <= MAX_K or new_tokens < 1 or repeats < 1:
+        raise ValueError(f"need 1 <= k <= {MAX_K}, new tokens >= 1 and repeats >= 1, got {k}, {new_tokens}, {repeats}")
+    window = context_window(target)
+    if context < 1 or (window is not None and context + new_tokens > window):
+        raise ValueError(f"a context of {context:,} tokens + {new_tokens} new ones exceeds the target's window of "
+                         f"{window:,} tokens: pick a context up to {window - new_tokens:,}" if window else
+                         f"the context must be at least 1 token, got {context}")
+    return batches
+
+
+def at_context(prompts: list[list[int]], context: int, size: int, sep: list[int] = ()) -> list[torch.Tensor]:
+    """``size`` requests: the prompts cycled, each after natural text up to ``context`` tokens (the other prompts
+    whole, each followed by ``sep``, from the next one on, repeated); [1, L] each."""
+    out = []
+    for i in range(size):
+        j = i % len(prompts)
+        prompt = prompts[j][-context:]
+        pool = [t for p in prompts[j + 1:] + prompts[: j + 1] for t in (*p, *sep)]
+        need = context - len(prompt)
+        filler = (pool * (need // len(pool) + 1))[-need:] if need > 0 else []
+        out.append(torch.tensor([filler + prompt]))
+    return out
+
+
+def pass_timer(model, rows: list[torch.Tensor], seed: int = 0):
+    """``time(w)``: seconds of ONE batched pass of w new tokens per row over the rows' cached context, rolled back
+    (untimed) after; ``time.prefill_s``: the context's own batched pass."""
+    lm, watch = BatchLM(model, len(rows)), Stopwatch(next(model.parameters()).device)
+    vocab = model.get_input_embeddings().weight.shape[0]
+    with watch.running():
+        lm.feed([[t % vocab for t in r[0].tolist()] for r in rows])
+    prefill_s = watch.take()
+    new = torch.randint(vocab, (MAX_K + 1,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+    def time_pass(width: int) -> float:
+        with watch.running():
+            lm.feed([new[:width]] * len(rows))
+        lm.drop_last(width)
+        return watch.take()
+
+    time_pass.prefill_s = prefill_s
+    return time_pass
+
+
+def surface(target, draft, prompts, batches, context: int, k: int, repeats: int, check=None,
+            sep: list[int] = ()) -> pd.DataFrame:
+    """The timed passes (SURFACE_COLUMNS): the target at widths 1..k+1 and the draft at widths 1 and 2 (a round's
+    first draft pass feeds one or two tokens a request; ``draft`` None: a drafter without a model), per batch size."""
+    order, out = random.Random(0), []
+    for batch in batches:
+        rows = at_context(prompts, context, batch, sep)
+        timers = {("target", w): t for t in [pass_timer(target, rows)] for w in range(1, k + 2)}
+        if draft is not None:
+            draft_pass = pass_timer(draft, rows)
+            timers.update({("draft", 1): draft_pass, ("draft", 2): draft_pass})
+        for time_pass in {id(t): t for t in timers.values()}.values():
+            time_pass(1)  # warm-up, untimed
+        samples = {key: [] for key in timers}
+        for _ in range(repeats):
+            if check is not None:
+                check()
+            for key in order.sample(list(timers), len(timers)):
+                samples[key].append(timers[key](key[1]))
+        out += [dict(model=m, batch=batch, width=w, tokens=batch * w, context=context, ms=1e3 * statistics.median(s),
+                     ms_min=1e3 * min(s), ms_max=1e3 * max(s)) for (m, w), s in samples.items()]
+    return pd.DataFrame(out, columns=SURFACE_COLUMNS)
+
+
+def decode_row(batch: int, method: str, repeat: int, traces) -> dict:
+    """One run's row: every request's tokens over the batch's decoding seconds (its prefill taken out)."""
+    longest = max(traces, key=lambda t: t.total_s)
+    counts = sum((t.counts() for t in traces), start=type(longest.counts())())
+    seconds = max(longest.total_s - longest.prefill_s, 1e-9)
+    return dict(batch=batch, method=method, repeat=repeat, tokens=counts.new_tokens, seconds=seconds,
+                tokens_per_s=counts.new_tokens / seconds, steps=len(longest.rounds), drafted=counts.drafted,
+                accepted=counts.accepted)
+
+
+def run_load(target, draft, prompts, batches, context: int, cfg: DecodeConfig, repeats: int, check=None,
+             sep: list[int] = ()):
+    """(runs frame, {method: the smallest batch's traces}): speculative and autoregressive interleaved."""
+    fns = {"speculative": lambda ids: speculative_generate_batch(target, draft, ids, cfg),
+           "autoregressive": lambda ids: autoregressive_generate_batch(target, ids, cfg)}
+    warm = at_context(prompts, context, 1, sep)
+    for fn in fns.values():  # warm-up: first calls allocate
+        fn(warm)
+    rows, first = [], {name: [] for name in fns}
+    for rep in range(repeats):
+        for i, batch in enumerate(batches):
+            ids = at_context(prompts, context, batch, sep)
+            for method in (list(fns) if (rep + i) % 2 == 0 else list(fns)[::-1]):
+                if check is not None:
+                    check()
+                traces = fns[method](ids)
+                rows.append(decode_row(batch, method, rep, traces))
+                if batch == batches[0]:
+                    first[method] += traces
+    return pd.DataFrame(rows, columns=RUN_COLUMNS), first
+
+
+def summarize(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per batch size: tokens/s both ways (median, min, max over repeats) and the speedup, each repeat's own ratio."""
+    wide = runs.pivot_table(index=["batch", "repeat"], columns="method", values="tokens_per_s").reset_index()
+    wide["speedup"] = wide.speculative / wide.autoregressive
+    steps = runs[runs.method == "speculative"].groupby("batch")
+    out = wide.groupby("batch").agg(
+        spec_tps=("speculative", "median"), spec_min=("speculative", "min"), spec_max=("speculative", "max"),
+        ar_tps=("autoregressive", "median"), ar_min=("autoregressive", "min"), ar_max=("autoregressive", "max"),
+        speedup=("speedup", "median"), speedup_min=("speedup", "min"), speedup_max=("speedup", "max"))
+    out["tokens_per_step"] = steps.tokens.sum() / (steps.steps.sum() * out.index.to_series())
+    return out.reset_index()
+
+
+def acceptance_rates(traces, k: int) -> list[float]:
+    """Per-position acceptance (P(draft i accepted | the drafts before it were)) over these runs' rounds."""
+    rates = positional_rates(r for t in traces for r in t.rounds)
+    return [a / n if n else 0.0 for a, n in (rates.get((i, 0), (0, 0)) for i in range(k))]
+
+
+def bookkeeping_s(traces_by_method: dict, batch: int) -> float:
+    """Seconds per request and step outside the passes (sampling, acceptance, cache upkeep): a batch round's wall
+    time less its draft and target passes (each row's Round carries the batch's), over the batch's requests,
+    averaged over both methods."""
+    per = [r.wall_s - r.draft_s - r.target_s for traces in traces_by_method.values() for t in traces for r in t.rounds]
+    return max(statistics.mean(per), 0.0) / batch if per else 0.0
+
+
+def lookup_s(traces, batch: int) -> float:
+    """A model-free drafter's seconds per drafted token and request: the batch rounds' draft time (each row's Round
+    carries the batch's, so a round counts once over ``batch`` rows) over the tokens drafted."""
+    rounds = [r for t in traces for r in t.rounds]
+    drafted = sum(len(r.drafted) for r in rounds)
+    return sum(r.draft_s for r in rounds) / batch / drafted if drafted else 0.0
+
+
+@dataclass(frozen=True)
+class Prediction:
+    target: gp.StepCost  # fitted from the timed target passes
+    draft: gp.DraftCost  # sequential (a draft model's pass fitted from its timed passes) or ngram (its lookups)
+    rates: list  # acceptance per position, from the smallest batch's runs
+    overhead_s: float  # bookkeeping per request and step, from the same runs
+    speedups: list  # the model's speedup at each batch size
+    crossover: gp.Crossover
+    best_k: list  # (first batch, last batch, best k), k = 0: no speculation
+
+
+def predict(passes: pd.DataFrame, rates, overhead_s: float, batches, context: int, k: int,
+            seconds_each: float = 0.0) -> Prediction:
+    """The goodput model fitted on the timed passes, at the measured acceptance and bookkeeping; a drafter without
+    timed passes drafts at ``seconds_each`` per token and request (kind "ngram")."""
+    fit = {m: gp.fit_step_cost(zip(g.tokens, g.context, g.ms / 1e3)) for m, g in passes.groupby("model")}
+    target = fit["target"]
+    draft = gp.DraftCost("sequential", fit["draft"]) if "draft" in fit else gp.DraftCost("ngram",
+                                                                                          seconds_each=seconds_each)
+    speedups = [gp.speedup(b, context, k, rates, target, draft, overhead_s) for b in batches]
+    ranges = gp.best_k_ranges(batches, context, range(1, MAX_K + 1), rates, target, draft, overhead_s)
+    return Prediction(target, draft, list(rates), overhead_s, speedups, gp.crossover(batches, speedups), ranges)
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    runs: pd.DataFrame  # RUN_COLUMNS, one row per (batch, method, repeat)
+    passes: pd.DataFrame  # SURFACE_COLUMNS: the timed passes
+    summary: pd.DataFrame  # per batch: tokens/s both ways and the speedup with their ranges, the model's speedup
+    measured: gp.Crossover
+    prediction: Prediction
+    seconds: float  # the lab's own wall time
+
+
+def draft_model(draft):
+    """The model a drafter runs (a draft model's passes are timed), or None (n-gram, prompt lookup...)."""
+    drafter = as_drafter(draft)
+    return drafter.model if isinstance(drafter, ModelDrafter) else None
+
+
+def run_lab(target, draft, prompts, batches=BATCHES, context: int = 128, k: int = 4, new_tokens: int = 16,
+            repeats: int = 2, check=None, sep: list[int] = ()) -> LoadResult:
+    """The timed passes, then the runs, then the model fitted on the first and compared with the second."""
+    start = time.perf_counter()
+    batches = check_setting(target, batches, context, k, new_tokens, repeats)
+    cfg = DecodeConfig(k=k, k_policy="fixed", temperature=0.0, max_new_tokens=new_tokens, record=False)
+    passes = surface(target, draft_model(draft), prompts, batches, context, k, repeats, check, sep)
+    runs, first = run_load(target, draft, prompts, batches, context, cfg, repeats, check, sep)
+    rates, overhead = acceptance_rates(first["speculative"], k), bookkeeping_s(first, batches[0])
+    prediction = predict(passes, rates, overhead, batches, context, k, lookup_s(first["speculative"], batches[0]))
+    summary = summarize(runs)
+    summary["model_speedup"] = prediction.speedups
+    measured = gp.crossover(batches, list(summary.speedup))
+    return LoadResult(runs, passes, summary, measured, prediction, time.perf_counter() - start)
+
+
+def estimate(target, draft, prompts, batches, context: int, k: int, new_tokens: int, repeats: int,
+             sep: list[int] = ()) -> Estimate:
+    """Seconds ``run_lab`` will take, from a pilot at batch 1: its prefill, its target passes of 1 and k + 1 tokens
+    and the draft model's pass (none for a model-free drafter), timed three times, priced through the goodput
+    model at every batch (acceptance taken as half; the range: acceptance all and the pilot's fastest passes, to
+    acceptance none and its slowest)."""
+    batches = check_setting(target, batches, context, k, new_tokens, repeats)
+    rows, model = at_context(prompts, context, 1, sep), draft_model(draft)
+    t_pass = pass_timer(target, rows)
+    d_pass = pass_timer(model, rows) if model is not None else None
+    t_pass(1), d_pass and d_pass(1)
+    ones, wides, drafts = zip(*[(t_pass(1), t_pass(k + 1), d_pass(1) if d_pass else 0.0) for _ in range(3)])
+    prefill = t_pass.prefill_s + (d_pass.prefill_s if d_pass else 0.0)
+
+    def price(pick, alpha: float) -> float:
+        tgt = gp.fit_step_cost([(1, context, pick(ones)), (k + 1, context, max(pick(wides), pick(ones) * 1.0001))])
+        dft = gp.StepCost(max(pick(drafts), 1e-9), 0.0)
+        tau = gp.chain_tokens([alpha] * k)
+        total = 0.0
+        for b in batches:
+            passes = sum(tgt.seconds(b * w, context) for w in range(1, k + 2)) + dft.seconds(b)
+            spec = new_tokens / tau * (tgt.seconds(b * (k + 1), context) + k * dft.seconds(b))
+            total += 2 * b * prefill + (repeats + 1) * passes + repeats * (3 * b * prefill + spec
+                                                                            + new_tokens * tgt.seconds(b, context))
+        return total
+
+    return Estimate(price(statistics.median, 0.5), price(min, 1.0), price(max, 0.0))
+
+
+def report(result: LoadResult) -> str:
+    """The summary as text, the crossovers side by side."""
+    lines = [result.summary.round(3).to_string(index=False)]
+    m, p = result.measured, result.prediction.crossover
+    lines.append(f"crossover measured: {m.batch or '-'} ({m.verdict}); the model's: {p.batch or '-'} ({p.verdict})")
+    lines.append("best k per batch (model): " + ", ".join(f"{lo}-{hi}: k = {k}" for lo, hi, k in
+                                                          result.prediction.best_k))
+    t = result.prediction.target
+    lines.append(f"target pass: {1e3 * t.fixed:.3g} ms + {1e3 * t.per_token:.3g} ms a token; bookkeeping "
+                 f"{1e3 * result.prediction.overhead_s:.3g} ms a request and step; acceptance per position "
+                 + ", ".join(f"{r:.2f}" for r in result.prediction.rates))
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m specviz.labs.load", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--target", default="target")
+    ap.add_argument("--draft", default="lite")
+    ap.add_argument("--batches", type=int, nargs="+", default=list(BATCHES))
+    ap.add_argument("--context", type=int, default=128)
+    ap.add_argument("--k", type=int, default=4)
+    ap.add_argument("--new-tokens", type=int, default=16)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    target, draft, tok = load_pair(args.target, args.draft)
+    prompts = [tok(p).input_ids for p in EXAMPLE_PROMPTS]
+    result = run_lab(target, draft, prompts, args.batches, args.context, args.k, args.new_tokens, args.repeats,
+                     sep=tok("\n").input_ids)
+    print(f"{args.target} + {args.draft}, k={args.k}, context {args.context}, {args.new_tokens} new tokens, "
+          f"{args.repeats} repeats, {torch.get_num_threads()} threads, {result.seconds:.0f} s\nforward: {FORWARD}")
+    print(report(result))
+
+
+if __name__ == "__main__":
+    main()
