@@ -1,10 +1,12 @@
-"""What the "Your engine" tab reads, below the tab: pasted text and uploaded files as EngineRuns (grouped into
-runs, temperatures filled in), the cost model from one of three sources, and a specviz run to put beside them.
-Inputs are held to the trace import's size limit; every error is a ValueError that says what to change (the
-library's, with the uploaded files' temporary paths shown as their names)."""
+"""What the "Your engine" tab reads, below the tab: pasted text (several runs split by '--- label' lines) and
+uploaded files as labelled EngineRuns (grouped into runs, temperatures filled in), the cost model from one of three
+sources, and a specviz run to put beside them. Inputs are held to the trace import's size limit; every error is a
+ValueError that says what to change (the library's, with the uploaded files' temporary paths shown as their
+names)."""
 from __future__ import annotations
 
-from dataclasses import replace
+import re
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..config import EXAMPLE_PROMPTS
@@ -21,7 +23,7 @@ from .runs import import_trace
 from .store import ModelStore
 from .tempfiles import discard
 
-ONE_RUN, PER_FILE, PER_TEMPERATURE = ("one run (the parts of a log, two scrapes)", "one run per file",
+ONE_RUN, PER_FILE, PER_TEMPERATURE = ("one run (the parts of a log, two scrapes)", "one run per file or pasted part",
                                       "one run per temperature")
 GROUPINGS = (ONE_RUN, PER_FILE, PER_TEMPERATURE)
 TYPED, BENCH, MEASURE = "typed c and v", "llama-bench output", "measure here"
@@ -29,6 +31,8 @@ COSTS = (TYPED, BENCH, MEASURE)
 MAX_FILES = 32
 MAX_FIELD_CHARS = 2000  # the temperatures and v boxes: 64 numbers or rows:cost points fit in a few hundred
 PASTED = "the pasted text"
+SEPARATOR = re.compile(r"^---(?:[ \t][^\r\n]*)?\r?$", re.M)  # '---' or '--- label' alone on a line: another run
+MAX_LABEL = 80  # characters of a run's label
 
 
 def file_paths(files) -> list[str]:
@@ -39,27 +43,53 @@ def file_paths(files) -> list[str]:
     return [str(getattr(f, "name", f)) for f in items]
 
 
-def inputs(text, files) -> tuple[list, dict[str, str]]:
-    """The items to read (the pasted text as bytes, never taken for a path; uploads by path) and how to name
-    each in a message, after the size checks: each input, and all together, at most the trace import's limit."""
-    paths, items, names = file_paths(files), [], {}
+@dataclass(frozen=True)
+class Input:
+    """One thing to read: a pasted part or an uploaded file, with what a message calls it and what the user
+    called it (a '--- label' line above a pasted part; None where not labelled)."""
+    name: str
+    data: bytes
+    label: str | None = None
+    pasted: bool = False
+
+
+def pasted_parts(text: str) -> list[tuple[str | None, str]]:
+    """(label, text) of each run pasted, split at the lines '---' or '--- label'; a paste without such a line is one
+    part; an empty part without a label is dropped, a labelled one is an error (it names a run it does not hold)."""
+    cuts = list(SEPARATOR.finditer(text))
+    starts = [(None, 0)] + [(m.group(0)[3:].strip() or None, m.end()) for m in cuts]
+    ends = [m.start() for m in cuts] + [len(text)]
+    parts = []
+    for (label, start), end in zip(starts, ends):
+        if label is not None and len(label) > MAX_LABEL:
+            raise ValueError(f"the label {label[:40]!r}... is {len(label)} characters long; at most {MAX_LABEL}")
+        if text[start:end].strip():
+            parts.append((label, text[start:end]))
+        elif label is not None:
+            raise ValueError(f"the run labelled {label!r} is empty: paste its output under its '--- {label}' line")
+    return parts
+
+
+def inputs(text, files) -> list[Input]:
+    """What to read, after the size checks (each upload, the paste, and all together at most the trace import's
+    limit): the pasted text's parts (``pasted_parts``), then each upload, named by its file name."""
+    paths = file_paths(files)
     if len(paths) > MAX_FILES:
         raise ValueError(f"{len(paths)} files: at most {MAX_FILES} at once")
-    if text and str(text).strip():
-        items.append(str(text).encode("utf-8"))
-        names[f"input {len(items)}"] = PASTED
-    for path in paths:
-        items.append(path)
-        names[f"input {len(items)}"] = Path(path).name
-    if not items:
-        raise ValueError("nothing to read: paste a log excerpt, a /metrics scrape or JSON responses, or upload files")
+    text = str(text or "") if str(text or "").strip() else ""
     try:
-        sizes = {names[f"input {i}"]: size_of(item) for i, item in enumerate(items, 1)}
-        for name, size in list(sizes.items()) + [("all the inputs together", sum(sizes.values()))]:
+        sizes = ([(PASTED, len(text.encode("utf-8")))] if text else []) + [(Path(p).name, size_of(p)) for p in paths]
+        if not sizes:
+            raise ValueError("nothing to read: paste a log excerpt, a /metrics scrape or JSON responses, or upload "
+                             "files")
+        for name, size in sizes + [("all the inputs together", sum(size for _, size in sizes))]:
             if size > MAX_TRACE_BYTES:
                 raise ValueError(f"{name} is {size / 2**20:.1f} MiB; at most {MAX_TRACE_BYTES / 2**20:.0f} MiB (the "
                                  "trace import's limit): paste an excerpt, or the scrapes around the interval you want")
-        return [item if isinstance(item, bytes) else read_upload(item) for item in items], names
+        parts = pasted_parts(text) if text else []
+        out = [Input(PASTED if len(parts) == 1 else f"pasted run {i}", part.encode("utf-8"), label, pasted=True)
+               for i, (label, part) in enumerate(parts, 1)]
+        return out + [Input(Path(path).name, read_upload(path)) for path in paths]
     finally:
         for path in paths:  # read or refused, an upload is not kept
             discard(path)
@@ -99,35 +129,60 @@ def short_field(value, what: str) -> str:
     return text
 
 
-def read_runs(text, files, grouping: str, temperatures: str = "", check=None, k=None) -> list[EngineRun]:
-    """EngineRuns from the inputs: all as one run, one per input, or the inputs' runs summed per temperature (and
-    format); then the typed temperatures filled in where the formats do not say (one for all runs, or one each), and
-    the typed ``k`` where a run does not print its own (``typed_k``). ``check()`` between inputs, log lines and
-    scrapes (the request's budget)."""
+def read_runs(text, files, grouping: str, temperatures: str = "", check=None, k=None) -> list[tuple[str, EngineRun]]:
+    """(label, EngineRun) of each run read from the inputs (``inputs``): all as one run, one per input, or the
+    inputs' runs summed per temperature (and format); a paste split into parts by '---' lines is one run per part
+    whatever the grouping (the grouping then says how the uploads go). Then the typed temperatures filled in where
+    the formats do not say (one for all runs, or one each), and the typed ``k`` where a run does not print its own
+    (``typed_k``). Labels: the user's, else the file's name or the pasted part's; a lone unlabelled run is called
+    by its format. ``check()`` between inputs, log lines and scrapes (the request's budget)."""
     temperatures = short_field(temperatures, "the temperatures box")
-    items, names = inputs(text, files)
     if grouping not in GROUPINGS:
         raise ValueError(f"grouping must be one of {GROUPINGS}, got {grouping!r}")
+    parts = inputs(text, files)
+    pasted, uploads = [p for p in parts if p.pasted], [p for p in parts if not p.pasted]
+    split = len(pasted) > 1 or any(p.label for p in pasted)
+    if grouping == ONE_RUN:
+        groups = [[p] for p in pasted] + ([uploads] if uploads else []) if split else [parts]
+    else:
+        groups = [[p] for p in parts]
+    named = [(group[0].label or group[0].name if len(group) == 1 else None, read_group(group, check))
+             for group in groups]
+    if grouping == PER_TEMPERATURE:
+        named = by_temperature(named)
+    runs = typed_k(typed_temperatures([run for _, run in named], temperatures), k)
+    typed = {p.label for p in parts if p.label}
+    return list(zip(run_labels([(label, run) for (label, _), run in zip(named, runs)], typed), runs))
+
+
+def read_group(group: list[Input], check=None) -> EngineRun:
+    """One run from the inputs of a group (several: the parts of one log, two scrapes), a refusal naming them."""
+    names = {f"input {i}": part.name for i, part in enumerate(group, 1)}
     try:
-        if grouping == ONE_RUN:
-            runs = [read_engine_run(items if len(items) > 1 else items[0], check=check)]
-        else:
-            runs = [read_engine_run(item, check=check) for item in items]  # the pasted text alone is "input 1" too
-        if grouping == PER_TEMPERATURE:
-            runs = by_temperature(runs)
-        return typed_k(typed_temperatures(runs, temperatures), k)
+        return read_engine_run([p.data for p in group] if len(group) > 1 else group[0].data, check=check)
     except ValueError as error:
         raise renamed(error, names) from None
 
 
-def by_temperature(runs: list[EngineRun]) -> list[EngineRun]:
-    """Runs of one format and temperature summed, in the order first met (a temperature not reported: one group)."""
-    groups: dict[tuple, list[EngineRun]] = {}
-    for run in runs:
+def run_labels(named: list[tuple[str | None, EngineRun]], typed: set[str]) -> list[str]:
+    """What the charts and tables call each run: a lone run its ``typed`` label or its format; several 'run i: '
+    (the doctor's findings across runs say 'run i') and the label, or the format and temperature."""
+    if len(named) == 1:
+        label, run = named[0]
+        return [label if label in typed else run.source]
+    return [f"run {i}: " + (label or r.source + (f", T = {r.temperature:g}" if r.temperature is not None else ""))
+            for i, (label, r) in enumerate(named, 1)]
+
+
+def by_temperature(named: list[tuple[str | None, EngineRun]]) -> list[tuple[str | None, EngineRun]]:
+    """Runs of one format and temperature summed, in the order first met (a temperature not reported: one group);
+    a run summed from several inputs loses their labels (the format and temperature name it)."""
+    groups: dict[tuple, list[tuple[str | None, EngineRun]]] = {}
+    for label, run in named:
         key = (run.source, None if run.temperature is None else round(run.temperature, 3))
-        groups.setdefault(key, []).append(run)
-    return [g[0] if len(g) == 1 else total(g, g[0].source).with_notes(f"{len(g)} inputs summed (same format and "
-                                                                       "temperature)") for g in groups.values()]
+        groups.setdefault(key, []).append((label, run))
+    return [g[0] if len(g) == 1 else (None, total([r for _, r in g], g[0][1].source).with_notes(
+        f"{len(g)} inputs summed (same format and temperature)")) for g in groups.values()]
 
 
 def typed_temperatures(runs: list[EngineRun], text: str) -> list[EngineRun]:
@@ -153,14 +208,6 @@ def typed_k(runs: list[EngineRun], k) -> list[EngineRun]:
     return [replace(run, k=k).with_notes(f"k = {k} as typed (the input does not print it)") if run.k is None
             else run if run.k == k else run.with_notes(f"k = {run.k} as the input prints it: the {k} typed is ignored")
             for run in runs]
-
-
-def labels(runs: list[EngineRun]) -> list[str]:
-    """What the charts and tables call each run ("" for a lone run)."""
-    if len(runs) == 1:
-        return [runs[0].source]
-    return [f"run {i}: {r.source}" + (f", T = {r.temperature:g}" if r.temperature is not None else "")
-            for i, r in enumerate(runs, 1)]
 
 
 # -- the cost model ---------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from __future__ import annotations
 import gradio as gr
 import pandas as pd
 
-from ..engines import FORMATS, Advice, advise, diagnose, fit_alpha
+from ..engines import FORMATS, Advice, EngineRun, advise, diagnose, fit_alpha
 from ..engines.run import coarsened
 from ..views import engine_plots as plots
 from ..views import engine_report as report
@@ -94,23 +94,31 @@ def charted(runs: dict) -> tuple[dict, str]:
     return shown, (" The series chart draws " + "; ".join(said) + ".") if said else ""
 
 
+def runs_markdown(named: list[tuple[str, EngineRun]]) -> str:
+    """A lone run in full; several side by side (``comparison_frame``), then each in full under its label."""
+    if len(named) == 1:
+        return report.run_markdown(named[0][1])
+    return "\n\n".join([report.comparison_markdown(report.comparison_frame(dict(named)))]
+                       + [report.run_markdown(run, label) for label, run in named])
+
+
 def analyse(store: ModelStore, text, files, grouping, temperatures, cost_source, c, v, bench_text, bench_file,
             target, draft, beside, trace_file, k, temperature, max_new, engine_k=None):
     """(status, runs, findings, advice, advice table, cost, 5 charts, the specviz run beside), within one request's
     budget (checked between inputs, log lines, scrapes and runs)."""
     budget = Budget()
-    runs = inputs.read_runs(text, files, grouping, temperatures, check=budget.check, k=engine_k)
+    named = inputs.read_runs(text, files, grouping, temperatures, check=budget.check, k=engine_k)
+    names, runs = [name for name, _ in named], [run for _, run in named]
     cost, hw = cost_model(store, cost_source, c, v, bench_text, bench_file, target, draft, budget)
     extra = beside_run(store, beside, trace_file, target, draft, k, temperature, max_new, budget)
-    names = inputs.labels(runs)
     findings = diagnose(runs if len(runs) > 1 else runs[0], cost, check=budget.check)
     advice_text, table, advice_figure = advice_views(runs, names, cost, budget.check)
-    shown, pooled = charted(dict(zip(names, runs)) | (dict([extra]) if extra else {}))
+    shown, pooled = charted(dict(named) | (dict([extra]) if extra else {}))
     status = (f"**Read {len(runs)} run{'s' if len(runs) > 1 else ''}**: "
               + "; ".join(report.md(r.source) for r in runs) + f". {len(findings)} findings." + pooled)
-    runs_text = "\n\n".join(report.run_markdown(r, n if len(runs) > 1 else "") for r, n in zip(runs, names))
+    runs_text = runs_markdown(named)
     beside_text = report.run_markdown(extra[1], extra[0]) if extra else ""
-    return (status, runs_text, report.findings_markdown(findings), advice_text, table,
+    return (status, runs_text, report.findings_markdown(findings, named), advice_text, table,
             report.cost_markdown(cost, hw.free_rows if hw else None),
             plots.positions_chart(plots.positions_frame(shown)), plots.histogram_chart(plots.histogram_frame(shown)),
             advice_figure, plots.series_chart(plots.series_frame(shown)), cost_chart(cost, hw, runs), beside_text)
@@ -150,7 +158,8 @@ def build(store: ModelStore) -> None:
                 "files. The tab names the format it detected, every rate with its definition, what the doctor "
                 "finds, and the k to run with under a cost model. " + report.md(ACCEPTED))
     with gr.Row():
-        text = gr.Textbox(lines=8, label="Paste engine output", placeholder=PLACEHOLDER, elem_id="engine-text")
+        text = gr.Textbox(lines=8, label="Paste engine output", placeholder=PLACEHOLDER, elem_id="engine-text",
+                          info="several runs: a line '--- label' above each (before and after an upgrade, two drafts)")
         files = gr.File(label="...or upload files", file_count="multiple", elem_id="engine-files")
     with gr.Row():
         grouping = gr.Radio(list(inputs.GROUPINGS), value=inputs.ONE_RUN, label="Several inputs are")

@@ -3,7 +3,11 @@ Markdown. Every string an engine (or a visitor) provided goes through ``md``: ea
 markup), Markdown's own punctuation as entities (no links, emphasis, table cells or LaTeX from input)."""
 from __future__ import annotations
 
-from ..engines import Advice, CostModel, EngineRun, Finding, rates
+from dataclasses import replace
+
+import pandas as pd
+
+from ..engines import Advice, CostModel, EngineRun, Finding, fit_alpha, rates
 from ..engines.flags import engine_of, flag_for
 from ..engines.run import count_fields
 from .timeline import esc
@@ -45,11 +49,65 @@ def run_markdown(run: EngineRun, label: str = "") -> str:
     return "\n".join(lines)
 
 
-def findings_markdown(findings: list[Finding]) -> str:
+def comparison_frame(runs: dict[str, EngineRun]) -> pd.DataFrame:
+    """One column per run, one row per figure: the format read and the meaning its reader applied (its notes, one
+    a line), the counts as reported, alpha with its interval (``fit_alpha``) and the mean acceptance length
+    (``rates``); '-' where the run's counts do not give it."""
+    columns = {}
+    for label, run in runs.items():
+        fit, by_name = fit_alpha(run), {r.name: r.value for r in rates(run)}
+        columns[label] = {
+            "read as": run.source,
+            "temperature": "-" if run.temperature is None else f"{run.temperature:g}",
+            **{name: _count(getattr(run, name)) for name in ("drafted", "accepted", "steps", "k")},
+            "alpha (interval)": "-" if fit is None else (f"{fit.alpha:.3f} ({fit.low:.3f} to {fit.high:.3f}, "
+                                                         f"{fit.level:.0%}; {fit.method})"),
+            "mean acceptance length": _rate(by_name.get("mean acceptance length")),
+            "acceptance rate": _rate(by_name.get("acceptance rate")),
+            "how it was read": "\n".join(run.notes) or "-"}
+    return pd.DataFrame(columns)
+
+
+def comparison_markdown(frame: pd.DataFrame) -> str:
+    """``comparison_frame`` as a Markdown table, every cell inert (a note a line)."""
+    lines = [f"| | {_cells(frame.columns)} |", "| --- |" + " --- |" * len(frame.columns)]
+    lines += [f"| **{md(name)}** | {_cells(row)} |" for name, row in frame.iterrows()]
+    return "#### The runs side by side\n\n" + "\n".join(lines)
+
+
+def _cells(values) -> str:
+    return " | ".join("<br>".join(md(line) for line in str(v).split("\n")) for v in values)
+
+
+def _count(value) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
+def _rate(value) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def findings_markdown(findings: list[Finding], runs: list[tuple[str, EngineRun]] | None = None) -> str:
+    """The findings, problems first; with several ``runs`` (label, run), grouped under each run's label (the
+    doctor's 'run i (format): ' dropped there), then those only several runs show."""
     if not findings:
         return "The doctor found nothing to report."
-    order = {"problem": 0, "warning": 1, "info": 2}
+    if not runs or len(runs) < 2:
+        return "#### What the doctor finds\n" + _finding_lines(findings)
     out = ["#### What the doctor finds"]
+    for i, (label, run) in enumerate(runs):
+        prefix = f"run {i + 1} ({run.source}): "
+        mine = [replace(f, text=f.text.removeprefix(prefix)) for f in findings if f.numbers.get("run") == i]
+        out += [f"##### {md(label)}", _finding_lines(mine) if mine else "Nothing to report."]
+    across = [f for f in findings if not isinstance(f.numbers.get("run"), int)]
+    if across:
+        out += ["##### Across the runs", _finding_lines(across)]
+    return "\n".join(out)
+
+
+def _finding_lines(findings: list[Finding]) -> str:
+    order = {"problem": 0, "warning": 1, "info": 2}
+    out = []
     for f in sorted(findings, key=lambda f: order[f.severity]):
         numbers = ", ".join(f"{md(k)} = {_number(v)}" for k, v in f.numbers.items() if not isinstance(v, list))
         out.append(f"- {SEVERITY[f.severity]} ({md(f.code)}): {md(f.text)}" + (f"  \n  *{numbers}*" if numbers else ""))

@@ -76,8 +76,9 @@ def test_the_llamacpp_recordings_collapse_when_sampling(h):
 def test_a_vllm_collapse_pair_with_typed_temperatures(h):
     files = [str(FIXTURES / "vllm_greedy.jsonl"), str(FIXTURES / "vllm_sampled.jsonl")]
     out = read(h, files=files, grouping=ei.PER_FILE, temperatures="0, 0.7")
-    assert "temperature&#95;collapse" in out["findings"] and set(out["table"].run) == {
-        "run 1: vLLM per-request metrics, T = 0", "run 2: vLLM per-request metrics, T = 0.7"}
+    assert "temperature&#95;collapse" in out["findings"]
+    assert "run 1: vllm_greedy.jsonl" in set(out["table"].run)  # each run called by its file's name
+    assert set(out["table"].run) <= {"run 1: vllm_greedy.jsonl", "run 2: vllm_sampled.jsonl"}
     assert out["histogram"].data  # the responses carry each step's accepted count
 
 
@@ -100,6 +101,51 @@ def test_measured_here_and_a_pair_beside(h):
     assert out["verify_plot"].data and md("specviz: tiny-target + tiny, k = 2") in out["beside"]
     assert "Detected format: specviz trace" in out["beside"]
     assert {t.name for t in out["positions"].data} >= {"vLLM log", "specviz: tiny-target + tiny, k = 2, T = 0"}
+
+
+V0, V1 = (FIXTURES / "vllm_v0.log").read_text(), (FIXTURES / "vllm_healthy.log").read_text()
+
+
+def test_several_runs_pasted_with_labels_side_by_side(h):
+    out = read(h, f"--- before the upgrade\n{V0}\n---   after: V1  \n{V1}")
+    assert out["status"].startswith("**Read 2 runs**: vLLM log (V0 engine); vLLM log.")
+    table = out["runs"].split("\n\n")[1].splitlines()  # the side-by-side table, a row per figure
+    assert table[0] == f"| | {md('run 1: before the upgrade')} | {md('run 2: after: V1')} |"
+    rows = {cells[0].strip("*"): cells[1:] for cells in ([c.strip() for c in line.strip("|").split("|")]
+                                                          for line in table[2:])}  # input's '|' are escaped
+    assert rows["read as"] == ["vLLM log (V0 engine)", "vLLM log"]
+    # V0: steps = 800 drafted / k 4, accepted = 700 emitted - 200 steps (the printed 541 counts every match)
+    assert [rows[f] for f in ("drafted", "accepted", "steps", "k")] == [["800", "7,731"], ["500", "3,964"],
+                                                                       ["200", "2,577"], ["4", "3"]]
+    assert rows["mean acceptance length"] == ["3.5", "2.538"]  # 1 + 500 / 200, 1 + 3964 / 2577
+    assert rows["alpha (interval)"][1].startswith("0.701 (0.691 to 0.711, 90%; maximum likelihood")
+    assert rows["how it was read"][0].startswith("V0 semantics") and md("vllm#9565") in rows["how it was read"][0]
+    assert "read as V1 lines" in rows["how it was read"][1]
+    findings = out["findings"]  # each run's findings under its label, the doctor's 'run i (format): ' dropped
+    assert findings.index(f"##### {md('run 1: before the upgrade')}") < findings.index(f"##### {md('run 2: after: V1')}")
+    assert "(vLLM log)" not in findings and "alpha = 0.70" in findings.split(md("run 2: after: V1"))[1]
+    assert {t.name for t in out["positions"].data} >= {"run 2: after: V1"}
+    assert set(out["table"].run) == {"run 1: before the upgrade", "run 2: after: V1"}
+
+
+def test_pasted_parts_and_uploads_each_a_run(h):
+    out = read(h, f"{V1}\n---\n{V1}", files=[str(FIXTURES / "vllm_v0.log")])
+    assert "Read 3 runs" in out["status"]  # two pasted parts and the upload (one run: the grouping's default)
+    head = f"| | {md('run 1: pasted run 1')} | {md('run 2: pasted run 2')} | {md('run 3: vllm_v0.log')} |"
+    assert head in out["runs"]
+    one = read(h, V1, files=[str(FIXTURES / "vllm_healthy.log")])  # no '---' line: all one run, as before
+    assert "Read 1 run**" in one["status"] and "| drafted | 15,462 |" in one["runs"]  # 2 x 7,731: summed
+
+
+def test_pasted_parts_split_only_at_a_separator_line():
+    assert ei.pasted_parts("a\nb\n") == [(None, "a\nb\n")]
+    assert ei.pasted_parts("-" * 50 + "\nx\n---x\n") == [(None, "-" * 50 + "\nx\n---x\n")]  # not separators
+    assert ei.pasted_parts("a\n---\nb\n--- two words\r\nc") == [(None, "a\n"), (None, "\nb\n"), ("two words", "\nc")]
+    assert ei.pasted_parts("---\n\n--- x\nc") == [("x", "\nc")]  # an empty unlabelled part is dropped
+    with pytest.raises(ValueError, match="the run labelled 'empty' is empty"):
+        ei.pasted_parts("--- empty\n\n--- x\nc")
+    with pytest.raises(ValueError, match="at most 80"):
+        ei.pasted_parts("--- " + "x" * 81 + "\nc")
 
 
 def test_a_trace_imported_beside(h, pair, tmp_path):
