@@ -1,0 +1,50 @@
+"""What a pruned draft vocabulary cannot say. A draft whose q lives on the target ids D of its vocabulary accepts
+with beta = sum min(p, q) <= sum over D of p = p(D) at every position, so the target's mass outside D bounds
+acceptance from above (vLLM PR #24343: pruning alone moved the mean acceptance length from 2.39 to 2.13)."""
+from __future__ import annotations
+
+import torch
+
+from .check import read_tensor
+from .formats import Layout, detect
+from .load import TrainedDraft
+
+
+def draft_ids(draft) -> torch.Tensor | None:
+    """The target ids a draft can propose (draft id + d2t[draft id]); None where it proposes any."""
+    if isinstance(draft, TrainedDraft):
+        draft = draft.layout
+    if not isinstance(draft, Layout):
+        model = getattr(draft, "model", None)
+        ids = getattr(model, "ids", None)
+        if ids is not None:  # a bound EAGLE-3 drafter
+            return ids
+        draft = detect(draft) if not hasattr(draft, "propose") else None
+    if draft is None or "d2t" not in draft.tensors:
+        return None
+    d2t = read_tensor(draft, "d2t").long()
+    return torch.arange(len(d2t)) + d2t
+
+
+@torch.inference_mode()
+def outside_mass(target, ids: torch.Tensor | None, prompt: list[int], temperature: float = 1.0) -> torch.Tensor:
+    """Per position of ``prompt``, the target's probability mass (at ``temperature``) outside ``ids``, (L,)."""
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0 for a probability mass, got {temperature}")
+    device = target.get_output_embeddings().weight.device
+    logits = target(torch.tensor([prompt], device=device)).logits[0].float()  # (L, V)
+    if ids is None:
+        return torch.zeros(len(prompt))
+    p = torch.softmax(logits / temperature, dim=-1)
+    return (1.0 - p[:, ids.to(device)].sum(-1)).clamp(min=0.0).cpu()
+
+
+def vocab_coverage(draft, target, prompts, temperature: float = 1.0) -> float:
+    """The share of the target's probability mass outside the draft's vocabulary, averaged over every position of
+    ``prompts`` (token id lists): an upper bound on acceptance is one minus it. ``draft``: a folder, its
+    ``Layout`` or a drafter opened from one; 0.0 for a draft over the whole vocabulary."""
+    ids = draft_ids(draft)
+    rows = [outside_mass(target, ids, [int(t) for t in torch.as_tensor(p).flatten()], temperature) for p in prompts]
+    if not rows or not sum(len(r) for r in rows):
+        raise ValueError("vocab_coverage needs at least one prompt with at least one token")
+    return float(torch.cat(rows).mean())
