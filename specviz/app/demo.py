@@ -18,6 +18,7 @@ from . import (
     explorer,
     learn_tab,
     links,
+    load_tab,
     lossless_tab,
     rules_tab,
     session_state,
@@ -64,6 +65,8 @@ def build_demo(store: ModelStore | None = None) -> gr.Blocks:
                     rules_tab.build(store)
                 with gr.Tab("Losslessness lab"):
                     lossless_tab.build(store)
+                with gr.Tab("Load lab"):
+                    load_tab.build(store)
                 with gr.Tab("Distillation lab"):
                     trained = distill_tab.build(store, user_drafts)
             with gr.Tab("Compare drafts", id="compare"):
