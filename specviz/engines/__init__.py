@@ -6,6 +6,8 @@ a specviz trace), diagnose it and advise the k to run with.
     rates(run)                                 # every rate, with its definition
     diagnose(run, cost=CostModel(c=0.05))      # [Finding]: alpha, the per-position curve, cliff, mismatch, ...
     advise(run, CostModel(c=0.05))             # Advice: the table of k, the best k, the flag that sets it
+    read_reported("sglang.log")                # EngineRun, or a MeanRun where the output gives means, not counts
+    [s.load for s in run.series]               # Load: running and queued requests, tokens/s, per interval
 
 Counts are what the engines report; a field one does not report is None, and whatever a parser derived is said
 in run.notes. The parsers cite the engine source they follow, one module per format. Imports the core only.
@@ -16,11 +18,13 @@ from .doctor import diagnose
 from .finding import Finding
 from .fit import AlphaFit, Positions, fit_alpha, positions
 from .llamabench import cost_from_llama_bench
-from .read import FORMATS, detect_format, read_engine_run
-from .run import EngineRun, Rate, rates, total
+from .means import MeanRun, Spread, mean_figures, underived
+from .read import FORMATS, detect_format, read_engine_run, read_reported
+from .run import EngineRun, Load, Rate, load_figures, rates, total
 
 __all__ = [
     "EngineRun", "Rate", "rates", "total", "read_engine_run", "detect_format", "FORMATS",
+    "Load", "load_figures", "MeanRun", "Spread", "mean_figures", "underived", "read_reported",
     "diagnose", "Finding", "fit_alpha", "positions", "AlphaFit", "Positions",
     "advise", "Advice", "advice_text", "CostModel", "parse_verify", "cost_from_llama_bench",
 ]

@@ -10,16 +10,26 @@ the server's counters before and after the run:
   "Acceptance rate (%)" = accepted / draft tokens, "Acceptance length" = 1 + accepted / drafts (SGLang: "(server)",
   the server's running mean, and "(benchmark)", this run's), "Drafts" (steps), "Draft tokens", "Accepted tokens",
   vLLM then "Per-position acceptance (%):" with "  Position i: %.2f" lines (accepted at i / drafts, in %).
+The load the run was made at, from the same block: "Maximum request concurrency" (vLLM) / "Max request concurrency"
+(SGLang), "Request rate configured (RPS)" (vLLM) / "Traffic request rate" (SGLang; "inf": all at once), "Output token
+throughput (tok/s)". A block without counts (speculation off, or SGLang's lone "Accept length", the server's running
+mean) is kept as a MeanRun: its load and throughput, and that mean as printed.
 """
 from __future__ import annotations
 
+import math
+
 from .lines import count, first_number, short_lines
+from .means import MeanRun
 from .rounding import half_unit
-from .run import EngineRun, check_k
+from .run import EngineRun, Load, check_k
 
 EXAMPLE, BENCH = "vLLM spec_decode.py summary", "bench serve summary"
 EXAMPLE_KEYS = ("num_drafts", "num_accepted_tokens")
 BENCH_KEYS = ("Drafts", "Accepted tokens", "Draft tokens")
+BANNER = "Serving Benchmark Result"  # both vllm bench serve and SGLang bench_serving open their block with it
+CONCURRENCY = ("Maximum request concurrency", "Max request concurrency")
+RATE = ("Request rate configured (RPS)", "Traffic request rate")
 
 
 def summary_fields(text: str) -> dict[str, str]:
@@ -85,8 +95,37 @@ def parse_bench(text: str, check=None) -> EngineRun:
     return EngineRun(source=BENCH + (" (SGLang)" if sglang else " (vLLM)"), steps=steps, drafted=drafted,
                      accepted=accepted, k=check_k(len(rates)) if rates else None,
                      emitted=_count(fields, "Total generated tokens"),
-                     requests=count(requests, "Successful requests") if requests else None,
+                     requests=count(requests, "Successful requests") if requests else None, load=bench_load(fields),
                      notes=(note,) + _rates_note(rates, 2))
+
+
+def bench_load(fields) -> Load:
+    """The load a benchmark block states: its concurrency cap, its configured request rate, its output tokens/s."""
+    cap = next((fields[n] for n in CONCURRENCY if n in fields), None)
+    rate = next((fields[n] for n in RATE if n in fields), None)
+    rate = None if rate is None or rate.lower() == "inf" else first_number(rate, "the request rate")
+    tps = fields.get("Output token throughput (tok/s)")
+    return Load(concurrency=count(cap, "the request concurrency") if cap and cap[0].isdigit() else None,
+                request_rate=rate if rate is None or math.isfinite(rate) else None,
+                gen_tps=first_number(tps, "Output token throughput") if tps else None)
+
+
+def is_bench_load(text: str) -> bool:
+    """A benchmark block without counts: the banner and an output throughput."""
+    return BANNER in text and _holds(text, ("Output token throughput (tok/s)",))
+
+
+def parse_bench_means(text: str, check=None) -> MeanRun:
+    fields = summary_fields(text)
+    load = bench_load(fields)
+    if "Accept length" in fields:
+        mean = first_number(fields["Accept length"], "Accept length")
+        return MeanRun(source=BENCH + " (SGLang)", mean_length=mean, load=load, notes=(
+            "read as SGLang bench_serving's 'Accept length': the server's running mean of tokens per verify step "
+            "(bonus included) read from /get_server_info, not scoped to this run (sglang#34743); no counts",))
+    return MeanRun(source=BENCH, load=load, notes=(
+        "a benchmark block with no speculative decoding figures (speculation off?): its load and output tokens/s "
+        "only",))
 
 
 def _count(fields, name: str) -> int | None:

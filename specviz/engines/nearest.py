@@ -23,7 +23,13 @@ NEAR = (
          "they print 'accept len' (tokens per verify step, bonus included) and 'accept rate' (whose meaning changed "
          "between releases: sglang#11572) over a logging interval, but no counts of steps or drafts",
          "the responses' meta_info (spec_verify_ct, spec_num_correct_drafts, ...) or bench_serving's "
-         "'Speculative Decoding' section with Drafts, Draft tokens and Accepted tokens"),
+         "'Speculative Decoding' section with Drafts, Draft tokens and Accepted tokens (read_reported keeps these "
+         "lines' means and load as they are)"),
+    Near(("Decode batch", "#running-req"), "SGLang 'Decode batch' log lines without speculation",
+         "they print the load (#running-req, #token, #queue-req) and gen throughput, but no 'accept len': the server "
+         "was not speculating, or its build does not log it",
+         "the log of a server started with --speculative-algorithm, whose Decode batch lines print 'accept len', or "
+         "the responses' meta_info (read_reported keeps these lines' load and throughput as they are)"),
     Near(("[AR]",), "TensorRT-LLM trtllm-bench 'Acceptance Rate Details'",
          "'[AR]' there is an acceptance LENGTH (output tokens per decoding iteration, bonus included), given as "
          "percentiles over requests, with no totals",

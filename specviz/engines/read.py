@@ -1,4 +1,6 @@
 """read_engine_run: text, a file, or several files -> one EngineRun, the format detected and named.
+read_reported: the same, or a MeanRun where the output carries means and load but no counts (SGLang's Decode batch
+lines, trtllm-bench's decoding statistics, a benchmark block with speculation off or SGLang's lone 'Accept length').
 
 Anything that cannot be read (empty, binary, truncated JSON, two formats mixed, counts that cannot be) raises a
 ValueError that says why, names the line where it can, and lists the formats accepted.
@@ -11,8 +13,22 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-from . import bench_summary, llamacpp_json, llamacpp_log, prometheus, sglang, specviz_trace, trtllm, vllm_log, vllm_requests
+from . import (
+    bench_summary,
+    llamacpp_json,
+    llamacpp_log,
+    prometheus,
+    sglang,
+    sglang_log,
+    specviz_trace,
+    trtllm,
+    trtllm_bench,
+    vllm_bench,
+    vllm_log,
+    vllm_requests,
+)
 from .jsonio import json_records, looks_like_json
+from .means import MeanRun
 from .nearest import nearest
 from .run import EngineRun, total
 
@@ -29,9 +45,10 @@ FORMATS = (
     "llama-speculative(-simple) summaries (n_draft, n_predict, n_drafted, n_accept)",
     "vLLM's spec_decode.py example summary (num_drafts, num_draft_tokens, num_accepted_tokens, ...)",
     "vllm bench serve / SGLang bench_serving 'Speculative Decoding' sections (Drafts, Draft tokens, Accepted tokens)",
+    "vllm bench serve --save-result JSON with spec_decode_num_drafts, spec_decode_accepted_tokens, ...",
     "specviz trace JSON (Trace.to_json)",
 )
-JSON_KINDS = (vllm_requests, trtllm, sglang, llamacpp_json)  # each: carries(obj), parse(records), SOURCE
+JSON_KINDS = (vllm_requests, trtllm, sglang, llamacpp_json, vllm_bench)  # each: carries(obj), parse(records), SOURCE
 LOG_KINDS = (("vllm log", lambda t: bool(vllm_log.vllm_lines(t)), vllm_log.parse),
              ("llama.cpp server log", llamacpp_log.is_server_log, llamacpp_log.parse_server_log),
              ("llama-speculative summary", llamacpp_log.is_summary, llamacpp_log.parse_summary),
@@ -64,6 +81,50 @@ def read_engine_run(source, *, temperature: float | None = None, model: str | No
     except ValueError as error:
         raise unreadable(texts[0][0] if len(texts) == 1 else f"{len(texts)} files", error) from error
     return with_temperature(run, temperature)
+
+
+MEANS_KINDS = (("SGLang Decode batch log", sglang_log.is_decode_log, sglang_log.parse),
+               ("trtllm-bench decoding statistics", trtllm_bench.is_bench, trtllm_bench.parse),
+               ("benchmark block without counts", bench_summary.is_bench_load, bench_summary.parse_bench_means))
+
+
+def read_reported(source, *, temperature: float | None = None, model: str | None = None,
+                  check=None) -> EngineRun | MeanRun:
+    """An EngineRun where the output carries counts (as read_engine_run); else a MeanRun where it carries only
+    means and load (one text); else read_engine_run's refusal."""
+    try:
+        return read_engine_run(source, temperature=temperature, model=model, check=check)
+    except ValueError as refusal:
+        texts = _texts_or_none(source)
+        if texts is None or len(texts) != 1:
+            raise
+        text = texts[0][1]
+        for _, test, parse in MEANS_KINDS:
+            if test(text):
+                try:
+                    return parse(text, check)
+                except ValueError as error:
+                    raise unreadable(texts[0][0], error) from refusal
+        results = [obj for _, obj in _json_or_none(text) if vllm_bench.is_result(obj)] if looks_like_json(text) else []
+        if len(results) == 1:
+            return MeanRun(source=vllm_bench.SOURCE, load=vllm_bench.load_of(results[0]), notes=(
+                "a vllm bench serve result with no spec_decode_ keys (speculation off?): its load and output "
+                "tokens/s only",))
+        raise
+
+
+def _texts_or_none(source):
+    try:
+        return load_texts(source)
+    except ValueError:
+        return None
+
+
+def _json_or_none(text: str):
+    try:
+        return json_records(text)
+    except ValueError:
+        return []
 
 
 def unreadable(name: str, error: Exception) -> ValueError:

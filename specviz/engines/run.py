@@ -5,7 +5,8 @@ step verifies its drafts in one target pass and emits the accepted ones plus one
 first rejection, or the bonus when all are accepted). Counts are what engines report; every rate is derived
 here, with its definition, so rates of summed runs are pooled over their steps, never averaged.
 A field the source does not report is None. A field the parser derived (steps from a rounded mean, counts from
-rounded rates) says so in ``notes``.
+rounded rates) says so in ``notes``. ``load`` keeps the load the engine printed beside an interval's counts (requests
+running and queued, tokens in the batch, throughputs), as printed; ``load_figures`` derives what they define.
 """
 from __future__ import annotations
 
@@ -15,6 +16,31 @@ from dataclasses import dataclass, fields, replace
 MAX_COUNT = 10**15  # more tokens than any engine has served: a unit mix-up or a corrupted counter
 MAX_NAME = 4096  # characters of a model's name (a path at most)
 MAX_K = 64  # drafts per step: engines run up to about 10 (an SGLang tree verifies at most 64 nodes a step)
+
+
+@dataclass(frozen=True)
+class Load:
+    """The load an engine printed for one interval (or a benchmark ran at), each field as printed; None: not printed."""
+    running: int | None = None  # requests decoding (vLLM 'Running: N reqs', SGLang '#running-req')
+    queued: int | None = None  # requests waiting (vLLM 'Waiting' / V0 'Pending', SGLang '#queue-req')
+    tokens: int | None = None  # KV tokens held by the running requests (SGLang '#token' / '#full token')
+    kv_usage: float | None = None  # fraction of the KV cache in use (vLLM 'GPU KV cache usage', SGLang 'token usage')
+    gen_tps: float | None = None  # generated tokens/s over the interval ('Avg generation throughput', 'gen throughput')
+    prompt_tps: float | None = None  # prompt tokens/s over the interval (vLLM 'Avg prompt throughput')
+    concurrency: int | None = None  # a benchmark's request cap ('--max-concurrency'); None: uncapped or not said
+    request_rate: float | None = None  # a benchmark's configured requests/s; None: all at once (inf) or not said
+
+    def __post_init__(self):
+        for name in ("running", "queued", "tokens", "concurrency"):
+            if getattr(self, name) is not None:
+                _check_count(f"load {name}", getattr(self, name))
+        for name in ("kv_usage", "gen_tps", "prompt_tps", "request_rate"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not math.isfinite(value) or value < 0):
+                raise ValueError(f"load {name} must be a finite number >= 0, got {value!r}")
+        if self.kv_usage is not None and self.kv_usage > 1:
+            raise ValueError(f"load kv_usage is a fraction of the cache, got {self.kv_usage}")
 
 
 @dataclass(frozen=True)
@@ -34,8 +60,11 @@ class EngineRun:
     model: str | None = None
     series: tuple[EngineRun, ...] = ()  # per interval (log lines, scrape deltas, requests), in order
     notes: tuple[str, ...] = ()  # what was derived, and how
+    load: Load | None = None  # the load printed beside this interval's counts (a total of several intervals: None)
 
     def __post_init__(self):
+        if self.load is not None and not isinstance(self.load, Load):
+            raise ValueError(f"load must be a Load, got {type(self.load).__name__}")
         for name in ("accepted_per_pos", "histogram"):
             value = getattr(self, name)
             if value is not None:
@@ -164,6 +193,7 @@ def total(runs, source: str | None = None, keep_series: bool = True) -> EngineRu
     return EngineRun(source=source or runs[0].source, accepted=sum(r.accepted for r in runs),
                      k=ks.pop() if same_k else None, accepted_per_pos=per_pos, histogram=histogram,
                      series=tuple(runs) if keep_series and len(runs) > 1 else (),
+                     load=runs[0].load if len(runs) == 1 else None,
                      notes=inherited + tuple(notes), **summed, **shared)
 
 
@@ -238,6 +268,21 @@ def _position_rates(run: EngineRun) -> list[Rate]:
     out += [Rate(f"conditional rate at position {i + 1}", a_i / r, f"accepted_at_{i + 1} / accepted_at_{i} = "
                  f"{a_i} / {r}" + (" (steps)" if i == 0 else "")) for i, (a_i, r) in enumerate(zip(a, reached)) if r]
     return out
+
+
+def load_figures(load: Load | None) -> tuple[Rate, ...]:
+    """What the printed load defines: context tokens and generated tokens/s per running request (a figure whose
+    fields were not printed is left out)."""
+    if load is None or not load.running:
+        return ()
+    out = []
+    if load.tokens is not None:
+        out.append(Rate("context tokens per running request", load.tokens / load.running,
+                        f"tokens / running = {load.tokens} / {load.running}"))
+    if load.gen_tps is not None:
+        out.append(Rate("generated tokens/s per running request", load.gen_tps / load.running,
+                        f"gen_tps / running = {load.gen_tps} / {load.running}"))
+    return tuple(out)
 
 
 def count_fields() -> tuple[str, ...]:

@@ -12,14 +12,21 @@ V0 engine, vllm/engine/metrics.py, LoggingStatLogger._format_spec_decode_metrics
   acceptance rate: %.3f, System efficiency: %.3f, Number of speculative tokens: %d, Number of accepted tokens: %d,
   Number of draft tokens: %d, Number of emitted tokens: %d." - totals since the engine started, so the intervals
   are the differences between lines.
+Load: each interval's throughput line, printed just before its metrics line with the same timestamp (V1
+vllm/v1/metrics/loggers.py: "Engine 000: Avg prompt throughput: %.1f tokens/s, Avg generation throughput: %.1f
+tokens/s, Running: %d reqs, Waiting: %d reqs, GPU KV cache usage: %.1f%%, ..." then the SpecDecoding line; V0
+vllm/engine/metrics.py: "Avg prompt throughput: ..., Running: %d reqs, Swapped: %d reqs, Pending: %d reqs, GPU KV
+cache usage: %.1f%%, ..." then the Speculative line). A metrics line takes the last throughput line after the previous
+metrics line; with data parallelism each engine prints its pair, so each interval keeps its own engine's load.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from .lines import count, counted, failed_at, first_number, marked_lines, named_fields, numbers, short_lines
 from .rounding import checked_rates, counts_for, half_unit, recover_steps
-from .run import EngineRun, check_k, total
+from .run import EngineRun, Load, check_k, total
 
 V1_MARKER, V0_MARKER = "SpecDecoding metrics:", "Speculative metrics:"
 MARKERS = (V1_MARKER, V0_MARKER)
@@ -28,6 +35,7 @@ BARE_NEEDS = ("Accepted: ", "Drafted: ")
 V0_ONLY = ("Number of speculative tokens", "System efficiency", "Number of emitted tokens",
            "Number of emitted tokens tokens")  # fields early V1's 'Speculative metrics:' line never printed
 SOURCE = "vLLM log"
+LOAD_MARKER = "Avg prompt throughput:"
 
 
 def vllm_lines(text: str) -> list[tuple[int, str, str]]:
@@ -53,8 +61,9 @@ def parse(text: str, check=None) -> EngineRun:
     if v0 and len(v0) < len(lines):
         raise failed_at(v0[0][0], v0[0][1], ValueError("V0 lines (with 'Number of emitted tokens') and V1 lines "
                                                        "mixed: two engines' logs in one file?"))
+    loads = paired_loads(text, [n for n, _, _ in lines])
     if v0:
-        return _v0_run(v0, check)
+        return _v0_run(v0, check, loads)
     runs = []
     for n, line, fields in lines:
         if check is not None:
@@ -64,11 +73,52 @@ def parse(text: str, check=None) -> EngineRun:
         except ValueError as error:
             raise failed_at(n, line, error) from error
         if run is not None:
-            runs.append(run)
+            runs.append(replace(run, load=loads.get(n)))
     if not runs:
         raise ValueError("the vLLM log lines report no drafts (every interval was idle)")
     return total(runs, SOURCE).with_notes(counted(len(runs), "logging interval") + "; totals are their sums",
-                                          _version_note(lines))
+                                          _version_note(lines), _load_note(loads, len(lines)))
+
+
+def paired_loads(text: str, metric_lines: list[int]) -> dict[int, Load]:
+    """{metrics line number: the Load of the throughput line printed for the same interval} (see the docstring)."""
+    found = [(n, line) for n, line, _ in marked_lines(text, (LOAD_MARKER,))]
+    out, at, previous = {}, 0, 0
+    for n in metric_lines:
+        last = None
+        while at < len(found) and found[at][0] < n:
+            if found[at][0] > previous:
+                last = found[at]
+            at += 1
+        if last is not None:
+            try:
+                out[n] = load_of(last[1])
+            except ValueError as error:
+                raise failed_at(last[0], last[1], error) from error
+        previous = n
+    return out
+
+
+def load_of(line: str) -> Load:
+    """A throughput line's load, fields by name: Running, Waiting (V1) or Pending (V0), GPU KV cache usage, the
+    prompt and generation throughputs."""
+    fields = named_fields(line[line.find(LOAD_MARKER):])
+    def whole(name):
+        return count(fields[name], name) if name in fields else None
+    def tps(name):
+        return first_number(fields[name], name) if name in fields else None
+    usage = first_number(fields["GPU KV cache usage"], "GPU KV cache usage") / 100 \
+        if "GPU KV cache usage" in fields else None
+    queued = whole("Waiting") if "Waiting" in fields else whole("Pending")
+    return Load(running=whole("Running"), queued=queued, kv_usage=usage, prompt_tps=tps("Avg prompt throughput"),
+                gen_tps=tps("Avg generation throughput"))
+
+
+def _load_note(loads: dict, intervals: int) -> str:
+    if not loads:
+        return ""
+    return (f"load: {len(loads)} of {counted(intervals, 'interval')} paired with the throughput line printed just "
+            "before (Running = requests decoding, Waiting/Pending = queued, throughputs over the same interval)")
 
 
 def _version_note(lines) -> str:
@@ -103,9 +153,28 @@ def v1_interval(fields: dict[str, str]) -> EngineRun | None:
     else:
         found = recover_steps(accepted, mean, 2, rates, drafted)
         steps, per_pos, note = found.steps, found.accepted_per_pos, found.note
+        if rates and steps is not None and steps * len(rates) < drafted:  # fewer steps than k drafts a step allow
+            steps, per_pos, note = _steps_from_drafted(accepted, drafted, mean, rates)
     k_note = f"k = {len(rates)}, the number of per-position rates" if rates else ""
     return EngineRun(source=SOURCE, drafted=drafted, accepted=accepted, steps=steps, k=len(rates) or None,
                      accepted_per_pos=per_pos, notes=(note, k_note) if k_note else (note,))
+
+
+def _steps_from_drafted(accepted: int, drafted: int, mean: float, rates) -> tuple[int | None, tuple | None, str]:
+    """Steps = drafted / k where that fits the printed mean and every printed rate (each position's count may lie
+    anywhere that prints as its rate); the per-position counts only where one choice sums to accepted."""
+    k = len(rates)
+    steps = drafted // k if drafted % k == 0 else None
+    if steps is None or abs(1 + accepted / steps - mean) > half_unit(2) + 1e-9:
+        return None, None, f"no whole number of steps fits the printed mean {mean} with {drafted} drafted at k = {k}"
+    low = [math.ceil((r - half_unit(3)) * steps - 1e-9) for r in rates]
+    high = [math.floor((r + half_unit(3)) * steps + 1e-9) for r in rates]
+    if not sum(low) <= accepted <= sum(high):
+        return None, None, f"the per-position rates fit no counts over drafted / k = {steps} steps"
+    unique = tuple(low) if sum(low) == accepted else tuple(high) if sum(high) == accepted else None
+    note = (f"steps = drafted / k = {drafted} / {k}: consistent with the printed mean {mean} and rates (rounding "
+            "alone does not pin the step count nearer)")
+    return steps, unique, note + ("" if unique else "; per-position counts not unique at 3 decimals, left unknown")
 
 
 def _field(fields: dict[str, str], name: str) -> str:
@@ -130,7 +199,7 @@ def _rounded_counts(steps, rates, accepted):
     return counts_for(steps, rates, accepted) if rates and steps else None
 
 
-def _v0_run(lines, check=None) -> EngineRun:
+def _v0_run(lines, check=None, loads=None) -> EngineRun:
     cumulative = []
     for n, line, fields in lines:
         if check is not None:
@@ -141,11 +210,14 @@ def _v0_run(lines, check=None) -> EngineRun:
             raise failed_at(n, line, error) from error
     intervals = [cumulative[0]] + [_difference(b, a, i + 2) for i, (a, b) in
                                    enumerate(zip(cumulative, cumulative[1:]))]
+    loads = loads or {}
+    intervals = [replace(run, load=loads.get(n)) for run, (n, _, _) in zip(intervals, lines)]
     last = cumulative[-1]
     return EngineRun(source=SOURCE + " (V0 engine)", drafted=last.drafted, accepted=last.accepted, steps=last.steps,
                      k=last.k, emitted=last.emitted, series=tuple(intervals) if len(intervals) > 1 else (),
+                     load=intervals[0].load if len(intervals) == 1 else None,
                      notes=last.notes + ("V0 lines are totals since the engine started: the series holds the "
-                                         "differences between lines",))
+                                         "differences between lines",)).with_notes(_load_note(loads, len(lines)))
 
 
 def _v0_field(fields, name: str) -> int:

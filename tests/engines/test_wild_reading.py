@@ -193,7 +193,7 @@ def test_a_prometheus_ui_table_is_read_summed_over_engines():
     assert run.drafted == sum(int(f"1{d}") for d in drafts)
 
 
-@pytest.mark.parametrize("name", [e["file"] for e in UNCOUNTED if "decode-batch" in e["file"]])
+@pytest.mark.parametrize("name", [e["file"] for e in UNCOUNTED if "accept len" in e["figures"]])
 def test_sglang_decode_batch_lines_are_refused_with_what_they_do_say(name):
     """Log lines, not truncated JSON: the refusal states their accept len range (bonus included) and the load."""
     entry = next(e for e in UNCOUNTED if e["file"] == name)

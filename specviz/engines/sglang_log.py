@@ -1,0 +1,121 @@
+"""SGLang's scheduler log: one 'Decode batch' line per logging interval (--decode-log-interval, 40 decode steps by
+default), with the load beside the speculative means.
+
+python/sglang/srt/managers/scheduler_metrics_mixin.py, log_decode_stats():
+  "Decode batch. #running-req: %d, #token: %d, token usage: %.2f, [accept len: %.2f, [accept rate: %.2f,]] cuda graph:
+  %s, gen throughput (token/s): %.2f, #queue-req: %d"   2024-2025; 2026 builds print "Decode batch," and, with hybrid
+  models, '#full token' / 'full token usage' for '#token' / 'token usage', and may add 'cap len' (the verify width,
+  root token included) after 'accept rate'. Fields are read by name.
+'accept len' = tokens emitted per verify step over the interval, bonus token included (the scheduler divides the
+accepted tokens, bonus counted, by the verify forwards) in every version seen. 'accept rate' changed meaning:
+  before sglang#11572 (2025-10-13): accept len / speculative_num_steps (it could exceed 1, which #11572 fixed);
+  2025-10 builds: accept len / (speculative_num_steps + 1), so rate = len / n for a whole n, not drafts accepted;
+  2026 builds: (accept len - 1) / (draft tokens - 1), accepted drafts per drafted token, with k = draft tokens - 1.
+The line does not say its version: the definition is told from the printed figures (which one every line satisfies
+for one whole n or k, within the printed rounding), and a line both fit, or neither, is said to be ambiguous.
+No counts: the lines are kept as a MeanRun, one entry per line, never pooled.
+"""
+from __future__ import annotations
+
+from .lines import count, counted, failed_at, first_number, marked_lines, named_fields
+from .means import MeanRun
+from .run import Load
+
+SOURCE = "SGLang Decode batch log"
+MARKER = "Decode batch"
+HALF = 0.005  # half the last printed digit of 'accept len' and 'accept rate' (%.2f)
+
+
+def is_decode_log(text: str) -> bool:
+    return any("#running-req" in body for _, _, body in marked_lines(text, (MARKER,)))
+
+
+def decode_lines(text: str) -> list[tuple[int, str, dict[str, str]]]:
+    """(line number, line, fields by name) of every Decode batch line."""
+    return [(n, line, named_fields(body.lstrip(".,").strip())) for n, line, body in marked_lines(text, (MARKER,))
+            if "#running-req" in body]
+
+
+def parse(text: str, check=None) -> MeanRun:
+    lines = decode_lines(text)
+    if not lines:
+        raise ValueError("no SGLang 'Decode batch' line with '#running-req'")
+    entries = []
+    for n, line, fields in lines:
+        if check is not None:
+            check()
+        try:
+            entries.append(_interval(fields))
+        except ValueError as error:
+            raise failed_at(n, line, error) from error
+    meaning, k, note = rate_meaning([e for e in entries if e.acceptance_rate is not None
+                                     and e.mean_length is not None])
+    if k is not None or meaning is not None:
+        entries = [_with(e, meaning, k) for e in entries]
+    speculative = sum(e.mean_length is not None for e in entries)
+    notes = [counted(len(entries), "Decode batch line") + " (one logging interval each); "
+             + (f"{speculative} with 'accept len' = tokens per verify step, bonus included (completion tokens over "
+                "verify steps); means are kept per line, not pooled (the lines print no step counts)" if speculative
+                else "none prints 'accept len': speculation off, load and throughput only"), note, _fields_note(lines)]
+    return MeanRun(source=SOURCE, k=k, rate_meaning=meaning, series=tuple(entries), notes=tuple(n for n in notes if n))
+
+
+def _interval(fields: dict[str, str]) -> MeanRun:
+    def number(*names):
+        name = next((n for n in names if n in fields), None)
+        return first_number(fields[name], name) if name else None
+    def whole(*names):
+        name = next((n for n in names if n in fields), None)
+        return count(fields[name], name) if name else None
+    load = Load(running=whole("#running-req"), queued=whole("#queue-req"), tokens=whole("#token", "#full token"),
+                kv_usage=number("token usage", "full token usage"), gen_tps=number("gen throughput (token/s)"))
+    cap = number("cap len")
+    return MeanRun(source=SOURCE, mean_length=number("accept len"), acceptance_rate=number("accept rate"),
+                   k=round(cap) - 1 if cap is not None and cap == round(cap) and cap >= 2 else None, load=load)
+
+
+def rate_meaning(entries) -> tuple[str | None, int | None, str]:
+    """(the rate's definition, k where it pins it, a note saying which and why) from the printed figures."""
+    if not entries:
+        return None, None, ""
+    ks = {e.k for e in entries if e.k is not None}
+    candidates = sorted(ks) if len(ks) == 1 else range(1, 65)
+    by_drafts = [k for k in candidates if _all_fit(entries, lambda e, k=k: (e.mean_length - 1) / k, k)]
+    by_length = [n for n in range(2, 66) if _all_fit(entries, lambda e, n=n: e.mean_length / n, n)]
+    if by_drafts and not by_length:
+        k = by_drafts[0] if len(by_drafts) == 1 else None
+        return ("accepted drafts / drafted tokens = (accept len - 1) / k", k,
+                "'accept rate' read with 2026 builds' meaning: every line has rate = (accept len - 1) / "
+                f"{k or 'k'} within its rounding" + (" ('cap len' printed: k = cap len - 1)" if ks else "") +
+                ", so it is accepted drafts per drafted token" +
+                (f" with k = {k}" if k else f"; k is not pinned (k = {', '.join(map(str, by_drafts))} all fit)"))
+    if by_length and not by_drafts:
+        n = by_length[0]
+        return (f"accept len / {n}: not a fraction of drafts accepted", None,
+                f"'accept rate' read with the 2025 builds' meaning: every line has rate = accept len / {n} within its "
+                f"rounding, so it divides tokens per step by a step width ({n} = speculative_num_steps + 1 after "
+                "sglang#11572, speculative_num_steps before it): it is not accepted / drafted, and k is not pinned")
+    what = "both" if by_length and by_drafts else "neither"
+    return ("ambiguous", None,
+            f"'accept rate' is ambiguous here: the printed figures fit {what} of SGLang's definitions (accept len / "
+            f"n of 2025 builds, (accept len - 1) / k of 2026 builds) across {counted(len(entries), 'line')}; it is "
+            "kept as printed and not used")
+
+
+def _all_fit(entries, predicted, whole: int) -> bool:
+    tolerance = HALF + HALF / whole + 1e-6
+    return all(abs(predicted(e) - e.acceptance_rate) <= tolerance for e in entries)
+
+
+def _with(entry: MeanRun, meaning: str | None, k: int | None) -> MeanRun:
+    if entry.mean_length is None:
+        return entry
+    return MeanRun(source=entry.source, mean_length=entry.mean_length, acceptance_rate=entry.acceptance_rate,
+                   rate_meaning=meaning if entry.acceptance_rate is not None else None, k=k or entry.k,
+                   load=entry.load)
+
+
+def _fields_note(lines) -> str:
+    fields = set().union(*(f for _, _, f in lines))
+    seen = [name for name in ("#token", "#full token", "cap len", "accept rate", "#queue-req") if name in fields]
+    return "fields read by name: #running-req, " + ", ".join(seen) if seen else ""
