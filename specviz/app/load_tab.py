@@ -33,9 +33,9 @@ def setup(store: ModelStore, target, draft, prompts_text, batches, context, k, n
     return args
 
 
-def estimate_time(store: ModelStore, *form) -> str:
+def estimate_time(store: ModelStore, target, draft, prompts_text, batches, context, k, new_tokens, repeats) -> str:
     """Markdown: the pilot's estimate, and whether Run load lab will take it (the same gate it applies)."""
-    args = setup(store, *form)
+    args = setup(store, target, draft, prompts_text, batches, context, k, new_tokens, repeats)
     budget, time_of = Budget(), load.estimate(**args)
     try:
         budget.refuse_over(time_of.likely, "this load run", REDUCE)
@@ -44,10 +44,11 @@ def estimate_time(store: ModelStore, *form) -> str:
     return f"**Estimated {time_of}**, from a pilot at batch 1 priced through the goodput model at each batch size."
 
 
-def run_lab(store: ModelStore, *form):
+def run_lab(store: ModelStore, target, draft, prompts_text, batches, context, k, new_tokens, repeats):
     """(status, verdict, throughput chart, speedup chart, surface chart, table) of one run, refused at once when
     its estimate is over the request's budget, checked between passes and runs."""
-    args, budget = setup(store, *form), Budget()
+    budget = Budget()
+    args = setup(store, target, draft, prompts_text, batches, context, k, new_tokens, repeats)
     time_of = load.estimate(**args)
     budget.refuse_over(time_of.likely, "this load run", f"its estimate {time_of}; {REDUCE}")
     result = load.run_lab(**args, check=budget.check)
@@ -116,7 +117,8 @@ def build(store: ModelStore) -> None:
                 f"predicts it. Forward measured: {load.FORWARD}.")
     target, draft, prompts = lab_inputs(store, EXAMPLE_PROMPTS, model=True, lines=4)
     with gr.Row():
-        batches = gr.CheckboxGroup([str(b) for b in load.BATCHES], value=DEFAULT_BATCHES, label="batch sizes")
+        batches = gr.CheckboxGroup([str(b) for b in load.BATCHES], value=DEFAULT_BATCHES, label="batch sizes",
+                                  elem_id="load-batches")
         context = gr.Dropdown(CONTEXTS, value=CONTEXTS[0], label="context (tokens before decoding; at most the "
                               "target's window less the new tokens)")
     with gr.Row():
@@ -125,8 +127,9 @@ def build(store: ModelStore) -> None:
         repeats = gr.Number(DEFAULT_REPEATS, precision=0, minimum=1, label="repeats")
     with gr.Row():
         est_btn = gr.Button("Estimate time")
-        run_btn = gr.Button("Run load lab", variant="primary")
-    status = gr.Markdown("*Press Estimate time, or Run load lab (it refuses at once what would overrun the budget).*")
+        run_btn = gr.Button("Run load lab", variant="primary", elem_id="load-run")
+    status = gr.Markdown("*Press Estimate time, or Run load lab (it refuses at once what would overrun the budget).*",
+                         elem_id="load-status")
     words = gr.Markdown(elem_id="load-verdict")
     with gr.Row():
         tps = chart("Tokens/s of decoding (the prefill excluded), all requests; bars: the range over repeats.")
