@@ -2,6 +2,7 @@
 rendered within the stated bounds (specviz/trace_schema.py, specviz/views/timeline.py), and a slider move on the
 largest accepted trace costs a round's work."""
 import json
+import math
 import subprocess
 import sys
 import time
@@ -24,13 +25,20 @@ MEMORY_BOUND_MB = 400  # the server's peak memory for importing and rendering an
     (crafted.long_prompt_trace(), "prompt_ids must be a list of at most 32768 token ids"),
     (crafted.big_tree_trace(), "at most 4096 rounds and 65536 tree nodes, 1024 in one round"),
 ], ids=["100 KB text x 1,000 prompt ids", "2 M prompt ids", "a round of 30,000 tree nodes"])
-def test_amplifying_traces_are_refused_before_anything_is_built(store, tmp_path, text, message):
+def test_amplifying_traces_are_refused_before_anything_is_built(store, tmp_path, monkeypatch, text, message):
+    """The schema refuses them from the parsed JSON: no round, config or view is ever built."""
+    from specviz import trace as trace_module
+    from specviz.app import explorer
+
+    def built(what):
+        return lambda *args, **kwargs: pytest.fail(f"{what} was built before the refusal")
+
+    for module, name in ((trace_module, "Round"), (trace_module, "DecodeConfig"), (explorer, "all_views")):
+        monkeypatch.setattr(module, name, built(name))
     path = tmp_path / "trace.json"
     path.write_text(text)
-    t0 = time.perf_counter()
     with pytest.raises(gr.Error, match=message):
         handlers(store).load(str(path))
-    assert time.perf_counter() - t0 < 5.0
 
 
 def _with(change) -> str:
@@ -68,14 +76,22 @@ def test_the_views_cut_what_they_show_and_say_so():
 
 
 def test_a_slider_move_onto_the_largest_tree_round_costs_a_rounds_work(tmp_path):
+    """The largest tree round a trace may hold (1,024 nodes) against one of 64, timed in turns in this run: 16 times
+    the nodes cost less than 4 times the time (measured about 1.5 times on a shared 2-core host, loaded or not)."""
     from specviz.app import explorer
 
-    path = tmp_path / "tree.json"
-    path.write_text(crafted.big_tree_trace(1024))
-    trace = explorer.load(str(path))[0]
-    t0 = time.perf_counter()
-    explorer.replay_views(trace, 0)
-    assert time.perf_counter() - t0 < 2.0  # measured about 0.05 s on a shared 2-core host
+    traces = {}
+    for nodes in (64, 1024):
+        path = tmp_path / f"tree{nodes}.json"
+        path.write_text(crafted.big_tree_trace(nodes))
+        traces[nodes] = explorer.load(str(path))[0]
+    best = {nodes: math.inf for nodes in traces}
+    for _ in range(3):  # in turns, so a load that comes and goes weighs on both; the best of three of each
+        for nodes, trace in traces.items():
+            t0 = time.perf_counter()
+            explorer.replay_views(trace, 0)
+            best[nodes] = min(best[nodes], time.perf_counter() - t0)
+    assert best[1024] < 4 * best[64], best
 
 
 def test_the_plain_text_leaves_out_control_tokens():
@@ -121,4 +137,5 @@ def test_the_largest_accepted_trace_renders_within_its_memory_and_output_bounds(
     print(f"\nwidest accepted trace: import + views {took:.2f} s, slider {slider * 1e3:.0f} ms, peak RSS "
           f"+{peak_mb:.0f} MB, rendered strings {output / 2**20:.2f} MiB")
     assert output < OUTPUT_BOUND and peak_mb < MEMORY_BOUND_MB
-    assert slider < 2.0  # a round's work (measured about 0.1 s on a shared 2-core host)
+    assert slider < took / 5  # a round's work, against the whole import timed in the same process (1/19 measured
+    # on a loaded 2-core host: 1.0 s against 18.7 s)
