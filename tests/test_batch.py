@@ -6,7 +6,7 @@ from specviz import DecodeConfig, PromptLookupDrafter, autoregressive_generate, 
 from specviz.batch import BatchDecoding, autoregressive_generate_batch, speculative_generate_batch
 from specviz.drafts.drafter import draft_view
 from tests.helpers.models import perturbed, reference_greedy, tiny_gpt2, tiny_llama
-from tests.helpers.stats import chi2_pvalue, exact_first_two
+from tests.helpers.stats import chi2_pvalue, exact_first_two, first_two_counts, seeded_runs
 
 
 def prompts_of(*lengths, vocab=64, seed=0):
@@ -97,18 +97,12 @@ N_RUNS = 600
 def test_each_row_is_lossless(k, extra):
     prompts = [torch.tensor([[1, 2, 1]]), torch.tensor([[3, 1, 4, 1, 5, 2, 6]]), torch.tensor([[7]])]
     cfg = DecodeConfig(k=k, max_new_tokens=k + 1, **extra)
-    counts = torch.zeros(len(prompts), V, V)
-    rejections = torch.zeros(len(prompts))
-    for seed in range(0, N_RUNS * len(prompts), len(prompts)):  # rows draw from seeds seed + row: all distinct
-        traces = speculative_generate_batch(LOSSLESS_TARGET, LOSSLESS_DRAFT, prompts,
-                                            DecodeConfig(**{**cfg.to_dict(), "seed": seed}))
-        for b, trace in enumerate(traces):
-            t1, t2 = trace.new_tokens[:2]
-            counts[b, t1, t2] += 1
-            rejections[b] += trace.rounds[0].rejected
-    for b, prompt in enumerate(prompts):
-        assert 10 < rejections[b] < N_RUNS - 10  # both the residual and the acceptance branch are exercised
-        assert chi2_pvalue(counts[b], exact_first_two(LOSSLESS_TARGET, prompt, cfg)) > 1e-3
+    traces = seeded_runs(LOSSLESS_TARGET, LOSSLESS_DRAFT, prompts, cfg, N_RUNS * len(prompts))  # all in one batch
+    for b, prompt in enumerate(prompts):  # row (and seed) s decodes prompt s % 3: N_RUNS distinct seeds each
+        rows = traces[b::len(prompts)]
+        rejections = sum(t.rounds[0].rejected for t in rows)
+        assert 10 < rejections < N_RUNS - 10  # both the residual and the acceptance branch are exercised
+        assert chi2_pvalue(first_two_counts(rows, V), exact_first_two(LOSSLESS_TARGET, prompt, cfg)) > 1e-3
 
 
 # -- caches, EOS, budget ------------------------------------------------------------------------------

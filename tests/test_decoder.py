@@ -6,7 +6,7 @@ import torch
 
 from specviz import DecodeConfig, Decoding, PromptLookupDrafter, autoregressive_generate, speculative_generate
 from tests.helpers.models import perturbed, reference_greedy, tiny_gpt2, tiny_llama
-from tests.helpers.stats import chi2_pvalue, exact_first_two
+from tests.helpers.stats import chi2_pvalue, exact_first_two, first_two_counts, seeded_runs
 
 SHARP_LLAMA = tiny_llama(seed=3, sharpen=30)
 SHARP_GPT2 = tiny_gpt2(seed=4, sharpen=30)
@@ -84,15 +84,10 @@ def test_speculative_sampling_is_lossless(k, draft, extra):
     prompt = torch.tensor([[1, 2, 1, 2, 1]])  # repeats, so prompt lookup proposes something
     cfg = DecodeConfig(k=k, max_new_tokens=k + 1, **extra)
     exact = exact_first_two(LOSSLESS_TARGET, prompt, cfg)
-    drafter = LOSSLESS_DRAFTS[draft]
-    counts = torch.zeros(V, V)
-    rejections = stopped = 0
-    for seed in range(N_RUNS):
-        trace = speculative_generate(LOSSLESS_TARGET, drafter, prompt, DecodeConfig(**{**cfg.to_dict(), "seed": seed}))
-        t1, t2 = trace.new_tokens[:2]
-        counts[t1, t2] += 1
-        rejections += trace.rounds[0].rejected
-        stopped += len(trace.rounds[0].drafted) < k
+    traces = seeded_runs(LOSSLESS_TARGET, LOSSLESS_DRAFTS[draft], prompt, cfg, N_RUNS)  # seeds 0..N_RUNS-1
+    counts = first_two_counts(traces, V)
+    rejections = sum(t.rounds[0].rejected for t in traces)
+    stopped = sum(len(t.rounds[0].drafted) < k for t in traces)
     assert 10 < rejections < N_RUNS - 10  # both branches (residual and acceptance/bonus) are exercised
     if cfg.draft_stop:
         assert 10 < stopped < N_RUNS - 10  # the draft stopped early in some runs, not in all

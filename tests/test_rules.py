@@ -27,7 +27,7 @@ from specviz.rules import (
 )
 from tests.helpers.models import perturbed, reference_greedy, tiny_gpt2, tiny_llama
 from tests.helpers.stats import chi2_pvalue as chi2_table
-from tests.helpers.stats import exact_first_two
+from tests.helpers.stats import exact_first_two, first_two_counts, seeded_runs
 
 P = torch.tensor([0.4, 0.25, 0.2, 0.1, 0.05], dtype=torch.float64)
 QS = {"close": torch.tensor([0.3, 0.3, 0.2, 0.15, 0.05], dtype=torch.float64),
@@ -144,12 +144,7 @@ LOSSLESS_DRAFT = tiny_gpt2(vocab=V, seed=12, sharpen=5)
 
 
 def first_two(cfg, prompt, runs):
-    counts = torch.zeros(V, V)
-    for seed in range(runs):
-        trace = speculative_generate(LOSSLESS_TARGET, LOSSLESS_DRAFT, prompt, DecodeConfig(**{**cfg.to_dict(), "seed": seed}))
-        t1, t2 = trace.new_tokens[:2]
-        counts[t1, t2] += 1
-    return counts
+    return first_two_counts(seeded_runs(LOSSLESS_TARGET, LOSSLESS_DRAFT, prompt, cfg, runs), V)  # seeds 0..runs-1
 
 
 @pytest.mark.slow

@@ -130,18 +130,14 @@ def test_hybrid_sampling_is_exact_with_the_table_in_use():
     """greedy_only=False: sampled drafts come from the n-gram where it is confident, the model elsewhere; the law
     of the first two tokens is still the target's (chi-square over 600 seeds), and the table did draft."""
     from specviz.drafts.hybrid import HybridDrafter
-    from tests.helpers.stats import chi2_pvalue, exact_first_two
+    from tests.helpers.stats import chi2_pvalue, exact_first_two, first_two_counts, seeded_runs
 
     target, draft, ids, table = _hybrid_setup()
     hybrid = HybridDrafter(table, draft, confidence=0.3, greedy_only=False)
     cfg = DecodeConfig(k=2, max_new_tokens=3, temperature=1.0)
-    exact, counts, from_table = exact_first_two(target, ids, cfg), torch.zeros(16, 16), 0
-    for seed in range(600):
-        trace = speculative_generate(target, hybrid, ids, DecodeConfig(**{**cfg.to_dict(), "seed": seed}))
-        t1, t2 = trace.new_tokens[:2]
-        counts[t1, t2] += 1
-        q1 = table.distribution(ids[0].tolist())
-        from_table += abs(trace.rounds[0].q[0] - float(q1[trace.rounds[0].drafted[0]])) < 1e-6
+    traces = seeded_runs(target, hybrid, ids, cfg, 600)  # seeds 0..599
+    exact, counts, q1 = exact_first_two(target, ids, cfg), first_two_counts(traces, 16), table.distribution(ids[0].tolist())
+    from_table = sum(abs(t.rounds[0].q[0] - float(q1[t.rounds[0].drafted[0]])) < 1e-6 for t in traces)
     assert from_table > 50  # the first draft came from the table in many runs (its q is the table's)
     assert chi2_pvalue(counts, exact) > 1e-3
 
