@@ -5,6 +5,11 @@ drafts) over a one-row forward, so v(1) = 1 and a step of k drafts costs k c + v
 takes v = 1 for every n; on real hardware v grows with n (slowly on a GPU until its compute is busy, nearly
 linearly on a CPU). Built from numbers typed in, from llama-bench output (``specviz.engines.llamabench``), or by
 a lab that times a loaded model (it passes the points it measured).
+
+What a step's drafting costs depends on the drafter's kind (``DRAFTERS``): a sequential draft model (EAGLE, a
+small model) runs k draft steps, k c; a block drafter (DFlash, parallel heads such as Medusa's) drafts the whole
+block in one pass, c whatever k (c is then that pass over a target forward); an n-gram or prompt lookup costs
+about nothing next to a forward, 0.
 """
 from __future__ import annotations
 
@@ -14,6 +19,24 @@ from dataclasses import dataclass
 from .lines import shown
 
 MAX_POINTS, MAX_ROWS = 128, 2**20  # v's points (llama-bench's pp sizes, the hardware lab's 32 rows); rows a pass
+DRAFTERS = {  # kind: how it drafts k tokens, as the texts say it
+    "sequential": "a sequential draft model, k draft steps a step",
+    "block": "a block drafter, the whole block in one draft pass a step whatever k",
+    "ngram": "an n-gram or prompt lookup, its drafting priced at 0",
+}
+ALIASES = {"model": "sequential", "eagle": "sequential", "parallel": "block", "dflash": "block", "medusa": "block",
+           "lookup": "ngram", "prompt_lookup": "ngram", "n-gram": "ngram"}
+
+
+def drafter_kind(drafter: str | None) -> str:
+    """The drafter's kind, one of DRAFTERS (None: a sequential draft model, the common case)."""
+    if drafter is None:
+        return "sequential"
+    kind = ALIASES.get(str(drafter).strip().lower(), str(drafter).strip().lower())
+    if kind not in DRAFTERS:
+        raise ValueError(f"unknown drafter kind {drafter!r}: give one of {', '.join(DRAFTERS)} (a sequential draft "
+                         "model; a block drafter such as DFlash or parallel heads; an n-gram or prompt lookup)")
+    return kind
 
 
 @dataclass(frozen=True)
@@ -56,17 +79,25 @@ class CostModel:
         (n0, v0), (n1, v1) = points[-2], points[-1]
         return max(v1 + (v1 - v0) * (rows - n1) / (n1 - n0), v1)
 
-    def step_cost(self, k: int) -> float:
-        """A step of k drafts: k draft steps and one verify pass of k + 1 rows (k = 0: one plain forward)."""
-        return 1.0 if k == 0 else k * self.c + self.v(k + 1)
+    def draft_cost(self, k: int, drafter: str | None = None) -> float:
+        """Drafting k tokens: k c (sequential), c (a block in one pass), 0 (a lookup)."""
+        kind = drafter_kind(drafter)
+        if k == 0 or kind == "ngram":
+            return 0.0
+        return self.c if kind == "block" else k * self.c
 
-    def speedup(self, tokens_per_step: float, k: int) -> float:
+    def step_cost(self, k: int, drafter: str | None = None) -> float:
+        """A step of k drafts: the drafting and one verify pass of k + 1 rows (k = 0: one plain forward)."""
+        return 1.0 if k == 0 else self.draft_cost(k, drafter) + self.v(k + 1)
+
+    def speedup(self, tokens_per_step: float, k: int, drafter: str | None = None) -> float:
         """Tokens per unit of time over plain decoding's one token per forward."""
-        return tokens_per_step / self.step_cost(k)
+        return tokens_per_step / self.step_cost(k, drafter)
 
-    def describe(self) -> str:
+    def describe(self, drafter: str | None = None) -> str:
         shown = ", ".join(f"v({n}) = {v:.3g}" for n, v in self.verify)
-        return f"c = {self.c:.3g}, {shown} ({self.source})"
+        kind = f"; {DRAFTERS[drafter_kind(drafter)]}" if drafter is not None else ""
+        return f"c = {self.c:.3g}, {shown} ({self.source}{kind})"
 
 
 def parse_verify(text: str) -> tuple[tuple[int, float], ...]:

@@ -10,6 +10,10 @@ likelihood one (2 [l(alpha_hat) - l(alpha)] <= the chi-square quantile, one degr
 test: one alpha for every position against a rate per position (a likelihood-ratio G-test). Without per-position
 counts, steps and k alone give a moment estimate (sum_{i=1..k} alpha^i = accepted / steps) with a parametric
 bootstrap interval.
+
+Binomial intervals for the doctor's findings: Wilson's score interval for a rate, the exact (Clopper-Pearson)
+one-sided bounds, Newcombe's hybrid score interval for the difference of two independent rates and the MOVER-R
+interval (Donner and Zou 2012) for their ratio, both built from the Wilson intervals of each rate.
 """
 from __future__ import annotations
 
@@ -18,11 +22,12 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import brentq
 from scipy.special import xlogy
-from scipy.stats import chi2
+from scipy.stats import beta, chi2, norm
 
 from .run import EngineRun
 
 LEVEL = 0.90
+IID_P, IID_EFFECT = 0.01, 0.05  # the i.i.d. model is called off when rejected at this level by this much
 
 
 @dataclass(frozen=True)
@@ -112,6 +117,15 @@ def iid_test(pos: Positions, alpha: float) -> tuple[float | None, int | None, fl
     return g, df, float(chi2.sf(g, df))
 
 
+def iid_rejected(fit: AlphaFit, pos: Positions) -> bool:
+    """The i.i.d. model rejected (G-test p below IID_P) and off by a margin that matters: some position's
+    conditional rate IID_EFFECT or more from alpha. The doctor's verdict, and the advice's reason to use the
+    measured curve instead."""
+    if fit.p_value is None or fit.p_value >= IID_P:
+        return False
+    return max(abs(c - fit.alpha) for c in pos.conditional if c is not None) >= IID_EFFECT
+
+
 def fit_moments(accepted: int, steps: int, k: int, level: float = LEVEL, draws: int = 400) -> AlphaFit:
     """sum_{i=1..k} alpha^i = accepted / steps, with a parametric bootstrap interval (steps of k drafts drawn
     from the fitted truncated geometric, refitted)."""
@@ -145,3 +159,47 @@ def decimals_for(width: float) -> int:
     if width <= 0:
         return 4
     return max(0, min(4, int(np.ceil(-np.log10(width / 2)))))
+
+
+# -- binomial intervals ---------------------------------------------------------------------------------------
+def wilson(successes: int, trials: int, level: float = 0.95) -> tuple[float, float]:
+    """Wilson's score interval for successes / trials (two-sided, ``level``): it stays inside [0, 1] and keeps
+    its coverage at 0 or all successes, where the plain p +- z se collapses to a point."""
+    if trials <= 0:
+        raise ValueError(f"a rate needs at least one trial, got {trials}")
+    z = float(norm.ppf(0.5 + level / 2))
+    p = successes / trials
+    centre = (p + z * z / (2 * trials)) / (1 + z * z / trials)
+    half = z / (1 + z * z / trials) * float(np.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)))
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def upper_bound(successes: int, trials: int, confidence: float) -> float:
+    """The exact one-sided upper bound (Clopper-Pearson): the largest rate under which seeing at most
+    ``successes`` in ``trials`` still has chance 1 - confidence. With none: 1 - (1 - confidence)^(1/trials)."""
+    return 1.0 if successes >= trials else float(beta.ppf(confidence, successes + 1, trials - successes))
+
+
+def lower_bound(successes: int, trials: int, confidence: float) -> float:
+    """The exact one-sided lower bound. With every trial a success: (1 - confidence)^(1/trials)."""
+    return 0.0 if successes <= 0 else float(beta.ppf(1 - confidence, successes, trials - successes + 1))
+
+
+def difference_interval(x1: int, n1: int, x2: int, n2: int, level: float = 0.95) -> tuple[float, float, float]:
+    """(p2 - p1, low, high): Newcombe's hybrid score interval for the change from rate 1 to rate 2."""
+    p1, p2 = x1 / n1, x2 / n2
+    (l1, u1), (l2, u2) = wilson(x1, n1, level), wilson(x2, n2, level)
+    d = p2 - p1
+    return d, d - float(np.hypot(p2 - l2, u1 - p1)), d + float(np.hypot(u2 - p2, p1 - l1))
+
+
+def ratio_interval(x1: int, n1: int, x2: int, n2: int, level: float = 0.95) -> tuple[float, float, float]:
+    """(p1 / p2, low, high): the MOVER-R interval of a ratio of two independent rates (p2 > 0), from each rate's
+    Wilson interval; it holds at p1 = 0, where the log-ratio's delta-method interval does not exist."""
+    if x2 <= 0:
+        raise ValueError("a ratio of rates needs a denominator rate above 0")
+    p1, p2 = x1 / n1, x2 / n2
+    (l1, u1), (l2, u2) = wilson(x1, n1, level), wilson(x2, n2, level)
+    low = (p1 * p2 - np.sqrt(max((p1 * p2) ** 2 - l1 * u2 * (2 * p1 - l1) * (2 * p2 - u2), 0.0))) / (u2 * (2 * p2 - u2))
+    high = (p1 * p2 + np.sqrt(max((p1 * p2) ** 2 - u1 * l2 * (2 * p1 - u1) * (2 * p2 - l2), 0.0))) / (l2 * (2 * p2 - l2))
+    return p1 / p2, max(0.0, float(low)), float(high)

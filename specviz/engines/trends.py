@@ -1,14 +1,21 @@
 """What only a series or several runs show: acceptance drifting over a log, and acceptance collapsing when the
-same drafter samples instead of decoding greedily."""
+same drafter samples instead of decoding greedily.
+
+The collapse is judged by the ratio of the sampled acceptance rate to the greedy one, with its MOVER-R interval
+(``fit.ratio_interval``; each pool's drafts taken as its trials, so with a step's drafts checked in a chain the
+interval is somewhat narrow): a collapse when the whole interval lies under COLLAPSE_RATIO, whatever the greedy
+rate itself.
+"""
 from __future__ import annotations
 
 from scipy.stats import kendalltau
 
 from .finding import Finding
+from .fit import ratio_interval
 from .run import EngineRun
 
 DRIFT_MIN_INTERVALS, DRIFT_P, DRIFT_DROP, DRIFT_RELATIVE = 6, 0.01, 0.05, 0.10
-COLLAPSE_GREEDY, COLLAPSE_FLOOR, COLLAPSE_SHARE, COLLAPSE_MIN_DRAFTS = 0.3, 0.05, 0.25, 50
+COLLAPSE_RATIO, COLLAPSE_LEVEL = 0.5, 0.95  # sampling at least halves acceptance, at this confidence
 
 
 def pooled(runs) -> float:
@@ -38,24 +45,32 @@ def drift(run: EngineRun) -> Finding | None:
 
 
 def temperature_collapse(runs) -> list[Finding]:
-    """High acceptance at greedy decoding and near none when sampling, with the same drafter: the runs pooled by
-    temperature (counts added), the greedy pool against each sampled one, one finding per sampled temperature."""
+    """Acceptance falling far more when sampling than Leviathan's rule allows, with the same drafter: the runs
+    pooled by temperature (counts added), each sampled pool's rate over the greedy pool's, one finding per sampled
+    temperature whose ratio's interval lies wholly under COLLAPSE_RATIO."""
     by_t: dict[float, list[int]] = {}
     for i, r in enumerate(runs):
         if r.temperature is not None and r.drafted:
             by_t.setdefault(float(r.temperature), []).append(i)
-    pools = {t: (members, pooled([runs[i] for i in members])) for t, members in by_t.items()
-             if sum(runs[i].drafted for i in members) >= COLLAPSE_MIN_DRAFTS}
-    if 0.0 not in pools:
+    if 0.0 not in by_t:
         return []
-    g_members, g_rate = pools[0.0]
-    out = []
-    for temperature, (members, s_rate) in sorted(pools.items()):
-        if temperature > 0 and g_rate >= COLLAPSE_GREEDY and s_rate <= max(COLLAPSE_FLOOR, COLLAPSE_SHARE * g_rate):
-            text = f"{_runs(members)} against {_runs(g_members)}: " + _collapse_text(g_rate, s_rate, temperature)
-            out.append(Finding("temperature_collapse", "problem", text,
-                               {"greedy_runs": g_members, "sampled_runs": members, "greedy_rate": g_rate,
-                                "sampled_rate": s_rate, "temperature": temperature}))
+    counts = {t: (sum(runs[i].accepted for i in members), sum(runs[i].drafted for i in members))
+              for t, members in by_t.items()}
+    (g_accepted, g_drafted), out = counts[0.0], []
+    if not g_accepted:
+        return []  # nothing accepted greedily either: nothing_accepted says so
+    for temperature, (accepted, drafted) in sorted(counts.items()):
+        ratio, low, high = ratio_interval(accepted, drafted, g_accepted, g_drafted, COLLAPSE_LEVEL)
+        if temperature > 0 and high < COLLAPSE_RATIO:
+            members = by_t[temperature]
+            said = (f"{_runs(members)} against {_runs(by_t[0.0])}: at greedy decoding {g_accepted} of {g_drafted} "
+                    f"drafts are accepted ({g_accepted / g_drafted:.1%}), at temperature {temperature:g} {accepted} "
+                    f"of {drafted} ({accepted / drafted:.1%}): {ratio:.2f} times the greedy rate "
+                    f"({COLLAPSE_LEVEL:.0%} interval {low:.2f} to {high:.2f}, under {COLLAPSE_RATIO:g}). ")
+            out.append(Finding("temperature_collapse", "problem", said + COLLAPSE_TEXT,
+                               {"greedy_runs": by_t[0.0], "sampled_runs": members, "greedy_rate": g_accepted / g_drafted,
+                                "sampled_rate": accepted / drafted, "ratio": ratio, "ratio_low": low,
+                                "ratio_high": high, "temperature": temperature}))
     return out
 
 
@@ -63,12 +78,10 @@ def _runs(members: list[int]) -> str:
     return f"run {members[0] + 1}" if len(members) == 1 else "runs " + ", ".join(str(i + 1) for i in members)
 
 
-def _collapse_text(g_rate: float, s_rate: float, temperature: float) -> str:
-    return (f"at greedy decoding {g_rate:.0%} of drafts are accepted, at temperature {temperature:g} only "
-            f"{s_rate:.1%}. With Leviathan's rule (accept x with min(1, p(x)/q(x)), resample a rejection from "
-            "norm(max(0, p - q))) acceptance is the expected sum_x min(p, q), which sampling lowers only gently: the "
-            "draft's and the target's distributions flatten together. A fall to near zero means the engine "
-            "verifies drafts as exact guesses: a point-mass q (a draft kept only when the target happens to sample "
-            "that very token) or the draft's sampled token matched against the target's own sample. What to "
-            "change: pass the draft's probabilities (the full q at every drafted position) to the verifier and "
-            "accept with min(1, p/q), resampling rejections from the residual")
+COLLAPSE_TEXT = (
+    "With Leviathan's rule (accept x with min(1, p(x)/q(x)), resample a rejection from norm(max(0, p - q))) "
+    "acceptance is the expected sum_x min(p, q), which sampling lowers only gently: the draft's and the target's "
+    "distributions flatten together. A fall this steep means the engine verifies drafts as exact guesses: a "
+    "point-mass q (a draft kept only when the target happens to sample that very token) or the draft's sampled "
+    "token matched against the target's own sample. What to change: pass the draft's probabilities (the full q at "
+    "every drafted position) to the verifier and accept with min(1, p/q), resampling rejections from the residual")

@@ -176,6 +176,34 @@ def advice_chart(table: pd.DataFrame, label: str = "") -> go.Figure:
                   "speedup")
 
 
+def comparison_chart(frame: pd.DataFrame) -> go.Figure:
+    """Two runs position by position (``engines.compare_runs``' frame): left, each run's conditional rate with its
+    interval; right, the change with its interval, filled where it moved (the interval excludes 0)."""
+    if frame.empty:
+        return message_figure("No position both runs reached")
+    a, b = plain(frame.run_a.iloc[0]), plain(frame.run_b.iloc[0])
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("conditional rate: accepted at i / reached i",
+                                                        f"change, {b} - {a}"))
+    for i, (side, label) in enumerate((("a", a), ("b", b))):
+        rate = frame[f"rate_{side}"]
+        fig.add_trace(go.Scatter(x=frame.position, y=rate, mode="lines+markers", name=label, line=dict(color=colour(i)),
+                                 error_y=dict(type="data", symmetric=False, array=frame[f"high_{side}"] - rate,
+                                              arrayminus=rate - frame[f"low_{side}"]),
+                                 customdata=frame[[f"accepted_{side}", f"reached_{side}"]],
+                                 hovertemplate="position %{x}: %{y:.3f} (%{customdata[0]} of %{customdata[1]})"
+                                               "<extra>" + label + "</extra>"), row=1, col=1)
+    moved = frame.moved != "no"
+    fig.add_trace(go.Scatter(x=frame.position, y=frame.change, mode="markers", name="change (filled: moved)",
+                             marker=dict(size=10, color=INK, symbol=["circle" if m else "circle-open" for m in moved]),
+                             error_y=dict(type="data", symmetric=False, array=frame.change_high - frame.change,
+                                          arrayminus=frame.change - frame.change_low),
+                             hovertemplate="position %{x}: %{y:+.3f}<extra></extra>"), row=1, col=2)
+    fig.add_hline(y=0.0, line=dict(color=INK, dash="dot"), row=1, col=2)
+    fig.update_xaxes(dtick=1, title_text="draft position i")
+    fig.update_yaxes(range=[0, 1.02], row=1, col=1)
+    return layout(fig, f"{b} against {a}, per position", "", "")
+
+
 def plain(label: str) -> str:
     """A run's label in legends, hover text and titles: plotly renders a few tags there (links among them), so no
     markup from input."""
