@@ -49,7 +49,7 @@ def parse(text: str, check=None) -> MeanRun:
         except ValueError as error:
             raise failed_at(n, line, error) from error
     meaning, k, note = rate_meaning([e for e in entries if e.acceptance_rate is not None
-                                     and e.mean_length is not None])
+                                     and e.mean_length is not None], lines)
     if k is not None or meaning is not None:
         entries = [_with(e, meaning, k) for e in entries]
     speculative = sum(e.mean_length is not None for e in entries)
@@ -74,10 +74,11 @@ def _interval(fields: dict[str, str]) -> MeanRun:
                    k=round(cap) - 1 if cap is not None and cap == round(cap) and cap >= 2 else None, load=load)
 
 
-def rate_meaning(entries) -> tuple[str | None, int | None, str]:
+def rate_meaning(entries, lines=()) -> tuple[str | None, int | None, str]:
     """(the rate's definition, k where it pins it, a note saying which and why) from the printed figures."""
     if not entries:
-        return None, None, ""
+        return None, None, ("this build prints 'accept len' without 'accept rate'" if any(
+            "accept len" in f for _, _, f in lines) else "")
     ks = {e.k for e in entries if e.k is not None}
     candidates = sorted(ks) if len(ks) == 1 else range(1, 65)
     by_drafts = [k for k in candidates if _all_fit(entries, lambda e, k=k: (e.mean_length - 1) / k, k)]

@@ -216,3 +216,20 @@ def test_a_total_of_one_interval_keeps_its_load():
     one = EngineRun(source="x", drafted=4, accepted=2, load=Load(running=3))
     assert total([one]).load == Load(running=3)
     assert total([one, one]).load is None and total([one, one]).series[0].load == Load(running=3)
+
+
+def test_a_bench_serve_block_pasted_with_blank_lines_keeps_its_concurrency():
+    """vllm-ascend#14916 renders the block with its padding collapsed and blank lines between: read alike."""
+    run = read_engine_run(WILD / "vllm-ascend-bench-serve-concurrency-3.txt")
+    assert (run.steps, run.drafted, run.accepted) == (11807, 82649, 23321)
+    assert run.load == Load(concurrency=3, gen_tps=126.55)
+
+
+def test_a_bench_serve_block_without_speculation_is_its_load():
+    """The real block cut before its Speculative Decoding section reads as a MeanRun of its load only."""
+    text = (WILD / "vllm-bench-serve-spec-decoding-1.txt").read_text().split("---------------Speculative")[0]
+    run = read_reported(text)
+    assert isinstance(run, MeanRun) and run.mean_length is None
+    assert run.load == Load(concurrency=32, gen_tps=2905.22)
+    with pytest.raises(ValueError):
+        read_engine_run(text)

@@ -9,7 +9,7 @@ import pytest
 
 WILD = Path(__file__).parent / "fixtures" / "wild"
 MANIFEST = WILD / "manifest.json"
-NOT_EXCERPTS = {"manifest.json", "README.md"}
+NOT_EXCERPTS = {"manifest.json", "README.md", "findings.json"}  # findings.json: what the doctor should find
 KEYS = {"file", "engine", "version", "source", "date", "what", "cut", "figures", "notes", "carries_counts",
         "synthetic_from_format"}
 PREFIX = {"vllm": "vllm-", "vllm-ascend": "vllm-ascend-", "llama.cpp": "llamacpp-", "sglang": "sglang-",
