@@ -88,7 +88,7 @@ def test_near_zero_counts_and_healthy_ones():
 
 # -- all or nothing ---------------------------------------------------------------------------------------------
 def test_all_or_nothing_is_broken_logits_not_easy_text():
-    """The issue's run: 0.85 of steps accept position 1, 2 and 3 alike, so once the first passes the 1,700 later
+    """0.85 of steps accept position 1, 2 and 3 alike, so once the first passes the 1,700 later
     checks all pass (conditional 0.85, 1, 1)."""
     findings = diagnose(run_of((850, 850, 850), steps=1000))
     hit = found(findings, "all_or_nothing")
@@ -145,7 +145,7 @@ def test_half_of_k_is_not_short():
 
 # -- the temperature collapse as a ratio ------------------------------------------------------------------------
 def test_collapse_judged_by_the_ratio_whatever_the_greedy_rate():
-    """Greedy acceptance 0.29 (under the old absolute 0.3 threshold), sampled 0.01: 0.0345 times the greedy rate,
+    """Greedy acceptance 0.29 (an absolute bar of 0.3 on it would miss this), sampled 0.01: 0.0345 times the greedy rate,
     0.0187 to 0.0638, wholly under 0.5."""
     greedy = EngineRun(source="t", drafted=1000, accepted=290, temperature=0.0)
     sampled = EngineRun(source="t", drafted=1000, accepted=10, temperature=0.7)

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from specviz.engines import CostModel, EngineRun, advise, cost_from_llama_bench, parse_verify
+from specviz.engines import CostModel, EngineRun, advice_text, advise, cost_from_llama_bench, parse_verify
 from specviz.engines.__main__ import main
 from specviz.engines.flags import flag_for
 
@@ -67,6 +67,13 @@ def test_advice_by_hand():
     assert advice.table.loc[advice.table.k == 8, "speedup_iid"].iloc[0] == pytest.approx(3.09, abs=0.06)
     assert advice.table["speedup_measured"].iloc[3:].isna().all()  # not measured beyond k = 3
     assert '"num_speculative_tokens": 8' in advice.flag
+
+
+def test_advice_text_says_which_curve_it_rests_on():
+    fits = EngineRun(source="vLLM log", drafted=3000, accepted=1952, steps=1000, k=3, accepted_per_pos=(800, 640, 512))
+    assert "from the i.i.d. fit" in advice_text(advise(fits, CostModel(c=0.05)))
+    rejected = EngineRun(source="vLLM log", drafted=3000, accepted=1300, steps=1000, k=3, accepted_per_pos=(800, 400, 100))
+    assert "from the measured curve" in advice_text(advise(rejected, CostModel(c=0.2)))
 
 
 def test_no_k_pays_when_drafting_is_dear():
