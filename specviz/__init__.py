@@ -13,6 +13,8 @@ from .drafts.cross import CrossDrafter, CrossTokenizerDrafter, IntersectionDraft
 from .drafts.distill import distill, iter_distill
 from .drafts.drafter import Drafter, ModelDrafter, PromptLookupDrafter, Proposal
 from .drafts.ngram import NGramDrafter, NGramModel
+from .drafts.trained.check import check_trained_draft
+from .drafts.trained.coverage import vocab_coverage
 from .engines import EngineRun, diagnose, read_engine_run
 from .labs.compare import compare
 from .labs.distill_lab import distill_lab, fresh_draft
@@ -32,5 +34,6 @@ __all__ = [
     "load_model", "load_drafter", "list_models", "list_drafters", "check_tokenizers", "DEFAULT_TARGET", "DEFAULT_DRAFT",
     "Trace", "Round", "Summary", "Counts", "EngineRun", "read_engine_run", "diagnose",
     "sweep", "iter_sweep", "summarize", "best_k", "position_rows", "per_position", "compare_policies", "policy_summary",
+    "check_trained_draft", "vocab_coverage",
     "lossless_lab", "fit_table", "distill", "iter_distill", "distill_lab", "fresh_draft", "compare", "rules_lab",
 ]

@@ -96,10 +96,16 @@ def allow_policy() -> str:
 
 
 def load_drafter(name: str, device: str | None = None, vocab=None):
-    """A draft by name: prompt lookup, a bundled n-gram, or a causal LM (bundled, hub ID or path). ``vocab`` (token
-    ids) gives an early exit ("target@4") a head over those tokens only (``early_exit.early_exit``)."""
+    """A draft by name: prompt lookup, a bundled n-gram, a draft trained elsewhere (a folder in the speculators,
+    midlayer/EAGLE or Medusa layout, by path or local name: ``drafts.trained``, checked against the target a run
+    attaches), or a causal LM (bundled, hub ID or path). ``vocab`` (token ids) gives an early exit ("target@4") a
+    head over those tokens only (``early_exit.early_exit``)."""
     if vocab is not None and not early_exit.parse(name):
         raise ValueError(f"vocab= prunes an early exit's head (a name like 'target@4'), not {name!r}")
+    if (folder := trained_folder(name)) is not None:  # speculators / EAGLE / Medusa: checked when a run attaches
+        from .drafts.trained.load import load_trained
+
+        return load_trained(folder, name=name)
     if name == PROMPT_LOOKUP:
         from .drafts.drafter import PromptLookupDrafter
 
@@ -123,6 +129,25 @@ def load_drafter(name: str, device: str | None = None, vocab=None):
         model, table, options = HYBRIDS[name]
         return HybridDrafter(NGramModel.load(ASSETS / table), load_drafter(model, device), name=name, **options)
     return load_model(name, device=device)[0]
+
+
+def trained_folder(name: str) -> Path | None:
+    """The folder of a draft trained elsewhere (speculators, midlayer/EAGLE, Medusa layouts: ``drafts.trained``) that
+    a name, a local model's name or a path points at; None for anything else."""
+    if name in list_models() or name in list_ngrams() or name == PROMPT_LOOKUP or self_draft_base(name):
+        return None
+    from .drafts.trained.formats import detect
+
+    path = Path(resolve(name)).expanduser()
+    return path if path.is_dir() and detect(path) is not None else None
+
+
+def local_trained_drafts() -> dict[str, str]:
+    """The operator's local models (``SPECVIZ_EXTRA_MODELS``) that are trained drafts: name -> their detected format
+    in words (they draft for a target; they are not targets)."""
+    from .drafts.trained.formats import describe
+
+    return {name: line for name, path in extra_models().items() if (line := describe(path)) is not None}
 
 
 def resolve(name_or_path: str) -> str:
@@ -256,6 +281,10 @@ def load_pair(target_name: str, draft_name: str, device: str | None = None, dtyp
         return target, self_draft(target, target_name, draft_name), tokenizer
     if draft_name == PROMPT_LOOKUP or draft_name in list_ngrams():
         return target, load_drafter(draft_name), tokenizer
+    if (folder := trained_folder(draft_name)) is not None:  # checked against this target now, before any work
+        from .drafts.trained.load import load_trained
+
+        return target, load_trained(folder, target, name=draft_name), tokenizer
     if draft_name in cross_drafts():  # bundled with its own tokenizer
         return target, load_drafter(draft_name, device).for_target(tokenizer), tokenizer
     draft_tokenizer = load_tokenizer(draft_name)
