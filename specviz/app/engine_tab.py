@@ -7,10 +7,13 @@ from __future__ import annotations
 import gradio as gr
 import pandas as pd
 
-from ..engines import FORMATS, Advice, EngineRun, advise, diagnose, fit_alpha
+from ..engines import FORMATS, Advice, EngineRun, advise, diagnose, fit_alpha, positions
+from ..engines.compare_runs import compare_runs
+from ..engines.cost import DRAFTERS
 from ..engines.run import coarsened
 from ..views import engine_plots as plots
 from ..views import engine_report as report
+from . import engine_exact
 from . import engine_inputs as inputs
 from .budget import Budget
 from .store import ModelStore
@@ -50,14 +53,15 @@ def beside_run(store: ModelStore, beside, trace_file, target, draft, k, temperat
     return None
 
 
-def advice_views(runs, names, cost, check=None) -> tuple[str, pd.DataFrame, object]:
-    """(Markdown of each run's advice, their tables in one, the first advice's chart); ``check()`` before each."""
+def advice_views(runs, names, cost, check=None, drafter=None) -> tuple[str, pd.DataFrame, object]:
+    """(Markdown of each run's advice, their tables in one, the first advice's chart), priced for the ``drafter``
+    kind; ``check()`` before each."""
     texts, tables, first = [], [], None
     for name, run in zip(names, runs):
         if check is not None:
             check()
         try:
-            advice: Advice = advise(run, cost)
+            advice: Advice = advise(run, cost, drafter=drafter)
         except ValueError as error:
             texts.append(f"No advice for {report.md(name)}: {report.md(error)}")
             continue
@@ -102,17 +106,29 @@ def runs_markdown(named: list[tuple[str, EngineRun]]) -> str:
                        + [report.run_markdown(run, label) for label, run in named])
 
 
+def comparison_figure(named: list[tuple[str, EngineRun]]):
+    """The first two runs with per-position counts compared position by position (``compare_runs``), or why not."""
+    able = [(label, run) for label, run in named if positions(run) is not None]
+    if len(named) < 2:
+        return plots.message_figure("One run: paste or upload two or more to compare them")
+    if len(able) < 2:
+        return plots.message_figure("Comparing positions needs two runs with per-position counts (or histograms)")
+    (a, run_a), (b, run_b) = able[:2]
+    return plots.comparison_chart(compare_runs(run_a, run_b, (a, b)).positions)
+
+
 def analyse(store: ModelStore, text, files, grouping, temperatures, cost_source, c, v, bench_text, bench_file,
-            target, draft, beside, trace_file, k, temperature, max_new, engine_k=None):
-    """(status, runs, findings, advice, advice table, cost, 5 charts, the specviz run beside), within one request's
-    budget (checked between inputs, log lines, scrapes and runs)."""
+            target, draft, beside, trace_file, k, temperature, max_new, engine_k=None, drafter=None):
+    """(status, runs, findings, advice, advice table, cost, 5 charts, the specviz run beside, the comparison chart),
+    within one request's budget (checked between inputs, log lines, scrapes and runs); ``drafter``: the drafter's
+    kind (``engines.cost.DRAFTERS``), which prices the advice."""
     budget = Budget()
     named = inputs.read_runs(text, files, grouping, temperatures, check=budget.check, k=engine_k)
     names, runs = [name for name, _ in named], [run for _, run in named]
     cost, hw = cost_model(store, cost_source, c, v, bench_text, bench_file, target, draft, budget)
     extra = beside_run(store, beside, trace_file, target, draft, k, temperature, max_new, budget)
-    findings = diagnose(runs if len(runs) > 1 else runs[0], cost, check=budget.check)
-    advice_text, table, advice_figure = advice_views(runs, names, cost, budget.check)
+    findings = diagnose(runs if len(runs) > 1 else runs[0], cost, check=budget.check, drafter=drafter)
+    advice_text, table, advice_figure = advice_views(runs, names, cost, budget.check, drafter)
     shown, pooled = charted(dict(named) | (dict([extra]) if extra else {}))
     status = (f"**Read {len(runs)} run{'s' if len(runs) > 1 else ''}**: "
               + "; ".join(report.md(r.source) for r in runs) + f". {len(findings)} findings." + pooled)
@@ -121,7 +137,8 @@ def analyse(store: ModelStore, text, files, grouping, temperatures, cost_source,
     return (status, runs_text, report.findings_markdown(findings, named), advice_text, table,
             report.cost_markdown(cost, hw.free_rows if hw else None),
             plots.positions_chart(plots.positions_frame(shown)), plots.histogram_chart(plots.histogram_frame(shown)),
-            advice_figure, plots.series_chart(plots.series_frame(shown)), cost_chart(cost, hw, runs), beside_text)
+            advice_figure, plots.series_chart(plots.series_frame(shown)), cost_chart(cost, hw, runs), beside_text,
+            comparison_figure(named))
 
 
 def handlers(store: ModelStore):
@@ -139,6 +156,20 @@ def _cost_inputs(store: ModelStore) -> list:
     with gr.Row():
         target, draft = target_picker(store), draft_picker(store, model=True)
     return [source, c, v, bench_text, bench_file, target, draft]
+
+
+def _run_inputs() -> list:
+    """How the inputs make runs, and what the runs do not say: temperatures, k, the drafter's kind."""
+    with gr.Row():
+        grouping = gr.Radio(list(inputs.GROUPINGS), value=inputs.ONE_RUN, label="Several inputs are")
+        temperatures = gr.Textbox("", label="Temperatures where the format does not say (one, or one per run)")
+        engine_k = gr.Number(0, precision=0, minimum=0, maximum=64, label="k where the input does not print it (0: none)",
+                             info="a k the input prints wins: this one is then ignored, and the run says so",
+                             elem_id="engine-k")
+        drafter = gr.Dropdown([(words, kind) for kind, words in DRAFTERS.items()], value="sequential",
+                              label="The drafter's kind", info="it prices the draft steps: k passes, one, or none",
+                              elem_id="engine-drafter")
+    return [grouping, temperatures, engine_k, drafter]
 
 
 def _beside_inputs() -> list:
@@ -161,18 +192,16 @@ def build(store: ModelStore) -> None:
         text = gr.Textbox(lines=8, label="Paste engine output", placeholder=PLACEHOLDER, elem_id="engine-text",
                           info="several runs: a line '--- label' above each (before and after an upgrade, two drafts)")
         files = gr.File(label="...or upload files", file_count="multiple", elem_id="engine-files")
-    with gr.Row():
-        grouping = gr.Radio(list(inputs.GROUPINGS), value=inputs.ONE_RUN, label="Several inputs are")
-        temperatures = gr.Textbox("", label="Temperatures where the format does not say (one, or one per run)")
-        engine_k = gr.Number(0, precision=0, minimum=0, maximum=64, label="k where the input does not print it (0: none)",
-                             info="a k the input prints wins: this one is then ignored, and the run says so",
-                             elem_id="engine-k")
+    grouping, temperatures, engine_k, drafter = _run_inputs()
     cost = _cost_inputs(store)
     beside = _beside_inputs()
     read_btn = gr.Button("Read and diagnose", variant="primary", elem_id="engine-read")
     status = gr.Markdown("*Paste or upload, then Read and diagnose.*", elem_id="engine-status")
     runs_md = gr.Markdown(elem_id="engine-runs")
     findings = gr.Markdown(elem_id="engine-findings")
+    compared = chart("Two runs position by position (the first two with per-position counts): each one's "
+                     "conditional rate with its interval, and the change (filled where it moved).",
+                     elem_id="engine-compare")
     with gr.Row():
         positions = chart("Per position: accepted / steps (left), accepted / reached (right); dashed: Leviathan's "
                           "i.i.d. model at the fitted α (α^i and α).", elem_id="engine-positions")
@@ -189,6 +218,7 @@ def build(store: ModelStore) -> None:
     series = chart("Over the run: each interval's acceptance (log lines, scrape deltas, requests).",
                    elem_id="engine-series")
     beside_md = gr.Markdown(elem_id="engine-beside")
-    read_btn.click(h.read_engine, [text, files, grouping, temperatures, *cost, *beside, engine_k],
+    read_btn.click(h.read_engine, [text, files, grouping, temperatures, *cost, *beside, engine_k, drafter],
                    [status, runs_md, findings, advice_md, advice_table, cost_md, positions, histogram, advice_plot,
-                    series, verify_plot, beside_md], api_visibility="undocumented", **LAB_QUEUE)
+                    series, verify_plot, beside_md, compared], api_visibility="undocumented", **LAB_QUEUE)
+    engine_exact.build()

@@ -150,3 +150,90 @@ def cost_markdown(cost: CostModel, free_rows: int | None = None) -> str:
                      + (" (none: a second row already costs more than 10% of one)" if free_rows <= 1 else ""))
     lines += [f"- {md(n)}" for n in cost.notes]
     return "\n\n".join(lines[:2]) + ("\n" + "\n".join(lines[2:]) if lines[2:] else "")
+
+
+# -- the conformance kit's card (``specviz.conformance``'s card.json, as a dict) ---------------------------------------
+MAX_ROWS_SHOWN = 40  # test rows in the panel's table; the chart draws every tested one
+
+
+def exact_markdown(card: dict, how: str) -> str:
+    """A conformance card in words: the verdict, what was run, the power, the engine's reported acceptance, the
+    flagged (else the tested) rows and the greedy divergences; every string from the card inert."""
+    tests, info = card["tests"], card["info"]
+    tested, flagged = [t for t in tests if t["tested"]], [t for t in tests if t["flagged"]]
+    structural = [d for d in card["greedy"] if isinstance(d, dict) and d.get("kind") == "structural"]
+    verdict = (f"**flag**: {len(flagged)} of {len(tested)} tests flagged" + (f", {len(structural)} structural greedy "
+               "divergence(s)" if structural else "") if card["verdict"] == "flag" else
+               f"**pass**: none of {len(tested)} tests showed a difference beyond chance at this N")
+    settings = "; ".join(_setting(s) for s in card["settings"]) or "not stated"
+    lines = [f"### Is it exact? {verdict}", "",
+             f"*{md(how)}*: engine {md(info.get('engine', '?'))} {md(info.get('version', ''))}, model "
+             f"{md(info.get('model', '?'))}; settings {settings}; N = {card['n']:,} per mode, prompt and setting; "
+             f"alpha = {card['alpha']:g} after Holm's correction over {len(tested)} tests.", "",
+             f"**Power**: {md(card['power'])}", "",
+             "Token 1 comes from the prefill pass (no draft is verified there): shown, not tested. A pass is not "
+             "proof of exactness: a smaller bias, other prompts, settings and lengths go untested.", "",
+             _acceptance(card["acceptance"]), ""]
+    rows = flagged or tested
+    lines += [f"#### {'Flagged tests' if flagged else 'Tested positions'}"
+              + (f" (the first {MAX_ROWS_SHOWN} of {len(rows)})" if len(rows) > MAX_ROWS_SHOWN else ""), "",
+              "| prompt | setting | position | test | on | off | categories | p | p (Holm) | TV seen | TV caught 95% |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines += [f"| {md(t['prompt_id'])} | {md(t.get('setting', ''))} | {t['position']} | {md(t['kind'])} | {t['n_on']} "
+              f"| {t['n_off']} | {t['categories']} | {_p(t.get('pvalue'))} | {_p(t.get('p_holm'))} | "
+              f"{_p(t.get('tv'))} | {_p(t.get('detectable_tv'))} |" for t in rows[:MAX_ROWS_SHOWN]]
+    return "\n".join(lines + ["", _greedy(card["greedy"])])
+
+
+def _setting(s) -> str:
+    if isinstance(s, dict) and all(isinstance(s.get(k), (int, float)) for k in ("temperature", "top_k", "top_p", "min_p")):
+        return f"T = {s['temperature']:g}, top-k {s['top_k']:g}, top-p {s['top_p']:g}, min-p {s['min_p']:g}"
+    return md(s)
+
+
+def _p(value) -> str:
+    return "-" if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value else f"{value:.3g}"
+
+
+def _acceptance(acc: dict) -> str:
+    drafted, accepted, off = acc.get("drafted"), acc.get("accepted"), acc.get("drafted_off")
+    if not isinstance(drafted, int) or not isinstance(accepted, int) or not drafted:
+        return "The engine reported no acceptance counts."
+    text = f"Acceptance the engine reported with speculation on: {accepted:,} of {drafted:,} drafts ({accepted / drafted:.1%})."
+    if isinstance(off, int) and off:
+        text += (f" **Warning**: it reported {off:,} drafts in the samples meant to have speculation off: both sides "
+                 "may have speculated, and then the test compares speculation with itself.")
+    return text
+
+
+def _greedy(greedy: list) -> str:
+    if not greedy:
+        return "No greedy check on this card (it needs the engine: the kit runs it at T = 0 when drawing)."
+    lines = ["#### Greedy (T = 0): the first difference, speculation on against off", "",
+             "| prompt | position | on | off | top-2 margin (nats) | kind |", "| --- | --- | --- | --- | --- | --- |"]
+    for d in greedy[:MAX_ROWS_SHOWN]:
+        d = d if isinstance(d, dict) else {}
+        cells = [d.get(key) for key in ("prompt_id", "position", "token_on", "token_off")]
+        lines.append("| " + " | ".join("-" if c is None else md(c) for c in cells)
+                     + f" | {_p(d.get('margin'))} | {md(d.get('kind', '?'))} |")
+    return "\n".join(lines)
+
+
+def control_markdown(result: dict) -> str:
+    """The negative control: the kit at the card's N on a known-lossy served rule, and on Leviathan's."""
+    cards = result["cards"]
+    lossy, exact = [name for name in cards if name != "leviathan"][0], cards["leviathan"]
+    caught = cards[lossy]["verdict"] == "flag"
+    n = f"N = {result['n']:,} per mode" + (" (the card's N, capped here)" if result["capped"] else " (the card's N)")
+    lines = [f"#### Negative control: {'caught' if caught else 'missed'}", "",
+             f"The kit, at {n}, {result['n_predict']} tokens and {md(result['setting'])}, against specviz's own server "
+             f"(a seeded table pair, vocabulary 6, served in this process) with the lossy rule <code>{md(lossy)}</code>: "
+             f"**{cards[lossy]['verdict']}**"
+             + (" (it must flag: the kit has teeth at this N)." if caught else
+                " (it should have flagged: at this N the kit may miss a bias of this size; draw more samples)."), "",
+             f"With Leviathan's rule (exact): **{exact['verdict']}**"
+             + ("." if exact["verdict"] == "pass" else " (a false flag: about one run in twenty at alpha = 0.05)."),
+             "", f"Its power there: {md(cards[lossy]['power'])}", "",
+             "The table pair is not your engine's pair: the bias a rule causes depends on the pair and the setting, so "
+             "this says the kit catches this rule's bias at this N here, not that it would catch every bias on yours."]
+    return "\n".join(lines)

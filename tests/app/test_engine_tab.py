@@ -20,7 +20,7 @@ FORM = dict(grouping=ei.ONE_RUN, temperatures="", cost_source=ei.TYPED, c=0.1, v
             target="tiny-target", draft="tiny", beside=engine_tab.NOTHING, trace_file=None, k=2, temperature=0,
             max_new=6)
 OUT = ("status", "runs", "findings", "advice", "table", "cost", "positions", "histogram", "advice_plot", "series",
-       "verify_plot", "beside")
+       "verify_plot", "beside", "compare")
 
 
 @pytest.fixture(scope="module")
@@ -135,6 +135,36 @@ def test_pasted_parts_and_uploads_each_a_run(h):
     assert head in out["runs"]
     one = read(h, V1, files=[str(FIXTURES / "vllm_healthy.log")])  # no '---' line: all one run, as before
     assert "Read 1 run**" in one["status"] and "| drafted | 15,462 |" in one["runs"]  # 2 x 7,731: summed
+
+
+def test_two_runs_charted_position_by_position(h):
+    from specviz.engines import read_engine_run
+
+    cliff = (FIXTURES / "vllm_cliff.log").read_text()
+    out = read(h, f"--- healthy\n{V1}\n--- cliff\n{cliff}")
+    a, b = read_engine_run(V1.encode()), read_engine_run(cliff.encode())
+    rate_a, rate_b, change = out["compare"].data  # each run's conditional rate, and the change
+    assert (rate_a.name, rate_b.name) == ("run 1: healthy", "run 2: cliff")
+    reached_a, reached_b = (a.steps,) + a.accepted_per_pos[:-1], (b.steps,) + b.accepted_per_pos[:-1]
+    both = [i for i in range(min(len(reached_a), len(reached_b))) if reached_a[i] and reached_b[i]]
+    assert len(both) > 0 and list(rate_a.x) == [i + 1 for i in both]  # the positions both runs reached
+    assert list(rate_a.y) == pytest.approx([a.accepted_per_pos[i] / reached_a[i] for i in both])
+    assert list(rate_b.y) == pytest.approx([b.accepted_per_pos[i] / reached_b[i] for i in both])
+    assert list(change.y) == pytest.approx([y - x for x, y in zip(rate_a.y, rate_b.y)])
+    assert "runs&#95;compared" in out["findings"]  # and in words, with intervals
+    lone = read(h, V1)["compare"]
+    assert lone.layout.title.text.startswith("One run") or "One run" in str(lone.layout.annotations)
+
+
+def test_the_drafter_kind_prices_the_advice(h):
+    words = {kind: read(h, V1, drafter=kind)["advice"] for kind in ("sequential", "block", "ngram")}
+    assert "a sequential draft model, k draft steps a step" in words["sequential"]
+    assert "a block drafter, the whole block in one draft pass" in words["block"]
+    assert "an n-gram or prompt lookup, its drafting priced at 0" in words["ngram"]
+    best = {kind: int(text.split("**Best k = ")[1].split("**")[0]) for kind, text in words.items()}
+    assert best["ngram"] > best["sequential"]  # drafting for free: longer drafts pay
+    with pytest.raises(gr.Error, match="unknown drafter kind"):
+        read(h, V1, drafter="telepathy")
 
 
 def test_pasted_parts_split_only_at_a_separator_line():
