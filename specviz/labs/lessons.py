@@ -12,6 +12,10 @@ and a ``reveal`` text whose {placeholders} are the run's numbers. Actions:
          machine's slow moments fall on all alike; ``ratio`` (last value's tokens/s over the first's) with its range,
          ``clock`` the direction that range reads, and per value ``modeled_speedup`` E[tau] / (k c + 1) with tau this
          run's and c the draft's weights over the target's: a speed no host can move
+  load   batched greedy runs, speculative and plain, at each batch size in ``values``: per value a request's tokens
+         per step, target passes per token and target tokens processed per token emitted (``work``, plain decoding's
+         being 1), and beside them the clock: the speedup measured at each batch size and the goodput model's
+         crossover fitted on this reveal's timed steps (``specviz.goodput``)
 Answer rules: "threshold" (metric below / above / equal to ``at``), "direction" (up / down / about the same from the
 first value to the last, 5% either way counting as the same), "highest" (the choice whose value scored most; the top
 two within 5% are "about the same"), "interval" (a race's ratio: up / down / about the same where its whole range
@@ -28,12 +32,14 @@ from __future__ import annotations
 
 import json
 import statistics
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
 
-from .. import theory
+from .. import goodput, theory
+from ..batch import autoregressive_generate_batch, speculative_generate_batch
 from ..config import DecodeConfig, TreeConfig
 from ..decoder import autoregressive_generate, speculative_generate
 from ..models import ASSETS
@@ -44,7 +50,7 @@ from .gallery import FOLDER
 from .rules import variant_config
 
 LESSONS = ASSETS.parent / "lessons"
-KINDS, RULES = ("run", "exact", "vary", "race"), ("threshold", "direction", "highest", "interval")
+KINDS, RULES = ("run", "exact", "vary", "race", "load"), ("threshold", "direction", "highest", "interval")
 SAME_WITHIN = claims.SAME_WITHIN
 SAME, NOISE = claims.SAME, claims.NOISE
 PAIRS = 5  # a race's interleaved sets
@@ -105,6 +111,8 @@ def outcomes(step: Step) -> tuple[str, ...]:
 def run_action(step: Step, pair) -> dict:
     """The step's runs and their numbers. ``pair(target_name, draft_name)`` -> (target, tokenizer, draft)."""
     a, settings = step.action, dict(step.action.get("settings", {}))
+    if a["kind"] == "load":
+        return _load(pair, settings, [int(b) for b in a["values"]])
     if a["kind"] == "race":
         return _race(pair, [{**settings, a["param"]: value} for value in a["values"]], int(a.get("pairs", PAIRS)))
     if a["kind"] == "vary":
@@ -200,6 +208,53 @@ def _race(pair, runs: list[dict], pairs: int) -> dict:
     inner = ratios[1:-1] if len(ratios) >= 5 else ratios  # one set a busy moment caught, either way, is dropped
     return numbers | dict(ratio=statistics.median(ratios), ratio_lo=inner[0], ratio_hi=inner[-1], ratio_min=ratios[0],
                           ratio_max=ratios[-1], pairs=pairs, clock=claims.interval(inner[0], inner[-1]), c_weights=share)
+
+
+def _load(pair, settings: dict, batches: list[int]) -> dict:
+    """Greedy batched runs (the same prompt in every row), speculative then plain, at each batch size: per value j
+    ``tau_j`` (a request's tokens per step), ``passes_per_token_j`` (batch passes per token of a request),
+    ``work_j`` (target tokens processed per token emitted: each step verifies the pending token and its drafts);
+    the clock beside them: ``speedup_j`` (tokens/s ratio) and ``crossover``, the goodput model's, its pass and
+    draft fitted on these runs' timed steps (``goodput.fit_step_cost``), at batch sizes 1 to 32."""
+    target, draft, ids, cfg = _setup(pair, {**settings, "temperature": 0.0})
+    cfg = replace(cfg, record=False, tree=None)
+    speculative_generate_batch(target, draft, [ids], replace(cfg, max_new_tokens=4))  # first calls pack weights
+    numbers, plain_steps, draft_steps = {"batch_0": batches[0]}, [], []
+    for j, b in enumerate(batches):
+        spec, spec_s = _timed(speculative_generate_batch, target, draft, [ids] * b, cfg)
+        plain, plain_s = _timed(autoregressive_generate_batch, target, [ids] * b, cfg)
+        c, p = sum(t.counts() for t in spec), sum(t.counts() for t in plain)
+        steps = max(len(t.rounds) for t in spec)
+        numbers |= {f"batch_{j}": b, f"tau_{j}": c.new_tokens / c.rounds, f"passes_per_token_{j}": steps * b /
+                    c.new_tokens, f"work_{j}": (c.drafted + c.rounds) / c.new_tokens,
+                    f"speedup_{j}": (c.new_tokens / spec_s) / (p.new_tokens / plain_s)}
+        longest = max(plain, key=lambda t: len(t.rounds))
+        plain_steps.append((b, 0, sum(r.target_s for r in longest.rounds) / len(longest.rounds)))
+        rounds = max(spec, key=lambda t: len(t.rounds)).rounds
+        draft_steps.append((b, 0, max(sum(r.draft_s for r in rounds) / max(sum(r.k for r in rounds), 1), 1e-9)))
+    step, draft_step = goodput.fit_step_cost(plain_steps), goodput.fit_step_cost(draft_steps)
+    grid = [1, 2, 4, 8, 16, 32]
+    rates = numbers["tau_0"] - 1  # a request's accepted drafts per step, spread as one alpha
+    alpha = _alpha_for(rates, cfg.k)
+    speedups = [goodput.speedup(b, 0, cfg.k, alpha, step, goodput.DraftCost("sequential", draft_step)) for b in grid]
+    cross = goodput.crossover(grid, speedups)
+    numbers["crossover"] = cross.batch if cross.batch else f"none in 1–32 ({cross.verdict})"
+    return numbers | {"k": cfg.k}
+
+
+def _alpha_for(accepted: float, k: int) -> float:
+    """The alpha whose E[tau] - 1 is ``accepted`` drafts a step at this k (bisection: E[tau] rises with alpha)."""
+    lo, hi = 0.0, 1.0
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if theory.expected_tokens(mid, k) - 1 < accepted else (lo, mid)
+    return (lo + hi) / 2
+
+
+def _timed(fn, *args):
+    start = time.perf_counter()
+    out = fn(*args)
+    return out, time.perf_counter() - start
 
 
 def metrics(trace) -> dict:

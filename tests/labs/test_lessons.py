@@ -62,9 +62,9 @@ PRESUMING = re.compile(r"\b(only|just|saving|saves|wins?|beats?|faster|slower|fe
                        r"higher|lower|yes|no|ties?|so it)\b", re.IGNORECASE)
 METRICS = ["tau", "acceptance", "alpha", "forwards_per_token", "tv", "tokens_per_pass", "all_accepted_share", "c",
            "theory_tau", "all_accepted_if_independent", "same_tokens", "tokens", "same_as_target", "speedup",
-           "modeled_speedup", "c_weights"]
+           "modeled_speedup", "c_weights", "work", "passes_per_token", "batch", "k", "crossover"]
 HOST_FREE = {"tau", "acceptance", "alpha", "forwards_per_token", "tv", "tokens_per_pass", "all_accepted_share",
-             "same_as_target", "modeled_speedup"}
+             "same_as_target", "modeled_speedup", "work_0"}
 
 
 def numbers_for(step, outcome) -> dict:
