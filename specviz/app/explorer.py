@@ -4,6 +4,7 @@ binds them); ``build`` lays the tab out and wires them."""
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import gradio as gr
 
@@ -22,7 +23,6 @@ from .sessions import one_per_session
 from .store import ModelStore, draft_choices
 from .widgets import MODEL_QUEUE, SKIP, bind, chart, draft_picker, follow_target, friendly, target_picker
 
-QUIET = (SKIP,) * 9  # slider, replay x4, charts x4 stay as they are while a run streams
 RUN_LABEL = "Run"
 def ready() -> dict:
     """The Run button once a run has ended (or failed): a fresh update each time (gradio consumes an update's keys)."""
@@ -32,12 +32,50 @@ SHAPES = ["chain", "chain:12,1", "chain:12,3,0.08", "3,2,2,1", "2,1,1,1,1,1", "4
 GALLERY_BUTTONS = 3  # the gallery's first ready runs, one click each from the first screen
 
 
-# -- views: a Trace in, component values out ----------------------------------------------------------
-def replay_views(trace: Trace | None, index) -> tuple:
+# -- views: a Trace in, component values out, by name (a field left unset keeps its component as it is) --------------
+class Replay(NamedTuple):
+    """The round replay: its table, its accept-line chart, its residual chart and its tree."""
+    replay: object = SKIP
+    accept: object = SKIP
+    residual: object = SKIP
+    tree: object = SKIP
+
+
+class Charts(NamedTuple):
+    """The whole run's four charts."""
+    by_position: object = SKIP
+    per_round: object = SKIP
+    p_vs_q: object = SKIP
+    times: object = SKIP
+
+
+class Shown(NamedTuple):
+    """Everything a run, an import or a gallery run sets: ``build`` wires its components in these fields' order."""
+    trace: object = SKIP  # gr.State: the run shown
+    base: object = SKIP  # gr.State: its autoregressive baseline
+    timeline: object = SKIP
+    summary: object = SKIP
+    round_slider: object = SKIP
+    replay: object = SKIP
+    accept: object = SKIP
+    residual: object = SKIP
+    tree: object = SKIP
+    by_position: object = SKIP
+    per_round: object = SKIP
+    p_vs_q: object = SKIP
+    times: object = SKIP
+
+
+def streamed(shown: Shown, run_button=SKIP) -> tuple:
+    """One step of a run's stream: what it shows, then the Run button (``run``'s outputs)."""
+    return (*shown, run_button)
+
+
+def replay_views(trace: Trace | None, index) -> Replay:
     """Round ``index`` in detail: its table, its accept-line chart, its residual chart and its tree (shown only for a
     tree round: a chain's round has no tree to draw)."""
     if trace is None or not trace.rounds:
-        return replay_html(trace, 0), None, None, gr.update(value=None, visible=False)
+        return Replay(replay_html(trace, 0), None, None, gr.update(value=None, visible=False))
     i = max(0, min(int(index or 0), len(trace.rounds) - 1))
     r, alone = trace.rounds[i], one_round(trace, i)  # round i and the tokens before it: the same cost on any trace
     tokens = alone.to_frame()
@@ -45,54 +83,56 @@ def replay_views(trace: Trace | None, index) -> tuple:
     tree = (gr.update(value=tree_figure(trace, r), visible=True) if r.tree is not None else
             gr.update(value=None, visible=False))
     html = replay_html(trace, i) + alignment_html(r, alone.texts().rounds[0])  # "" unless cross-tokenizer
-    return (html, plots.accept_line(chain), plots.residual_bars(plots.residual_frame(trace, i)), tree)
+    return Replay(replay=html, accept=plots.accept_line(chain), tree=tree,
+                  residual=plots.residual_bars(plots.residual_frame(trace, i)))
 
 
-def replay_round(trace: Trace | None, number) -> tuple:
+def replay_round(trace: Trace | None, number) -> Replay:
     """The replay of the round the slider names (rounds are numbered from 1 on screen)."""
     return replay_views(trace, int(number or 1) - 1)
 
 
-def chart_views(trace: Trace | None) -> tuple:
+def chart_views(trace: Trace | None) -> Charts:
     if trace is None or not trace.rounds:
-        return None, None, None, None
+        return Charts(None, None, None, None)
     tokens, rounds = trace.to_frame(), plots.rounds_frame(trace)
-    return (plots.acceptance_by_position(tokens), plots.tokens_per_round(rounds), plots.p_vs_q(tokens),
-            plots.round_times(rounds))
+    return Charts(by_position=plots.acceptance_by_position(tokens), per_round=plots.tokens_per_round(rounds),
+                  p_vs_q=plots.p_vs_q(tokens), times=plots.round_times(rounds))
 
 
-def all_views(trace: Trace | None, base: Trace | None, where: str = HERE) -> tuple:
-    """Every output of a finished run or an import, in OUTPUT order after the two states (``where``: where and when
-    its speeds were measured)."""
+def all_views(trace: Trace | None, base: Trace | None, where: str = HERE) -> Shown:
+    """Every output of a finished run or an import (``where``: where and when its speeds were measured)."""
     n = len(trace.rounds) if trace else 0
     slider = gr.Slider(minimum=1, maximum=max(2, n), value=1, step=1, interactive=n > 1)  # round 1 .. n
-    return (timeline_html(trace), summary_markdown(trace, base, where=where), slider,
-            *replay_views(trace, 0), *chart_views(trace))
+    return Shown(trace=trace, base=base, timeline=timeline_html(trace), round_slider=slider,
+                 summary=summary_markdown(trace, base, where=where), **replay_views(trace, 0)._asdict(),
+                 **chart_views(trace)._asdict())
 
 
 # -- handlers ------------------------------------------------------------------------------------------
 def run(store: ModelStore, prompt, target, draft, k, k_policy, temperature, top_k, top_p, max_new_tokens, seed,
         with_baseline=True, user_drafts=None, draft_stop=0.0, shape="chain", children="auto", rule="leviathan"):
-    """Streams (trace, baseline, timeline, summary, slider, replay x4, charts x4, the Run button: disabled and
-    naming the phase, decoding, the baseline, the spread, until the run ends). ``user_drafts``: this
+    """Streams what it shows (``Shown``: while decoding the trace, its timeline and summary; then every view) and the
+    Run button (disabled and naming the phase, decoding, the baseline, the spread, until the run ends). ``user_drafts``: this
     user's trained drafts ({name: TrainedDraft}), pickable by name. ``shape``: "chain" or a token tree
     ("3,2,2,1", "dynamic:10,8,3"), whose run is followed by a chain of k with the same draft and seed. ``rule``: the
     accept rule (forms.RULE_CHOICES: lossy ones change the text's law)."""
     cfg = make_config(k, k_policy, temperature, top_k, top_p, max_new_tokens, seed, draft_stop, shape, children, rule)
     trace, decoding = None, busy("decoding")
     for trace in runs.stream_run(store, prompt, target, draft, cfg, user_drafts=user_drafts):
-        yield trace, None, timeline_html(trace), summary_markdown(trace, None), *QUIET, decoding
+        yield streamed(Shown(trace=trace, base=None, timeline=timeline_html(trace), summary=summary_markdown(trace, None)),
+                       decoding)
     if not with_baseline:
-        yield trace, None, *all_views(trace, None), ready()
+        yield streamed(all_views(trace, None), ready())
         return
-    yield trace, None, *all_views(trace, None), busy("running the baseline")
-    yield trace, None, SKIP, summary_markdown(trace, None) + "\n\n*Running the baseline…*", *QUIET, SKIP
+    yield streamed(all_views(trace, None), busy("running the baseline"))
+    yield streamed(Shown(trace=trace, base=None, summary=summary_markdown(trace, None) + "\n\n*Running the baseline…*"))
     base = runs.baseline(store, trace)
-    yield trace, base, SKIP, summary_markdown(trace, base) + "\n\n*Measuring the spread…*", *QUIET, \
-        busy("measuring the spread")
+    yield streamed(Shown(trace=trace, base=base, summary=summary_markdown(trace, base) + "\n\n*Measuring the spread…*"),
+                   busy("measuring the spread"))
     chain = runs.chain_twin(store, trace, user_drafts) if cfg.tree is not None else None
     spread, skipped = runs.speed_pairs(store, trace, base, user_drafts)
-    yield trace, base, SKIP, summary_markdown(trace, base, chain, spread, skipped=skipped), *QUIET, ready()
+    yield streamed(Shown(trace=trace, base=base, summary=summary_markdown(trace, base, chain, spread, skipped=skipped)), ready())
 
 
 def busy(phase: str) -> dict:
@@ -109,10 +149,10 @@ def step(trace, number, delta):
 IMPORTED = "where it was recorded (an imported trace: its file does not say on which machine or when)"
 
 
-def load(path, where: str = IMPORTED):
+def load(path, where: str = IMPORTED) -> Shown:
     """An uploaded JSON trace, shown as a finished run, with the baseline run it was exported with (if any)."""
     trace, base = runs.import_trace(path)
-    return trace, base, *all_views(trace, base, where)
+    return all_views(trace, base, where)
 
 
 def open_gallery(title):
@@ -134,7 +174,7 @@ def open_named(name):
 def form_of(store: ModelStore, trace: Trace | None) -> tuple:
     """The explorer's form (links.FIELDS) set to an opened run's settings, so that Run makes the run shown."""
     if trace is None:
-        return (SKIP,) * 11
+        return (SKIP,) * len(links.FIELDS)  # every field as it is
     values = runs.form_values(trace, store.list_targets(), store.list_drafters())
     return tuple(SKIP if v is None else v for v in values)
 
@@ -245,7 +285,7 @@ def _what_if(h, trace_state, base_state) -> None:
     fill.click(h.from_run, [trace_state, base_state], [*sliders, note], api_visibility="private")
 
 
-def _run_charts() -> list:
+def _run_charts() -> Charts:
     """The whole run's four charts."""
     gr.Markdown("## The whole run")
     with gr.Row():
@@ -256,7 +296,7 @@ def _run_charts() -> list:
     with gr.Row():
         pq = chart("Above the diagonal (p ≥ q) a draft is always accepted; below it, with probability p/q.")
         times = chart("Where the time goes: k cheap draft steps, then one target forward per round.")
-    return [by_pos, hist, pq, times]
+    return Charts(by_position=by_pos, per_round=hist, p_vs_q=pq, times=times)
 
 
 def _form(store: ModelStore) -> tuple[list, gr.Slider, list, gr.Button]:
@@ -295,7 +335,9 @@ def build(store: ModelStore, user_drafts: gr.State) -> tuple[gr.Dropdown, object
         upload = gr.File(label="Import a JSON trace (replays without the models)", file_types=[".json"],
                          type="filepath", elem_id="upload")
 
-    outputs = [trace_state, base_state, timeline, summary, round_slider, replay, accept, residual, tree, *charts]
+    replayed = Replay(replay=replay, accept=accept, residual=residual, tree=tree)
+    outputs = list(Shown(trace=trace_state, base=base_state, timeline=timeline, summary=summary,
+                         round_slider=round_slider, **replayed._asdict(), **charts._asdict()))  # as handlers set them
     # the button says what the run is doing and takes no click until it ends (gradio drops a click on a busy event)
     run_btn.click(lambda: busy("waiting for the models"), None, [run_btn], queue=False, api_visibility="private").then(
         h.run, inputs + [user_drafts, draft_stop, *tree_inputs], outputs + [run_btn], api_visibility="undocumented",
@@ -308,7 +350,7 @@ def build(store: ModelStore, user_drafts: gr.State) -> tuple[gr.Dropdown, object
     for opener, event in [(shown, shown.input)] + [(b, b.click) for _, b in ready_runs]:  # a button passes its title
         event(h.open_gallery, [opener], outputs, api_visibility="private").then(
             h.form_of, [trace_state], link_fields, api_visibility="private")
-    round_slider.change(h.replay, [trace_state, round_slider], [replay, accept, residual, tree],
+    round_slider.change(h.replay, [trace_state, round_slider], list(replayed),
                         api_visibility="undocumented")
     prev_btn.click(lambda t, i: h.step(t, i, -1), [trace_state, round_slider], [round_slider],
                    api_visibility="undocumented")
