@@ -76,6 +76,7 @@ def _interval(fields: dict[str, str]) -> MeanRun:
 
 def rate_meaning(entries, lines=()) -> tuple[str | None, int | None, str]:
     """(the rate's definition, k where it pins it, a note saying which and why) from the printed figures."""
+    entries = _distinct(entries)
     if not entries:
         return None, None, ("this build prints 'accept len' without 'accept rate'" if any(
             "accept len" in f for _, _, f in lines) else "")
@@ -106,6 +107,14 @@ def rate_meaning(entries, lines=()) -> tuple[str | None, int | None, str]:
 def _all_fit(entries, predicted, whole: int) -> bool:
     tolerance = HALF + HALF / whole + 1e-6
     return all(abs(predicted(e) - e.acceptance_rate) <= tolerance for e in entries)
+
+
+def _distinct(entries) -> list[MeanRun]:
+    """One entry per printed (accept len, accept rate) pair: a long log repeats them, and each is tested 128 times."""
+    seen = {}
+    for e in entries:
+        seen.setdefault((e.mean_length, e.acceptance_rate), e)
+    return list(seen.values())
 
 
 def _with(entry: MeanRun, meaning: str | None, k: int | None) -> MeanRun:
