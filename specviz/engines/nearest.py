@@ -33,11 +33,13 @@ NEAR = (
     Near(("[AR]",), "TensorRT-LLM trtllm-bench 'Acceptance Rate Details'",
          "'[AR]' there is an acceptance LENGTH (output tokens per decoding iteration, bonus included), given as "
          "percentiles over requests, with no totals",
-         "the responses with their per-choice speculative_decoding object"),
+         "the responses with their per-choice speculative_decoding object (read_reported keeps these percentiles "
+         "as printed)"),
     Near(("[AL]",), "TensorRT-LLM trtllm-bench 'Acceptance Length Details'",
          "percentiles over requests of the acceptance length (bonus included); '[DT]' draft tokens there are the "
          "configured maximum times the iterations, an upper bound; no totals",
-         "the responses with their per-choice speculative_decoding object"),
+         "the responses with their per-choice speculative_decoding object (read_reported keeps these percentiles "
+         "as printed)"),
     Near(("Accept length:",), "SGLang bench_serving summary",
          "'Accept length' is the server's running mean (bonus included), not counts, and not scoped to this run",
          "a bench_serving build's 'Speculative Decoding' section with Drafts, Draft tokens and Accepted tokens, or "

@@ -81,3 +81,9 @@ def test_steps_recovery_says_when_it_is_ambiguous():
     # no rates, no drafts: 450 / n in [1.495, 1.505] -> n in [299.003, 301.003], so 300 or 301 (450 / 299 = 1.51)
     got = recover_steps(450, 2.50, 2)
     assert got.steps == 300 and "one of 2 values in [300, 301]" in got.note  # 300: nearest 450 / 1.50
+
+
+def test_a_run_built_by_position_as_before_has_no_load():
+    """The load field comes last, so every constructor call written before it keeps its meaning."""
+    run = EngineRun("vLLM log", 10, 6, 4, 3)
+    assert (run.drafted, run.accepted, run.steps, run.k, run.load) == (10, 6, 4, 3, None)
