@@ -175,3 +175,38 @@ def test_specviz_load_drafter_opens_a_folder_and_a_local_name(monkeypatch):
     trace = speculative_generate(target, drafter, ids, DecodeConfig(k=2, temperature=0, max_new_tokens=12))
     assert trace.new_tokens == reference_greedy(target, ids, 12)
     assert models.trained_folder("lite") is None and models.trained_folder("prompt-lookup") is None
+
+
+def eagle1_checkpoint(folder, seed=4, **extra):
+    """An EAGLE-1 / HASS checkpoint as the EAGLE authors' cnets1.py names it: fc (with bias) over [embedding; feature],
+    layers.0 without an input norm; no final norm, no LM head (the target's)."""
+    from safetensors.torch import save_file
+
+    torch.manual_seed(seed)
+    h, i = 32, 64
+    t = {"fc.weight": 0.2 * torch.randn(h, 2 * h), "fc.bias": 0.1 * torch.randn(h),
+         "layers.0.post_attention_layernorm.weight": torch.ones(h)}
+    for name, shape in (("q_proj", (h, h)), ("k_proj", (h, h)), ("v_proj", (h, h)), ("o_proj", (h, h))):
+        t[f"layers.0.self_attn.{name}.weight"] = 0.2 * torch.randn(shape)
+    for name, shape in (("gate_proj", (i, h)), ("up_proj", (i, h)), ("down_proj", (h, i))):
+        t[f"layers.0.mlp.{name}.weight"] = 0.2 * torch.randn(shape)
+    folder.mkdir(parents=True)
+    save_file({**t, **extra}, str(folder / "model.safetensors"))
+    config = {"architectures": ["LlamaForCausalLM"], "hidden_size": h, "intermediate_size": i, "num_hidden_layers": 1,
+              "num_attention_heads": 2, "num_key_value_heads": 2, "vocab_size": 64, "rms_norm_eps": 1e-6,
+              "max_position_embeddings": 256}
+    (folder / "config.json").write_text(__import__("json").dumps(config))
+    return folder
+
+
+def test_an_eagle1_checkpoint_runs_exact_and_a_stray_input_norm_is_refused(tmp_path):
+    from tests.drafts.test_trained_check import refusal
+
+    target, ids = fixture_target(), torch.tensor([PROMPTS[0]])
+    folder = eagle1_checkpoint(tmp_path / "eagle1")
+    drafter = load_trained(folder, target)
+    assert drafter.model.embed is target.get_input_embeddings().weight
+    trace = speculative_generate(target, drafter, ids, DecodeConfig(k=3, temperature=0, max_new_tokens=16))
+    assert trace.new_tokens == reference_greedy(target, ids, 16)
+    stray = eagle1_checkpoint(tmp_path / "stray", **{"layers.0.input_layernorm.weight": torch.ones(32)})
+    assert "tensor layers.0.input_layernorm.weight [32] is not part of a EAGLE-1 / HASS checkpoint" in refusal(stray)

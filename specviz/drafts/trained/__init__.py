@@ -5,7 +5,7 @@ a ``midlayer.*`` layer (SGLang's SpecForge, the EAGLE authors' own), legacy EAGL
 
 ``formats`` reads a folder's config.json and safetensors headers (no weights) and names its layout; ``expect`` says
 which tensors, shapes and switches that layout needs; ``check`` compares a draft with its target before any work
-(``check_trained_draft``); ``tap`` reads the target's hidden states at chosen layers; ``eagle3`` and ``medusa`` are
-the drafters that run; ``coverage`` measures what a pruned draft vocabulary cannot say; ``load`` opens a folder.
+(``check_trained_draft``); ``tap`` reads the target's hidden states at chosen layers; ``eagle3``, ``eagle1`` and
+``medusa`` run; ``coverage`` measures what a pruned draft vocabulary cannot say; ``load`` opens a folder.
 Imports: ``specviz.drafts`` (the drafter interface), ``specviz.runtime``; nothing above.
 """

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from .expect import RUNS, eagle3_spec, eagle3_tensors, medusa_spec, medusa_tensors
+from .expect import RUNS, eagle1_tensors, eagle3_spec, eagle3_tensors, medusa_spec, medusa_tensors
 from .formats import Layout, detect
 
 FLOAT_DTYPES = ("F32", "F16", "BF16", "F64")
@@ -119,6 +119,21 @@ def check_eagle3(layout: Layout, sizes: dict) -> tuple[list[str], list[str]]:
     return problems, notes
 
 
+def check_eagle1(layout: Layout, sizes: dict) -> tuple[list[str], list[str]]:
+    s = eagle3_spec(layout)
+    problems = []
+    if s.hidden != sizes["hidden"]:
+        problems.append(f"the draft's hidden size is {s.hidden}, the target's {sizes['hidden']} (EAGLE-1 reads the "
+                        "target's final state and feeds its output to the target's LM head)")
+    if s.vocab != sizes["vocab"]:
+        problems.append(f"the draft was trained for a target vocabulary of {s.vocab}, the target has {sizes['vocab']}")
+    problems += compare_tensors(layout, *eagle1_tensors(s))
+    notes = ["EAGLE-1 / HASS: fc over [embedding; the target's final normed state], the target's LM head"]
+    if "embed_tokens.weight" not in layout.tensors:
+        notes.append("no embed_tokens in the draft: the target's embedding is used")
+    return problems, notes
+
+
 def check_medusa(layout: Layout, sizes: dict) -> tuple[list[str], list[str]]:
     s = medusa_spec(layout)
     problems = compare_tensors(layout, medusa_tensors(s, sizes["hidden"], sizes["vocab"]), {})
@@ -168,6 +183,8 @@ def check_trained_draft(path_or_layout, target) -> Checked:
         problems, notes = check_eagle3(layout, sizes)
     elif layout.kind == "medusa":
         problems, notes = check_medusa(layout, sizes)
+    elif layout.kind == "eagle1":
+        problems, notes = check_eagle1(layout, sizes)
     else:
         problems, notes = check_config_only(layout, sizes)
     if problems:

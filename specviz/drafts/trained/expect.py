@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from .formats import Layout
 
 SWITCHES = ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output")  # EAGLE-3 and its 3.1 flags
-RUNS = ("eagle3", "eagle3-midlayer", "eagle3-vllm", "medusa")  # the kinds specviz drafts with; the rest are checked
+RUNS = ("eagle3", "eagle3-midlayer", "eagle3-vllm", "eagle1", "medusa")  # the kinds specviz drafts with; the rest are checked
 
 
 @dataclass(frozen=True)
@@ -127,6 +127,18 @@ def eagle3_tensors(layout: Layout, s: Eagle3Spec) -> tuple[dict, dict]:
     if layout.kind == "peagle":
         optional["mask_hidden"] = (1, n_aux * s.target_hidden)
     return required, optional
+
+
+def eagle1_tensors(s: Eagle3Spec) -> tuple[dict, dict]:
+    """(required, optional) for an EAGLE-1 / HASS checkpoint (``cnets1.py``): fc over [embedding; feature] with its
+    bias, layer 0 without an input norm, no final norm and no LM head (the target's is used)."""
+    required = {"fc.weight": (s.hidden, 2 * s.hidden)}
+    for i in range(s.layers):
+        layer = layer_tensors(f"layers.{i}.", s, s.hidden, False)
+        if i == 0:
+            del layer["layers.0.input_layernorm.weight"]
+        required |= layer
+    return required, {"fc.bias": (s.hidden,), "embed_tokens.weight": (s.vocab, s.hidden)}
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,12 @@ import torch
 
 from ..drafter import Drafter
 from .check import Checked, check_trained_draft
+from .eagle1 import Eagle1Model
 from .eagle3 import Eagle3Drafter, Eagle3Model
 from .expect import eagle3_spec, medusa_spec
 from .formats import Layout, detect
 from .medusa import MedusaDrafter, MedusaHeads
+from .tap import FINAL
 
 
 def read_weights(layout: Layout, like: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -45,16 +47,20 @@ def build(checked: Checked, target, name: str) -> Drafter:
     layout = checked.layout
     if not checked.runs:
         raise ValueError(f"{layout.folder.name} ({layout.title}) was read and checked, but specviz does not run "
-                         "this kind of draft (it runs EAGLE-3 and Medusa heads)")
+                         "this kind of draft (it runs EAGLE-3, EAGLE-1 / HASS and Medusa heads)")
     like = target.get_output_embeddings().weight
     weights = read_weights(layout, like)
     if layout.kind == "medusa":
         return MedusaDrafter(MedusaHeads(medusa_spec(layout), weights), target, name)
     spec = eagle3_spec(layout)
+    embed = weights.get("embed_tokens.weight", target.get_input_embeddings().weight)
+    rotary = rotary_for(spec, like.device)
+    if layout.kind == "eagle1":
+        head = target.get_output_embeddings()
+        return Eagle3Drafter(Eagle1Model(spec, weights, embed, rotary, head.weight, head.bias), target, (FINAL,), name)
     layers = target.config.num_hidden_layers
     tapped = spec.tapped or (2, layers // 2, layers - 3)
-    embed = weights.get("embed_tokens.weight", target.get_input_embeddings().weight)
-    return Eagle3Drafter(Eagle3Model(spec, weights, embed, rotary_for(spec, like.device)), target, tapped, name)
+    return Eagle3Drafter(Eagle3Model(spec, weights, embed, rotary), target, tapped, name)
 
 
 class TrainedDraft(Drafter):
