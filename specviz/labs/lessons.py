@@ -238,7 +238,8 @@ def _load(pair, settings: dict, batches: list[int]) -> dict:
     alpha = _alpha_for(rates, cfg.k)
     speedups = [goodput.speedup(b, 0, cfg.k, alpha, step, goodput.DraftCost("sequential", draft_step)) for b in grid]
     cross = goodput.crossover(grid, speedups)
-    numbers["crossover"] = cross.batch if cross.batch else f"none in 1–32 ({cross.verdict})"
+    numbers["crossover"] = f"batch {cross.batch}" if cross.batch else "none in batches 1–32: it " + {
+        "never pays": "never pays", "pays throughout": "pays at every one"}.get(cross.verdict, "pays at the larger ones")
     return numbers | {"k": cfg.k}
 
 
