@@ -8,7 +8,8 @@ SEVERITIES = ("info", "warning", "problem")
 
 @dataclass(frozen=True)
 class Finding:
-    code: str  # alpha, curve, iid_fit, cliff, budget_mismatch, positions_do_not_pay, drift, temperature_collapse, missing
+    code: str  # alpha, curve, iid_fit, cliff, budget_mismatch, positions_do_not_pay, drift, nothing_accepted,
+    # all_or_nothing, short_drafts, temperature_collapse, position0_moves_with_k, runs_compared, missing
     severity: str  # "info" (a measurement), "warning" (worth a look) or "problem" (a fault to fix)
     text: str
     numbers: dict = field(default_factory=dict, hash=False)
