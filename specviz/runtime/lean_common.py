@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.modules import module as nn_module
 
-from . import native, packed_linear
+from . import native, packed_linear, quant
 
 _MODULES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> (its modules' children, its modules)
 
@@ -44,7 +44,9 @@ def _children(found: list) -> list:
 def linear(x: torch.Tensor, w_t: torch.Tensor, b: torch.Tensor | None, residual: torch.Tensor | None = None):
     """residual + x @ W_t + b: in C over the weight packed once where ``native`` is built (fp32 on a CPU), else the
     addends folded into the matmul (addmm), several rows through oneDNN's packed weights where this host timed that
-    faster (``packed_linear``)."""
+    faster (``packed_linear``). A quantized W (``quant.QuantLinear``, a GGUF's own blocks) runs in C on its bytes."""
+    if isinstance(w_t, quant.QuantLinear):
+        return quant.linear(x, w_t, b, residual)
     if native.fits(x, w_t, b, residual):
         return native.linear(x, w_t, b, residual)
     out = packed_linear.linear(x, w_t, b, residual)

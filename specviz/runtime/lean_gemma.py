@@ -10,6 +10,10 @@ query_pre_attn_scalar^-1/2; a GELU-tanh MLP; layers of two kinds, "sliding_atten
 ``sliding_window`` positions, RoPE base ``rope_parameters["sliding_attention"]``) and "full_attention" (all of them,
 its own RoPE base). The logits match transformers' to float32 rounding (tests/runtime/test_lean_gemma.py).
 
+A model loaded quantized from a GGUF (``quant_gguf.gemma_model``) carries its weights as ``model.quantized``: the
+same ``Weights`` with ``quant.QuantLinear`` matrices (the embedding and the tied head one quantized table), which
+``lean_common.linear`` computes on in C without a float copy.
+
 Supported: ``model_type == "gemma3_text"`` with GELU-tanh MLPs, default RoPE, no logit soft-capping, causal attention,
 on one device, not instrumented. An early exit ("gemma@4", ``specviz.drafts.early_exit``) runs here on its target's
 re-laid-out layers, embedding and head (no copy; its own cache), or on a pruned head (``pruned_head``); an exit with
@@ -23,6 +27,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from . import quant
 from .lean_common import instrumented, linear, rope_, rope_tables
 from .lean_llama import FIRST_CAPACITY
 from .pruned_head import PrunedHead, scatter
@@ -59,11 +64,11 @@ class Block:
 
 @dataclass(frozen=True)
 class Weights:
-    embed: torch.Tensor  # (V, d), unscaled
+    embed: torch.Tensor | quant.QuantMatrix  # (V, d), unscaled
     scale: torch.Tensor  # sqrt(d) in the model's dtype, as Gemma3TextScaledWordEmbedding multiplies
     blocks: tuple[Block, ...]
     norm: torch.Tensor
-    head_t: torch.Tensor  # (d, V), or (d, V') for a pruned head
+    head_t: torch.Tensor | quant.QuantLinear  # (d, V), or (d, V') for a pruned head; quantized: the embedding's rows
     head_ids: torch.Tensor | None = None  # a pruned head's token ids: its logits go there, -inf elsewhere
     vocab: int = 0
 
@@ -79,6 +84,8 @@ def gemma_norm(x: torch.Tensor, scale: torch.Tensor, eps: float) -> torch.Tensor
 
 @torch.no_grad()
 def lean_weights(model) -> Weights:
+    if getattr(model, "quantized", None) is not None:  # a GGUF's own quantized weights (quant_gguf)
+        return model.quantized
     source = getattr(model, "exit_of", None)
     if source is not None:  # an early exit: the target's first layers, laid out once for both
         base, head = lean_weights(source), model.get_output_embeddings()
@@ -114,6 +121,16 @@ def _relayout(model) -> Weights:
     return Weights(embed, scale, tuple(blocks), _one_plus(inner.norm), head_t)
 
 
+def embed(w: Weights, ids: torch.Tensor) -> torch.Tensor:
+    """The embedding rows of ids (n,), unscaled: looked up in C where the table is quantized."""
+    return quant.rows(w.embed, ids) if isinstance(w.embed, quant.QuantMatrix) else F.embedding(ids, w.embed)
+
+
+def like(w: Weights) -> torch.Tensor:
+    """A tensor of the forward's dtype and device (caches and RoPE tables are made like it)."""
+    return w.embed if isinstance(w.embed, torch.Tensor) else w.norm
+
+
 class LeanGemma3:
     """A Gemma-3 forward with its own pre-allocated KV cache, used like ``LeanLlama`` by CachedLM: ``forward``
     appends tokens and returns their logits, ``crop`` moves the write position back."""
@@ -143,7 +160,7 @@ class LeanGemma3:
             raise ValueError("a Gemma-3 target has sliding-window layers: it cannot score a token tree")
         start, end = self.length, self.length + ids.shape[-1]
         self._reserve(end)
-        x = F.embedding(ids, self.w.embed) * self.w.scale
+        x = embed(self.w, ids) * self.w.scale
         masks = self._masks(start, end)
         for blk, kv in zip(self.w.blocks, self.kv):
             x = self._layer(x, blk, kv, start, masks[blk.sliding])
@@ -189,7 +206,7 @@ class LeanGemma3:
         """Room for n positions: keys then values per layer, and each layer kind's RoPE tables."""
         if n <= self.capacity:
             return
-        cap, embed = max(n, 2 * self.capacity, FIRST_CAPACITY), self.w.embed
+        cap, embed = max(n, 2 * self.capacity, FIRST_CAPACITY), like(self.w)
         kv = embed.new_zeros(len(self.w.blocks), 2 * self.nkv, cap, self.hd)
         if self.capacity:
             kv[..., : self.length, :] = self.kv[..., : self.length, :]

