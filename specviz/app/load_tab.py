@@ -87,8 +87,8 @@ def verdict(result: load.LoadResult, batches: list[int], k: int) -> str:
         "come free, and every request in the batch pays for its own.",
         "**Best k (the model's):** " + "; ".join(f"batch {lo}–{hi}: " + (f"k = {kk}" if kk else "no speculation")
                                                 for lo, hi, kk in p.best_k) + ".",
-        "**The model assumes:** " + "; ".join(gp.ASSUMPTIONS) + ". It saw the timed passes and the smallest batch's "
-        f"acceptance per position ({', '.join(f'{r:.2f}' for r in p.rates)}) and bookkeeping "
+        "**The model assumes:** " + "; ".join(gp.ASSUMPTIONS) + ". It saw the timed passes, each batch's acceptance "
+        f"per position (over all: {', '.join(f'{r:.2f}' for r in p.rates)}) and the smallest batch's bookkeeping "
         f"({1e3 * p.overhead_s:.2f} ms a request and step), never the runs' tokens/s.",
     ]
     return "\n\n".join(lines)

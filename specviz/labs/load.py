@@ -11,8 +11,9 @@ What it measures:
   batch, each after natural text from the other prompts up to L tokens), the two methods interleaved (their
   order alternating each repeat and batch size); tokens/s of decoding (the prefill excluded: the same for both),
   its median and range over the repeats; the speedup of each repeat taken within the repeat (the same load).
-The model's prediction sees the timed passes, and the smallest batch's acceptance per position and its
-bookkeeping per request and step; never the batched runs' tokens/s. The forward measured is ``FORWARD``.
+The model's prediction sees the timed passes, each batch's acceptance per position (counts, not the clock: the
+prompts cycled into a batch differ in how well the draft guesses them), and the smallest batch's bookkeeping per
+request and step; never the batched runs' tokens/s. The forward measured is ``FORWARD``.
 """
 from __future__ import annotations
 
@@ -127,13 +128,13 @@ def decode_row(batch: int, method: str, repeat: int, traces) -> dict:
 
 def run_load(target, draft, prompts, batches, context: int, cfg: DecodeConfig, repeats: int, check=None,
              sep: list[int] = ()):
-    """(runs frame, {method: the smallest batch's traces}): speculative and autoregressive interleaved."""
+    """(runs frame, {(batch, method): the runs' traces}): speculative and autoregressive interleaved."""
     fns = {"speculative": lambda ids: speculative_generate_batch(target, draft, ids, cfg),
            "autoregressive": lambda ids: autoregressive_generate_batch(target, ids, cfg)}
     warm = at_context(prompts, context, 1, sep)
     for fn in fns.values():  # warm-up: first calls allocate
         fn(warm)
-    rows, first = [], {name: [] for name in fns}
+    rows, kept = [], {(batch, name): [] for batch in batches for name in fns}
     for rep in range(repeats):
         for i, batch in enumerate(batches):
             ids = at_context(prompts, context, batch, sep)
@@ -142,9 +143,8 @@ def run_load(target, draft, prompts, batches, context: int, cfg: DecodeConfig, r
                     check()
                 traces = fns[method](ids)
                 rows.append(decode_row(batch, method, rep, traces))
-                if batch == batches[0]:
-                    first[method] += traces
-    return pd.DataFrame(rows, columns=RUN_COLUMNS), first
+                kept[batch, method] += traces
+    return pd.DataFrame(rows, columns=RUN_COLUMNS), kept
 
 
 def summarize(runs: pd.DataFrame) -> pd.DataFrame:
@@ -186,7 +186,7 @@ def lookup_s(traces, batch: int) -> float:
 class Prediction:
     target: gp.StepCost  # fitted from the timed target passes
     draft: gp.DraftCost  # sequential (a draft model's pass fitted from its timed passes) or ngram (its lookups)
-    rates: list  # acceptance per position, from the smallest batch's runs
+    rates: list  # acceptance per position over every batch's runs (each batch is priced at its own requests')
     overhead_s: float  # bookkeeping per request and step, from the same runs
     speedups: list  # the model's speedup at each batch size
     crossover: gp.Crossover
@@ -194,14 +194,15 @@ class Prediction:
 
 
 def predict(passes: pd.DataFrame, rates, overhead_s: float, batches, context: int, k: int,
-            seconds_each: float = 0.0) -> Prediction:
-    """The goodput model fitted on the timed passes, at the measured acceptance and bookkeeping; a drafter without
-    timed passes drafts at ``seconds_each`` per token and request (kind "ngram")."""
+            seconds_each: float = 0.0, per_batch: dict | None = None) -> Prediction:
+    """The goodput model fitted on the timed passes, at the measured acceptance and bookkeeping: each batch size at
+    ``per_batch[batch]``'s rates where given (its requests' own prompts), else at ``rates``; a drafter without timed
+    passes drafts at ``seconds_each`` per token and request (kind "ngram")."""
     fit = {m: gp.fit_step_cost(zip(g.tokens, g.context, g.ms / 1e3)) for m, g in passes.groupby("model")}
     target = fit["target"]
     draft = gp.DraftCost("sequential", fit["draft"]) if "draft" in fit else gp.DraftCost("ngram",
                                                                                           seconds_each=seconds_each)
-    speedups = [gp.speedup(b, context, k, rates, target, draft, overhead_s) for b in batches]
+    speedups = [gp.speedup(b, context, k, (per_batch or {}).get(b, rates), target, draft, overhead_s) for b in batches]
     ranges = gp.best_k_ranges(batches, context, range(1, MAX_K + 1), rates, target, draft, overhead_s)
     return Prediction(target, draft, list(rates), overhead_s, speedups, gp.crossover(batches, speedups), ranges)
 
@@ -229,9 +230,12 @@ def run_lab(target, draft, prompts, batches=BATCHES, context: int = 128, k: int 
     batches = check_setting(target, batches, context, k, new_tokens, repeats)
     cfg = DecodeConfig(k=k, k_policy="fixed", temperature=0.0, max_new_tokens=new_tokens, record=False)
     passes = surface(target, draft_model(draft), prompts, batches, context, k, repeats, check, sep)
-    runs, first = run_load(target, draft, prompts, batches, context, cfg, repeats, check, sep)
-    rates, overhead = acceptance_rates(first["speculative"], k), bookkeeping_s(first, batches[0])
-    prediction = predict(passes, rates, overhead, batches, context, k, lookup_s(first["speculative"], batches[0]))
+    runs, kept = run_load(target, draft, prompts, batches, context, cfg, repeats, check, sep)
+    first = {m: kept[batches[0], m] for m in ("speculative", "autoregressive")}
+    per_batch = {b: acceptance_rates(kept[b, "speculative"], k) for b in batches}
+    pooled = acceptance_rates([t for b in batches for t in kept[b, "speculative"]], k)
+    prediction = predict(passes, pooled, bookkeeping_s(first, batches[0]), batches, context, k,
+                         lookup_s(first["speculative"], batches[0]), per_batch)
     summary = summarize(runs)
     summary["model_speedup"] = prediction.speedups
     measured = gp.crossover(batches, list(summary.speedup))

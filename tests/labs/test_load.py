@@ -102,6 +102,9 @@ def test_the_prediction_is_the_goodput_models_on_the_fitted_costs():
                 for b in (1, 2, 4, 8)]
     assert p.speedups == pytest.approx(expected, rel=1e-6)
     assert p.crossover == gp.crossover([1, 2, 4, 8], expected)
+    own = load.predict(passes, [0.6, 0.5], 0.0005, [1, 2, 4, 8], 64, 2, per_batch={1: [0.9, 0.9]})
+    assert own.speedups[0] == pytest.approx(gp.speedup(1, 64, 2, 0.9, target, gp.DraftCost("sequential", draft), 0.0005))
+    assert own.speedups[1:] == pytest.approx(expected[1:], rel=1e-6)  # the other batches at the pooled rates
     ngram = load.predict(passes[passes.model == "target"], [0.6, 0.5], 0.0, [1, 2], 64, 2, seconds_each=0.001)
     assert ngram.draft == gp.DraftCost("ngram", seconds_each=0.001)
 
