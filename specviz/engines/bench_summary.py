@@ -115,6 +115,34 @@ def is_bench_load(text: str) -> bool:
     return BANNER in text and _holds(text, ("Output token throughput (tok/s)",))
 
 
+MTBENCH = "#questions:"  # SGLang's benchmark/mtbench script: "#questions: N, Throughput: X token/s, Acceptance length: L"
+
+
+def is_mtbench(text: str) -> bool:
+    return any(line.startswith(MTBENCH) and "Acceptance length:" in line for line in short_lines(text))
+
+
+def parse_mtbench(text: str, check=None) -> MeanRun:
+    """One MeanRun a result line: 'Acceptance length' = sum(completion_tokens) / sum(spec_verify_ct) over the
+    responses (sglang#3152), bonus included; 'Throughput' kept as the output tokens/s."""
+    runs = []
+    for n, line in enumerate(short_lines(text), 1):
+        if line.startswith(MTBENCH) and "Acceptance length:" in line:
+            fields = {k.strip(): v for k, _, v in (p.partition(":") for p in line.split(", "))}
+            tps = fields.get("Throughput")
+            runs.append(MeanRun(source=MTBENCH_SOURCE, mean_length=first_number(fields["Acceptance length"],
+                                                                                 "Acceptance length"),
+                                load=Load(gen_tps=first_number(tps, "Throughput") if tps else None),
+                                notes=(f"line {n}",)))
+    note = ("read as SGLang's MT-bench script: Acceptance length = completion tokens / verify steps over the "
+            "responses (sglang#3152), bonus included; no counts")
+    return runs[0].with_notes(note) if len(runs) == 1 else MeanRun(source=MTBENCH_SOURCE, series=tuple(runs),
+                                                                   notes=(note,))
+
+
+MTBENCH_SOURCE = "SGLang MT-bench summary"
+
+
 def parse_bench_means(text: str, check=None) -> MeanRun:
     fields = summary_fields(text)
     load = bench_load(fields)

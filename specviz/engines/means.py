@@ -9,7 +9,7 @@ throughput only.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .run import Load, Rate, check_k
 
@@ -51,6 +51,10 @@ class MeanRun:
             check_k(self.k)
         if self.load is not None and not isinstance(self.load, Load):
             raise ValueError(f"load must be a Load, got {type(self.load).__name__}")
+
+
+    def with_notes(self, *notes: str) -> MeanRun:
+        return replace(self, notes=self.notes + tuple(n for n in notes if n))
 
 
 def _finite(value) -> bool:

@@ -85,7 +85,8 @@ def read_engine_run(source, *, temperature: float | None = None, model: str | No
 
 MEANS_KINDS = (("SGLang Decode batch log", sglang_log.is_decode_log, sglang_log.parse),
                ("trtllm-bench decoding statistics", trtllm_bench.is_bench, trtllm_bench.parse),
-               ("benchmark block without counts", bench_summary.is_bench_load, bench_summary.parse_bench_means))
+               ("benchmark block without counts", bench_summary.is_bench_load, bench_summary.parse_bench_means),
+               ("SGLang MT-bench summary", bench_summary.is_mtbench, bench_summary.parse_mtbench))
 
 
 def read_reported(source, *, temperature: float | None = None, model: str | None = None,

@@ -233,3 +233,10 @@ def test_a_bench_serve_block_without_speculation_is_its_load():
     assert run.load == Load(concurrency=32, gen_tps=2905.22)
     with pytest.raises(ValueError):
         read_engine_run(text)
+
+
+def test_the_mtbench_summary_keeps_each_lines_length_and_throughput():
+    figures = MANIFEST["sglang-mtbench-acceptance-length-1.txt"]["figures"]
+    run = read_reported(WILD / "sglang-mtbench-acceptance-length-1.txt")
+    assert [e.mean_length for e in run.series] == figures["Acceptance length"]
+    assert [e.load.gen_tps for e in run.series] == figures["Throughput"]
