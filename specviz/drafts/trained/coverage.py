@@ -39,12 +39,24 @@ def outside_mass(target, ids: torch.Tensor | None, prompt: list[int], temperatur
     return (1.0 - p[:, ids.to(device)].sum(-1)).clamp(min=0.0).cpu()
 
 
+def coverage_frame(draft, target, prompts, temperature: float = 1.0):
+    """One row per position of each prompt (token id lists): ``prompt``, ``position`` and ``outside``, the target's
+    probability mass (at ``temperature``) on tokens outside the draft's vocabulary there."""
+    import pandas as pd
+
+    ids, rows = draft_ids(draft), []
+    for n, prompt in enumerate(prompts):
+        tokens = [int(t) for t in torch.as_tensor(prompt).flatten()]
+        if tokens:
+            mass = outside_mass(target, ids, tokens, temperature)
+            rows += [{"prompt": n, "position": i, "outside": float(m)} for i, m in enumerate(mass)]
+    if not rows:
+        raise ValueError("vocab_coverage needs at least one prompt with at least one token")
+    return pd.DataFrame(rows)
+
+
 def vocab_coverage(draft, target, prompts, temperature: float = 1.0) -> float:
     """The share of the target's probability mass outside the draft's vocabulary, averaged over every position of
     ``prompts`` (token id lists): an upper bound on acceptance is one minus it. ``draft``: a folder, its
     ``Layout`` or a drafter opened from one; 0.0 for a draft over the whole vocabulary."""
-    ids = draft_ids(draft)
-    rows = [outside_mass(target, ids, [int(t) for t in torch.as_tensor(p).flatten()], temperature) for p in prompts]
-    if not rows or not sum(len(r) for r in rows):
-        raise ValueError("vocab_coverage needs at least one prompt with at least one token")
-    return float(torch.cat(rows).mean())
+    return float(coverage_frame(draft, target, prompts, temperature).outside.mean())
