@@ -12,13 +12,12 @@ import inspect
 import os
 import time
 import weakref
-from contextlib import contextmanager, nullcontext
 
 import torch
 
 from . import lean_gemma, lean_llama, llamacpp
 from .forwards import DynamicForward, StaticForward, model_device, sliding_window
-from .threads import policy
+from .timing import Stopwatch  # noqa: F401 (a run's timing, imported from here too)
 from .tree_mask import tree_attention
 
 
@@ -261,35 +260,3 @@ def context_window(model) -> int | None:
         if isinstance(value, int) and value > 0:
             return value
     return None
-
-
-class Stopwatch:
-    """Wall-clock timing that waits for queued GPU work, so CUDA timings are honest. The timed work (a decoding run's
-    prefill and rounds, the speculative run's and the baseline's alike) runs on a CPU with torch's own team sized by
-    ``threads.policy`` for the cores free at the start of the block."""
-
-    def __init__(self, device: torch.device):
-        self.sync = {"cuda": torch.cuda.synchronize, "mps": torch.mps.synchronize}.get(device.type, _no_sync)
-        self.team = policy.team if device.type == "cpu" else nullcontext
-        self.seconds = 0.0
-
-    @contextmanager
-    def running(self):
-        """Adds the wall time of the with-block to ``seconds``."""
-        self.sync()
-        t0 = time.perf_counter()
-        try:
-            with self.team():
-                yield self
-        finally:
-            self.sync()
-            self.seconds += time.perf_counter() - t0
-
-    def take(self) -> float:
-        """Returns the accumulated seconds and starts again from zero."""
-        seconds, self.seconds = self.seconds, 0.0
-        return seconds
-
-
-def _no_sync() -> None:
-    pass

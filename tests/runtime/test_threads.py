@@ -154,7 +154,7 @@ def test_the_choice_reaches_every_call_of_a_speculative_run_and_of_its_baseline(
     monkeypatch.setattr(threads, "policy", Policy(cores=Fixed(free)))
     monkeypatch.setattr(stack, "policy", threads.policy)
     monkeypatch.setattr(ops, "policy", threads.policy)
-    monkeypatch.setattr("specviz.runtime.lm.policy", threads.policy)
+    monkeypatch.setattr("specviz.runtime.timing.policy", threads.policy)
     monkeypatch.setattr(threads, "choose", lambda timings, free, most: min(most, want))  # the choice, marked
     monkeypatch.delenv(threads.ENV, raising=False)
     before = torch.get_num_threads()
