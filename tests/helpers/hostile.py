@@ -43,9 +43,13 @@ def costliest_paste(size: int = MAX_TRACE_BYTES - 4096) -> str:
     return "\n".join([WIDEST_RECOVERY] * (size // (len(WIDEST_RECOVERY) + 1)))
 
 
-def big_v_box() -> str:
-    """4 MiB of verify-cost points in the v box (once answered 69 MB)."""
-    return ("1:1.0," * (MAX_TRACE_BYTES // 6))[:MAX_TRACE_BYTES]
+def big_v_box(size: int = MAX_TRACE_BYTES) -> str:
+    """About ``size`` characters of verify-cost points in the v box, rows 1, 2, 3, ... (4 MiB once answered 69 MB)."""
+    points, n = [], 0
+    while n < size:
+        points.append(f"{len(points) + 1}:1.0")
+        n += len(points[-1]) + 1
+    return ",".join(points)
 
 
 @dataclass(frozen=True)
@@ -96,19 +100,26 @@ def send(url: str, demo, api_name: str, data: list, ip: str, timeout: float = 60
     return Outcome(200, bool(done.get("success")), str(output.get("error") or ""), len(json.dumps(output)))
 
 
-def chunks(total: int, piece: int = 2**16):
-    """``total`` bytes sent without a Content-Length: each chunk made as it is sent (none held whole here)."""
-    sent = 0
+FILE_PART = b'--b\r\nContent-Disposition: form-data; name="files"; filename="x.json"\r\n\r\n'
+
+
+def chunks(total: int, head: bytes = b"", piece: int = 2**16):
+    """``head``, then spaces to ``total`` bytes, sent without a Content-Length: each chunk made as it is sent (none
+    held whole here)."""
+    yield head
+    sent = len(head)
     while sent < total:
         yield b" " * piece
         sent += piece
 
 
 def post_chunked(url: str, path: str, total: int, ip: str) -> Outcome:
-    """A body of ``total`` bytes with no length, to ``path``."""
+    """A body of ``total`` bytes with no length, to ``path`` (an upload's as one file of a multipart form)."""
+    upload = path.endswith("upload")
+    kind = "multipart/form-data; boundary=b" if upload else "application/json"
     try:
-        r = httpx.post(f"{url}{path}", content=chunks(total), timeout=120,
-                       headers={"content-type": "application/json", "x-forwarded-for": ip})
+        r = httpx.post(f"{url}{path}", content=chunks(total, FILE_PART if upload else b""), timeout=120,
+                       headers={"content-type": kind, "x-forwarded-for": ip})
     except httpx.HTTPError as error:  # the server answered and closed before the body was sent: a refusal
         return Outcome(0, message=type(error).__name__)
     return Outcome(r.status_code, message=r.text)
