@@ -63,9 +63,11 @@ class Eagle3Model:
             taps = torch.cat([rms(p, w[f"fc_norm.{j}.weight"], s.eps) for j, p in enumerate(parts)], dim=-1)
         return F.linear(taps, w["fc.weight"])
 
-    def forward(self, tokens: torch.Tensor, g: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def forward(self, tokens: torch.Tensor, g: torch.Tensor, positions: torch.Tensor,
+                mask: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
         """Rows for tokens (n,) with g (n, H) at ``positions`` appended to the cache: (fed back (n, H), logits over
-        the target's vocabulary (n, V))."""
+        the target's vocabulary (n, V)). ``mask`` (n, cached + n), True where a row may attend: causal by default
+        (training's unrolled steps pass their own)."""
         s, w = self.s, self.w
         cos, sin = self.rotary(g[None], positions[None])
         x = g  # the residual stream
@@ -78,7 +80,7 @@ class Eagle3Model:
                 h = torch.cat([e, gn], dim=-1)
             else:
                 h = rms(x, w[p + "input_layernorm.weight"], s.eps)
-            x = x + self.attend(i, p, h, cos[0], sin[0])
+            x = x + self.attend(i, p, h, cos[0], sin[0], mask)
             m = rms(x, w[p + "post_attention_layernorm.weight"], s.eps)
             x = x + linear(F.silu(linear(m, w, p + "mlp.gate_proj")) * linear(m, w, p + "mlp.up_proj"), w,
                            p + "mlp.down_proj")
@@ -89,7 +91,8 @@ class Eagle3Model:
         self.length += len(tokens)
         return (normed if s.switches["norm_output"] else x), logits
 
-    def attend(self, i: int, p: str, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def attend(self, i: int, p: str, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+               mask: torch.Tensor | None = None) -> torch.Tensor:
         """Layer i's attention for n new rows over its cache and themselves (causal)."""
         s, w, n = self.s, self.w, len(h)
         q = linear(h, w, p + "self_attn.q_proj").view(n, s.heads, s.head_dim).transpose(0, 1)  # (nh, n, hd)
@@ -104,7 +107,8 @@ class Eagle3Model:
             self.kv[i] = (torch.cat([self.kv[i][0], k], dim=1), torch.cat([self.kv[i][1], v], dim=1))
         keys, values = self.kv[i]
         past = keys.shape[1] - n
-        mask = torch.arange(keys.shape[1], device=h.device)[None] <= past + torch.arange(n, device=h.device)[:, None]
+        if mask is None:
+            mask = torch.arange(keys.shape[1], device=h.device)[None] <= past + torch.arange(n, device=h.device)[:, None]
         rep = s.heads // s.kv_heads
         out = F.scaled_dot_product_attention(q, keys.repeat_interleave(rep, 0), values.repeat_interleave(rep, 0),
                                              attn_mask=mask)
