@@ -4,6 +4,7 @@ store (``handlers(store)`` binds them); ``build`` lays the tab out."""
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
 import gradio as gr
 import pandas as pd
@@ -40,11 +41,25 @@ def _collect(stream) -> tuple[pd.DataFrame, pd.DataFrame]:
     return pd.DataFrame(runs), pd.DataFrame(rounds, columns=ROUND_COLUMNS)
 
 
-def _sweep_views(runs: pd.DataFrame, positions: pd.DataFrame) -> tuple:
-    """The summary table and the four charts against k."""
+class Swept(NamedTuple):
+    """The sweep's outputs by name, in the order ``build`` wires them; a field left unset keeps its component as it is."""
+    status: object = SKIP
+    table: object = SKIP  # per (draft, k)
+    acceptance: object = SKIP  # the four charts against k
+    tau: object = SKIP
+    speedup: object = SKIP
+    heatmaps: object = SKIP
+    policy_table: object = SKIP  # fixed k against the adaptive policies
+    policy_bars: object = SKIP
+    policy_ks: object = SKIP
+    files: object = SKIP
+
+
+def _sweep_views(runs: pd.DataFrame, positions: pd.DataFrame) -> dict:
+    """The summary table and the four charts against k, by their Swept names."""
     summary, pos = summarize(runs), per_position(positions)
-    return (readable(summary), lab_plots.acceptance_vs_k(summary), lab_plots.tau_vs_k(summary),
-            lab_plots.speedup_vs_k(summary), lab_plots.position_heatmaps(pos))
+    return dict(table=readable(summary), acceptance=lab_plots.acceptance_vs_k(summary), tau=lab_plots.tau_vs_k(summary),
+                speedup=lab_plots.speedup_vs_k(summary), heatmaps=lab_plots.position_heatmaps(pos))
 
 
 def sweep_setup(store: ModelStore, target, drafts, prompts_text, k_min, k_max, temperature, top_k, top_p, max_new,
@@ -168,12 +183,12 @@ def _policy_step(model, drafts: dict, prompts, cfg, fixed_k, stop) -> tuple:
 
 def run_sweep(store: ModelStore, target, drafts, prompts_text, k_min, k_max, temperature, top_k, top_p, max_new, seed,
               compare, fixed_k, stop=0.4):
-    """Streams (status, table, 4 charts, policy table, 2 policy charts, files)."""
+    """Streams ``Swept``: the status, the table and the four charts as runs come in, then the policies and files."""
     form = (target, drafts, prompts_text, k_min, k_max, temperature, top_k, top_p, max_new, seed)
     budget = Budget()
     model, drafts, prompts, ks, cfg = sweep_setup(store, *form)
     note, time_of, pricing = gate(model, drafts, prompts, ks, cfg, compare, fixed_k, stop, budget)
-    yield (note + "\n\n*Running…*", *(SKIP,) * 9)
+    yield Swept(status=note + "\n\n*Running…*")
     total, rows, positions, start, last = est.sweep_runs(len(prompts), len(drafts), ks), [], [], time.perf_counter(), 0.0
     drawing, every = 0.0, 1.0  # seconds spent drawing the tables and charts as rows came in; seconds between draws
     for row, trace in iter_sweep(model, drafts, prompts, ks, cfg):
@@ -187,20 +202,20 @@ def run_sweep(store: ModelStore, target, drafts, prompts_text, k_min, k_max, tem
             last, drawing = time.perf_counter(), drawing + time.perf_counter() - drawn
             every = max(1.0, 4 * (last - drawn))  # redraw at most a fifth of the time: the runs come first
             left = (last - start) * (total - len(rows)) / len(rows)
-            yield (f"{note}\n\n**{len(rows)} / {total} runs** in {last - start:.1f} s (about {left:.0f} s left)", *views,
-                   *(SKIP,) * 4)
+            yield Swept(status=f"{note}\n\n**{len(rows)} / {total} runs** in {last - start:.1f} s (about {left:.0f} s "
+                               "left)", **views)
     runs = pd.DataFrame(rows)
     frames = dict(sweep_runs=runs, sweep_summary=summarize(runs), per_position=per_position(pd.DataFrame(positions)))
     took = time.perf_counter() - start
     note += (f"\n\n**Done: {total} runs in {est.seconds(took - drawing)} s**, and {est.seconds(drawing)} s drawing "
              f"the charts (measured, on the machine as loaded).")
     if not compare:
-        yield (note, *(SKIP,) * 8, write_csvs(frames))
+        yield Swept(status=note, files=write_csvs(frames))
         return
-    yield (note + " *Comparing k policies…*", *(SKIP,) * 9)
+    yield Swept(status=note + " *Comparing k policies…*")
     first, more, summary, bars, ks_chart = _policy_step(model, drafts, prompts, cfg, fixed_k, stop)
-    yield (note + f" Policies compared with draft {first!r}.", *(SKIP,) * 5, readable(summary), bars, ks_chart,
-           write_csvs(frames | more))
+    yield Swept(status=note + f" Policies compared with draft {first!r}.", policy_table=readable(summary),
+                policy_bars=bars, policy_ks=ks_chart, files=write_csvs(frames | more))
 
 
 def handlers(store: ModelStore):
@@ -243,5 +258,6 @@ def build(store: ModelStore) -> None:
     inputs = [target, drafts, prompts, k_min, k_max, *sampling, max_new, seed]
     est_btn.click(h.estimate, inputs + [compare, fixed_k, stop], [status], api_visibility="undocumented", **LAB_QUEUE)
     run_btn.click(h.run_sweep, inputs + [compare, fixed_k, stop],
-                  [status, table, acc, tau, speed, heat, policy_table, bars, ks, files],
+                  list(Swept(status=status, table=table, acceptance=acc, tau=tau, speedup=speed, heatmaps=heat,
+                             policy_table=policy_table, policy_bars=bars, policy_ks=ks, files=files)),
                   api_visibility="undocumented", **LAB_QUEUE)
