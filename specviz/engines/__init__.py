@@ -6,6 +6,8 @@ a specviz trace), diagnose it and advise the k to run with.
     rates(run)                                 # every rate, with its definition
     diagnose(run, cost=CostModel(c=0.05))      # [Finding]: alpha, the per-position curve, cliff, mismatch, ...
     advise(run, CostModel(c=0.05))             # Advice: the table of k, the best k, the flag that sets it
+    advise(run, cost, drafter="block")         # priced by the drafter's kind: sequential, block, ngram (DRAFTERS)
+    compare_runs(before, after)                # per position: which rates moved, with intervals
     read_reported("sglang.log")                # EngineRun, or a MeanRun where the output gives means, not counts
     [s.load for s in run.series]               # Load: running and queued requests, tokens/s, per interval
 
@@ -13,7 +15,8 @@ Counts are what the engines report; a field one does not report is None, and wha
 in run.notes. The parsers cite the engine source they follow, one module per format. Imports the core only.
 """
 from .advice import Advice, advice_text, advise
-from .cost import CostModel, parse_verify
+from .compare_runs import Comparison, compare_runs, comparison_text
+from .cost import DRAFTERS, CostModel, drafter_kind, parse_verify
 from .doctor import diagnose
 from .finding import Finding
 from .fit import AlphaFit, Positions, fit_alpha, positions
@@ -27,4 +30,5 @@ __all__ = [
     "Load", "load_figures", "MeanRun", "Spread", "mean_figures", "underived", "read_reported",
     "diagnose", "Finding", "fit_alpha", "positions", "AlphaFit", "Positions",
     "advise", "Advice", "advice_text", "CostModel", "parse_verify", "cost_from_llama_bench",
+    "DRAFTERS", "drafter_kind", "compare_runs", "Comparison", "comparison_text",
 ]

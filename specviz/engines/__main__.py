@@ -4,6 +4,7 @@ run with.
   python -m specviz.engines vllm.log --c 0.05
   python -m specviz.engines before.prom after.prom --cost llama-bench.json
   python -m specviz.engines greedy.jsonl sampled.jsonl --separate --temperature 0 --temperature 0.7 --c 0.1
+  python -m specviz.engines dflash.log --drafter block --c 0.3
 Several files are one run (parts of a log, two scrapes) unless --separate reads each as its own run (runs to
 compare, such as greedy against sampled).
 """
@@ -13,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import CostModel, advice_text, advise, cost_from_llama_bench, diagnose, parse_verify, rates, read_engine_run
+from . import DRAFTERS, CostModel, advice_text, advise, cost_from_llama_bench, diagnose, parse_verify, rates, read_engine_run
 from .run import count_fields
 
 
@@ -27,6 +28,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--cost", help="llama-bench output (JSON, JSONL, CSV or its markdown table) for c and v(n)")
     p.add_argument("--c", type=float, help="a draft step over a target forward")
     p.add_argument("--v", help="verify cost: one number, or rows:cost pairs like 1:1,2:1.05,8:1.3")
+    p.add_argument("--drafter", choices=sorted(DRAFTERS), default=None,
+                   help="how the draft proposes its k tokens (prices the advice): " + "; ".join(
+                       f"{kind}: {how}" for kind, how in DRAFTERS.items()))
     return p
 
 
@@ -41,14 +45,14 @@ def main(argv=None) -> int:
     for run in runs:
         print(run_text(run))
     print("\nfindings:")
-    for finding in diagnose(runs if len(runs) > 1 else runs[0], cost):
+    for finding in diagnose(runs if len(runs) > 1 else runs[0], cost, drafter=args.drafter):
         print(f"  [{finding.severity}] {finding.code}: {finding.text}")
     if cost is None:
         print("\n(no cost model: give --c [--v] or --cost llama-bench output for the advice)")
         return 0
     for run in runs:
         try:
-            advice = advise(run, cost)
+            advice = advise(run, cost, drafter=args.drafter)
         except ValueError as error:
             print(f"\nno advice for {run.source}: {error}")
             continue

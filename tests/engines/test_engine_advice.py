@@ -119,3 +119,14 @@ def test_command_line_errors_are_readable(capsys):
     assert main([str(FIXTURES / "vllm_healthy.log"), "--v", "1.2"]) == 2  # --v without --c
     assert main([str(FIXTURES / "no-such.log")]) == 2
     assert "no-such.log: no such file" in capsys.readouterr().err
+
+
+def test_command_line_prices_by_the_drafter_kind(capsys):
+    log = [str(FIXTURES / "vllm_cliff.log"), "--c", "0.05"]
+    assert main(log) == 0
+    sequential = capsys.readouterr().out
+    assert main(log + ["--drafter", "block"]) == 0
+    block = capsys.readouterr().out
+    assert "a block drafter" in block and "a block drafter" not in sequential
+    with pytest.raises(SystemExit):  # argparse refuses a kind it does not know
+        main(log + ["--drafter", "tree"])
