@@ -151,7 +151,8 @@ def main(argv=None) -> None:
                     if same < min(len(a), len(b)):
                         first_diffs.append((i, same, margin_at(model, tok(text).input_ids, a, same)))
         server_hwm = vm(server.pid) if server else float("nan")
-        bench = llama_bench(args.bin, args.gguf, args.threads, args.max_new_tokens) if server else float("nan")
+        has_bench = args.bin is not None and (args.bin / "llama-bench").is_file()
+        bench = llama_bench(args.bin, args.gguf, args.threads, args.max_new_tokens) if has_bench else float("nan")
     finally:
         if server:
             server.terminate()

@@ -84,15 +84,18 @@ def gemma_norm(x: torch.Tensor, scale: torch.Tensor, eps: float) -> torch.Tensor
 
 @torch.no_grad()
 def lean_weights(model) -> Weights:
-    if getattr(model, "quantized", None) is not None:  # a GGUF's own quantized weights (quant_gguf)
-        return model.quantized
     source = getattr(model, "exit_of", None)
     if source is not None:  # an early exit: the target's first layers, laid out once for both
         base, head = lean_weights(source), model.get_output_embeddings()
         blocks = base.blocks[: len(model.model.layers)]
+        if isinstance(head, PrunedHead) and isinstance(base.embed, quant.QuantMatrix):  # its rows of the table
+            rows = quant.QuantLinear((quant.select_rows(base.embed, head.ids),))
+            return Weights(base.embed, base.scale, blocks, base.norm, rows, head.ids, head.vocab_size)
         if isinstance(head, PrunedHead):
             return Weights(base.embed, base.scale, blocks, base.norm, head.rows_t, head.ids, head.vocab_size)
         return Weights(base.embed, base.scale, blocks, base.norm, base.head_t)
+    if getattr(model, "quantized", None) is not None:  # a GGUF's own quantized weights (quant_gguf)
+        return model.quantized
     fingerprint = tuple((p.data_ptr(), p._version, p.dtype) for p in model.parameters())
     hit = _WEIGHTS.get(model)
     if hit is None or hit[0] != fingerprint:

@@ -129,6 +129,14 @@ def rows(w: QuantMatrix, ids: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def select_rows(w: QuantMatrix, ids: torch.Tensor) -> QuantMatrix:
+    """Rows ``ids`` of w as a matrix of their own (their blocks copied: a pruned head of a quantized table)."""
+    need(isinstance(w, QuantMatrix), f"w must be a QuantMatrix, not {type(w).__name__}")
+    ids = torch.as_tensor(ids, dtype=torch.int64).flatten()
+    need(ids.numel() > 0 and int(ids.min()) >= 0 and int(ids.max()) < w.rows, f"ids must lie in [0, {w.rows})")
+    return QuantMatrix(w.data[ids].contiguous(), w.kind, ids.numel(), w.cols)
+
+
 def dequantize(w: QuantMatrix) -> torch.Tensor:
     """The whole matrix as float32 (rows, cols): what ``linear`` computes with (for tests and references)."""
     return rows(w, torch.arange(w.rows))

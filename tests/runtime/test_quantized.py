@@ -165,6 +165,22 @@ def test_greedy_speculative_equals_its_own_greedy_decode(tiny, k):
     assert sum(r.n_accepted for r in trace.rounds) > 0 or k == 1
 
 
+@pytest.mark.parametrize("vocab", [None, [1, 4, 6, 7, 8, 11]])
+def test_an_early_exit_of_the_quantized_model_drafts_and_keeps_the_greedy_output(tiny, vocab):
+    from specviz.drafts.early_exit import early_exit
+    from specviz.runtime import lean_gemma
+
+    _, _, model, _ = tiny
+    exit2 = early_exit(model, 2, vocab=vocab)
+    w = lean_gemma.lean_weights(exit2)
+    assert len(w.blocks) == 2 and w.blocks[0] is model.quantized.blocks[0]  # the target's own layers, no copy
+    if vocab is not None:  # the head's rows: the table's own blocks of those tokens
+        assert torch.equal(quant.dequantize(w.head_t.parts[0]), quant.dequantize(model.quantized.embed)[vocab])
+    prompt = torch.tensor([[2, 6, 7, 8, 6, 7, 8, 6]])
+    cfg = DecodeConfig(k=3, temperature=0, max_new_tokens=16)
+    assert speculative_generate(model, exit2, prompt, cfg).new_tokens == ar(model, prompt, cfg).new_tokens
+
+
 def exact_first_two(model, prompt: list[int], cfg) -> torch.Tensor:
     """P(t1, t2) on the quantized forward itself, (V, V)."""
     from specviz.runtime.lm import CachedLM
