@@ -10,6 +10,7 @@ a specviz trace), diagnose it and advise the k to run with.
     compare_runs(before, after)                # per position: which rates moved, with intervals
     read_reported("sglang.log")                # EngineRun, or a MeanRun where the output gives means, not counts
     [s.load for s in run.series]               # Load: running and queued requests, tokens/s, per interval
+    diagnose_load({"on": run, "off": other})   # [Finding]: where speculation stops paying under load, drift, advice
 
 Counts are what the engines report; a field one does not report is None, and whatever a parser derived is said
 in run.notes. The parsers cite the engine source they follow, one module per format. Imports the core only.
@@ -21,6 +22,7 @@ from .doctor import diagnose
 from .finding import Finding
 from .fit import AlphaFit, Positions, fit_alpha, positions
 from .llamabench import cost_from_llama_bench
+from .load_doctor import diagnose_load, load_frame
 from .means import MeanRun, Spread, mean_figures, underived
 from .read import FORMATS, detect_format, read_engine_run, read_reported
 from .run import EngineRun, Load, Rate, load_figures, rates, total
@@ -31,4 +33,5 @@ __all__ = [
     "diagnose", "Finding", "fit_alpha", "positions", "AlphaFit", "Positions",
     "advise", "Advice", "advice_text", "CostModel", "parse_verify", "cost_from_llama_bench",
     "DRAFTERS", "drafter_kind", "compare_runs", "Comparison", "comparison_text",
+    "load_frame", "diagnose_load",
 ]

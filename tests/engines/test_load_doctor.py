@@ -54,6 +54,9 @@ def test_the_crossover_lies_between_the_last_load_that_paid_and_the_first_that_d
     advice = [f for f in diagnose_load(runs, k=2) if f.code == "load_advice"]
     assert len(advice) == 1 and '"disable_by_batch_size": 4' in advice[0].text
     assert advice[0].numbers["off_above"] == 4
+    fig = load_figure(frame, (4, 8))
+    assert [(shape.x0, shape.x1) for shape in fig.layout.shapes] == [(4, 8)]
+    assert [list(t.y) for t in fig.data if t.name == "off (speculation off)"] == [[100, 190, 380, 600]]
 
 
 def test_ranges_that_hold_one_leave_the_crossover_undecided_and_give_no_advice():
