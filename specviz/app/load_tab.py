@@ -15,7 +15,7 @@ from .forms import as_int, encode, split_prompts
 from .store import ModelStore
 from .widgets import LAB_QUEUE, bind, chart, lab_inputs
 
-DEFAULT_BATCHES, CONTEXTS = ["1", "2", "4", "8"], [128, 256, 512, 1024, 2048]
+DEFAULT_BATCHES, CONTEXTS = ["1", "2", "4"], [128, 256, 512, 1024, 2048]
 DEFAULT_K, DEFAULT_TOKENS, DEFAULT_REPEATS = 2, 8, 1
 REDUCE = "pick fewer batch sizes (the largest costs most), a shorter context, fewer new tokens or one repeat"
 
