@@ -230,7 +230,9 @@ def test_an_opened_run_sets_the_form_so_run_makes_the_run_shown(store):
     h = handlers(store)
     entry = next(e for e in gallery.entries().values() if e.cfg.tree is not None)  # a tree run: its shape too
     outs = h.open_gallery(entry.title)
-    form = h.form_of(outs[0])
+    assert isinstance(outs, explorer.Shown)  # by name: one field a wired component (counted below)
+    assert outs.trace.config == entry.cfg and outs.round_slider.maximum == len(outs.trace.rounds)
+    form = h.form_of(outs.trace)
     cfg = entry.cfg
     assert form[0] == entry.prompt and form[3:] == (cfg.k, cfg.k_policy, cfg.temperature, cfg.top_k, cfg.top_p,
                                                     cfg.max_new_tokens, cfg.seed, cfg.tree.label)
@@ -239,6 +241,7 @@ def test_an_opened_run_sets_the_form_so_run_makes_the_run_shown(store):
     deps = build_demo(store).config["dependencies"]
     after = {d["trigger_after"] for d in deps if str(d["api_name"]).startswith("form_of")}
     opened = sorted(d["api_name"] for d in deps if d["id"] in after)  # after an import, a gallery run (list or button)
+    assert all(len(d["outputs"]) == len(explorer.Shown._fields) for d in deps if d["api_name"] in opened)
     assert opened == ["load", "open_gallery", *(f"open_gallery_{i}" for i in range(1, explorer.GALLERY_BUTTONS + 1))]
 
 
