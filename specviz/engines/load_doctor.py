@@ -107,7 +107,7 @@ def binned(frame: pd.DataFrame) -> pd.DataFrame:
 
 def speedups(frame: pd.DataFrame) -> pd.DataFrame:
     """Per bin seen both ways: speedup = mean tokens/s on / off, and its range [min on / max off, max on / min off]."""
-    b = binned(frame.dropna(subset=["tokens_per_s"]))
+    b = binned(frame[frame["tokens_per_s"] > 0])  # an interval that generated nothing (prefill only) compares nothing
     on, off = (b[b["speculation"] == s].set_index("bin") for s in ("on", "off"))
     both = on.join(off, lsuffix="_on", rsuffix="_off", how="inner")
     return pd.DataFrame({"bin": both.index, "first": np.minimum(both["load_min_on"], both["load_min_off"]),
@@ -129,8 +129,10 @@ def crossover_finding(frame: pd.DataFrame) -> Finding:
     s = speedups(frame)
     kind = frame["load_kind"].iloc[0] if len(frame) else "running requests"
     if len(s) < 2:
+        need = "; the crossover needs at least two" if set(frame["speculation"]) == {"on", "off"} else \
+            ": give a run with speculation off at the same loads beside it"
         return Finding("load_crossover", "info", f"{TOO_FEW}: speculation on and off share {len(s)} load bin(s) of "
-                       f"{kind}; the crossover needs at least two", {"shared_bins": len(s)})
+                       f"{kind}{need}", {"shared_bins": len(s)})
     cross = goodput.crossover(list(s["bin"]), list(s["speedup"]))
     numbers = {"bins": list(s["bin"]), "speedups": [round(x, 3) for x in s["speedup"]],
                "verdict": cross.verdict, "crossover_bin": cross.batch, "last_paying_bin": cross.last_paying}

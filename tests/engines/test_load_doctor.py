@@ -82,10 +82,12 @@ def test_sglang_advice_names_its_steps_and_adaptive_mode():
 
 
 def test_one_load_is_too_few_to_tell():
-    runs = {"on": on_run("vLLM log", [4], [400]), "off": off_run("vLLM log", [4], [380])}
+    """One load both ways (the off run's second interval generated nothing: it compares nothing)."""
+    runs = {"on": on_run("vLLM log", [4, 8], [400, 500]), "off": off_run("vLLM log", [4, 8], [380, 0])}
+    assert list(speedups(load_frame(runs))["bin"]) == [4]
     found = diagnose_load(runs)
     assert found[0].code == "load_crossover" and found[0].text.startswith(TOO_FEW)
-    assert found[1].code == "load_drift" and TOO_FEW in found[1].text
+    assert found[1].code == "load_drift" and found[1].numbers["direction"] == "stayed"
     assert not [f for f in found if f.code == "load_advice"]
 
 
@@ -127,7 +129,9 @@ def test_vllm_logs_under_load_give_the_figures_their_lines_print():
     assert rows == [(9, 929.6, 2.58), (8, 1004.4, 2.77)]
     assert set(frame["engine"]) == {"vLLM"} and set(frame["speculation"]) == {"on"}
     assert list(binned(frame)["bin"]) == [8]  # 8 and 9 running share a bin: one load, too few to tell
-    assert crossover_finding(frame).text.startswith(TOO_FEW)
+    found = crossover_finding(frame)
+    assert found.text.startswith(TOO_FEW) and "speculation off at the same loads" in found.text
+    assert TOO_FEW in drift_finding(frame).text
 
 
 def test_sglang_decode_batch_lines_give_their_load_and_context():
