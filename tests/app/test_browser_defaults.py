@@ -24,6 +24,7 @@ DEFAULTS = [
     (["Labs", "Acceptance rule lab"], "Run acceptance rule lab", re.compile(r"Done: \d+ runs"), 3),
     (["Labs", "Losslessness lab"], "Draw", re.compile(r"[\d,]+ draws per variant"), 4),
     (["Labs", "Distillation lab"], "Train", re.compile(r"Done\."), 2),
+    (["Labs", "Load lab"], "Run load lab", re.compile(r"Done in [\d.]+ s"), 3),
     (["Compare drafts"], "Compare", re.compile(r"Done: the baseline and \d+ drafts"), 4),
     (["Batch"], "Run batch", re.compile(r"row|Row"), 0),
 ]
