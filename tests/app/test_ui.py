@@ -232,6 +232,7 @@ def test_an_opened_run_sets_the_form_so_run_makes_the_run_shown(store):
     outs = h.open_gallery(entry.title)
     assert isinstance(outs, explorer.Shown)  # by name: one field a wired component (counted below)
     assert outs.trace.config == entry.cfg and outs.round_slider.maximum == len(outs.trace.rounds)
+    assert None not in (outs.by_position, outs.per_round, outs.p_vs_q, outs.times)  # the whole run's four charts
     form = h.form_of(outs.trace)
     cfg = entry.cfg
     assert form[0] == entry.prompt and form[3:] == (cfg.k, cfg.k_policy, cfg.temperature, cfg.top_k, cfg.top_p,

@@ -196,8 +196,10 @@ def test_sweep_handler_streams_and_writes_csv(store):
     assert len(pd.read_csv(final[-1][0])) == 2 * (1 + 2)
     tables = [o[1] for o in outs if isinstance(o[1], pd.DataFrame)]
     assert list(tables[-1].k) == [1, 2]
-    policies = final[6]  # fixed k, the two adaptive policies and transformers' confidence stop (0.4)
+    policies = final.policy_table  # fixed k, the two adaptive policies and transformers' confidence stop (0.4)
     assert list(policies.policy)[1:] == ["fixed k=2", "history", "heuristic", "stop < 0.4 (k ≤ 10)"]
+    drawn = next(o for o in reversed(outs) if isinstance(o.table, pd.DataFrame))  # the last rows drawn, by name
+    assert drawn.heatmaps is not None and final.policy_ks is not None and final.policy_bars is not None
 
 
 @pytest.mark.slow
