@@ -146,11 +146,16 @@ def crossover_finding(frame: pd.DataFrame) -> Finding:
     sure = before["low"] >= 1 and at["high"] < 1
     numbers.update(last_paying_load=int(before["last"]), first_losing_load=int(at["first"]))
     text = (f"speculation stops paying between {_loads(before)} and {_loads(at)} {kind}: speedup "
-            f"{before['speedup']:.2f} (range {before['low']:.2f}-{before['high']:.2f}) then "
-            f"{at['speedup']:.2f} (range {at['low']:.2f}-{at['high']:.2f})")
+            f"{_speedup_text(before)} then {_speedup_text(at)}")
     if not sure:
-        text += "; the ranges hold 1, so the intervals do not tell the two loads apart: measure longer there"
+        text += "; a range holds 1, so the intervals do not tell the two loads apart: measure longer there"
     return Finding("load_crossover", "warning" if sure else "info", text, {**numbers, "decided": bool(sure)})
+
+
+def _speedup_text(row) -> str:
+    """A bin's speedup, with its range where its intervals spread one."""
+    spread = f" (range {row['low']:.2f}-{row['high']:.2f})" if row["low"] != row["high"] else ""
+    return f"{row['speedup']:.2f}{spread}"
 
 
 def _range_text(s: pd.DataFrame) -> str:
@@ -164,13 +169,17 @@ def drift_finding(frame: pd.DataFrame) -> Finding:
         return Finding("load_drift", "info", f"acceptance against load: {TOO_FEW} ({len(b)} load bin with an "
                        "acceptance figure)", {"bins": len(b)})
     lo, hi = b.iloc[0], b.iloc[-1]
-    if hi["length_min"] > lo["length_max"]:
+    if min(lo["intervals"], hi["intervals"]) < 2:
+        word = "untold"
+    elif hi["length_min"] > lo["length_max"]:
         word = "rose"
     elif hi["length_max"] < lo["length_min"]:
         word = "fell"
     else:
-        word = "stayed within the ranges (they overlap)"
-    text = (f"mean acceptance length {word} from {lo['length_mean']:.2f} at {_loads(lo, 'load_min', 'load_max')} to "
+        word = "stayed"
+    change = {"rose": "rose from", "fell": "fell from", "untold": "(one interval at an end: no range to read a "
+              "change against):"}.get(word, "stayed about the same (the ranges overlap):")
+    text = (f"mean acceptance length {change} {lo['length_mean']:.2f} at {_loads(lo, 'load_min', 'load_max')} to "
             f"{hi['length_mean']:.2f} at {_loads(hi, 'load_min', 'load_max')} {frame['load_kind'].iloc[0]}")
     return Finding("load_drift", "warning" if word == "fell" else "info", text,
                    {"low_bin": int(lo["bin"]), "high_bin": int(hi["bin"]), "low": lo["length_mean"],
@@ -214,9 +223,10 @@ def advice_findings(frame: pd.DataFrame, cross: Finding, k: int | None = None) -
                 f"while more than {last} are enqueued (SpeculativeConfig.{VLLM_SETTING}, vllm/config/speculative.py; "
                 f"V0: --speculative-disable-by-batch-size {last}); where your version lacks it, {plain}")
     elif engine == "SGLang":
-        steps = f"--speculative-num-steps {k} --speculative-num-draft-tokens {k + 1} " if k else ""
-        text = (f"SGLang: {plain}; its {SGLANG_ADAPTIVE} lowers speculative_num_steps as batches grow (EAGLE/EAGLE3 "
-                f"with {steps}--speculative-eagle-topk 1 only)")
+        steps = (f"; up to {last}, the chain as run: --speculative-num-steps {k} --speculative-num-draft-tokens "
+                 f"{k + 1} --speculative-eagle-topk 1") if k else ""
+        text = (f"SGLang: {plain}{steps}; its {SGLANG_ADAPTIVE} lowers speculative_num_steps as batches grow "
+                "(EAGLE/EAGLE3 with --speculative-eagle-topk 1 only)")
     else:
         text = f"{engine}: {plain}"
     return [Finding("load_advice", "warning", text, {"off_above": last, "engine": engine})]
