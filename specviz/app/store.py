@@ -44,11 +44,15 @@ class ModelStore:
         hub = self.allow != "bundled"  # the pickers offer the presets; "any" also takes other hub IDs by API
 
         def targets():  # the bundled family, the operator's local models (SPECVIZ_EXTRA_MODELS), hub presets
-            return models.list_models() + list(extra_models()) + (models.preset_targets() if hub else [])
+            trained = models.local_trained_drafts()  # drafts trained elsewhere draft for a target: not targets
+            local = [name for name in extra_models() if name not in trained]
+            return models.list_models() + local + (models.preset_targets() if hub else [])
 
-        def drafts():  # the bundled drafts, the early exits of the operator's local models, hub presets
-            local = [e for name, path in extra_models().items() for e in early_exit.exit_names(Path(path), name)]
-            return models.list_drafters() + local + (models.preset_drafts() if hub else [])
+        def drafts():  # the bundled drafts, the early exits of the operator's local models, trained drafts, presets
+            trained = models.local_trained_drafts()
+            local = [e for name, path in extra_models().items() if name not in trained
+                     for e in early_exit.exit_names(Path(path), name)]
+            return models.list_drafters() + local + list(trained) + (models.preset_drafts() if hub else [])
 
         self.list_targets, self.list_drafters = list_targets or targets, list_drafters or drafts
         self._load_model, self._load_drafter, self._load_tokenizer = load_model, load_drafter, load_tokenizer
@@ -91,7 +95,10 @@ class ModelStore:
             # an early exit or feature draft: built on the very model held (shared weights, nothing more loaded)
             return model, tok, models.self_draft(model, target, draft)
         other = None  # the draft's own tokenizer, where it differs from the target's
-        if self._load_tokenizer and draft in self.list_drafters() and not model_free(draft):
+        # a draft trained elsewhere has no tokenizer: it reads the target's tokens, checked against the run's target
+        # (sizes, tapped layers, vocabulary maps) when the run attaches it, before the target's first pass
+        trained = draft in models.local_trained_drafts()
+        if self._load_tokenizer and draft in self.list_drafters() and not model_free(draft) and not trained:
             if (target, draft) not in self._pairs_ok:
                 draft_tok = self._load_tokenizer(draft)
                 try:

@@ -1,50 +1,12 @@
 """Trained drafts refused before any work (specviz.drafts.trained.check): every kind of fault in a checkpoint that
 loads and runs silently elsewhere is named. Each case edits a copy of a fixture written by the real speculators
 library (tests/drafts/fixtures/trained, scripts/fixtures/)."""
-import json
-import shutil
-from pathlib import Path
 
-import pytest
 import torch
-from safetensors.torch import load_file, save_file
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from specviz.drafts.trained.check import check_trained_draft
 from specviz.drafts.trained.formats import detect
-from specviz.drafts.trained.load import load_trained
-
-FIXTURES = Path(__file__).parent / "fixtures" / "trained"
-
-
-def fixture_target(**change):
-    """The tiny target the fixtures were written for, rebuilt from its config with its seed."""
-    saved = json.loads((FIXTURES / "target_config.json").read_text())
-    torch.manual_seed(saved["seed"])
-    return LlamaForCausalLM(LlamaConfig(**{**saved["config"], **change})).eval()
-
-
-def edited(tmp_path, name="eagle3", tensors=None, config=None) -> Path:
-    """A copy of a fixture with its tensors (a function of the name -> tensor dict) or config (of the dict) edited."""
-    folder = tmp_path / name
-    shutil.copytree(FIXTURES / name, folder)
-    if tensors is not None:
-        file = next(folder.glob("*.safetensors"))
-        save_file(tensors(load_file(str(file))), str(file))
-    if config is not None:
-        path = folder / "config.json"
-        path.write_text(json.dumps(config(json.loads(path.read_text()))))
-    return folder
-
-
-def refusal(folder, target=None) -> str:
-    """The message of the refusal, checked to come before any weight is read or any pass run."""
-    target = target or fixture_target()
-    with pytest.raises(ValueError) as e:
-        check_trained_draft(folder, target)
-    with pytest.raises(ValueError):
-        load_trained(folder, target)
-    return str(e.value)
+from tests.helpers.trained import FIXTURES, edited, fixture_target, refusal
 
 
 def test_the_fixtures_pass_and_say_what_they_read():

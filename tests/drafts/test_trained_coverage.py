@@ -3,7 +3,7 @@ import torch
 
 from specviz.drafts.trained.coverage import coverage_frame, vocab_coverage
 from specviz.views.coverage_plots import coverage_figure
-from tests.drafts.test_trained_check import FIXTURES, fixture_target
+from tests.helpers.trained import FIXTURES, fixture_target
 
 
 def test_the_table_the_number_and_the_figure_say_the_same_mass():

@@ -9,9 +9,9 @@ from specviz import DecodeConfig, TreeConfig, speculative_generate
 from specviz.drafts.trained.coverage import outside_mass, vocab_coverage
 from specviz.drafts.trained.load import TrainedDraft, load_trained
 from specviz.sampling import logits_to_probs
-from tests.drafts.test_trained_check import FIXTURES, edited, fixture_target
 from tests.helpers.models import reference_greedy
 from tests.helpers.stats import chi2_pvalue
+from tests.helpers.trained import FIXTURES, edited, fixture_target
 
 PROMPTS = [[1, 2, 3, 4, 5], [9, 9, 30, 2], [60, 7]]
 
@@ -200,7 +200,7 @@ def eagle1_checkpoint(folder, seed=4, **extra):
 
 
 def test_an_eagle1_checkpoint_runs_exact_and_a_stray_input_norm_is_refused(tmp_path):
-    from tests.drafts.test_trained_check import refusal
+    from tests.helpers.trained import refusal
 
     target, ids = fixture_target(), torch.tensor([PROMPTS[0]])
     folder = eagle1_checkpoint(tmp_path / "eagle1")

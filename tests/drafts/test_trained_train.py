@@ -11,8 +11,8 @@ from specviz.drafts.trained.eagle3 import Eagle3Model
 from specviz.drafts.trained.expect import eagle3_spec
 from specviz.drafts.trained.formats import Layout
 from specviz.drafts.trained.load import load_trained, rotary_for
-from tests.drafts.test_trained_check import edited, fixture_target, refusal
 from tests.helpers.models import reference_greedy
+from tests.helpers.trained import edited, fixture_target, refusal
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "train" / "train_eagle3.py"
 
