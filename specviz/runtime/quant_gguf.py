@@ -39,11 +39,19 @@ class Header:
             if os.fstat(f.fileno()).st_size < 24:
                 raise ValueError(f"{self.path.name} is not a GGUF file (shorter than a GGUF header)")
             self.buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        try:
+            self._read()
+        except (struct.error, ValueError, UnicodeDecodeError, OverflowError) as e:
+            raise ValueError(f"{self.path.name} is not a readable GGUF file ({e})") from e
+        finally:
+            self.buf.close()
+
+    def _read(self) -> None:
         if self.buf[:4] != b"GGUF":
-            raise ValueError(f"{self.path.name} is not a GGUF file (no GGUF magic)")
+            raise ValueError("no GGUF magic")
         version, n_tensors, n_kv = struct.unpack_from("<IQQ", self.buf, 4)
         if version not in (2, 3):
-            raise ValueError(f"{self.path.name} is GGUF version {version}; versions 2 and 3 are read")
+            raise ValueError(f"GGUF version {version}; versions 2 and 3 are read")
         self.at, self.fields, self.skipped, self.tensors = 24, {}, [], {}
         for _ in range(n_kv):
             key = self._string()
@@ -62,7 +70,6 @@ class Header:
         align = int(self.fields.get("general.alignment", 32))
         start = (self.at + align - 1) // align * align
         self.tensors = {name: (t, shape, start + offset) for name, t, shape, offset in infos}
-        self.buf.close()
 
     def _u32(self) -> int:
         (v,) = struct.unpack_from("<I", self.buf, self.at)
@@ -84,7 +91,7 @@ class Header:
             self.at += struct.calcsize(fmt)
             return v
         if kind != 9:
-            raise ValueError(f"{self.path.name}: metadata {key!r} has an unknown type {kind}")
+            raise ValueError(f"metadata {key!r} has an unknown type {kind}")
         item, n = struct.unpack_from("<IQ", self.buf, self.at)
         self.at += 12
         if item in _SCALARS and item != 7:

@@ -140,6 +140,18 @@ def test_the_model_holds_the_files_bytes_not_a_float_copy(tiny):
     assert quant_gguf.resident_bytes(w) == sum(rows * quant.row_bytes(kind, cols) for kind, (cols, rows) in matrices)
 
 
+def test_a_truncated_or_foreign_file_is_refused_in_words(tiny, tmp_path):
+    from specviz.runtime import quant_gguf
+
+    raw = (tiny[0] / tiny[1]).read_bytes()
+    (tmp_path / "cut.gguf").write_bytes(raw[:200])
+    with pytest.raises(ValueError, match="cut.gguf is not a readable GGUF file"):
+        quant_gguf.Header(tmp_path / "cut.gguf")
+    (tmp_path / "other.gguf").write_bytes(b"PK" + raw[2:])
+    with pytest.raises(ValueError, match="no GGUF magic"):
+        quant_gguf.Header(tmp_path / "other.gguf")
+
+
 def test_logits_match_transformers_float32_forward_of_the_same_file(tiny, reference):
     from specviz.runtime.lm import CachedLM
 
