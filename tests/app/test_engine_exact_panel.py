@@ -168,3 +168,15 @@ def test_a_cards_strings_are_inert(h, runs, tmp_path):
     text = h.read_exact(write(tmp_path, "card.json", card), None)[0]
     assert "<script>" not in text and "[x]" not in text and "<b>" not in text
     assert "&lt;script&gt;alert(1)&lt;/script&gt; &#91;x&#93;(http&#58;//y)" in text
+
+
+def test_the_recorded_llamacpp_card_reads_in_the_panel(h):
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[1] / "conformance" / "fixtures" / "llamacpp"
+    card = json.loads((folder / "card.json").read_text())
+    text, figure, plan = h.read_exact(str(folder / "card.json"), None)
+    assert text.startswith(f"### Is it exact? **{card['verdict']}**") and md(card["power"]) in text
+    assert f"N = {card['n']:,} per mode" in text and md(card["info"]["engine"]) in text
+    assert sum(len(trace.x) for trace in figure.data) == sum(t["tested"] for t in card["tests"])
+    assert plan["n"] == card["n"] and plan["setting"]["temperature"] == 0.8
