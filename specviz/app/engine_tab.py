@@ -10,9 +10,11 @@ import pandas as pd
 from ..engines import FORMATS, Advice, EngineRun, advise, diagnose, fit_alpha, positions
 from ..engines.compare_runs import compare_runs
 from ..engines.cost import DRAFTERS
+from ..engines.load_doctor import diagnose_load, load_frame
 from ..engines.run import coarsened
 from ..views import engine_plots as plots
 from ..views import engine_report as report
+from ..views import load_engine_plots
 from . import engine_exact
 from . import engine_inputs as inputs
 from .budget import Budget
@@ -117,9 +119,25 @@ def comparison_figure(named: list[tuple[str, EngineRun]]):
     return plots.comparison_chart(compare_runs(run_a, run_b, (a, b)).positions)
 
 
+def load_view(named: list[tuple[str, EngineRun]], k: int | None = None) -> tuple[str, object]:
+    """(the load findings, the load chart): each interval's tokens/s and mean length against the load it printed
+    (running requests, a benchmark's concurrency), and where speculation stops paying when runs with it on and off
+    are both given (``engines.load_doctor``); or why there is nothing to show."""
+    frame = load_frame(dict(named))
+    if frame.empty:
+        return "", plots.message_figure("No interval printed a load beside its figures (vLLM's Running: N reqs, "
+                                        "SGLang's #running-req, a benchmark's concurrency)")
+    findings = diagnose_load(dict(named), k=k)
+    cross = next((f.numbers for f in findings if f.code == "load_crossover"), {})
+    band = (cross["last_paying_load"], cross["first_losing_load"]) if cross.get("decided") else None
+    text = report.findings_markdown(findings).replace("#### What the doctor finds", "#### Under load", 1)
+    return text, load_engine_plots.load_figure(frame, band)
+
+
 def analyse(store: ModelStore, text, files, grouping, temperatures, cost_source, c, v, bench_text, bench_file,
             target, draft, beside, trace_file, k, temperature, max_new, engine_k=None, drafter=None):
-    """(status, runs, findings, advice, advice table, cost, 5 charts, the specviz run beside, the comparison chart),
+    """(status, runs, findings, advice, advice table, cost, 5 charts, the specviz run beside, the comparison chart,
+    the load findings and chart),
     within one request's budget (checked between inputs, log lines, scrapes and runs); ``drafter``: the drafter's
     kind (``engines.cost.DRAFTERS``), which prices the advice."""
     budget = Budget()
@@ -134,11 +152,12 @@ def analyse(store: ModelStore, text, files, grouping, temperatures, cost_source,
               + "; ".join(report.md(r.source) for r in runs) + f". {len(findings)} findings." + pooled)
     runs_text = runs_markdown(named)
     beside_text = report.run_markdown(extra[1], extra[0]) if extra else ""
+    load_text, load_figure = load_view(named, next((r.k for r in runs if r.k), None) or engine_k or None)
     return (status, runs_text, report.findings_markdown(findings, named), advice_text, table,
             report.cost_markdown(cost, hw.free_rows if hw else None),
             plots.positions_chart(plots.positions_frame(shown)), plots.histogram_chart(plots.histogram_frame(shown)),
             advice_figure, plots.series_chart(plots.series_frame(shown)), cost_chart(cost, hw, runs), beside_text,
-            comparison_figure(named))
+            comparison_figure(named), load_text, load_figure)
 
 
 def handlers(store: ModelStore):
@@ -218,7 +237,11 @@ def build(store: ModelStore) -> None:
     series = chart("Over the run: each interval's acceptance (log lines, scrape deltas, requests).",
                    elem_id="engine-series")
     beside_md = gr.Markdown(elem_id="engine-beside")
+    load_md = gr.Markdown(elem_id="engine-load")
+    load_plot = chart("Under load: tokens/s and mean acceptance length against the load each interval printed, "
+                      "speculation on (solid) and off (dotted); shaded: where it stops paying.",
+                      elem_id="engine-load-plot")
     read_btn.click(h.read_engine, [text, files, grouping, temperatures, *cost, *beside, engine_k, drafter],
                    [status, runs_md, findings, advice_md, advice_table, cost_md, positions, histogram, advice_plot,
-                    series, verify_plot, beside_md, compared], api_visibility="undocumented", **LAB_QUEUE)
+                    series, verify_plot, beside_md, compared, load_md, load_plot], api_visibility="undocumented", **LAB_QUEUE)
     engine_exact.build()

@@ -180,11 +180,6 @@ def upper_bound(successes: int, trials: int, confidence: float) -> float:
     return 1.0 if successes >= trials else float(beta.ppf(confidence, successes + 1, trials - successes))
 
 
-def lower_bound(successes: int, trials: int, confidence: float) -> float:
-    """The exact one-sided lower bound. With every trial a success: (1 - confidence)^(1/trials)."""
-    return 0.0 if successes <= 0 else float(beta.ppf(1 - confidence, successes, trials - successes + 1))
-
-
 def difference_interval(x1: int, n1: int, x2: int, n2: int, level: float = 0.95) -> tuple[float, float, float]:
     """(p2 - p1, low, high): Newcombe's hybrid score interval for the change from rate 1 to rate 2."""
     p1, p2 = x1 / n1, x2 / n2

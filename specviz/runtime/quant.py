@@ -157,14 +157,6 @@ def quantize_q8_0(w: torch.Tensor) -> QuantMatrix:
     return QuantMatrix(data, "Q8_0", n, k)
 
 
-def from_array(array, kind: str, rows_: int, cols: int) -> QuantMatrix:
-    """A QuantMatrix over a numpy array of the file's bytes (a GGUF reader's memory map: no copy)."""
-    import numpy as np
-
-    data = torch.from_numpy(np.ascontiguousarray(array).view(np.uint8).reshape(rows_, -1))
-    return QuantMatrix(data, kind, rows_, cols)
-
-
 def _block(kind: str) -> tuple[int, int]:
     """(weights, bytes) of a block as stack.c counts them (checked against TYPES by the tests)."""
     e, b = ctypes.c_int(), ctypes.c_int()

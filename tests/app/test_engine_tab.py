@@ -20,7 +20,7 @@ FORM = dict(grouping=ei.ONE_RUN, temperatures="", cost_source=ei.TYPED, c=0.1, v
             target="tiny-target", draft="tiny", beside=engine_tab.NOTHING, trace_file=None, k=2, temperature=0,
             max_new=6)
 OUT = ("status", "runs", "findings", "advice", "table", "cost", "positions", "histogram", "advice_plot", "series",
-       "verify_plot", "beside", "compare")
+       "verify_plot", "beside", "compare", "load", "load_plot")
 
 
 @pytest.fixture(scope="module")
@@ -277,3 +277,15 @@ def test_the_k_field_reaches_the_runs_shown(h):
     assert md("k = 6 as typed (the input does not print it)") in out["runs"]
     out = read(h, (LLAMA / "speculative-simple.txt").read_text(), engine_k=3)
     assert md("k = 6 as the input prints it: the 3 typed is ignored") in out["runs"]
+
+
+def test_the_load_each_interval_printed_is_charted_with_its_findings(h):
+    wild = FIXTURES / "wild"
+    paste = "\n".join(f"--- {name}\n" + (wild / f"vllm-v1-running-waiting-mtp-{name}.txt").read_text()
+                      for name in ("8", "9"))
+    out = read(h, paste)
+    assert "#### Under load" in out["load"] and "too few loads to tell" in out["load"]  # two loads, on only
+    loads = sorted(x for trace in out["load_plot"].data for x in trace.x)
+    assert loads and set(loads) <= {8, 9}  # the running requests the two excerpts print
+    quiet = read(h, (FIXTURES / "sglang_greedy.json").read_text())  # responses: no load printed beside them
+    assert quiet["load"] == "" and not any(len(t.x or ()) for t in quiet["load_plot"].data)
