@@ -19,9 +19,9 @@ import torch
 import torch.nn.functional as F
 
 from ...runtime.lm import common_prefix
-from ..drafter import Drafter, draft_loop
+from ..drafter import draft_loop
 from .expect import Eagle3Spec
-from .tap import Tap
+from .tap import Tap, TappedDrafter
 
 
 def rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
@@ -122,17 +122,13 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     return x * cos + rotated * sin
 
 
-class Eagle3Drafter(Drafter):
+class Eagle3Drafter(TappedDrafter):
     """An EAGLE-3 draft drafting chains in the decoder: each round it syncs the tap to the committed tokens, feeds
     again (from the target's true states) the positions it had drafted over, then drafts one token per pass."""
 
     def __init__(self, model: Eagle3Model, target, tapped: tuple[int, ...], name: str):
-        self.model, self.target_model, self.tapped, self.name = model, target, tapped, name
-        self.window = getattr(target.config, "max_position_embeddings", None)
-
-    def attach(self, target) -> None:
-        if target.model is not self.target_model:
-            raise ValueError(f"{self.name} was checked against another target than this run's: open it for this one")
+        super().__init__(target, name)
+        self.model, self.tapped = model, tapped
 
     def start(self, prompt, cfg, vocab_size, device):
         super().start(prompt, cfg, vocab_size, device)

@@ -13,9 +13,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..drafter import Drafter, draft_loop, draft_q
+from ..drafter import draft_loop, draft_q
 from .expect import MedusaSpec
-from .tap import FINAL, Tap
+from .tap import FINAL, Tap, TappedDrafter
 
 
 class MedusaHeads:
@@ -36,17 +36,13 @@ class MedusaHeads:
         return torch.stack(rows)
 
 
-class MedusaDrafter(Drafter):
+class MedusaDrafter(TappedDrafter):
     """Medusa heads as a drafter: chains of up to ``heads`` tokens, and token trees whose depth is at most that
     (a node at depth d is drafted from head d, whatever its parent)."""
 
     def __init__(self, heads: MedusaHeads, target, name: str):
-        self.heads, self.target_model, self.name = heads, target, name
-        self.window = getattr(target.config, "max_position_embeddings", None)
-
-    def attach(self, target) -> None:
-        if target.model is not self.target_model:
-            raise ValueError(f"{self.name} was checked against another target than this run's: open it for this one")
+        super().__init__(target, name)
+        self.heads = heads
 
     def start(self, prompt, cfg, vocab_size, device):
         super().start(prompt, cfg, vocab_size, device)

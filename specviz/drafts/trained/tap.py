@@ -14,6 +14,7 @@ import threading
 import torch
 
 from ...runtime.lm import CachedLM
+from ..drafter import Drafter
 
 FINAL = -1  # the final normed hidden state (what the LM head reads)
 
@@ -70,3 +71,15 @@ class Tap:
             for h in handles:
                 h.remove()
         return torch.cat([caught[i] for i in self.layers], dim=-1)  # (len(tokens), n * H)
+
+
+class TappedDrafter(Drafter):
+    """A trained draft bound to the very target it was checked against (its tapped states come from that model)."""
+
+    def __init__(self, target, name: str):
+        self.target_model, self.name = target, name
+        self.window = getattr(target.config, "max_position_embeddings", None)
+
+    def attach(self, target) -> None:
+        if target.model is not self.target_model:
+            raise ValueError(f"{self.name} was checked against another target than this run's: open it for this one")
