@@ -1,8 +1,8 @@
 """What the "Your engine" tab reads, below the tab: pasted text (several runs split by '--- label' lines) and
-uploaded files as labelled EngineRuns (grouped into runs, temperatures filled in), the cost model from one of three
-sources, and a specviz run to put beside them. Inputs are held to the trace import's size limit; every error is a
-ValueError that says what to change (the library's, with the uploaded files' temporary paths shown as their
-names)."""
+uploaded files as labelled EngineRuns, or MeanRuns where an input gives means and no counts (grouped into runs,
+temperatures filled in), the cost model from one of three sources, and a specviz run to put beside them. Inputs are
+held to the trace import's size limit; every error is a ValueError that says what to change (the library's, with the
+uploaded files' temporary paths shown as their names)."""
 from __future__ import annotations
 
 import re
@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..config import EXAMPLE_PROMPTS
 from ..decoder import speculative_generate
-from ..engines import CostModel, EngineRun, cost_from_llama_bench, parse_verify, read_engine_run, total
+from ..engines import CostModel, EngineRun, MeanRun, cost_from_llama_bench, parse_verify, read_reported, total
 from ..engines.read import with_temperature
 from ..engines.run import check_k
 from ..engines.specviz_trace import trace_run
@@ -155,11 +155,12 @@ def read_runs(text, files, grouping: str, temperatures: str = "", check=None, k=
     return list(zip(run_labels([(label, run) for (label, _), run in zip(named, runs)], typed), runs))
 
 
-def read_group(group: list[Input], check=None) -> EngineRun:
-    """One run from the inputs of a group (several: the parts of one log, two scrapes), a refusal naming them."""
+def read_group(group: list[Input], check=None) -> EngineRun | MeanRun:
+    """One run from the inputs of a group (several: the parts of one log, two scrapes), a refusal naming them; a
+    lone input that carries means and no counts (SGLang's Decode batch lines, trtllm-bench) as a MeanRun."""
     names = {f"input {i}": part.name for i, part in enumerate(group, 1)}
     try:
-        return read_engine_run([p.data for p in group] if len(group) > 1 else group[0].data, check=check)
+        return read_reported([p.data for p in group] if len(group) > 1 else group[0].data, check=check)
     except ValueError as error:
         raise renamed(error, names) from None
 
@@ -170,16 +171,18 @@ def run_labels(named: list[tuple[str | None, EngineRun]], typed: set[str]) -> li
     if len(named) == 1:
         label, run = named[0]
         return [label if label in typed else run.source]
-    return [f"run {i}: " + (label or r.source + (f", T = {r.temperature:g}" if r.temperature is not None else ""))
-            for i, (label, r) in enumerate(named, 1)]
+    return [f"run {i}: " + (label or r.source + (f", T = {t:g}" if (t := getattr(r, "temperature", None)) is not None
+                                                  else "")) for i, (label, r) in enumerate(named, 1)]
 
 
 def by_temperature(named: list[tuple[str | None, EngineRun]]) -> list[tuple[str | None, EngineRun]]:
     """Runs of one format and temperature summed, in the order first met (a temperature not reported: one group);
-    a run summed from several inputs loses their labels (the format and temperature name it)."""
+    a run summed from several inputs loses their labels (the format and temperature name it); a run of means stays
+    alone (means without counts cannot be summed)."""
     groups: dict[tuple, list[tuple[str | None, EngineRun]]] = {}
-    for label, run in named:
-        key = (run.source, None if run.temperature is None else round(run.temperature, 3))
+    for i, (label, run) in enumerate(named):
+        key = (("means", i) if isinstance(run, MeanRun) else
+               (run.source, None if run.temperature is None else round(run.temperature, 3)))
         groups.setdefault(key, []).append((label, run))
     return [g[0] if len(g) == 1 else (None, total([r for _, r in g], g[0][1].source).with_notes(
         f"{len(g)} inputs summed (same format and temperature)")) for g in groups.values()]
@@ -196,7 +199,9 @@ def typed_temperatures(runs: list[EngineRun], text: str) -> list[EngineRun]:
         values *= len(runs)
     if len(values) != len(runs):
         raise ValueError(f"{len(values)} temperatures for {len(runs)} runs: give one for all, or one per run")
-    return [with_temperature(run, number_in(t, "temperature", 0, 100)) for run, t in zip(runs, values)]
+    values = [number_in(t, "temperature", 0, 100) for t in values]
+    return [run.with_notes(f"the temperature typed ({t:g}) is not kept: a run of means carries none")
+            if isinstance(run, MeanRun) else with_temperature(run, t) for run, t in zip(runs, values)]
 
 
 def typed_k(runs: list[EngineRun], k) -> list[EngineRun]:

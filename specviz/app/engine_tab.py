@@ -7,7 +7,7 @@ from __future__ import annotations
 import gradio as gr
 import pandas as pd
 
-from ..engines import FORMATS, Advice, EngineRun, advise, diagnose, fit_alpha, positions
+from ..engines import FORMATS, Advice, EngineRun, MeanRun, advise, diagnose, fit_alpha, positions
 from ..engines.compare_runs import compare_runs
 from ..engines.cost import DRAFTERS
 from ..engines.load_doctor import diagnose_load, load_frame
@@ -55,10 +55,11 @@ def beside_run(store: ModelStore, beside, trace_file, target, draft, k, temperat
     return None
 
 
-def advice_views(runs, names, cost, check=None, drafter=None) -> tuple[str, pd.DataFrame, object]:
+def advice_views(runs, names, cost, check=None, drafter=None, among=0) -> tuple[str, pd.DataFrame, object]:
     """(Markdown of each run's advice, their tables in one, the first advice's chart), priced for the ``drafter``
-    kind; ``check()`` before each."""
-    texts, tables, first = [], [], None
+    kind, each labelled where there are several runs (``among``: how many were read, these and the others);
+    ``check()`` before each."""
+    texts, tables, first, several = [], [], None, max(len(runs), among) > 1
     for name, run in zip(names, runs):
         if check is not None:
             check()
@@ -67,8 +68,8 @@ def advice_views(runs, names, cost, check=None, drafter=None) -> tuple[str, pd.D
         except ValueError as error:
             texts.append(f"No advice for {report.md(name)}: {report.md(error)}")
             continue
-        texts.append(report.advice_markdown(advice, run.source, name if len(runs) > 1 else ""))
-        tables.append(advice.table.assign(run=name) if len(runs) > 1 else advice.table)
+        texts.append(report.advice_markdown(advice, run.source, name if several else ""))
+        tables.append(advice.table.assign(run=name) if several else advice.table)
         first = first or (advice, name)
     table = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
     figure = plots.advice_chart(first[0].table, first[1]) if first else plots.message_figure("No advice")
@@ -100,17 +101,22 @@ def charted(runs: dict) -> tuple[dict, str]:
     return shown, (" The series chart draws " + "; ".join(said) + ".") if said else ""
 
 
-def runs_markdown(named: list[tuple[str, EngineRun]]) -> str:
+def run_markdown(run, label: str = "") -> str:
+    """A run in full: its counts and rates, or a run of means' figures as printed and what they cannot give."""
+    return report.mean_run_markdown(run, label) if isinstance(run, MeanRun) else report.run_markdown(run, label)
+
+
+def runs_markdown(named: list[tuple[str, EngineRun | MeanRun]]) -> str:
     """A lone run in full; several side by side (``comparison_frame``), then each in full under its label."""
     if len(named) == 1:
-        return report.run_markdown(named[0][1])
+        return run_markdown(named[0][1])
     return "\n\n".join([report.comparison_markdown(report.comparison_frame(dict(named)))]
-                       + [report.run_markdown(run, label) for label, run in named])
+                       + [run_markdown(run, label) for label, run in named])
 
 
 def comparison_figure(named: list[tuple[str, EngineRun]]):
     """The first two runs with per-position counts compared position by position (``compare_runs``), or why not."""
-    able = [(label, run) for label, run in named if positions(run) is not None]
+    able = [(label, run) for label, run in named if not isinstance(run, MeanRun) and positions(run) is not None]
     if len(named) < 2:
         return plots.message_figure("One run: paste or upload two or more to compare them")
     if len(able) < 2:
@@ -142,22 +148,40 @@ def analyse(store: ModelStore, text, files, grouping, temperatures, cost_source,
     kind (``engines.cost.DRAFTERS``), which prices the advice."""
     budget = Budget()
     named = inputs.read_runs(text, files, grouping, temperatures, check=budget.check, k=engine_k)
-    names, runs = [name for name, _ in named], [run for _, run in named]
+    runs = [run for _, run in named]
+    counted = [(name, run) for name, run in named if not isinstance(run, MeanRun)]
+    means = [name for name, run in named if isinstance(run, MeanRun)]
     cost, hw = cost_model(store, cost_source, c, v, bench_text, bench_file, target, draft, budget)
     extra = beside_run(store, beside, trace_file, target, draft, k, temperature, max_new, budget)
-    findings = diagnose(runs if len(runs) > 1 else runs[0], cost, check=budget.check, drafter=drafter)
-    advice_text, table, advice_figure = advice_views(runs, names, cost, budget.check, drafter)
-    shown, pooled = charted(dict(named) | (dict([extra]) if extra else {}))
+    findings, findings_text, advice_text, table, advice_figure = count_views(counted, means, cost, budget.check,
+                                                                             drafter)
+    shown, pooled = charted(dict(counted) | (dict([extra]) if extra else {}))
+    left_out = f" {report.means_sentence(means)}" if means else ""
     status = (f"**Read {len(runs)} run{'s' if len(runs) > 1 else ''}**: "
-              + "; ".join(report.md(r.source) for r in runs) + f". {len(findings)} findings." + pooled)
-    runs_text = runs_markdown(named)
+              + "; ".join(report.md(r.source) for r in runs) + f". {len(findings)} findings." + pooled + left_out)
     beside_text = report.run_markdown(extra[1], extra[0]) if extra else ""
     load_text, load_figure = load_view(named, next((r.k for r in runs if r.k), None) or engine_k or None)
-    return (status, runs_text, report.findings_markdown(findings, named), advice_text, table,
+    return (status, runs_markdown(named), findings_text, advice_text, table,
             report.cost_markdown(cost, hw.free_rows if hw else None),
             plots.positions_chart(plots.positions_frame(shown)), plots.histogram_chart(plots.histogram_frame(shown)),
-            advice_figure, plots.series_chart(plots.series_frame(shown)), cost_chart(cost, hw, runs), beside_text,
-            comparison_figure(named), load_text, load_figure)
+            advice_figure, plots.series_chart(plots.series_frame(shown)),
+            cost_chart(cost, hw, [run for _, run in counted]), beside_text, comparison_figure(named), load_text,
+            load_figure)
+
+
+def count_views(counted: list[tuple[str, EngineRun]], means: list[str], cost, check=None, drafter=None):
+    """(findings, their Markdown, the advice's Markdown, table and chart) of the runs with counts; the runs of means
+    (their ``means`` labels) left out with a sentence saying so, and, where no run has counts, that sentence
+    instead of the doctor and the advice."""
+    left_out = report.means_sentence(means) if means else ""
+    if not counted:
+        return [], left_out, left_out, pd.DataFrame(), plots.message_figure("No advice: no run with counts")
+    runs = [run for _, run in counted]
+    findings = diagnose(runs if len(runs) > 1 else runs[0], cost, check=check, drafter=drafter)
+    advice_text, table, figure = advice_views(runs, [name for name, _ in counted], cost, check, drafter,
+                                              among=len(counted) + len(means))
+    return (findings, "\n\n".join(t for t in (report.findings_markdown(findings, counted), left_out) if t),
+            "\n\n".join(t for t in (advice_text, left_out) if t), table, figure)
 
 
 def handlers(store: ModelStore):

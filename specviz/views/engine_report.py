@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pandas as pd
 
-from ..engines import Advice, CostModel, EngineRun, Finding, fit_alpha, rates
+from ..engines import Advice, CostModel, EngineRun, Finding, MeanRun, fit_alpha, mean_figures, rates, underived
 from ..engines.flags import engine_of, flag_for
 from ..engines.run import count_fields
 from .timeline import esc
@@ -49,12 +49,95 @@ def run_markdown(run: EngineRun, label: str = "") -> str:
     return "\n".join(lines)
 
 
+MAX_INTERVALS_SHOWN = 40  # a run of means' intervals listed in its table; the load view charts every one
+LOAD_FIELDS = (("running", "running requests"), ("queued", "queued requests"), ("tokens", "KV tokens"),
+               ("kv_usage", "KV cache usage"), ("gen_tps", "generated tokens/s"), ("prompt_tps", "prompt tokens/s"),
+               ("concurrency", "concurrency"), ("request_rate", "request rate (req/s)"))
+
+
+def means_sentence(labels: list[str]) -> str:
+    """Why runs of means are left out of the count-based doctor, the advice and the per-position charts."""
+    one = len(labels) == 1
+    return (f"{', '.join(md(label) for label in labels)} print{'s' if one else ''} means, not counts: the count-based "
+            "doctor, the advice and the per-position charts need counts (drafted, accepted, steps), so they leave "
+            f"{'it' if one else 'them'} out, and {'its' if one else 'their'} figures are shown as printed above, with "
+            f"{'its' if one else 'their'} load in the load view.")
+
+
+def mean_run_markdown(run: MeanRun, label: str = "") -> str:
+    """A run of means: the format, the figures as printed (each interval's where it prints a series), what the
+    means define (``mean_figures``), the meaning its reader applied, and the figures it cannot give (``underived``)."""
+    head = f"### {md(label)}\n" if label else ""
+    lines = [f"{head}**Detected format: {md(run.source)}** (means as printed, no counts)", "",
+             "| figure (as printed) | value |", "| --- | --- |"] + _printed_rows(run)
+    if run.series:
+        lines += ["", _intervals_table(run.series)]
+    figures = mean_figures(run)
+    if figures:
+        lines += ["", "| figure (from the means) | value | definition |", "| --- | --- | --- |"]
+        lines += [f"| {md(r.name)} | {r.value:.4g} | {md(r.definition)} |" for r in figures]
+    if run.notes:
+        lines += ["", "**How it was read:**"] + [f"- {md(n)}" for n in run.notes]
+    lines += ["", "**Not given by this source:**"] + [f"- {md(n)}" for n in underived(run)]
+    return "\n".join(lines)
+
+
+def _printed_rows(run: MeanRun) -> list[str]:
+    rows = [("mean acceptance length", run.mean_length), ("acceptance rate", run.acceptance_rate),
+            ("what the rate is", run.rate_meaning), ("k", run.k)]
+    rows += [(name, getattr(run.load, field)) for field, name in LOAD_FIELDS] if run.load else []
+    rows += [(f"{s.label} {s.stat}", s.value) for s in run.spreads]
+    shown = [f"| {md(name)} | {md(f'{value:g}' if isinstance(value, float) else value)} |" for name, value in rows
+             if value is not None]
+    return shown or ["| - | printed per interval only (below) |"]
+
+
+def _intervals_table(series) -> str:
+    """Each part's (interval's or block's) mean length, rate and load as printed (the first MAX_INTERVALS_SHOWN)."""
+    fields = [(f, name) for f, name in LOAD_FIELDS if any(p.load and getattr(p.load, f) is not None for p in series)]
+    heads = ["part", "mean acceptance length", "acceptance rate"] + [name for _, name in fields]
+    lines = [f"Each of its {len(series):,} parts (logging intervals or blocks) as printed"
+             + (f" (the first {MAX_INTERVALS_SHOWN})" if len(series) > MAX_INTERVALS_SHOWN else "") + ":", "",
+             "| " + " | ".join(heads) + " |", "|" + " --- |" * len(heads)]
+    for i, p in enumerate(series[:MAX_INTERVALS_SHOWN], 1):
+        cells = [p.mean_length, p.acceptance_rate] + [getattr(p.load, f) if p.load else None for f, _ in fields]
+        lines.append(f"| {i} | " + " | ".join("-" if c is None else f"{c:g}" for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def _printed_range(run: MeanRun) -> str:
+    """A run of means' mean length as printed: the one figure, or each interval's lowest to highest."""
+    if run.mean_length is not None:
+        return f"{run.mean_length:g} (as printed)"
+    values = [p.mean_length for p in run.series if p.mean_length is not None]
+    return f"{min(values):g} to {max(values):g} over {len(values)} intervals (as printed)" if values else "-"
+
+
+def _printed_rate(run: MeanRun) -> str:
+    if run.acceptance_rate is None and not any(p.acceptance_rate is not None for p in run.series):
+        return "-"
+    shown = "per interval" if run.acceptance_rate is None else f"{run.acceptance_rate:g}"
+    return f"{shown} (as printed" + (f"; {run.rate_meaning})" if run.rate_meaning else ")")
+
+
+def _mean_column(run: MeanRun) -> dict:
+    means = "- (means only)"
+    return {"read as": run.source, "temperature": "not reported",
+            **{name: means for name in ("drafted", "accepted", "steps")}, "k": _count(run.k),
+            "alpha (interval)": means, "mean acceptance length": _printed_range(run),
+            "acceptance rate": _printed_rate(run),
+            "how it was read": "\n".join(run.notes) or "-"}
+
+
 def comparison_frame(runs: dict[str, EngineRun]) -> pd.DataFrame:
     """One column per run, one row per figure: the format read and the meaning its reader applied (its notes, one
     a line), the counts as reported, alpha with its interval (``fit_alpha``) and the mean acceptance length
     (``rates``); '-' where the run's counts do not give it."""
     columns = {}
     for label, run in runs.items():
+        if isinstance(run, MeanRun):
+            columns[label] = _mean_column(run)
+            continue
         fit, by_name = fit_alpha(run), {r.name: r.value for r in rates(run)}
         columns[label] = {
             "read as": run.source,

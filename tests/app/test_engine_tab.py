@@ -289,3 +289,43 @@ def test_the_load_each_interval_printed_is_charted_with_its_findings(h):
     assert loads and set(loads) <= {8, 9}  # the running requests the two excerpts print
     quiet = read(h, (FIXTURES / "sglang_greedy.json").read_text())  # responses: no load printed beside them
     assert quiet["load"] == "" and not any(len(t.x or ()) for t in quiet["load_plot"].data)
+
+
+DECODE = (FIXTURES / "wild" / "sglang-decode-batch-accept-rate-1.txt").read_text()
+
+
+def test_an_sglang_decode_batch_excerpt_pasted_alone_shows_its_means(h):
+    out = read(h, DECODE)
+    assert out["status"].startswith("**Read 1 run**: SGLang Decode batch log. 0 findings.")
+    runs = out["runs"]
+    assert "**Detected format: SGLang Decode batch log** (means as printed, no counts)" in runs
+    assert ("| part | mean acceptance length | acceptance rate | running requests | queued requests | KV tokens | KV "
+            "cache usage | generated tokens/s |\n| --- | --- | --- | --- | --- | --- | --- | --- |") in runs
+    rows = [line for line in runs.splitlines() if line[:4] in ("| 1 ", "| 5 ")]
+    assert rows == ["| 1 | 2.17 | 0.54 | 1 | 0 | 108 | 0 | 0.39 |",  # the excerpt's first and last lines, as printed
+                    "| 5 | 1.8 | 0.45 | 1 | 0 | 412 | 0 | 165.59 |"]
+    assert md("accept len / 4: not a fraction of drafts accepted") in runs  # the meaning applied
+    for figure in ("drafted", "accepted", "steps", "per-position rates", "acceptance histogram"):
+        assert f"- {md(figure + ': the source prints means, not counts')}" in runs
+    for name in ("findings", "advice"):
+        assert "the count-based doctor, the advice and the per-position charts need counts" in out[name]
+    assert out["table"].empty and not any(len(t.x or ()) for t in out["positions"].data)
+    loads = [x for trace in out["load_plot"].data for x in trace.x]
+    assert "#### Under load" in out["load"] and loads and set(loads) == {1}  # '#running-req: 1' on every line
+
+
+def test_an_sglang_excerpt_beside_a_vllm_run(h):
+    out = read(h, f"--- sglang\n{DECODE}\n--- vllm\n{V1}")
+    assert out["status"].startswith("**Read 2 runs**: SGLang Decode batch log; vLLM log.")
+    assert f"| | {md('run 1: sglang')} | {md('run 2: vllm')} |" in out["runs"]
+    table = out["runs"].split("\n\n")[1].splitlines()
+    rows = {cells[0].strip("*"): cells[1:] for cells in ([c.strip() for c in line.strip("|").split("|")]
+                                                          for line in table[2:])}
+    assert rows["drafted"] == ["- (means only)", "7,731"]
+    assert rows["mean acceptance length"] == ["1.8 to 2.17 over 5 intervals (as printed)", "2.538"]
+    assert "alpha = 0.70" in out["findings"] and md("run 1: sglang") + " prints means" in out["findings"]
+    assert set(out["table"].run) == {"run 2: vllm"}  # the advice: the run with counts only
+    assert {t.name for t in out["positions"].data} >= {"run 2: vllm"}
+    assert "run 1: sglang" not in {t.name for t in out["positions"].data}
+    drawn = {t.name for t in out["load_plot"].data if t.x is not None and len(t.x)}  # the load view: both runs
+    assert {"run 1: sglang (speculation on)", "run 2: vllm (speculation on)"} <= drawn
