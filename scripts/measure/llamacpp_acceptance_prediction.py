@@ -1,0 +1,167 @@
+"""The acceptance llama.cpp reported in the recorded conformance run, against the rule lab's prediction of it.
+
+    python scripts/measure/llamacpp_acceptance_prediction.py [--draws 2000] [--seed 0] [--threads 1]
+
+The run (tests/conformance/fixtures/llamacpp, scripts/measure/conformance_llamacpp.sh): llama-server with the
+bundled target and `lite` as its draft (--spec-type draft-simple --spec-draft-n-max 4), prompt p0, 4 tokens per
+request, 500 requests at each setting; the samples carry each request's timings.draft_n / draft_n_accepted.
+
+How llama.cpp drafts and counts (this build's source):
+  - common/speculative.cpp, draft-simple: the draft's sampler chain is top-k 10 alone, and the drafted token is
+    cur_p->data[0], the draft's argmax, whatever the request's temperature; p_min (default 0) never stops it early,
+    n_min (default 0) never drops a draft.
+  - tools/server/server-context.cpp: a round drafts n_draft_max = min(n_max, n_remaining - 1) tokens
+    (get_n_draft_max), draft_n adds every drafted token, rejected or not, and draft_n_accepted adds the drafts kept;
+    the target verifies with common_sampler_sample_and_accept_n: it samples its own token y from its full sampler
+    chain at each drafted position and keeps the draft while y equals it (`exact_match` in specviz/rules.py).
+So with 4 tokens a request: token 1 from the prefill, then a round of 2 drafts; one more round of 1 draft when the
+first was rejected; the last token plain.
+
+The prediction replays that schedule with specviz's models and sampling (specviz.sampling.process_logits): the
+draft takes its argmax, the target samples from its processed law p, a draft x is kept when the target's y == x
+(probability p(x)). It reports the simulated counts and the engine's, each with a Wilson interval, and the predicted rate as the
+sum of p(x_draft) over the drafted positions the target reached over the drafts (the expectation, without the
+draws' accept/reject noise). The verdict compares that with the engine's rate, each with its standard error over
+requests (drafts within one request are not independent, so the binomial intervals are a little narrow).
+"""
+import argparse
+import gzip
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from specviz.engines.fit import wilson
+from specviz.models import load_model
+from specviz.sampling import process_logits
+
+FIXTURE = Path(__file__).resolve().parents[2] / "tests/conformance/fixtures/llamacpp"
+
+
+def engine_counts(samples: Path) -> dict:
+    """{setting label: (settings dict, prompt, n_predict, [(drafted, accepted) per request])}, speculation on."""
+    out = {}
+    with gzip.open(samples, "rt") as f:
+        for line in f:
+            row = json.loads(line)
+            out.setdefault(row["setting"], (row["settings"], row["prompt"], row["n_predict"], []))[3].append(
+                (row["draft_n"], row["draft_accepted"]))
+    return out
+
+
+def ratio(pairs: list) -> tuple[float, float]:
+    """(sum a / sum d, its standard error over requests): the delta method for a ratio of sums, so the drafts of one
+    request count as one correlated draw, not as independent trials."""
+    d = np.array([x[0] for x in pairs], float)
+    a = np.array([x[1] for x in pairs], float)
+    r = a.sum() / d.sum()
+    return r, float(np.sqrt(((a - r * d) ** 2).sum() * len(d) / (len(d) - 1)) / d.sum())
+
+
+class Pair:
+    """The target's processed law and the draft's argmax at a context, cached (contexts repeat a lot)."""
+
+    def __init__(self, target, draft, settings: dict):
+        self.target, self.draft, self.s = target, draft, settings
+        self._p, self._x = {}, {}
+
+    @torch.no_grad()
+    def p(self, ctx: tuple) -> torch.Tensor:
+        if ctx not in self._p:
+            logits = self.target(torch.tensor([ctx])).logits[0, -1]
+            self._p[ctx] = process_logits(logits, self.s["temperature"], self.s["top_k"], self.s["top_p"]).softmax(-1)
+        return self._p[ctx]
+
+    @torch.no_grad()
+    def x(self, ctx: tuple) -> int:
+        if ctx not in self._x:
+            self._x[ctx] = int(self.draft(torch.tensor([ctx])).logits[0, -1].argmax())
+        return self._x[ctx]
+
+
+def one_request(pair: Pair, prompt: tuple, n_predict: int, k: int, gen: torch.Generator) -> tuple[int, int, float]:
+    """(drafted, accepted, sum of p(x_draft) over the drafted positions the target reached) for one request."""
+    sample = lambda ctx: int(torch.multinomial(pair.p(ctx), 1, generator=gen))  # noqa: E731
+    ctx = prompt + (sample(prompt),)  # token 1: the prefill pass
+    drafted = accepted = 0
+    expected = 0.0
+    while len(ctx) - len(prompt) < n_predict:
+        n_draft = min(k, n_predict - (len(ctx) - len(prompt)) - 1)
+        if n_draft <= 0:
+            ctx += (sample(ctx),)
+            continue
+        xs, c = [], ctx
+        for _ in range(n_draft):
+            xs.append(pair.x(c))
+            c += (xs[-1],)
+        drafted += n_draft
+        for x in xs:
+            expected += float(pair.p(ctx)[x])
+            y = sample(ctx)
+            ctx += (y,)
+            if y != x:
+                break
+            accepted += 1
+        else:
+            ctx += (sample(ctx),)  # all kept: the target's bonus token
+    return drafted, accepted, expected
+
+
+def fmt(rows: list) -> str:
+    x, n = int(sum(r[1] for r in rows)), int(sum(r[0] for r in rows))
+    low, high = wilson(x, n)
+    return f"{x} of {n} = {x / n:.1%} (Wilson 95% [{low:.1%}, {high:.1%}])"
+
+
+def report(sides: dict) -> None:
+    """Both counts with their binomial intervals; the verdict from the expected rate against the engine's, each
+    with its standard error over requests."""
+    (r_e, se_e), (r_p, se_p) = ratio(sides["engine"]), ratio(sides["expected"])
+    diff, half = r_p - r_e, 1.96 * float(np.hypot(se_e, se_p))
+    print(f"  llama.cpp reported: {fmt(sides['engine'])}, +- {1.96 * se_e:.1%} over requests")
+    print(f"  predicted, drawn  : {fmt(sides['drawn'])}")
+    print(f"  predicted, E[p(x_draft)]: {r_p:.2%} +- {1.96 * se_p:.2%} over requests")
+    print(f"  predicted - reported: {diff:+.2%} [{diff - half:+.2%}, {diff + half:+.2%}]"
+          f" -> {'agree' if abs(diff) <= half else 'differ'}")
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--samples", type=Path, default=FIXTURE / "samples-on.jsonl.gz")
+    ap.add_argument("--target", default="target")
+    ap.add_argument("--draft", default="lite")
+    ap.add_argument("--k", type=int, default=4, help="--spec-draft-n-max of the run")
+    ap.add_argument("--draws", type=int, default=2000, help="simulated requests per setting")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if ln.startswith("model name")), "?")
+    print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.node()}, {cpu}, "
+          f"{os.cpu_count()} cores, torch threads {args.threads}, load {os.getloadavg()[0]:.2f}")
+    print(f"pair {args.target} / {args.draft}, k = {args.k}, {args.draws} simulated requests per setting, "
+          f"seed {args.seed}; engine: {args.samples}")
+    target, tok = load_model(args.target)
+    draft, _ = load_model(args.draft)
+    start, every = time.perf_counter(), {"engine": [], "drawn": [], "expected": []}
+    for label, (settings, prompt, n_predict, engine) in engine_counts(args.samples).items():
+        pair, gen = Pair(target, draft, settings), torch.Generator().manual_seed(args.seed)
+        ids = tuple(tok(prompt).input_ids)
+        runs = [one_request(pair, ids, n_predict, args.k, gen) for _ in range(args.draws)]
+        sides = {"engine": engine, "drawn": [r[:2] for r in runs], "expected": [(r[0], r[2]) for r in runs]}
+        print(f"\n{label} (prompt {prompt!r}, {n_predict} tokens, {len(engine)} requests)")
+        report(sides)
+        for key, rows in sides.items():
+            every[key] += rows
+    print("\nboth settings")
+    report(every)
+    print(f"simulation: {time.perf_counter() - start:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
