@@ -51,10 +51,14 @@ def test_a_tabs_default_action_runs_to_the_end(app_url, path, button, done, char
             sync_api.expect(said).to_be_visible(timeout=LONG)
             refuses = "would refuse this now" in said.inner_text()
         panel.get_by_role("button", name=button, exact=True).click()
-        if refuses:  # a busy machine: the refusal is an outcome only where its estimate said the same
-            sync_api.expect(page.locator(ERRORS).first).to_contain_text("would take", timeout=LONG)
-            return
-        sync_api.expect(panel.get_by_text(done).first).to_be_visible(timeout=LONG)
+        finished = panel.get_by_text(done).first
+        if refuses:  # a busy machine: a refusal is an outcome only where its estimate said the same; the gate prices
+            # the passes timed when Run is pressed, so where the load eased in between the run goes ahead instead
+            refusal = page.locator(ERRORS).filter(has_text="would take").first
+            sync_api.expect(refusal.or_(finished)).to_be_visible(timeout=LONG)
+            if refusal.is_visible():
+                return
+        sync_api.expect(finished).to_be_visible(timeout=LONG)
         if button == "Run":  # the run is over when its button takes clicks again
             sync_api.expect(page.locator("#run")).to_have_text("Run", timeout=LONG)
         assert page.locator(ERRORS).count() == 0 and not page.get_by_text("internal error").count()
