@@ -24,6 +24,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+source "$ROOT/scripts/measure/llamacpp_server.sh"
 LLAMA_CPP=${LLAMA_CPP:-$(ls -d /work/ext/llama_cpp_python-*/vendor/llama.cpp 2>/dev/null | tail -1)}
 BIN=$LLAMA_CPP/build/bin
 GGUF=${GGUF:-/work/ext/gguf}
@@ -58,11 +59,7 @@ on_pid=$!
 off_pid=$!
 trap 'kill "$on_pid" "$off_pid" 2>/dev/null || true' EXIT
 for port_pid in "$PORT:$on_pid" "$((PORT + 1)):$off_pid"; do
-  for _ in $(seq 240); do
-    curl -sf "http://127.0.0.1:${port_pid%%:*}/health" > /dev/null && break
-    kill -0 "${port_pid##*:}" 2>/dev/null || { echo "llama-server exited; see $RAW/server-*.log" >&2; exit 1; }
-    sleep 0.5
-  done
+  wait_for_server "${port_pid%%:*}" "${port_pid##*:}" "$RAW/server-*.log" 240
 done
 
 KIT_START=$(date +%s)

@@ -24,6 +24,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+source "$ROOT/scripts/measure/llamacpp_server.sh"
 LLAMA_CPP=${LLAMA_CPP:-$(ls -d /work/ext/llama_cpp_python-*/vendor/llama.cpp 2>/dev/null | tail -1)}
 BIN=$LLAMA_CPP/build/bin
 GGUF=${GGUF:-/work/ext/gguf}
@@ -49,11 +50,7 @@ echo "llama-server: ${SERVER_CMD[*]}"
 "${SERVER_CMD[@]}" > "$OUT/server.log" 2>&1 &
 server=$!
 trap 'kill "$server" 2>/dev/null || true' EXIT
-for _ in $(seq 120); do
-  curl -sf "http://127.0.0.1:$PORT/health" > /dev/null && break
-  kill -0 "$server" 2>/dev/null || { echo "llama-server exited; see $OUT/server.log" >&2; exit 1; }
-  sleep 0.5
-done
+wait_for_server "$PORT" "$server" "$OUT/server.log" 120
 
 curl -sf "http://127.0.0.1:$PORT/metrics" > "$OUT/metrics-before.txt"
 "$PY" - "$PORT" "$OUT" "$N_PREDICT" <<'EOF'

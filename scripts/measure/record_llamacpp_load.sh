@@ -17,6 +17,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+source "$ROOT/scripts/measure/llamacpp_server.sh"
 LLAMA_CPP=${LLAMA_CPP:-$(ls -d /work/ext/llama_cpp_python-*/vendor/llama.cpp 2>/dev/null | tail -1)}
 BIN=$LLAMA_CPP/build/bin
 GGUF=${GGUF:-/work/ext/gguf}
@@ -50,11 +51,7 @@ for np in $SLOTS; do
     "${cmd[@]}" > "$dir/server.log" 2>&1 &
     server=$!
     trap 'kill "$server" 2>/dev/null || true' EXIT
-    for _ in $(seq 240); do
-      curl -sf "http://127.0.0.1:$PORT/health" > /dev/null && break
-      kill -0 "$server" 2>/dev/null || { echo "llama-server exited; see $dir/server.log" >&2; exit 1; }
-      sleep 0.5
-    done
+    wait_for_server "$PORT" "$server" "$dir/server.log" 240
     curl -sf "http://127.0.0.1:$PORT/metrics" > "$dir/metrics-before.txt"
     "$PY" - "$PORT" "$dir" "$np" "$REQUESTS" "$N_PREDICT" "$TEMPERATURE" <<'EOF'
 import json, sys, threading, time, urllib.request
