@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from typing import NamedTuple
 
 import gradio as gr
 
@@ -22,11 +23,24 @@ MAX_BATCH = 8  # rows one Batch run decodes together
 BENCH_SIZES, BENCH_TOKENS = (1, 2, 4), 12  # the small-scale benchmark: a few tokens per row, < ~30 s
 
 
-def batch_views(traces: list, tokenizer, seed: int) -> tuple:
-    """(per-row timelines, row table), token texts filled in."""
+class Batched(NamedTuple):
+    """A batched run's views: the per-row timelines and the row table."""
+    rows: object
+    table: object
+
+
+class Benched(NamedTuple):
+    """The batch-size benchmark's views: its status, chart and table."""
+    status: object
+    chart: object
+    table: object
+
+
+def batch_views(traces: list, tokenizer, seed: int) -> Batched:
+    """The per-row timelines and the row table, token texts filled in."""
     for trace in traces:
         trace.fill_texts(tokenizer)
-    return batch_rows_html(traces, seed), batch_rows_frame(traces, seed)
+    return Batched(rows=batch_rows_html(traces, seed), table=batch_rows_frame(traces, seed))
 
 
 def batch_prompts(tok, prompts_text) -> list:
@@ -38,7 +52,7 @@ def batch_prompts(tok, prompts_text) -> list:
 
 
 def run_batch(store: ModelStore, target, draft, prompts_text, k, temperature, top_k, top_p, max_new, seed):
-    """Streams (per-row timelines, row table) of one batched speculative run, within the request's budget: refused
+    """Streams ``Batched`` (per-row timelines, row table) of one batched speculative run, within the request's budget: refused
     at once when rows x new tokens at this model's pace would overrun it, checked between rounds."""
     budget = Budget()
     cfg = make_config(k, "fixed", temperature, top_k, top_p, max_new, seed)
@@ -57,7 +71,7 @@ def run_batch(store: ModelStore, target, draft, prompts_text, k, temperature, to
 
 
 def run_bench(store: ModelStore, target, draft, prompts_text, k):
-    """(status, chart, table): batched speculative vs autoregressive tokens/s at batch sizes 1, 2, 4, refused at
+    """``Benched`` (status, chart, table): batched speculative vs autoregressive tokens/s at batch sizes 1, 2, 4, refused at
     once when its rows (a warm-up and each size, both methods) at this model's pace would overrun the budget, and
     checked before each measurement (stopped there once past the budget or once its visitor has left)."""
     budget = Budget()
@@ -73,7 +87,7 @@ def run_bench(store: ModelStore, target, draft, prompts_text, k):
     status = (f"**Done in {time.perf_counter() - start:.1f} s**: greedy, k = {cfg.k}, {BENCH_TOKENS} tokens per "
               f"row, batch sizes {', '.join(map(str, BENCH_SIZES))} (your prompts cycled to fill a batch), one "
               "repeat, methods interleaved. Small scale: expect noise.")
-    return status, tokens_per_s_by_batch(frame), frame.round(3)
+    return Benched(status=status, chart=tokens_per_s_by_batch(frame), table=frame.round(3))
 
 
 def handlers(store: ModelStore):
@@ -98,7 +112,8 @@ def build(store: ModelStore) -> None:
     with gr.Row():
         bench_chart = chart("Throughput: all rows' tokens over the batch's wall time.")
         bench_table = gr.Dataframe(label="Benchmark", interactive=False)
-    run_btn.click(h.run_batch, [target, draft, prompts, *form], [rows, row_table], api_visibility="undocumented",
-                  **LAB_QUEUE)
-    bench_btn.click(h.run_bench, [target, draft, prompts, form[0]], [bench_status, bench_chart, bench_table],
+    run_btn.click(h.run_batch, [target, draft, prompts, *form], list(Batched(rows=rows, table=row_table)),
+                  api_visibility="undocumented", **LAB_QUEUE)
+    bench_btn.click(h.run_bench, [target, draft, prompts, form[0]],
+                    list(Benched(status=bench_status, chart=bench_chart, table=bench_table)),
                     api_visibility="undocumented", **LAB_QUEUE)

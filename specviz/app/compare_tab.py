@@ -4,6 +4,7 @@ results (the last comparison's settings and baseline run) live in gr.State."""
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
 import gradio as gr
 import pandas as pd
@@ -19,17 +20,42 @@ from .store import ModelStore, user_pair
 from .widgets import LAB_QUEUE, SKIP, bind, chart, follow_target, run_settings, target_picker
 
 
-def table_views(table: pd.DataFrame) -> tuple:
-    """The comparison table (rounded) and its three charts (None while no draft has finished)."""
+class Disagreement(NamedTuple):
+    """Each draft's q beside the target's p at one position: the note, the table and the chart."""
+    note: object = SKIP
+    table: object = SKIP
+    chart: object = SKIP
+
+
+class Compared(NamedTuple):
+    """What a comparison sets (a field left unset keeps its component as it is): ``build`` wires its components in
+    these fields' order."""
+    state: object = SKIP  # gr.State: the last comparison's settings and baseline run
+    status: object = SKIP
+    timelines: object = SKIP
+    table: object = SKIP
+    acceptance: object = SKIP
+    speedup: object = SKIP
+    tau: object = SKIP
+    divergence: object = SKIP
+    position: object = SKIP
+    note: object = SKIP
+    disagreement: object = SKIP
+    disagreement_chart: object = SKIP
+
+
+def table_views(table: pd.DataFrame) -> dict:
+    """The comparison table (rounded) and its three charts (None while no draft has finished), as ``Compared`` fields."""
     if table.empty:
-        return table, None, None, None
-    return (readable(table), compare_plots.acceptance_by_position(table), compare_plots.speedup_bars(table),
-            compare_plots.tau_bars(table))
+        return dict(table=table, acceptance=None, speedup=None, tau=None)
+    return dict(table=readable(table), acceptance=compare_plots.acceptance_by_position(table),
+                speedup=compare_plots.speedup_bars(table), tau=compare_plots.tau_bars(table))
 
 
 def run_compare(store: ModelStore, target, drafts, prompt, k, temperature, top_k, top_p, max_new, seed,
                 user_drafts=None, draft_stop=0.0):
-    """Streams (state, status, timelines, table, 3 charts, divergence, position slider, disagreement x3).
+    """Streams ``Compared``: while the drafts run, the status, timelines, table and charts; at the end the state, the
+    status, the first rejections, the position slider and the disagreement at the earliest one.
     ``user_drafts``: this user's trained drafts ({name: TrainedDraft}), picked by name before the store's."""
     if not drafts:
         raise ValueError("pick at least one draft to compare")
@@ -46,8 +72,8 @@ def run_compare(store: ModelStore, target, drafts, prompt, k, temperature, top_k
         runs.append(run)
         run.trace.fill_texts(tok)
         done = f"**{len(runs) - 1} / {len(chosen)} drafts** done ({time.perf_counter() - start:.1f} s)…"
-        yield (SKIP, done, compare_timelines_html(runs, BASELINE), *table_views(compare_table(runs, sizes)),
-               *(SKIP,) * 5)
+        yield Compared(status=done, timelines=compare_timelines_html(runs, BASELINE),
+                       **table_views(compare_table(runs, sizes)))
     mine = {d: user_drafts[d] for d in chosen if d in (user_drafts or {})}  # for disagree: same user
     state = dict(target=target, drafts=list(chosen), cfg=cfg, baseline=runs[0].trace, user_drafts=mine)
     divergence = divergence_frame(runs)
@@ -58,12 +84,13 @@ def run_compare(store: ModelStore, target, drafts, prompt, k, temperature, top_k
     status = (f"**Done**: the baseline and {len(chosen)} drafts in {time.perf_counter() - start:.1f} s "
               "(measured on this machine, one run at a time). The disagreement view opens at the earliest "
               "first rejection.")
-    yield (state, status, SKIP, SKIP, SKIP, SKIP, SKIP, readable(divergence), slider,
-           *disagree(store, state, position))
+    note, table, chart = disagree(store, state, position)
+    yield Compared(state=state, status=status, divergence=readable(divergence), position=slider, note=note,
+                   disagreement=table, disagreement_chart=chart)
 
 
-def disagree(store: ModelStore, state, position):
-    """(markdown, table, chart): each draft's q beside the target's p at generated token ``position``."""
+def disagree(store: ModelStore, state, position) -> Disagreement:
+    """``Disagreement`` (markdown, table, chart): each draft's q beside the target's p at generated token ``position``."""
     if not state:
         raise ValueError("run a comparison first: the position indexes into its baseline run")
     model, tok = store.target(state["target"])
@@ -78,7 +105,7 @@ def disagree(store: ModelStore, state, position):
     note = (f"Position **{position}** after …`{context!r}`: the target's run put **{put!r}** here. "
             "p is the target's distribution, each q a draft's (a model-free draft: a point mass on its "
             "proposal, all zeros if it proposes nothing).")
-    return note, frame.round(4), compare_plots.disagreement_bars(frame)
+    return Disagreement(note=note, table=frame.round(4), chart=compare_plots.disagreement_bars(frame))
 
 
 def handlers(store: ModelStore):
@@ -116,9 +143,11 @@ def build(store: ModelStore, user_drafts: gr.State) -> gr.CheckboxGroup:
     with gr.Row():
         dis_table = gr.Dataframe(label="Top tokens: p (target) and q per draft", interactive=False)
         dis_chart = chart("Where a draft's q misses the target's top token, its draft gets rejected.")
-    run_btn.click(h.run_compare, [target, drafts, prompt, *form, user_drafts, draft_stop],
-                  [state, status, timelines, table, acc, speed, tau, divergence, position, note, dis_table, dis_chart],
+    compared = Compared(state=state, status=status, timelines=timelines, table=table, acceptance=acc, speedup=speed,
+                        tau=tau, divergence=divergence, position=position, note=note, disagreement=dis_table,
+                        disagreement_chart=dis_chart)
+    run_btn.click(h.run_compare, [target, drafts, prompt, *form, user_drafts, draft_stop], list(compared),
                   api_visibility="undocumented", **LAB_QUEUE)
-    position.release(h.disagree, [state, position], [note, dis_table, dis_chart], api_visibility="undocumented",
-                     **LAB_QUEUE)
+    position.release(h.disagree, [state, position], list(Disagreement(note=note, table=dis_table, chart=dis_chart)),
+                     api_visibility="undocumented", **LAB_QUEUE)
     return drafts

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from typing import NamedTuple
 
 import gradio as gr
 import pandas as pd
@@ -36,9 +37,26 @@ STEPS, EVERY = 60, 15  # the form's defaults: 60 steps each fit the request's bu
 SEQ_LEN, BATCH = 32, 4  # a training batch: 4 windows of 32 tokens
 
 
-def distill_views(points: list[dict]) -> tuple:
+class Trained(NamedTuple):
+    """What a training run sets (a field left unset keeps its component as it is), in ``build``'s wiring order."""
+    status: object = SKIP
+    loss: object = SKIP
+    checkpoints: object = SKIP
+    mine: object = SKIP  # gr.State: this user's trained drafts
+    zipped: object = SKIP
+    pick: object = SKIP
+
+
+class Tried(NamedTuple):
+    """A decode with one of this user's trained drafts: its timeline and summary."""
+    timeline: object = SKIP
+    summary: object = SKIP
+
+
+def distill_views(points: list[dict]) -> dict:
+    """The training loss and checkpoint charts of the points so far, as ``Trained`` fields."""
     frame = pd.DataFrame(points).reindex(columns=POINT_COLUMNS)
-    return lab_plots.training_loss(frame), lab_plots.checkpoints_chart(frame)
+    return dict(loss=lab_plots.training_loss(frame), checkpoints=lab_plots.checkpoints_chart(frame))
 
 
 def zip_drafts(drafts: dict, tokenizer) -> str:
@@ -120,7 +138,8 @@ def _fastest(model, windows: torch.Tensor, times: int = 2) -> float:
 
 
 def run_distill(store: ModelStore, target, start, steps, compare_ce, eval_every, user_drafts):
-    """Streams (status, loss chart, checkpoint chart, user drafts state, zip, try-it dropdown)."""
+    """Streams ``Trained``: the status and the two charts as it trains; at the end also this user's drafts, the zip
+    and the try-it dropdown."""
     model, tok = store.target(target)
     base = None if start == FRESH else store.pair(target, start)[2]
     if isinstance(base, Drafter):
@@ -140,22 +159,23 @@ def run_distill(store: ModelStore, target, start, steps, compare_ce, eval_every,
         points.append(point)
         if time.time() - last >= 2 * STREAM_EVERY_S:
             last = time.time()
-            yield (f"Step {point['step']} of {steps} ({', '.join(drafts)} in turn, checkpoints included) · "
-                   f"{budget.elapsed:.0f} s of at most {budget.seconds:.0f} s", *distill_views(points), SKIP, SKIP, SKIP)
+            yield Trained(status=f"Step {point['step']} of {steps} ({', '.join(drafts)} in turn, checkpoints included) · "
+                          f"{budget.elapsed:.0f} s of at most {budget.seconds:.0f} s", **distill_views(points))
     mine, dropped = keep_drafts(user_drafts, drafts, target, max(p["step"] for p in points))
     note = f" Your oldest trained drafts were dropped (at most {MAX_USER_DRAFTS} are kept): {', '.join(dropped)}." \
         if dropped else ""
-    yield (f"**Done.** {outcome(points, steps)} Try the trained drafts below, or download them.{note}",
-           *distill_views(points), mine, zip_drafts(drafts, tok), gr.update(choices=list(mine), value=list(mine)[-len(drafts)]))
+    yield Trained(status=f"**Done.** {outcome(points, steps)} Try the trained drafts below, or download them.{note}",
+                  **distill_views(points), mine=mine, zipped=zip_drafts(drafts, tok),
+                  pick=gr.update(choices=list(mine), value=list(mine)[-len(drafts)]))
 
 
-def try_draft(store: ModelStore, prompt, target, name, user_drafts, temperature):
-    """(timeline, summary) of speculative decoding with one of this user's trained drafts."""
+def try_draft(store: ModelStore, prompt, target, name, user_drafts, temperature) -> Tried:
+    """``Tried`` (timeline, summary):  speculative decoding with one of this user's trained drafts."""
     if not user_drafts or name not in user_drafts:
         raise ValueError("train a draft first (run the distillation above), then pick it here")
     cfg = make_config(4, "fixed", temperature, 0, 1.0, 64, 0)
     trace = runs.generate(store, prompt, target, name, cfg, user_drafts)  # the user's draft is picked by name
-    return timeline_html(trace), summary_markdown(trace, None)
+    return Tried(timeline=timeline_html(trace), summary=summary_markdown(trace, None))
 
 
 def handlers(store: ModelStore):
@@ -189,8 +209,9 @@ def build(store: ModelStore, mine: gr.State):
         temperature = gr.Slider(0, 2, value=0.8, step=0.05, label="Temperature")
     try_btn = gr.Button("Decode with it")
     timeline, summary = gr.HTML(), gr.Markdown()
-    trained = run_btn.click(h.run_distill, [target, start, steps, compare, every, mine],
-                            [status, loss, checks, mine, zipped, pick], api_visibility="undocumented", **LAB_QUEUE)
-    try_btn.click(h.try_draft, [prompt, target, pick, mine, temperature], [timeline, summary],
+    outputs = Trained(status=status, loss=loss, checkpoints=checks, mine=mine, zipped=zipped, pick=pick)
+    trained = run_btn.click(h.run_distill, [target, start, steps, compare, every, mine], list(outputs),
+                            api_visibility="undocumented", **LAB_QUEUE)
+    try_btn.click(h.try_draft, [prompt, target, pick, mine, temperature], list(Tried(timeline=timeline, summary=summary)),
                   api_visibility="undocumented", **LAB_QUEUE)
     return trained

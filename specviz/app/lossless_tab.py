@@ -3,6 +3,7 @@ follow p exactly, and the tutorial's two mistakes visibly do not. Notation: p ta
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
 import gradio as gr
 
@@ -38,9 +39,20 @@ def title(variant: str, raw_note: str | None = None) -> str:
     return f"WRONG ({variant[7:]}): biased"
 
 
+class Drawn(NamedTuple):
+    """One update of the draws: the status, the goodness-of-fit table, the emitted-token chart of each variant
+    (``lossless.VARIANTS``) and the decomposition chart, in ``build``'s wiring order."""
+    status: object
+    table: object
+    correct: object
+    wrong_scalar: object
+    wrong_raw: object
+    decomposition: object
+
+
 def run_lossless(store: ModelStore, target, draft, prompt, extra, temperature, top_k, top_p, seed, draws, batch,
                  rule="leviathan"):
-    """Streams (status, test table, three emitted-token charts, decomposition chart); the correct column under
+    """Streams ``Drawn`` (status, test table, three emitted-token charts, decomposition chart); the correct column under
     ``rule``, a lossless accept rule (a lossy one is refused: it is not correct)."""
     lossless.check_correct_rule(rule)
     extra, draws = int(number_in(extra, "generated tokens", 0, 256)), int(number_in(draws, "draws", 100, 1_000_000))
@@ -57,10 +69,12 @@ def run_lossless(store: ModelStore, target, draft, prompt, extra, temperature, t
         budget.refuse_over(budget.elapsed + draws * len(table) / rate - table.draws[0] * len(table) / rate,
                            f"{draws:,} draws per variant", "fewer draws or generated tokens")
         budget.check()
-        figs = [lab_plots.emitted_bars(frame[frame.variant == v], title(v, raw_note), labels) for v in lossless.VARIANTS]
+        figs = {v: lab_plots.emitted_bars(frame[frame.variant == v], title(v, raw_note), labels) for v in lossless.VARIANTS}
         first = first if first is not None else table.iloc[0]
-        yield (f"**{table.draws[0]} draws per variant** ({rate:,.0f} verify steps/s). " + tv_trend(first, table.iloc[0])
-               + (f" {raw_note}" if raw_note else ""), readable(table, 4), *figs, decomp)
+        yield Drawn(status=f"**{table.draws[0]} draws per variant** ({rate:,.0f} verify steps/s). "
+                    + tv_trend(first, table.iloc[0]) + (f" {raw_note}" if raw_note else ""), table=readable(table, 4),
+                    correct=figs[lossless.CORRECT], wrong_scalar=figs[lossless.WRONG_SCALAR],
+                    wrong_raw=figs[lossless.WRONG_RAW], decomposition=decomp)
 
 
 def tv_trend(first, now) -> str:
@@ -103,4 +117,5 @@ def build(store: ModelStore) -> None:
     with gr.Row():
         wrong_a, wrong_b = chart("WRONG residual max(0, p − q(x))."), chart("WRONG q from the raw logits.")
     run_btn.click(h.run_lossless, [target, draft, prompt, extra, *sampling, seed, draws, batch, rule],
-                  [status, table, right, wrong_a, wrong_b, decomp], api_visibility="undocumented", **LAB_QUEUE)
+                  list(Drawn(status=status, table=table, correct=right, wrong_scalar=wrong_a, wrong_raw=wrong_b,
+                             decomposition=decomp)), api_visibility="undocumented", **LAB_QUEUE)

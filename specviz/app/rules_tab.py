@@ -4,6 +4,7 @@ binds them). Notation: p target, q draft, TV the total variation of the emitted 
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
 import gradio as gr
 
@@ -72,9 +73,18 @@ def rule_options(epsilon, delta, lenience) -> dict:
                 lenience=as_float(lenience, "lenience"))
 
 
+class RuleLab(NamedTuple):
+    """What a run of the lab sets (a field left unset keeps its component as it is), in ``build``'s wiring order."""
+    status: object = SKIP
+    table: object = SKIP
+    acceptance: object = SKIP
+    tv: object = SKIP
+    speedup: object = SKIP
+
+
 def run_lab(store: ModelStore, target, draft, prompts_text, temperatures_text, variants, k, max_new, seed,
             epsilon=0.09, delta=0.3, lenience=0.5, draws=4000):
-    """Streams (status, table, acceptance chart, TV chart, speedup chart)."""
+    """Streams ``RuleLab``: the status while it runs, then the table and the three charts."""
     temperatures, variants = parse_temperatures(temperatures_text), list(variants or [])
     if not variants:
         raise ValueError("pick at least one acceptance rule")
@@ -87,13 +97,13 @@ def run_lab(store: ModelStore, target, draft, prompts_text, temperatures_text, v
     token_s = token_seconds(model, prompts[0], cfg)
     budget.refuse_over(runs * cfg.max_new_tokens * token_s, f"this rule lab ({runs} runs)",
                        "fewer temperatures, rules, prompts or new tokens")
-    yield f"*Running {runs} runs…*", SKIP, SKIP, SKIP, SKIP
+    yield RuleLab(status=f"*Running {runs} runs…*")
     start = time.time()
     lab = rules_lab(model, drafter, prompts, temperatures, cfg, variants, int(as_float(draws, "draws")), tok,
                     check=budget.check)
-    yield (f"**Done: {runs} runs in {time.time() - start:.1f} s.** {caption(lab)}", readable(lab),
-           rule_plots.acceptance_vs_temperature(lab), rule_plots.tv_vs_temperature(lab),
-           rule_plots.speedup_by_rule(lab))
+    yield RuleLab(status=f"**Done: {runs} runs in {time.time() - start:.1f} s.** {caption(lab)}", table=readable(lab),
+                  acceptance=rule_plots.acceptance_vs_temperature(lab), tv=rule_plots.tv_vs_temperature(lab),
+                  speedup=rule_plots.speedup_by_rule(lab))
 
 
 def handlers(store: ModelStore):
@@ -128,5 +138,6 @@ def build(store: ModelStore) -> None:
     speed = chart("Expected speedup τ / (k c + v) per rule, with this machine's measured c and v.")
     gr.Dataframe(presets_frame(), label="Engines' default rules (from their source)", interactive=False, wrap=True)
     run_btn.click(h.run_rules_lab, [target, draft, prompts, temperatures, variants, k, max_new, seed, epsilon, delta,
-                                    lenience, draws], [status, table, acceptance, tv, speed],
+                                    lenience, draws],
+                  list(RuleLab(status=status, table=table, acceptance=acceptance, tv=tv, speedup=speed)),
                   api_visibility="undocumented", **LAB_QUEUE)

@@ -3,6 +3,7 @@ computed exactly from the two models' distributions. Handlers take the store (``
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
 import gradio as gr
 
@@ -57,8 +58,15 @@ def parse_temperatures(text) -> list[float]:
     return values
 
 
+class TemperatureLab(NamedTuple):
+    """What a run of the lab sets (a field left unset keeps its component as it is), in ``build``'s wiring order."""
+    status: object = SKIP
+    table: object = SKIP
+    curves: object = SKIP
+
+
 def run_lab(store: ModelStore, target, draft, prompts_text, temperatures_text, k, max_new, seed):
-    """Streams (status, table, chart)."""
+    """Streams ``TemperatureLab``: the status while it runs, then the table and the chart."""
     temperatures = parse_temperatures(temperatures_text)
     cfg = make_config(k, "fixed", 1.0, 0, 1.0, max_new, seed)
     model, tok, drafter = store.pair(target, draft)
@@ -67,11 +75,11 @@ def run_lab(store: ModelStore, target, draft, prompts_text, temperatures_text, k
     token_s = token_seconds(model, prompts[0], cfg)
     budget.refuse_over(runs * cfg.max_new_tokens * token_s, f"this temperature lab ({runs} runs)",
                        "fewer temperatures, prompts or new tokens")
-    yield f"*Running {runs} runs…*", SKIP, SKIP
+    yield TemperatureLab(status=f"*Running {runs} runs…*")
     start = time.time()
     lab = temperature_lab(model, drafter, prompts, temperatures, cfg, check=budget.check)
-    yield (f"**Done: {runs} runs in {time.time() - start:.1f} s.** {caption(lab)}", readable(lab),
-           lab_plots.temperature_curves(lab))
+    yield TemperatureLab(status=f"**Done: {runs} runs in {time.time() - start:.1f} s.** {caption(lab)}",
+                         table=readable(lab), curves=lab_plots.temperature_curves(lab))
 
 
 def handlers(store: ModelStore):
@@ -95,4 +103,5 @@ def build(store: ModelStore) -> None:
     table = gr.Dataframe(empty(COLUMNS), label="Per temperature", interactive=False)
     curves = chart("Measured acceptance beside the exact α: at the contexts the runs met, and at one fixed set.")
     run_btn.click(h.run_temperature_lab, [target, draft, prompts, temperatures, k, max_new, seed],
-                  [status, table, curves], api_visibility="undocumented", **LAB_QUEUE)
+                  list(TemperatureLab(status=status, table=table, curves=curves)), api_visibility="undocumented",
+                  **LAB_QUEUE)

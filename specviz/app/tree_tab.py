@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from typing import NamedTuple
 
 import gradio as gr
 import pandas as pd
@@ -41,9 +42,17 @@ def lab_setup(chains_text, trees_text) -> tuple[list[int], list[TreeConfig]]:
     return chains, trees
 
 
+class TreeLab(NamedTuple):
+    """What a run of the lab sets (a field left unset keeps its component as it is), in ``build``'s wiring order."""
+    status: object = SKIP
+    table: object = SKIP
+    per_pass: object = SKIP
+    speedup: object = SKIP
+
+
 def run_lab(store: ModelStore, target, draft, prompts_text, chains_text, trees_text, temperature, top_k, top_p,
             max_new, repeats, seed):
-    """Streams (status, table, tokens-per-pass chart, speedup chart)."""
+    """Streams ``TreeLab``: the status with its estimate while it runs, then the table and the two charts."""
     chains, trees = lab_setup(chains_text, trees_text)
     max_new = as_int(number_in(max_new, "new tokens per run", 1, MAX_TOKENS), "new tokens per run")
     repeats = as_int(number_in(repeats, "repeats", 1, MAX_REPEATS), "repeats")
@@ -69,9 +78,9 @@ def run_lab(store: ModelStore, target, draft, prompts_text, chains_text, trees_t
                        f"its estimate {time_of}; " + refusal(pricing, max_new, len(prompts), repeats, budget.seconds))
     shortened = (f" The default {DEFAULT_TOKENS} new tokens per run would not fit this server's {budget.seconds:.0f} s "
                  f"on this machine as loaded now: {max_new} a run." if fitted else "")
-    yield (f"*Running {runs} runs (the baseline and every setting, prompt by prompt): estimated {time_of} from a pilot "
-           f"priced at target passes timed now ({costs.token_s * 1e3:.0f} ms a baseline token; the settings "
-           f"took {costs.ratio:.2f}× a baseline token's time per token).{shortened}…*"), SKIP, SKIP, SKIP
+    yield TreeLab(status=f"*Running {runs} runs (the baseline and every setting, prompt by prompt): estimated {time_of} "
+                  f"from a pilot priced at target passes timed now ({costs.token_s * 1e3:.0f} ms a baseline token; the "
+                  f"settings took {costs.ratio:.2f}× a baseline token's time per token).{shortened}…*")
     start = time.time()
     lab = tree_lab(model, drafter, prompts, chains, trees, cfg, repeats, check=budget.check)
     est.remember_tree_run(model, drafter, prompts[0], configs, lab, costs)  # the next estimate's price
@@ -83,7 +92,8 @@ def run_lab(store: ModelStore, target, draft, prompts_text, chains_text, trees_t
         note += (f" A verified row cost {rows['ms per row']:.2f} ms here (fitted over {rows['rounds']} rounds), so at "
                  f"{rows['best chain']}'s speed a row pays where it wins more than {rows['break-even tokens per row']:.3f} "
                  "tokens (*tokens per extra row*).")
-    yield note + time_note(lab), lab.round(3), lab_plots.tree_tokens_per_pass(lab), lab_plots.tree_speedup(lab)
+    yield TreeLab(status=note + time_note(lab), table=lab.round(3), per_pass=lab_plots.tree_tokens_per_pass(lab),
+                  speedup=lab_plots.tree_speedup(lab))
 
 
 def warm(store: ModelStore) -> None:
@@ -177,5 +187,5 @@ def build(store: ModelStore) -> None:
         per_pass = chart("Tokens per target pass: a tree accepts more per pass than a chain of its depth.")
         speed = chart("Speedup: a tree pays for verifying every node, and on a CPU more rows cost more.")
     inputs = [target, draft, prompts, chains, trees, *sampling, max_new, repeats, seed]
-    run_btn.click(h.run_tree_lab, inputs, [status, table, per_pass, speed], api_visibility="undocumented",
-                  **LAB_QUEUE)
+    run_btn.click(h.run_tree_lab, inputs, list(TreeLab(status=status, table=table, per_pass=per_pass, speedup=speed)),
+                  api_visibility="undocumented", **LAB_QUEUE)
