@@ -23,6 +23,7 @@ from . import (
     specviz_trace,
     trtllm,
     trtllm_bench,
+    unwrap,
     vllm_bench,
     vllm_log,
     vllm_requests,
@@ -67,6 +68,7 @@ def read_engine_run(source, *, temperature: float | None = None, model: str | No
         texts = load_texts(source)
     except ValueError as error:
         raise unreadable("the input", error) from error
+    texts, removed = _cleaned(texts)
     kinds = []
     for name, text in texts:
         try:
@@ -80,7 +82,18 @@ def read_engine_run(source, *, temperature: float | None = None, model: str | No
         run = _parse(kinds[0], [text for _, text in texts], model, check)
     except ValueError as error:
         raise unreadable(texts[0][0] if len(texts) == 1 else f"{len(texts)} files", error) from error
-    return with_temperature(run, temperature)
+    return with_temperature(run.with_notes(*removed), temperature)
+
+
+def _cleaned(texts: list[tuple[str, str]]) -> tuple[list[tuple[str, str]], list[str]]:
+    """Each text without its paste's wrapping (unwrap.clean), and what was removed, once per kind."""
+    out, removed = [], []
+    for name, text in texts:
+        text, what = unwrap.clean(text)
+        out.append((name, text))
+        if what and what not in removed:
+            removed.append(what)
+    return out, removed
 
 
 MEANS_KINDS = (("SGLang Decode batch log", sglang_log.is_decode_log, sglang_log.parse),
@@ -99,11 +112,11 @@ def read_reported(source, *, temperature: float | None = None, model: str | None
         texts = _texts_or_none(source)
         if texts is None or len(texts) != 1:
             raise
-        text = texts[0][1]
+        (_, text), removed = _cleaned(texts)
         for _, test, parse in MEANS_KINDS:
             if test(text):
                 try:
-                    return parse(text, check)
+                    return parse(text, check).with_notes(*removed)
                 except ValueError as error:
                     raise unreadable(texts[0][0], error) from refusal
         results = [obj for _, obj in _json_or_none(text) if vllm_bench.is_result(obj)] if looks_like_json(text) else []

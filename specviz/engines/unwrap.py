@@ -1,0 +1,80 @@
+"""What a paste carries around an engine's own output, taken off before any reader sees it.
+
+People paste engine output the way their terminal, container runner or issue tracker showed it: colour codes
+(``ESC[32m``), Windows line ends, a prefix on every line (``docker compose logs``' ``vllm-1  | ``, ``kubectl logs
+--prefix``'s ``[pod/vllm-0/vllm] ``, ``--timestamps``' RFC 3339 stamp, a Markdown quote's ``> ``), a JSON response
+inside a Markdown code fence with prose around it. None of these change a figure; each is removed only where it is
+unambiguous:
+
+- colour and cursor escapes, and ``\\r\\n``: always (no engine prints a figure inside one);
+- a prefix: only when every non-blank line carries one of the same kind (then it is the wrapper, not the output);
+- a code fence: only the fenced lines are kept, and only when the text as pasted is not whole JSON but a fence holds
+  JSON (a log keeps its prose around: the line readers pass over it).
+
+``clean(text)`` returns the text and a sentence naming what was removed (``""`` when nothing was).
+"""
+from __future__ import annotations
+
+import re
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
+# one wrapper per kind: (what it is, the prefix's pattern); each is tried on every line, outermost first
+PREFIXES = (
+    ("a Markdown quote ('> ')", re.compile(r">[ \t]?")),
+    ("docker compose service prefixes ('name  | ')", re.compile(r"[A-Za-z0-9][\w.-]{0,63}[ \t]*\|[ \t]?")),
+    ("kubectl --prefix pod prefixes ('[pod/...] ')", re.compile(r"\[pod/[^\]\s]{1,200}\][ \t]?")),
+    ("RFC 3339 timestamps (docker/kubectl --timestamps)",
+     re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?[ \t]")),
+)
+FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})")
+
+
+def clean(text: str) -> tuple[str, str]:
+    """The text with its wrapping removed, and what was removed in words."""
+    removed = []
+    stripped = ANSI.sub("", text)
+    if stripped != text:
+        removed.append("terminal colour codes")
+    if "\r" in stripped:
+        stripped = stripped.replace("\r\n", "\n")
+        removed.append("Windows line ends")
+    for _ in range(len(PREFIXES)):  # nested wrappers: a quoted docker log with timestamps
+        stripped, what = _common_prefix(stripped)
+        if not what:
+            break
+        removed.append(what)
+    fenced = _fenced_json(stripped)
+    if fenced is not None:
+        stripped = fenced
+        removed.append("the Markdown code fence and the prose around the JSON")
+    return stripped, ("read after removing " + ", ".join(removed)) if removed else ""
+
+
+def _common_prefix(text: str) -> tuple[str, str]:
+    """The text without a wrapper prefix that every non-blank line carries (and ``""`` when none does)."""
+    lines = text.split("\n")
+    filled = [line for line in lines if line.strip()]
+    if not filled:
+        return text, ""
+    for what, pattern in PREFIXES:
+        if all(pattern.match(line) for line in filled):
+            out = [line[pattern.match(line).end():] if line.strip() else line for line in lines]
+            if any(line.strip() for line in out):
+                return "\n".join(out), what
+    return text, ""
+
+
+def _fenced_json(text: str) -> str | None:
+    """The lines inside the text's code fences, when the text is not JSON but a fence holds some."""
+    if text.lstrip()[:1] in ("{", "[") or "```" not in text and "~~~" not in text:
+        return None
+    inside, keep, fence = False, [], ""
+    for line in text.split("\n"):
+        opened = FENCE.match(line)
+        if opened and (not inside or opened.group(1)[0] == fence):
+            inside, fence = not inside, opened.group(1)[0]
+            continue
+        if inside:
+            keep.append(line)
+    body = "\n".join(keep)
+    return body if body.lstrip()[:1] in ("{", "[") else None
