@@ -4,8 +4,12 @@ Notation as in ``specviz.sampling``: p target, q draft. Each batch round is the 
 (draft -> verify -> accept -> commit) for every active row at once: the draft runs k batched steps, the
 target verifies every row's drafts in ONE batched forward, then each row accepts its own number of tokens.
 
-Uneven acceptance, by masking. Every model keeps one DynamicCache over a padded time axis shared by the
-rows, with a key mask (B, T) and, per row, the ids and columns of its cached tokens. A forward appends one
+The forward: each model's rows run on ``BatchLM``, the lean forward's C layers where single runs use them (ONE C call
+a pass for every row's tokens, each row over its own region of one cache, rolled back by position:
+``runtime.batch_lean``), else transformers' DynamicCache as below; each trace's ``forward`` says which ran.
+
+Uneven acceptance on the DynamicCache, by masking. Every model keeps one DynamicCache over a padded time axis
+shared by the rows, with a key mask (B, T) and, per row, the ids and columns of its cached tokens. A forward appends one
 chunk per row, right-aligned (left-padded, pads masked out); a row's position id is its count of real
 tokens so far, so holes and padding never shift positions. When a row rejects drafts, their columns are
 masked out forever (``BatchLM.sync``, the batched ``CachedLM.sync``): caches stay append-only, and only the
@@ -16,7 +20,8 @@ the rows still generating; their trace is final. ``BatchDecoding.live`` maps the
 
 RNG: one ``torch.Generator`` per row, seeded ``cfg.seed + row``, drawn in the single-prompt order, so row b
 makes exactly the draws of ``speculative_generate(prompt_b, seed=cfg.seed + b)`` and reproduces its trace
-(up to the floating-point difference between batched and unbatched matmuls).
+(bit for bit on the lean forward's C layers; on the DynamicCache up to the floating-point difference between
+batched and unbatched matmuls).
 
 Timing: ``draft_s``, ``target_s`` and ``wall_s`` of a row's Round are the BATCH's times for that round
 (shared by every row in it); ``prefill_s`` is the batch prefill; ``total_s`` is the batch's working time until
@@ -75,6 +80,8 @@ class BatchDecoding:
         self.live = list(range(B))  # the prompts still generating: live[s] is the models' row s
         names = run_names(target, self.drafter, target_name, draft_name)
         self.traces = [Trace.start(p, cfg, *names, eos_ids(target)) for p in self.prompts]
+        for trace in self.traces:
+            trace.forward = self.target.forward_name  # the target's forward: "lean-c" or "dynamic"
         self._clock = Stopwatch(self.target.device)
 
     def left(self, b: int) -> int:

@@ -14,7 +14,19 @@ PAD = 0  # the id fed at padded columns (always masked out, so any id the model 
 class BatchLM:
     """A causal LM over B rows on one padded time axis. ``ids[b]`` are row b's cached tokens, kept at
     columns ``cols[b]``; ``mask`` (B, T) is 1 exactly at those columns; ``last[b]`` the logits after
-    ids[b][-1] (None once a rollback masked columns of row b)."""
+    ids[b][-1] (None once a rollback masked columns of row b).
+
+    ``BatchLM(model, rows)`` is a ``batch_lean.LeanBatchLM`` (the same interface on the lean forward's C layers, as
+    single runs use) where ``batch_lean.runs_lean(model)``; ``forward_name`` says which ran, as a trace records it."""
+
+    forward_name = "dynamic"  # transformers' forward over a DynamicCache
+
+    def __new__(cls, model, rows: int):
+        if cls is BatchLM:
+            from .batch_lean import LeanBatchLM, runs_lean  # (batch_lean builds on this module)
+            if runs_lean(model):
+                cls = LeanBatchLM
+        return super().__new__(cls)
 
     def __init__(self, model, rows: int):
         self.model, self.device = model, model_device(model)
@@ -86,11 +98,15 @@ class BatchLM:
         if keep == len(committed) and (keep < len(ids) or self.last[b] is None):
             keep -= 1  # the logits after committed[-1] are not kept: feed it again
         if keep < len(ids):
-            self.mask[b, self.cols[b][keep:]] = 0  # the holes: kept in the cache, masked out forever
-            del ids[keep:], self.cols[b][keep:]
-            self.last[b] = None
+            self._forget(b, keep)
         self._synced[b] = keep
         return committed[keep:]
+
+    def _forget(self, b: int, keep: int) -> None:
+        """Row b keeps its first ``keep`` tokens; the others' columns become holes: kept, masked out forever."""
+        self.mask[b, self.cols[b][keep:]] = 0
+        del self.ids[b][keep:], self.cols[b][keep:]
+        self.last[b] = None
 
     def keep_rows(self, rows: list[int]) -> None:
         """Keep only these rows (indices of the current rows, in this order); the others leave the batch."""

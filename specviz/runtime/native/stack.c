@@ -199,6 +199,8 @@ struct stack_job {
     const float *cos, *sin;      /* (positions, rot): cos and signed sin by position */
     const int64_t *positions;    /* (n,) each row's position, or NULL: start + row */
     const uint8_t *visible;      /* (n, start + n) the slots each row attends to, or NULL: causal */
+    const int64_t *slots, *first; /* (n,) each row's slot and the first slot it sees (sv_layers_rows), or NULL */
+    int nblocks, *block_p0, *block_np; /* the attention's blocks of (row, query head) pairs (plan_blocks) */
     float *h[MAXT], *qkv, *attn, *act, *scores[MAXT];
 };
 
@@ -247,11 +249,12 @@ static void prepare_head(struct stack_job *j, const sv_layer *L, float *kv, int 
     const sv_dims *m = j->m;
     float *v = j->qkv + (size_t)i * (m->nh + 2 * m->nkv) * m->hd + (size_t)head * m->hd;
     int64_t pos = j->positions ? j->positions[i] : j->start + i;
+    int slot = j->slots ? (int)j->slots[i] : j->start + i;
     const float *nw = head < m->nh ? L->q_norm : L->k_norm;
     if (nw) rms_norm(v, nw, m->hd, m->eps, v);
     rope(v, j->cos + pos * m->rot, j->sin + pos * m->rot, m->rot);
     if (head >= m->nh) { /* a key head g and its value head */
-        int g = head - m->nh, slot = j->start + i;
+        int g = head - m->nh;
         memcpy(kv + ((size_t)g * j->cap + slot) * m->hd, v, sizeof(float) * m->hd);
         memcpy(kv + ((size_t)(m->nkv + g) * j->cap + slot) * m->hd, v + (size_t)m->nkv * m->hd, sizeof(float) * m->hd);
     }
@@ -266,29 +269,30 @@ static void prepare_heads(struct stack_job *j, const sv_layer *L, float *kv, int
 
 /* Attention of one block of up to VL (query head, row) pairs that share key/value head g, one pair per vector lane:
  * the scores of a slot for every lane come from hd broadcasts of its key against the lanes' queries (no horizontal
- * sums), the softmax runs lane-wise, and the values are summed the same way. S is scratch of (start + n) VL floats. */
+ * sums), the softmax runs lane-wise, and the values are summed the same way. The slots read run from the block's
+ * first (0, or its rows' sequence's first slot in sv_layers_rows) to its last row's; S is scratch of VL floats a slot. */
 static void attend_block(struct stack_job *j, const float *kv, int g, int p0, int np, float *S) {
     const sv_dims *m = j->m;
     int hd = m->hd, group = m->nh / m->nkv, width = (m->nh + 2 * m->nkv) * hd, total = j->start + j->n;
     const float *keys = kv + (size_t)g * j->cap * hd, *vals = kv + (size_t)(m->nkv + g) * j->cap * hd;
     float qt[MAX_HD * VL], last[VL], top[VL], sum[VL];
-    int lastmax = 0;
+    int lastmax = 0, from = j->first ? (int)j->first[p0 / group] : 0; /* a block's rows share their first slot */
     for (int lane = 0; lane < VL; lane++) { /* lane -> pair p0 + lane: row (p / group), head g group + p % group */
         int p = p0 + lane, i = p / group, head = g * group + p % group;
         const float *q = j->qkv + (size_t)i * width + (size_t)head * hd;
         for (int e = 0; e < hd; e++) qt[e * VL + lane] = lane < np ? q[e] * m->scale : 0.0f;
-        int seen_last = lane >= np ? -1 : j->visible ? total - 1 : j->start + i;
+        int seen_last = lane >= np ? -1 : j->slots ? (int)j->slots[i] : j->visible ? total - 1 : j->start + i;
         last[lane] = (float)seen_last;
         lastmax = seen_last > lastmax ? seen_last : lastmax;
     }
     vf lastv = *(const vf *)last, slotv, neg = (vf){0} - INFINITY, topv = neg;
-    for (int slot = 0; slot <= lastmax; slot++) {
+    for (int slot = from; slot <= lastmax; slot++) {
         const float *k = keys + (size_t)slot * hd;
         vf acc = (vf){0};
         for (int e = 0; e < hd; e++) acc += k[e] * *(const vf *)(qt + e * VL);
         slotv = (vf){0} + (float)slot;
         acc = vsel(slotv > lastv, neg, acc); /* past a lane's row (causal) or an unused lane */
-        *(vf *)(S + (size_t)slot * VL) = acc;
+        *(vf *)(S + (size_t)(slot - from) * VL) = acc;
         topv = vmax(acc, topv);
     }
     if (j->visible) /* a token tree: each row sees its own slots */
@@ -306,8 +310,8 @@ static void attend_block(struct stack_job *j, const float *kv, int g, int p0, in
     }
     memcpy(top, &topv, sizeof top);
     for (int lane = 0; lane < VL; lane++) sum[lane] = 0.0f;
-    for (int slot = 0; slot <= lastmax; slot++) {
-        float *row = S + (size_t)slot * VL;
+    for (int slot = from; slot <= lastmax; slot++) {
+        float *row = S + (size_t)(slot - from) * VL;
 #pragma omp simd
         for (int lane = 0; lane < VL; lane++) {
             row[lane] = vexp(row[lane] - top[lane]); /* a slot a lane does not see: exp(-inf) = 0 */
@@ -317,8 +321,8 @@ static void attend_block(struct stack_job *j, const float *kv, int g, int p0, in
     for (int e0 = 0; e0 < hd; e0 += 8) { /* the values, eight dimensions at a time */
         int ec = hd - e0 < 8 ? hd - e0 : 8;
         vf acc[8] = {0};
-        for (int slot = 0; slot <= lastmax; slot++) {
-            vf pr = *(const vf *)(S + (size_t)slot * VL);
+        for (int slot = from; slot <= lastmax; slot++) {
+            vf pr = *(const vf *)(S + (size_t)(slot - from) * VL);
             const float *v = vals + (size_t)slot * hd + e0;
             if (ec == 8)
                 for (int c = 0; c < 8; c++) acc[c] += v[c] * pr;
@@ -340,12 +344,27 @@ static void attend_block(struct stack_job *j, const float *kv, int g, int p0, in
  * share a key/value head, the blocks split among the threads. */
 static void attend(struct stack_job *j, const float *kv, int tid, int nt) {
     const sv_dims *m = j->m;
-    int pairs = j->n * (m->nh / m->nkv), per = (pairs + VL - 1) / VL, lo, hi;
+    int per = j->nblocks, lo, hi;
     share(tid, nt, m->nkv * per, &lo, &hi);
     for (int t = lo; t < hi; t++) {
-        int g = t / per, p0 = (t % per) * VL;
-        attend_block(j, kv, g, p0, pairs - p0 < VL ? pairs - p0 : VL, j->scores[tid]);
+        int g = t / per, b = t % per;
+        attend_block(j, kv, g, j->block_p0[b], j->block_np[b], j->scores[tid]);
     }
+}
+
+/* The attention's blocks: runs of up to VL consecutive (row, query head) pairs, never two sequences in one block
+ * (rows of sv_layers_rows with other first slots), so a block reads its own sequence's slots only; their count. */
+static int plan_blocks(const struct stack_job *j, int group, int *p0, int *np) {
+    int count = 0;
+    for (int i = 0, end; i < j->n; i = end) {
+        for (end = i + 1; end < j->n && j->first && j->first[end] == j->first[i]; end++) {}
+        if (!j->first) end = j->n;
+        for (int p = i * group; p < end * group; p += VL, count++) {
+            p0[count] = p;
+            np[count] = end * group - p < VL ? end * group - p : VL;
+        }
+    }
+    return count;
 }
 
 /* Where each key/value head's (query head, row) pairs fit one block (n group <= VL: a verify pass, a draft's step),
@@ -374,7 +393,7 @@ static void stack_job(void *ctx, int tid, int nt) {
         share(tid, nt, (width + PW - 1) / PW, &lo, &hi);
         panels(h, n, d, L->qkv, width, L->qkv_b, NULL, j->qkv, lo, hi);
         barrier(nt);
-        if (n * (m->nh / m->nkv) <= VL) {
+        if (n * (m->nh / m->nkv) <= VL && !j->first) {
             prepare_and_attend(j, L, j->kv[l], tid, nt);
         } else {
             prepare_heads(j, L, j->kv[l], tid, nt);
@@ -409,6 +428,8 @@ static void stack_job(void *ctx, int tid, int nt) {
     }
 }
 
+static int run_stack(struct stack_job *j, int span, int nt);
+
 /* Rows x (n, d) at cache slots start..start+n-1 through the layers, each writing its keys and values there, then
  * (head not NULL) the final norm and the LM head. Returns 0, -1 where scratch memory could not be had, or -2 where
  * the arguments cannot be right (the Python side checks each first; this is the last line before a stray write). */
@@ -422,22 +443,58 @@ int sv_layers(const sv_dims *m, const sv_layer *const *layers, float *const *kv,
         for (int i = 0; i < n; i++)
             if (positions[i] < 0 || positions[i] >= cap) return -2;
     struct stack_job j = {m, head, layers, kv, nlayers, n, start, cap, x, cos, sin, positions, visible};
-    int width = (m->nh + 2 * m->nkv) * m->hd, total = start + n;
+    return run_stack(&j, start + n, nt);
+}
+
+/* Rows of several sequences through the layers in one call: row i writes its keys and values at slot slots[i] and
+ * attends to slots first[i]..slots[i] (its sequence's own, causally), at its position positions[i]; a sequence's rows
+ * are consecutive, with their slots in order. Then (head not NULL) the final norm and the LM head. Returns as
+ * sv_layers. */
+int sv_layers_rows(const sv_dims *m, const sv_layer *const *layers, float *const *kv, int nlayers, float *x, int n,
+                   const int64_t *slots, const int64_t *first, int cap, const float *cos, const float *sin,
+                   const int64_t *positions, const sv_head *head, int nt) {
+    if (n < 1 || !slots || !first || !positions || m->hd < 1 || m->hd > MAX_HD || m->rot % 2 || m->rot > m->hd ||
+        m->nkv < 1 || m->nh % m->nkv || (head && (head->first < 0 || head->first >= n)))
+        return -2;
+    int span = 1;
+    for (int i = 0; i < n; i++) {
+        if (slots[i] < 0 || slots[i] >= cap || first[i] < 0 || first[i] > slots[i] || positions[i] < 0 ||
+            positions[i] >= cap || (i && first[i] == first[i - 1] && slots[i] <= slots[i - 1]))
+            return -2;
+        span = slots[i] - first[i] + 1 > span ? (int)(slots[i] - first[i] + 1) : span;
+    }
+    struct stack_job j = {m, head, layers, kv, nlayers, n, 0, cap, x, cos, sin, positions, NULL, slots, first};
+    return run_stack(&j, span, nt);
+}
+
+/* A pass's scratch (scores for ``span`` slots a thread) and its blocks, then the pass on nt threads. */
+static int run_stack(struct stack_job *j, int span, int nt) {
+    const sv_dims *m = j->m;
+    int n = j->n, width = (m->nh + 2 * m->nkv) * m->hd, group = m->nh / m->nkv;
     size_t floats = (size_t)n * width + (size_t)n * m->nh * m->hd + 2 * (size_t)n * m->inter;
-    size_t per_thread = (size_t)n * m->d + (size_t)total * VL;
+    size_t per_thread = (size_t)n * m->d + (size_t)span * VL;
     if (nt < 1) nt = 1;
     if (nt > MAXT) nt = MAXT;
     float *buf = malloc(sizeof(float) * (floats + nt * per_thread));
-    if (!buf) return -1;
-    j.qkv = buf;
-    j.attn = j.qkv + (size_t)n * width;
-    j.act = j.attn + (size_t)n * m->nh * m->hd;
-    for (int t = 0; t < nt; t++) {
-        j.h[t] = buf + floats + t * per_thread;
-        j.scores[t] = j.h[t] + (size_t)n * m->d;
+    int *blocks = malloc(sizeof(int) * 2 * ((size_t)n * group + 1));
+    if (!buf || !blocks) {
+        free(buf);
+        free(blocks);
+        return -1;
     }
-    run(stack_job, &j, nt);
+    j->qkv = buf;
+    j->attn = j->qkv + (size_t)n * width;
+    j->act = j->attn + (size_t)n * m->nh * m->hd;
+    for (int t = 0; t < nt; t++) {
+        j->h[t] = buf + floats + t * per_thread;
+        j->scores[t] = j->h[t] + (size_t)n * m->d;
+    }
+    j->block_p0 = blocks;
+    j->block_np = blocks + (size_t)n * group + 1;
+    j->nblocks = plan_blocks(j, group, j->block_p0, j->block_np);
+    run(stack_job, j, nt);
     free(buf);
+    free(blocks);
     return 0;
 }
 

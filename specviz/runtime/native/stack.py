@@ -181,3 +181,60 @@ def layers(x: torch.Tensor, start: int, stack, dims: Dims, cos: torch.Tensor, si
     if done != 0:
         raise MemoryError("the native layer stack could not allocate its scratch memory")
     return x if out is None else out
+
+
+def _row_indices(name: str, t, n: int) -> torch.Tensor:
+    """One int per row, (n,) on the CPU, as int64 for C."""
+    got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+    need(got == (n,), f"{name} must be a tensor of shape ({n},), one per row, not {got}")
+    need(not t.is_floating_point() and not t.is_complex() and t.dtype != torch.bool, f"{name} must be integers, not {t.dtype}")
+    need(t.device.type == "cpu", f"{name} must be on the CPU for the C stack, not {t.device}")
+    return t.to(torch.int64).contiguous()
+
+
+def _sequences(slots: torch.Tensor, first: torch.Tensor, positions: torch.Tensor, cap: int, rows: int) -> None:
+    """That each row's slot lies in the cache, its first slot at or before it, its position in the RoPE tables' rows,
+    and that a sequence's rows (consecutive, one first slot) take slots in order."""
+    need(int(slots.min()) >= 0 and int(slots.max()) < cap,
+         f"slots must lie in [0, {cap}) (the cache's capacity), not {int(slots.min())}..{int(slots.max())}")
+    need(bool((first >= 0).all()) and bool((first <= slots).all()), "each row's first slot must lie in 0..its slot")
+    need(int(positions.min()) >= 0 and int(positions.max()) < min(rows, cap),
+         f"positions must lie in [0, {min(rows, cap)}) (the RoPE tables' rows and the cache), not "
+         f"{int(positions.min())}..{int(positions.max())}")
+    same = first[1:] == first[:-1]
+    need(bool((slots[1:][same] > slots[:-1][same]).all()), "a sequence's rows (one first slot) must take slots in order")
+
+
+def layers_rows(x: torch.Tensor, slots, first, positions, stack, dims: Dims, cos: torch.Tensor, sin: torch.Tensor,
+                head: tuple | None = None):
+    """Rows x (n, d) of several sequences in ONE call of the stack (batched decoding over one cache of per-sequence
+    regions): row i writes its keys and values at slot ``slots[i]`` and attends to slots ``first[i]..slots[i]`` (its
+    sequence's region, causally) at RoPE position ``positions[i]``; a sequence's rows are consecutive. Returns as
+    ``layers`` (with ``head``, its outputs); None where the caches do not fit the C stack. ValueError where an
+    argument is wrong, before a pointer reaches C."""
+    if not isinstance(stack, Stack):
+        stack = Stack(list(stack), dims)
+    _check_dims(dims)
+    need(stack.shapes == _shapes(dims), f"the stack was built for dims {stack.shapes}, not {_shapes(dims)}")
+    if not stack.fits:
+        return None
+    n = _check_rows(x, 0, stack.cap, dims)
+    check_tensor("cos", cos, (None, dims.rot))
+    check_tensor("sin", sin, tuple(cos.shape))
+    slots, first, positions = (_row_indices(name, t, n) for name, t in
+                               (("slots", slots), ("first", first), ("positions", positions)))
+    _sequences(slots, first, positions, stack.cap, cos.shape[0])
+    x = x.contiguous().clone()
+    out, shape = None, ("layers_rows", stack.count, n, dims.d, dims.inter)  # the call's shape, as its timings are kept
+    if head is not None:
+        struct, out = _head(head, n, dims)
+        head = ctypes.byref(struct)
+        shape += tuple(out[1].shape)
+    with policy.timed(shape) as threads:
+        done = lib().sv_layers_rows(ctypes.byref(dims), stack.structs, stack.caches, stack.count, x.data_ptr(), n,
+                                    slots.data_ptr(), first.data_ptr(), stack.cap, cos.data_ptr(), sin.data_ptr(),
+                                    positions.data_ptr(), head, threads)
+    need(done != -2, "the native layer stack refused its rows (a slot, first slot or position out of place)")
+    if done != 0:
+        raise MemoryError("the native layer stack could not allocate its scratch memory")
+    return x if out is None else out
