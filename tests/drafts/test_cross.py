@@ -1,25 +1,13 @@
 """Drafts with another tokenizer: greedy output is the target's own, sampled output has the target's law."""
 import pytest
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from specviz import DecodeConfig, speculative_generate
 from specviz.drafts.cross import CrossTokenizerDrafter, retokenize
-from tests.helpers.models import reference_greedy, tiny_llama
+from tests.helpers.models import byte_bpe, reference_greedy, tiny_llama
 from tests.helpers.stats import chi2_pvalue, exact_first_two
-
-TEXT = ["ROMEO: But soft, what light through yonder window breaks?", "It is the east, and Juliet is the sun.",
-        "Arise, fair sun, and kill the envious moon,", "To be, or not to be, that is the question:"] * 20
-
-
-def byte_bpe(vocab: int) -> PreTrainedTokenizerFast:
-    """A byte-level BPE of ``vocab`` tokens trained on TEXT: different vocabularies merge differently."""
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(TEXT, trainers.BpeTrainer(vocab_size=vocab, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    return PreTrainedTokenizerFast(tokenizer_object=tok)
 
 
 def words(vocab: list[str]) -> PreTrainedTokenizerFast:

@@ -98,6 +98,23 @@ def word_tokenizer(words):
                                                                                unk_token=words[0])))
 
 
+BPE_TEXT = ["ROMEO: But soft, what light through yonder window breaks?", "It is the east, and Juliet is the sun.",
+            "Arise, fair sun, and kill the envious moon,", "To be, or not to be, that is the question:"] * 20
+
+
+def byte_bpe(vocab: int):
+    """A byte-level BPE of ``vocab`` tokens trained on BPE_TEXT: different vocabularies merge differently."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(BPE_TEXT, trainers.BpeTrainer(vocab_size=vocab,
+                                                          initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    return PreTrainedTokenizerFast(tokenizer_object=tok)
+
+
 def assert_greedy_speculative_equals_autoregressive(target, draft, ids, k, tree=None, max_new_tokens=120):
     """Greedy speculative decoding (a chain, or the tree shape ``tree`` names) emits the target's own greedy text,
     accepting some drafts on the way."""

@@ -6,7 +6,7 @@ import torch
 
 from specviz import DecodeConfig, PromptLookupDrafter
 from specviz.labs.bench import measure, methods, report, run_bench
-from tests.helpers.models import perturbed, tiny_llama
+from tests.helpers.models import gqa_llama, perturbed, tiny_llama
 
 
 @pytest.mark.slow
@@ -168,7 +168,6 @@ def test_run_order_keeps_the_recording_pair_side_by_side_and_rotates():
 
 def test_bench_measures_the_plain_matmul_path_beside_the_packed_one(prompt):
     from specviz.runtime import packed_linear
-    from tests.runtime.test_lm_fast import gqa_llama
 
     target = gqa_llama(seed=3, dtype=torch.float32, tied=True, sharpen=3.0)
     tallies = run_bench(target, perturbed(target, 0.05), [prompt], DecodeConfig(k=3, temperature=0, max_new_tokens=8),

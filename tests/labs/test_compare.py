@@ -21,7 +21,7 @@ from specviz.labs.compare import (
 )
 from specviz.views import compare_plots
 from tests.helpers.app import handlers, tiny_store
-from tests.helpers.models import last, perturbed, tiny_llama, ui_models
+from tests.helpers.models import byte_bpe, last, perturbed, tiny_llama, ui_models
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 TIMINGS = ["tokens_per_s", "baseline_tokens_per_s", "speedup", "speedup_min", "speedup_max", "c"]
@@ -151,7 +151,6 @@ def test_draft_facts_say_tokenizer_and_extra_memory(target):
     from specviz.drafts.hybrid import HybridDrafter
     from specviz.drafts.ngram import NGramDrafter
     from specviz.labs.compare import draft_facts
-    from tests.drafts.test_cross import byte_bpe
 
     params = sum(p.numel() for p in target.parameters())
     lm = draft_facts(target)
