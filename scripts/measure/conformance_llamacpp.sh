@@ -4,7 +4,7 @@
 # greedy decoding; the card and the samples kept as test fixtures.
 #
 #   scripts/measure/conformance_llamacpp.sh       # env: LLAMA_CPP, GGUF, OUT, RAW, PORT, K, THREADS, N, TOKENS,
-#                                                 #      SETTINGS, PROMPTS
+#                                                 #      SETTINGS, PROMPTS, SEED
 #
 # Needs: llama.cpp built (scripts/measure/build_llamacpp.sh: LLAMA_CPP/build/bin/llama-server), the GGUF files
 # (GGUF=/work/ext/gguf: target-f32.gguf, lite-f32.gguf), curl, and the project's venv (.venv).
@@ -37,6 +37,7 @@ N=${N:-500}
 TOKENS=${TOKENS:-4}
 SETTINGS=${SETTINGS:-"0.8,0,1,0 1.0,40,0.9,0"}
 PROMPTS=${PROMPTS:-1}  # how many of specviz.config.EXAMPLE_PROMPTS
+SEED=${SEED:-0}  # the kit's seed: request c of it gets SEED * 10^8 + 2c (on) and + 2c + 1 (off)
 PY=${PY:-$ROOT/.venv/bin/python}
 TARGET=$GGUF/target-f32.gguf
 DRAFT=$GGUF/lite-f32.gguf
@@ -63,14 +64,14 @@ for port_pid in "$PORT:$on_pid" "$((PORT + 1)):$off_pid"; do
 done
 
 KIT_START=$(date +%s)
-"$PY" - "$PORT" "$RAW" "$OUT" "$K" "$N" "$TOKENS" "$PROMPTS" $SETTINGS <<'EOF'
+"$PY" - "$PORT" "$RAW" "$OUT" "$K" "$N" "$TOKENS" "$PROMPTS" "$SEED" $SETTINGS <<'EOF'
 import gzip, shutil, sys
 sys.path.insert(0, ".")
 from specviz.config import EXAMPLE_PROMPTS
 from specviz.conformance import LlamaCpp, Setting, run
 
-port, raw, out, k, n, tokens, prompts = sys.argv[1:8]
-settings = [Setting.parse(s) for s in sys.argv[8:]]
+port, raw, out, k, n, tokens, prompts, seed = sys.argv[1:9]
+settings = [Setting.parse(s) for s in sys.argv[9:]]
 
 
 class TwoServers:
@@ -88,7 +89,7 @@ class TwoServers:
 
 
 client = TwoServers(f"http://127.0.0.1:{port}", f"http://127.0.0.1:{int(port) + 1}", int(k))
-card = run(client, list(EXAMPLE_PROMPTS[:int(prompts)]), settings, n=int(n), n_predict=int(tokens), seed=0,
+card = run(client, list(EXAMPLE_PROMPTS[:int(prompts)]), settings, n=int(n), n_predict=int(tokens), seed=int(seed),
            out_dir=raw, greedy_tokens=16)
 card.write(out)
 for mode in ("on", "off"):
@@ -111,7 +112,7 @@ Recorded $(date -u +%Y-%m-%d) by \`scripts/measure/conformance_llamacpp.sh\` on 
 with other work), llama.cpp $VERSION. The kit ran for $KIT_S s.
 Models: the bundled \`target\` and \`lite\` (its draft) as GGUF f32 (\`scripts/measure/llamacpp_convert.py\`).
 N = $N samples per mode, prompt and setting, $TOKENS tokens each, k = $K, $THREADS threads per server, the first
-$PROMPTS prompt(s) of \`specviz.config.EXAMPLE_PROMPTS\`; settings (T,top_k,top_p,min_p): $SETTINGS; the greedy
+$PROMPTS prompt(s) of \`specviz.config.EXAMPLE_PROMPTS\`, seed $SEED; settings (T,top_k,top_p,min_p): $SETTINGS; the greedy
 check: 16 tokens at T = 0.
 
 Speculation on and off are two servers: this build reads no per-request speculative settings
@@ -119,7 +120,7 @@ Speculation on and off are two servers: this build reads no per-request speculat
 
     $(q "${ON_CMD[@]}")
     $(q "${OFF_CMD[@]}")
-    # then specviz.conformance.run(client, prompts, settings, n=$N, n_predict=$TOKENS, seed=0, greedy_tokens=16),
+    # then specviz.conformance.run(client, prompts, settings, n=$N, n_predict=$TOKENS, seed=$SEED, greedy_tokens=16),
     # the client sending speculation-on requests to the first server and speculation-off ones to the second
 
 Files: card.json and card.md (the kit's card), samples-on.jsonl.gz and samples-off.jsonl.gz (the samples as the kit

@@ -23,12 +23,14 @@ def biased(law: Sequence[float], tv: float) -> np.ndarray:
 
 
 def kept_law(law: Sequence[float], n_on: int, n_off: int) -> np.ndarray:
-    """The law sorted commonest first, its rare categories (expected < MIN_EXPECTED) merged into the last cell."""
+    """The law, its rare categories (expected < MIN_EXPECTED) merged into one cell, sorted commonest first (the
+    merged cell too: kept_law of its own answer is that answer, so a stated bias has one shape however often the
+    law is kept)."""
     a = np.sort(np.asarray(law, float))[::-1]
     a = a[a > 0] / a.sum()
     keep = a * min(n_on, n_off) >= MIN_EXPECTED
     rest = a[~keep].sum()
-    return np.append(a[keep], rest) if rest > 0 else a[keep]
+    return np.sort(np.append(a[keep], rest) if rest > 0 else a[keep])[::-1]
 
 
 def power(law: Sequence[float], tv: float, n_on: int, n_off: int, alpha: float) -> float:

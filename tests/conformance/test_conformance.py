@@ -11,7 +11,7 @@ from scipy.stats import chi2
 from specviz.conformance import LlamaCpp, OpenAI, Setting, read_card, read_samples, run
 from specviz.conformance.__main__ import main
 from specviz.conformance.greedy import classify
-from specviz.conformance.power import detectable_tv, plan_n, power, simulated_power
+from specviz.conformance.power import biased, detectable_tv, kept_law, plan_n, power, simulated_power
 from specviz.conformance.stats import OTHER, holm, merged_table, position_tests, table_test
 from specviz.serve import Engine, ScalarResidual, make_server, table_pair
 
@@ -66,6 +66,19 @@ def test_stated_power_matches_the_simulated_detection_rate():
     assert power(law, tv, n, n, alpha) == pytest.approx(0.95, abs=1e-6)
     assert abs(plan_n(law, tv, alpha) - n) <= 2  # the planner inverts the same curve
     assert simulated_power(law, law, n, n, alpha, 500, rng) < 0.03  # and the test keeps its level
+
+
+def test_a_law_with_a_large_merged_cell_states_the_power_it_measures():
+    # Zipf over 50 tokens at N = 500: the tokens under 1% merged (0.163) outweigh every token but the first (0.302),
+    # so the stated bias moves probability from that token to the merged cell, and the simulation draws that shape
+    zipf = 1 / np.arange(1, 51) ** 1.2
+    law, n, alpha = zipf / zipf.sum(), 500, 0.05 / 6
+    kept = kept_law(law, n, n)
+    assert kept_law(kept, n, n) == pytest.approx(kept) and kept[1] == pytest.approx(law[law < 0.01].sum())
+    tv = detectable_tv(law, n, n, alpha)
+    assert power(law, tv, n, n, alpha) == pytest.approx(0.95, abs=1e-6)
+    measured = simulated_power(kept, biased(kept, tv), n, n, alpha, 400, np.random.default_rng(1))
+    assert abs(measured - 0.95) < 0.05, measured
 
 
 # -- greedy ---------------------------------------------------------------------------------------------------
