@@ -227,6 +227,12 @@ def advice_findings(frame: pd.DataFrame, cross: Finding, k: int | None = None) -
                  f"{k + 1} --speculative-eagle-topk 1") if k else ""
         text = (f"SGLang: {plain}{steps}; its {SGLANG_ADAPTIVE} lowers speculative_num_steps as batches grow "
                 "(EAGLE/EAGLE3 with --speculative-eagle-topk 1 only)")
+    elif engine == "llama.cpp":
+        draft_n = f" --spec-draft-n-max {k}" if k else ""
+        text = (f"llama.cpp: llama-server sets speculation at launch for every slot (its per-request "
+                "speculative.n_max is compiled out, '#if 0' in tools/server/server-schema.cpp as of commit 0c1e570), "
+                f"so per range: up to {last} concurrent requests, serve with -md <draft>{draft_n}; above {last}, a "
+                f"server without -md (it paid at {last}, not at {losing}; between them the run does not say)")
     else:
         text = f"{engine}: {plain}"
     return [Finding("load_advice", "warning", text, {"off_above": last, "engine": engine})]
