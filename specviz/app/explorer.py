@@ -13,7 +13,7 @@ from ..labs import gallery
 from ..trace import Trace
 from ..views import plots
 from ..views.alignment_view import alignment_html
-from ..views.summary import GLOSSARY, HERE, summary_markdown
+from ..views.summary import GLOSSARY, HERE, k_note, summary_markdown
 from ..views.timeline import one_round, replay_html, timeline_html
 from ..views.tree_view import tree_figure
 from . import links, runs
@@ -203,10 +203,18 @@ def _controls(store: ModelStore) -> dict:
     prompt = gr.Textbox(label="Prompt", value=EXAMPLE_PROMPTS[0], lines=2, elem_id="prompt")
     # a row each: the draft's full name stays readable
     target, draft = target_picker(store, elem_id="target"), draft_picker(store, elem_id="draft")
-    k = gr.Slider(1, 16, value=DEFAULTS.k, step=1, label="k (drafts per round)", elem_id="k")
+    k = gr.Slider(1, 16, value=DEFAULTS.k, step=1, label="k (drafts per round)", elem_id="k",
+                  info=k_note(draft.value, DEFAULTS.temperature))  # what the chosen draft makes of k
     temperature = gr.Slider(0, 2, value=DEFAULTS.temperature, step=0.05, label="Temperature (0 = greedy)",
                             elem_id="temperature")
+    for event in (draft.change, temperature.change):
+        event(k_info, [draft, temperature], [k], queue=False, api_visibility="private")
     return dict(prompt=prompt, target=target, draft=draft, k=k, temperature=temperature)
+
+
+def k_info(draft, temperature) -> dict:
+    """The k slider's line for the draft and temperature picked (its value untouched)."""
+    return gr.update(info=k_note(draft, temperature))
 
 
 def _more_settings() -> dict:

@@ -11,7 +11,7 @@ import statistics
 
 from .. import theory
 from ..drafts import eagle, early_exit
-from ..models import HYBRIDS
+from ..models import HYBRIDS, PROMPT_LOOKUP
 from ..rules import rule_of, run_closed_forms
 from ..trace import Trace
 
@@ -145,6 +145,23 @@ def draft_note(trace: Trace) -> str:
         return ("\n\n*A draft with its own tokenizer*: greedy runs re-tokenize its text, sampled runs draft from its "
                 "q on the tokens both vocabularies hold; the round replay shows its tokens above the target's.")
     return ""
+
+
+def k_note(draft: str | None, temperature) -> str:
+    """One line for beside the k slider, read from the chosen draft: how many drafts a round it can make at this
+    temperature, and why (``specviz.drafts.hybrid.draft_limit``'s cases, from the draft's name: nothing loads)."""
+    greedy = float(temperature or 0) == 0
+    if draft in HYBRIDS:
+        model, table, options = HYBRIDS[draft]
+        if not greedy and options.get("greedy_only", True):
+            return f"up to k drafts a round, all from {model} (a sampled run skips the n-gram): each k is another run"
+        cap = options.get("model_steps")
+        if cap is not None:
+            return f"up to k drafts a round: at most {cap} from {model}, any more only where {table} is sure (greedy runs)"
+        return f"up to k drafts a round: {table} where it is sure, else {model} (greedy runs)"
+    if draft == PROMPT_LOOKUP:
+        return "up to k drafts a round where the run's last tokens occurred before (what followed them), none elsewhere"
+    return f"up to k drafts a round, all from {draft}" if draft else "up to k drafts a round"
 
 
 def speed_text(trace: Trace, base: Trace | None, spread: list[float] | None, skipped: str | None) -> str:
