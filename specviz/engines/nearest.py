@@ -30,6 +30,11 @@ NEAR = (
          "was not speculating, or its build does not log it",
          "the log of a server started with --speculative-algorithm, whose Decode batch lines print 'accept len', or "
          "the responses' meta_info (read_reported keeps these lines' load and throughput as they are)"),
+    Near(("Avg prompt throughput:", "Running:"), "vLLM throughput log lines without speculation",
+         "they print the load (Running, Waiting, KV cache usage) and the generation throughput of each interval, "
+         "but no 'SpecDecoding metrics' line: the server was not speculating, or the lines were left out",
+         "the log of a server started with --speculative-config, whose 'SpecDecoding metrics:' lines follow these "
+         "(read_reported keeps these lines' load and throughput as a run with speculation off)"),
     Near(("[AR]",), "TensorRT-LLM trtllm-bench 'Acceptance Rate Details'",
          "'[AR]' there is an acceptance LENGTH (output tokens per decoding iteration, bonus included), given as "
          "percentiles over requests, with no totals",

@@ -99,6 +99,7 @@ def _cleaned(texts: list[tuple[str, str]]) -> tuple[list[tuple[str, str]], list[
 MEANS_KINDS = (("SGLang Decode batch log", sglang_log.is_decode_log, sglang_log.parse),
                ("trtllm-bench decoding statistics", trtllm_bench.is_bench, trtllm_bench.parse),
                ("benchmark block without counts", bench_summary.is_bench_load, bench_summary.parse_bench_means),
+               ("vLLM throughput lines without speculation", vllm_log.is_throughput_log, vllm_log.parse_throughput),
                ("SGLang MT-bench summary", bench_summary.is_mtbench, bench_summary.parse_mtbench))
 
 
@@ -112,7 +113,8 @@ def read_reported(source, *, temperature: float | None = None, model: str | None
         texts = _texts_or_none(source)
         if texts is None or len(texts) != 1:
             raise
-        (_, text), removed = _cleaned(texts)
+        cleaned, removed = _cleaned(texts)
+        text = cleaned[0][1]
         for _, test, parse in MEANS_KINDS:
             if test(text):
                 try:
@@ -120,10 +122,13 @@ def read_reported(source, *, temperature: float | None = None, model: str | None
                 except ValueError as error:
                     raise unreadable(texts[0][0], error) from refusal
         results = [obj for _, obj in _json_or_none(text) if vllm_bench.is_result(obj)] if looks_like_json(text) else []
-        if len(results) == 1:
-            return MeanRun(source=vllm_bench.SOURCE, load=vllm_bench.load_of(results[0]), notes=(
-                "a vllm bench serve result with no spec_decode_ keys (speculation off?): its load and output "
-                "tokens/s only",))
+        if results:
+            parts = [MeanRun(source=vllm_bench.SOURCE, load=vllm_bench.load_of(r)) for r in results]
+            note = (f"{len(results)} vllm bench serve results" if len(results) > 1 else "a vllm bench serve result") \
+                + " with no spec_decode_ keys (speculation off?): load and output tokens/s only"
+            if len(parts) == 1:
+                return replace(parts[0], notes=(note,)).with_notes(*removed)
+            return MeanRun(source=vllm_bench.SOURCE, series=parts, notes=(note,)).with_notes(*removed)
         raise
 
 

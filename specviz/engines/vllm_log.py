@@ -25,6 +25,7 @@ import math
 from dataclasses import replace
 
 from .lines import count, counted, failed_at, first_number, marked_lines, named_fields, numbers, short_lines
+from .means import MeanRun
 from .rounding import checked_rates, counts_for, half_unit, recover_steps
 from .run import EngineRun, Load, check_k, total
 
@@ -268,3 +269,23 @@ def _difference(after: EngineRun, before: EngineRun, index: int) -> EngineRun:
                              "engine lifetime at a time")
         values[name] = None if a is None or b is None else a - b
     return EngineRun(source=after.source, k=after.k, **values)
+
+
+def is_throughput_log(text: str) -> bool:
+    """A vLLM log with throughput lines and no speculative-decoding line (a server run with speculation off)."""
+    return bool(marked_lines(text, (LOAD_MARKER,))) and not vllm_lines(text)
+
+
+def parse_throughput(text: str, check=None) -> MeanRun:
+    """Each throughput line's load, as a run with speculation off (a MeanRun with no acceptance figure)."""
+    parts = []
+    for n, line, _ in marked_lines(text, (LOAD_MARKER,)):
+        if check is not None:
+            check()
+        try:
+            parts.append(MeanRun(source=SOURCE, load=load_of(line)))
+        except ValueError as error:
+            raise failed_at(n, line, error) from error
+    return MeanRun(source=SOURCE, series=parts, notes=(
+        f"{counted(len(parts), 'throughput line')} and no SpecDecoding line: read as a run with speculation off "
+        "(its load and generation throughput per interval only)",))
