@@ -54,7 +54,8 @@ def run_lab(store: ModelStore, target, draft, prompts_text, batches, context, k,
     result = load.run_lab(**args, check=budget.check)
     status = (f"**Done in {result.seconds:.1f} s** (estimated {time_of}): greedy, k = {args['k']}, "
               f"{args['new_tokens']} new tokens a request after {args['context']:,} tokens of context, "
-              f"{args['repeats']} repeat(s), the methods interleaved. Forward: {load.FORWARD}.")
+              f"{args['repeats']} repeat(s), the methods interleaved. Forward: "
+              f"{load.forward_used(args['target'])}")
     s = result.summary
     return (status, verdict(result, args["batches"], args["k"]), load_plots.throughput_by_batch(s),
             load_plots.speedup_by_batch(s, result.measured.batch, result.prediction.crossover.batch),
@@ -83,11 +84,11 @@ def verdict(result: load.LoadResult, batches: list[int], k: int) -> str:
         f"**Why, at batch {b}:** a round verifies {b} x {k + 1} tokens in {verify_ms:.0f} ms and drafts in "
         f"{draft_ms:.0f} ms, and emits {first.tokens_per_step:.2f} tokens a request; a plain step of {b} token(s) "
         f"takes {step_ms:.0f} ms. A pass here costs {1e3 * p.target.fixed:.0f} ms + {1e3 * p.target.per_token:.1f} ms a "
-        "token (fitted on the timed passes): the more of a pass is per-token work, the less the extra verify rows "
+        "token (fitted on the passes these runs timed): the more of a pass is per-token work, the less the extra verify rows "
         "come free, and every request in the batch pays for its own.",
         "**Best k (the model's):** " + "; ".join(f"batch {lo}–{hi}: " + (f"k = {kk}" if kk else "no speculation")
                                                 for lo, hi, kk in p.best_k) + ".",
-        "**The model assumes:** " + "; ".join(gp.ASSUMPTIONS) + ". It saw the timed passes, each batch's acceptance "
+        "**The model assumes:** " + "; ".join(gp.ASSUMPTIONS) + ". It saw the passes these runs timed, each batch's acceptance "
         f"per position (over all: {', '.join(f'{r:.2f}' for r in p.rates)}) and the smallest batch's bookkeeping "
         f"({1e3 * p.overhead_s:.2f} ms a request and step), never the runs' tokens/s.",
     ]
@@ -113,8 +114,8 @@ def handlers(store: ModelStore):
 def build(store: ModelStore) -> None:
     h = handlers(store)
     gr.Markdown("Decode B requests together, with speculation and without, at growing B: where does speculation stop "
-                "paying? Beside the measurement, the goodput model (a pass's cost fitted on passes timed here) "
-                f"predicts it. Forward measured: {load.FORWARD}.")
+                "paying? Beside the measurement, the goodput model (a pass's cost fitted on the passes the runs "
+                "themselves timed) predicts it; a run names the forward its batches ran on.")
     target, draft, prompts = lab_inputs(store, EXAMPLE_PROMPTS, model=True, lines=4)
     with gr.Row():
         batches = gr.CheckboxGroup([str(b) for b in load.BATCHES], value=DEFAULT_BATCHES, label="batch sizes",

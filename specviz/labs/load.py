@@ -11,15 +11,17 @@ What it measures:
   batch, each after natural text from the other prompts up to L tokens), the two methods interleaved (their
   order alternating each repeat and batch size); tokens/s of decoding (the prefill excluded: the same for both),
   its median and range over the repeats; the speedup of each repeat taken within the repeat (the same load).
-The model's prediction sees the timed passes, each batch's acceptance per position (counts, not the clock: the
-prompts cycled into a batch differ in how well the draft guesses them), and the smallest batch's bookkeeping per
-request and step; never the batched runs' tokens/s. The forward measured is ``FORWARD``.
+The model's prediction sees the passes the runs themselves timed (``run_passes``: the same forward, the same
+repeats, interleaved as the runs were), each batch's acceptance per position (counts, not the clock: the prompts
+cycled into a batch differ in how well the draft guesses them), and the smallest batch's bookkeeping per request
+and step; never the batched runs' tokens/s. The surface's passes, timed apart, draw the verify-cost picture.
 """
 from __future__ import annotations
 
 import argparse
 import random
 import statistics
+import sys
 import time
 from dataclasses import dataclass
 
@@ -27,7 +29,7 @@ import pandas as pd
 import torch
 
 from .. import goodput as gp
-from ..batch import autoregressive_generate_batch, speculative_generate_batch
+from ..batch import BatchDecoding, autoregressive_generate_batch, speculative_generate_batch
 from ..config import EXAMPLE_PROMPTS, DecodeConfig
 from ..drafts.drafter import ModelDrafter, as_drafter
 from ..models import load_pair
@@ -37,10 +39,18 @@ from ..theory import positional_rates
 from .estimate import Estimate
 
 BATCHES, CONTEXTS, MAX_K = (1, 2, 4, 8, 16, 32), (128, 256, 512, 1024, 2048), 8
-FORWARD = ("transformers' forward over a DynamicCache (specviz.runtime.BatchLM, the Batch tab's batches), not the "
-           "lean forward in C that single runs use: the crossover measured is that forward's on this machine")
 RUN_COLUMNS = ["batch", "method", "repeat", "tokens", "seconds", "tokens_per_s", "steps", "drafted", "accepted"]
 SURFACE_COLUMNS = ["model", "batch", "width", "tokens", "context", "ms", "ms_min", "ms_max"]
+
+
+def forward_used(target) -> str:
+    """The forward ``specviz.batch`` runs batched passes on: the class it builds for a batch of the target's rows
+    and the first paragraph of its module's docstring (read off the code, so it stays true when that changes)."""
+    probe = BatchDecoding(target, None, [torch.tensor([[0]])], DecodeConfig(k_policy="fixed", max_new_tokens=1,
+                                                                             temperature=0.0, record=False))
+    kind = type(probe.target)
+    doc = (sys.modules[kind.__module__].__doc__ or kind.__doc__ or "").strip().split("\n\n")[0]
+    return f"{kind.__module__}.{kind.__qualname__}: {' '.join(doc.split())}"
 
 
 def check_setting(target, batches, context: int, k: int, new_tokens: int, repeats: int) -> list[int]:
@@ -160,6 +170,31 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
+def run_passes(kept: dict, context: int, drafts: bool = True) -> pd.DataFrame:
+    """The passes the runs themselves timed (SURFACE_COLUMNS, per model and tokens processed: median, min, max over
+    the batch rounds): a batch round's target pass carries its live rows x (the longest proposal + 1) tokens (rows
+    padded to one width), its draft passes the live rows' newest token each (``draft_s`` over the round's drafts).
+    ``kept``: ``run_load``'s traces by (batch, method); rows stay live from round 0 until they finish. ``drafts``
+    False: a model-free drafter, whose lookups are no pass."""
+    samples: dict = {}
+    for (batch, method), traces in kept.items():
+        for run in _runs_of(traces, batch):
+            for i in range(max(len(t.rounds) for t in run)):
+                live = [t.rounds[i] for t in run if len(t.rounds) > i]
+                width = max(len(r.drafted) for r in live) + 1
+                samples.setdefault(("target", batch, width, len(live) * width), []).append(live[0].target_s)
+                if drafts and width > 1:
+                    samples.setdefault(("draft", batch, 1, len(live)), []).append(live[0].draft_s / (width - 1))
+    rows = [dict(model=m, batch=b, width=w, tokens=n, context=context, ms=1e3 * statistics.median(s),
+                 ms_min=1e3 * min(s), ms_max=1e3 * max(s)) for (m, b, w, n), s in sorted(samples.items())]
+    return pd.DataFrame(rows, columns=SURFACE_COLUMNS)
+
+
+def _runs_of(traces: list, batch: int) -> list[list]:
+    """``run_load`` keeps each run's ``batch`` traces one after another: split them back into runs."""
+    return [traces[i:i + batch] for i in range(0, len(traces), batch)]
+
+
 def acceptance_rates(traces, k: int) -> list[float]:
     """Per-position acceptance (P(draft i accepted | the drafts before it were)) over these runs' rounds."""
     rates = positional_rates(r for t in traces for r in t.rounds)
@@ -198,13 +233,21 @@ def predict(passes: pd.DataFrame, rates, overhead_s: float, batches, context: in
     """The goodput model fitted on the timed passes, at the measured acceptance and bookkeeping: each batch size at
     ``per_batch[batch]``'s rates where given (its requests' own prompts), else at ``rates``; a drafter without timed
     passes drafts at ``seconds_each`` per token and request (kind "ngram")."""
-    fit = {m: gp.fit_step_cost(zip(g.tokens, g.context, g.ms / 1e3)) for m, g in passes.groupby("model")}
+    fit = {m: _fit(g) for m, g in passes.groupby("model")}
     target = fit["target"]
     draft = gp.DraftCost("sequential", fit["draft"]) if "draft" in fit else gp.DraftCost("ngram",
                                                                                           seconds_each=seconds_each)
     speedups = [gp.speedup(b, context, k, (per_batch or {}).get(b, rates), target, draft, overhead_s) for b in batches]
     ranges = gp.best_k_ranges(batches, context, range(1, MAX_K + 1), rates, target, draft, overhead_s)
     return Prediction(target, draft, list(rates), overhead_s, speedups, gp.crossover(batches, speedups), ranges)
+
+
+def _fit(passes: pd.DataFrame) -> gp.StepCost:
+    """A model's StepCost from its passes; passes of one size only (a draft at one batch size) give no slope: their
+    median as the fixed cost."""
+    if passes.tokens.nunique() < 2:
+        return gp.StepCost(float(passes.ms.median()) / 1e3, 0.0)
+    return gp.fit_step_cost(zip(passes.tokens, passes.context, passes.ms / 1e3))
 
 
 @dataclass(frozen=True)
@@ -215,6 +258,7 @@ class LoadResult:
     measured: gp.Crossover
     prediction: Prediction
     seconds: float  # the lab's own wall time
+    fitted: pd.DataFrame | None = None  # SURFACE_COLUMNS: the runs' own passes, which the model is fitted on
 
 
 def draft_model(draft):
@@ -234,12 +278,13 @@ def run_lab(target, draft, prompts, batches=BATCHES, context: int = 128, k: int 
     first = {m: kept[batches[0], m] for m in ("speculative", "autoregressive")}
     per_batch = {b: acceptance_rates(kept[b, "speculative"], k) for b in batches}
     pooled = acceptance_rates([t for b in batches for t in kept[b, "speculative"]], k)
-    prediction = predict(passes, pooled, bookkeeping_s(first, batches[0]), batches, context, k,
+    fitted = run_passes(kept, context, draft_model(draft) is not None)
+    prediction = predict(fitted, pooled, bookkeeping_s(first, batches[0]), batches, context, k,
                          lookup_s(first["speculative"], batches[0]), per_batch)
     summary = summarize(runs)
     summary["model_speedup"] = prediction.speedups
     measured = gp.crossover(batches, list(summary.speedup))
-    return LoadResult(runs, passes, summary, measured, prediction, time.perf_counter() - start)
+    return LoadResult(runs, passes, summary, measured, prediction, time.perf_counter() - start, fitted)
 
 
 def estimate(target, draft, prompts, batches, context: int, k: int, new_tokens: int, repeats: int,
@@ -303,7 +348,7 @@ def main(argv=None) -> None:
     result = run_lab(target, draft, prompts, args.batches, args.context, args.k, args.new_tokens, args.repeats,
                      sep=tok("\n").input_ids)
     print(f"{args.target} + {args.draft}, k={args.k}, context {args.context}, {args.new_tokens} new tokens, "
-          f"{args.repeats} repeats, {torch.get_num_threads()} threads, {result.seconds:.0f} s\nforward: {FORWARD}")
+          f"{args.repeats} repeats, {torch.get_num_threads()} threads, {result.seconds:.0f} s\nforward: {forward_used(target)}")
     print(report(result))
 
 

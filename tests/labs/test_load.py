@@ -90,6 +90,32 @@ def test_rates_bookkeeping_and_lookups_from_a_batch_of_two():
     assert load.lookup_s(traces, batch=2) == pytest.approx(4 * 0.002 / 2 / 8)  # each round counted once over 2 rows
 
 
+def test_the_runs_own_passes_are_what_the_model_is_fitted_on():
+    """One batch-2 speculative run: round 0 both rows draft 2 (target 9 ms over 2 x 3 tokens, draft 4 ms over 2
+    drafts: 2 ms a draft pass of 2 tokens); round 1 only row 0 is live, drafting 1 (target 5 ms over 1 x 2, draft
+    1 ms). Two batch-1 autoregressive runs: passes of 1 token, 3 ms and 5 ms (median 4, range 3-5)."""
+    spec = traces_of([round_of([5, 6], 2, draft_s=0.004, target_s=0.009), round_of([7], 0, draft_s=0.001,
+                                                                                   target_s=0.005)],
+                     [round_of([5, 6], 1, draft_s=0.004, target_s=0.009)])
+    plain = traces_of([round_of([], 0, target_s=0.003)]) + traces_of([round_of([], 0, target_s=0.005)])
+    got = load.run_passes({(2, "speculative"): spec, (1, "autoregressive"): plain}, context=32)
+    rows = {(r.model, r.batch, r.width, r.tokens): (round(r.ms, 6), round(r.ms_min, 6), round(r.ms_max, 6))
+            for r in got.itertuples()}
+    assert rows == {("target", 2, 3, 6): (9, 9, 9), ("target", 2, 2, 2): (5, 5, 5), ("draft", 2, 1, 2): (2, 2, 2),
+                    ("draft", 2, 1, 1): (1, 1, 1), ("target", 1, 1, 1): (4, 3, 5)}
+    assert set(got.context) == {32}
+    assert set(load.run_passes({(2, "speculative"): spec}, 32, drafts=False).model) == {"target"}
+
+
+def test_the_forward_named_is_the_class_batched_decoding_builds(pair):
+    import specviz.batch
+
+    probe = specviz.batch.BatchDecoding(pair[0], None, [torch.tensor([[1]])],
+                                        load.DecodeConfig(k_policy="fixed", max_new_tokens=1, temperature=0.0))
+    kind = type(probe.target)
+    assert load.forward_used(pair[0]).startswith(f"{kind.__module__}.{kind.__qualname__}: ")
+
+
 def test_the_prediction_is_the_goodput_models_on_the_fitted_costs():
     target, draft = gp.StepCost(0.010, 0.001), gp.StepCost(0.001, 0.0001)
     passes = pd.DataFrame(
