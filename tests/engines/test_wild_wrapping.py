@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from specviz.engines.read import read_engine_run
+from specviz.engines.read import read_engine_run, read_reported
 from specviz.engines.unwrap import clean
 from tests.engines.test_wild_reading import COUNTED, WILD, read_wrong, wrong_figures
 
@@ -73,3 +73,14 @@ def test_an_engines_own_line_prefix_is_not_taken_for_a_wrapper(text):
 def test_a_prefix_only_some_lines_carry_is_kept():
     text = "vllm-1  | INFO SpecDecoding metrics: Accepted: 1 tokens\nINFO another line\n"
     assert clean(text) == (text, "")
+
+
+@pytest.mark.parametrize("name", ["sglang-decode-batch-accept-rate-1.txt", "trtllm-bench-acceptance-length-2.txt",
+                                  "sglang-bench-serving-accept-length-1.txt"])
+def test_outputs_read_as_means_read_the_same_when_wrapped(name):
+    """read_reported's means (SGLang Decode batch, trtllm-bench, bench_serving) from a docker compose log."""
+    text = (WILD / name).read_text()
+    plain, wrapped = read_reported(text), read_reported(prefixed("sglang-1  | ")(text))
+    assert (wrapped.mean_length, wrapped.load, len(wrapped.series)) == (plain.mean_length, plain.load,
+                                                                         len(plain.series))
+    assert any("docker compose" in n for n in wrapped.notes)
