@@ -16,6 +16,8 @@ from .run import MAX_K
 
 MAX_CANDIDATES = 200_000  # wider than this, the printed figures cannot pin the steps down anyway
 CHUNK = 4096  # step counts checked together
+GRID = 64  # step counts a search tests at once, at least
+CELLS = 4096  # counts a search computes at once, at most (where GRID allows)
 
 
 @dataclass(frozen=True)
@@ -91,13 +93,13 @@ def _check_mean(mean_len: float, decimals: int) -> None:
 def fitting(span: tuple[int, int], rates, accepted: int, decimals: int = 3):
     """The steps in ``span`` that ``counts_for`` accepts, ascending (a range when no rates are given). The rounded
     counts' sum never falls as steps grow, so only the steps where it equals ``accepted`` are tried (found by
-    bisection): for rates printed to 3 decimals, at most about 2 / (largest rate) + 1 of them, however wide the span."""
+    ``_first``): for rates printed to 3 decimals, at most about 2 / (largest rate) + 1 of them, however wide the span."""
     lo, hi = span
     if not rates:
         return range(lo, hi + 1)
     r = np.asarray(rates, dtype=np.float64)
-    lo = _first(lo, hi + 1, lambda n: _rounded_sum(r, n) >= accepted)
-    hi = _first(lo, hi + 1, lambda n: _rounded_sum(r, n) > accepted) - 1
+    lo = _first_sum(r, accepted, lo, hi + 1)
+    hi = _first_sum(r, accepted + 1, lo, hi + 1) - 1
     out = []
     for start in range(lo, hi + 1, CHUNK):  # (steps, k) counts a chunk at a time
         steps = np.arange(start, min(start + CHUNK, hi + 1), dtype=np.int64)
@@ -105,9 +107,28 @@ def fitting(span: tuple[int, int], rates, accepted: int, decimals: int = 3):
     return out
 
 
-def _rounded_sum(r: np.ndarray, steps: int) -> int:
-    """sum(round(r_i x steps)): ``counts_for``'s counts (the same float product, rounded half to even), added up."""
-    return int(np.rint(r * steps).astype(np.int64).sum())
+def _rounded_sums(r: np.ndarray, steps: np.ndarray) -> np.ndarray:
+    """sum(round(r_i x n)) for each n in ``steps``: ``counts_for``'s counts (the same float product, rounded half to
+    even), added up."""
+    return np.rint(steps[:, None] * r[None, :]).astype(np.int64).sum(axis=1)  # (steps, k) -> (steps,)
+
+
+def _first_sum(r: np.ndarray, target: int, lo: int, hi: int) -> int:
+    """The least n in [lo, hi) whose rounded counts add up to at least ``target``, or hi. Each nonzero count is
+    within a half of r_i x n, so the sum is below ``target`` for n under (target - m / 2) / R and reaches it from
+    (target + m / 2) / R on (R = sum r_i, m nonzero rates; a step more either side for the float products): only
+    the stretch between, about 1 / (the mean nonzero rate) wide, is searched."""
+    total, half = float(r.sum()), np.count_nonzero(r) / 2
+    if total <= 0:
+        return lo if target <= 0 else hi
+    below = math.floor((target - half) / total * (1 - 1e-9)) - 1
+    reached = math.ceil((target + half) / total * (1 + 1e-9)) + 1
+    if reached <= lo:
+        return lo
+    if below >= hi:
+        return hi
+    grid = max(GRID, CELLS // len(r))  # at most about CELLS counts a call
+    return _first(max(lo, below), min(hi, reached), lambda n: _rounded_sums(r, n) >= target, grid)
 
 
 def _counts_fit(steps: np.ndarray, r: np.ndarray, decimals: int) -> np.ndarray:
@@ -120,15 +141,21 @@ def _counts_fit(steps: np.ndarray, r: np.ndarray, decimals: int) -> np.ndarray:
     return steps[ok & (whole <= before).all(axis=1)]
 
 
-def _first(lo: int, hi: int, holds) -> int:
-    """The least n in [lo, hi) where ``holds`` (true from some n on), or hi."""
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if holds(mid):
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
+def _first(lo: int, hi: int, holds, grid: int = GRID) -> int:
+    """The least n in [lo, hi) where ``holds`` (true from some n on; given an array of n, it answers for each), or
+    hi: ``grid`` points of the range tested at once, then the stretch between the last false and the first true."""
+    while hi - lo > grid:
+        points = lo + np.arange(grid, dtype=np.int64) * (hi - 1 - lo) // (grid - 1)  # ascending, lo to hi - 1
+        true = np.flatnonzero(holds(points))
+        if not len(true):
+            return hi
+        j = true[0]
+        if j == 0:
+            return lo
+        lo, hi = int(points[j - 1]) + 1, int(points[j])
+    points = np.arange(lo, hi, dtype=np.int64)
+    true = np.flatnonzero(holds(points))
+    return int(points[true[0]]) if len(true) else hi
 
 
 def nearest(candidates, x: float) -> int:
