@@ -5,6 +5,7 @@ statistics run on the recorded files, never on the build. llama.cpp's draft-simp
 (``specviz.rules``: the target samples its own token and keeps the draft while they agree; common/sampling.cpp
 common_sampler_sample_and_accept_n): lossless, so the kit's prediction is a pass."""
 import gzip
+import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -15,8 +16,10 @@ import pytest
 from specviz.conformance import Setting, read_samples
 from specviz.conformance.card import Card
 from specviz.conformance.kit import analyse
+from specviz.models import load_model
 
 FOLDER = Path(__file__).parent / "fixtures" / "llamacpp"
+PREDICTION = Path(__file__).resolve().parents[2] / "scripts" / "measure" / "llamacpp_acceptance_prediction.py"
 EXACT = ["prompt_id", "setting", "position", "kind", "given", "n_on", "n_off", "categories", "tested", "flagged",
          "method"]
 FIGURES = ["statistic", "pvalue", "p_holm", "tv", "detectable_tv"]
@@ -70,3 +73,20 @@ def test_llama_cpp_is_exact_here(card):
     assert {s["temperature"] for s in card["settings"]} >= {0.8}
     assert {d["kind"] for d in card["greedy"]} <= {"identical", "near-tie"}
     assert card["info"]["engine"] == "llama.cpp /completion" and card["info"]["draft"] == "lite-f32.gguf"
+
+
+def test_the_reported_draft_counts_are_the_drafts_argmax_kept_by_exact_match():
+    """The rule lab's model of llama.cpp (scripts/measure/llamacpp_acceptance_prediction.py: draft-simple drafts the
+    draft model's argmax, min(n_max, tokens left - 1) a round; the target keeps a draft while its own sample equals
+    it), replayed over each recorded request's tokens, gives the draft_n and draft_n_accepted the engine reported
+    for that request: 500 of 500 at each setting."""
+    spec = importlib.util.spec_from_file_location("llamacpp_acceptance_prediction", PREDICTION)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    draft, tokenizer = load_model("lite")
+    for setting, rows in script.engine_samples(FOLDER / "samples-on.jsonl.gz").items():
+        pair = script.Pair(None, draft, {})  # the replay asks the draft only
+        prompt = tuple(tokenizer("ROMEO:").input_ids)
+        replayed = [script.replay(pair, prompt, tokens, 4)[:2] for tokens, _, _ in rows]
+        assert len(rows) == 500 and replayed == [(d, a) for _, d, a in rows], setting
+        assert sum(a for _, a in replayed) in (131, 97)  # the card's 228 drafts kept, 131 at T = 0.8 and 97 at 1.0
