@@ -23,6 +23,12 @@ draft takes its argmax, the target samples from its processed law p, a draft x i
 sum of p(x_draft) over the drafted positions the target reached over the drafts (the expectation, without the
 draws' accept/reject noise). The verdict compares that with the engine's rate, each with its standard error over
 requests (drafts within one request are not independent, so the binomial intervals are a little narrow).
+
+Then the model is checked on the engine's own samples (--no-replay skips it): the schedule replayed over each
+speculation-on request's tokens, with the draft's argmax, must give the draft_n and draft_n_accepted the engine
+reported for that request; and at the drafted positions each run reached, the drafts kept are set against the sum
+of the modelled p(x_draft) there (a z-score), which separates a wrong model of the target's law from the luck of
+the engine's draws. The speculation-off samples, drawn independently from the same law, are replayed the same way.
 """
 import argparse
 import gzip
@@ -111,6 +117,66 @@ def one_request(pair: Pair, prompt: tuple, n_predict: int, k: int, gen: torch.Ge
     return drafted, accepted, expected
 
 
+def engine_samples(path: Path) -> dict:
+    """{setting label: [(tokens, draft_n, draft_accepted) per request]} from a samples file (gzipped or not)."""
+    out = {}
+    with (gzip.open(path, "rt") if path.suffix == ".gz" else open(path)) as f:
+        for line in f:
+            row = json.loads(line)
+            out.setdefault(row["setting"], []).append((tuple(row["tokens"]), row["draft_n"], row["draft_accepted"]))
+    return out
+
+
+def replay(pair: Pair, prompt: tuple, tokens: tuple, k: int) -> tuple[int, int, list]:
+    """llama.cpp's schedule run over tokens it emitted (or a plain run's): (drafted, accepted, [(context, draft,
+    kept)] per drafted position the target reached). The target's draws are the tokens themselves, so over the
+    speculation-on samples this gives the engine's own counts wherever the draft is modelled right."""
+    ctx, i, drafted, accepted, events = prompt + tokens[:1], 1, 0, 0, []
+    while i < len(tokens):
+        n_draft = min(k, len(tokens) - i - 1)
+        if n_draft <= 0:
+            ctx, i = ctx + (tokens[i],), i + 1
+            continue
+        xs, c = [], ctx
+        for _ in range(n_draft):
+            xs.append(pair.x(c))
+            c += (xs[-1],)
+        drafted += n_draft
+        for x in xs:
+            y = tokens[i]
+            events.append((ctx, x, y == x))
+            ctx, i = ctx + (y,), i + 1
+            if y != x:
+                break
+            accepted += 1
+        else:
+            ctx, i = ctx + (tokens[i],), i + 1  # all kept: the target's bonus token
+    return drafted, accepted, events
+
+
+def replay_report(pair: Pair, prompt: tuple, on: list, off: list, k: int) -> None:
+    """The model of llama.cpp checked on its own samples. Over the speculation-on samples: the draft counts replayed
+    against the reported ones, request by request. Over both runs' samples (the off run's tokens are the engine's
+    own law, drawn independently): at the drafted positions reached, the drafts kept against the sum of the modelled
+    p(x_draft) there, a martingale: z = (kept - sum p) / sqrt(sum p (1 - p)), by drafted position (every request
+    reaches two: the first draft, then the second draft or the one redrafted after a rejection)."""
+    for mode, rows in (("on", on), ("off", off)):
+        runs = [replay(pair, prompt, t, k) for t, _, _ in rows]
+        if mode == "on":
+            same = sum((r[0], r[1]) == (d, a) for r, (_, d, a) in zip(runs, rows))
+            print(f"  replay of the {len(rows)} speculation-on requests: {same} give the engine's own draft_n and "
+                  f"draft_n_accepted")
+        else:
+            print(f"  replay of the {len(rows)} speculation-off requests (no model of the target): "
+                  f"{fmt([r[:2] for r in runs])}")
+        for which, pick in (("1st reached", 0), ("2nd reached", 1), ("all", None)):
+            events = [e for r in runs for j, e in enumerate(r[2]) if pick is None or j == pick]
+            kept, ps = sum(e[2] for e in events), np.array([float(pair.p(c)[x]) for c, x, _ in events])
+            z = (kept - ps.sum()) / np.sqrt((ps * (1 - ps)).sum())
+            print(f"    {mode:3s} {which:11s}: {len(events):4d} drafts, kept {kept:3d}, modelled sum of p(x_draft) "
+                  f"{ps.sum():6.1f}, z = {z:+.2f}")
+
+
 def fmt(rows: list) -> str:
     x, n = int(sum(r[1] for r in rows)), int(sum(r[0] for r in rows))
     low, high = wilson(x, n)
@@ -138,6 +204,8 @@ def main(argv=None) -> None:
     ap.add_argument("--draws", type=int, default=2000, help="simulated requests per setting")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--no-replay", dest="replay", action="store_false",
+                    help="skip replaying the recorded samples through the model of llama.cpp's schedule")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
@@ -149,6 +217,8 @@ def main(argv=None) -> None:
     target, tok = load_model(args.target)
     draft, _ = load_model(args.draft)
     start, every = time.perf_counter(), {"engine": [], "drawn": [], "expected": []}
+    on_samples = engine_samples(args.samples)
+    off_samples = engine_samples(args.samples.with_name(args.samples.name.replace("-on.", "-off.")))
     for label, (settings, prompt, n_predict, engine) in engine_counts(args.samples).items():
         pair, gen = Pair(target, draft, settings), torch.Generator().manual_seed(args.seed)
         ids = tuple(tok(prompt).input_ids)
@@ -156,6 +226,8 @@ def main(argv=None) -> None:
         sides = {"engine": engine, "drawn": [r[:2] for r in runs], "expected": [(r[0], r[2]) for r in runs]}
         print(f"\n{label} (prompt {prompt!r}, {n_predict} tokens, {len(engine)} requests)")
         report(sides)
+        if args.replay:
+            replay_report(pair, ids, on_samples[label], off_samples[label], args.k)
         for key, rows in sides.items():
             every[key] += rows
     print("\nboth settings")
