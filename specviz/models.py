@@ -45,7 +45,19 @@ def list_models() -> list[str]:
     """Names of the bundled models (folders of assets/models holding a config.json)."""
     if not ASSETS.is_dir():
         return []
-    return sorted(p.name for p in ASSETS.iterdir() if (p / "config.json").is_file() and p.name not in NOT_MODELS)
+    return sorted(p.name for p in ASSETS.iterdir()
+                  if (p / "config.json").is_file() and p.name not in NOT_MODELS and not _trained_config(p))
+
+
+def list_trained() -> list[str]:
+    """Bundled drafts in a trainer's layout (a speculators config.json: ``drafts.trained``): they draft for the
+    bundled target and are never targets."""
+    return sorted(p.name for p in ASSETS.iterdir() if _trained_config(p)) if ASSETS.is_dir() else []
+
+
+def _trained_config(folder: Path) -> bool:
+    config = folder / "config.json"
+    return config.is_file() and "speculators_model_type" in json.loads(config.read_text())
 
 
 def list_ngrams() -> list[str]:
@@ -75,7 +87,7 @@ def list_drafters() -> list[str]:
     the target's own early exits at a quarter and half of its depth, and its feature draft where one is saved."""
     return ([m for m in list_models() if m != DEFAULT_TARGET] + list_hybrids() + list_ngrams() + [PROMPT_LOOKUP]
             + early_exit.exit_names(ASSETS / DEFAULT_TARGET, DEFAULT_TARGET)
-            + eagle.names(ASSETS / DEFAULT_TARGET, DEFAULT_TARGET))
+            + eagle.names(ASSETS / DEFAULT_TARGET, DEFAULT_TARGET) + list_trained())
 
 
 def preset_targets() -> list[str]:

@@ -97,7 +97,7 @@ class ModelStore:
         other = None  # the draft's own tokenizer, where it differs from the target's
         # a draft trained elsewhere has no tokenizer: it reads the target's tokens, checked against the run's target
         # (sizes, tapped layers, vocabulary maps) when the run attaches it, before the target's first pass
-        trained = draft in models.local_trained_drafts()
+        trained = draft in models.local_trained_drafts() or draft in models.list_trained()
         if self._load_tokenizer and draft in self.list_drafters() and not model_free(draft) and not trained:
             if (target, draft) not in self._pairs_ok:
                 draft_tok = self._load_tokenizer(draft)

@@ -112,12 +112,33 @@ def detect(folder) -> Layout | None:
 
 
 def describe(folder) -> str | None:
-    """A line for a local draft: its layout and sizes, as read (None where the folder is not a trained draft)."""
-    layout = detect(folder)
+    """A line for a local draft: its layout, tapped layers, draft vocabulary and sizes, as read (None where the
+    folder is not a trained draft). Kept per folder until its config.json or a weight file changes (listings read
+    it on every call)."""
+    folder = Path(folder).expanduser().resolve()
+    files = [folder / "config.json", *weight_files(folder)] if folder.is_dir() else []
+    stamp = tuple((f.name, f.stat().st_mtime_ns, f.stat().st_size) for f in files if f.is_file())
+    if _described.get(folder, (None,))[0] != stamp:
+        _described[folder] = (stamp, _line(detect(folder)))
+    return _described[folder][1]
+
+
+_described: dict[Path, tuple[tuple, str | None]] = {}  # folder -> (its files' (name, mtime, size), its line)
+
+
+def _line(layout: Layout | None) -> str | None:
     if layout is None:
         return None
-    n = sum(_numel(shape) for shape, _ in layout.tensors.values())
-    return f"{layout.title}: {len(layout.tensors)} tensors, {n:,} numbers"
+    c, t = layout.config, layout.tensors
+    parts = [layout.title]
+    taps = c.get("eagle_aux_hidden_state_layer_ids")
+    if layout.kind.startswith("eagle3") or layout.kind in ("peagle", "dflash", "dspark"):
+        parts.append(f"{len(taps)} tapped layers ({', '.join(map(str, taps))})" if taps
+                     else "tapped layers not given (the default 3)")
+    if "t2d" in t and "d2t" in t:
+        parts.append(f"draft vocabulary {t['d2t'][0][0]:,} of {t['t2d'][0][0]:,}")
+    n = sum(_numel(shape) for shape, _ in t.values())
+    return f"{', '.join(parts)}: {len(t)} tensors, {n:,} numbers"
 
 
 def _numel(shape) -> int:
