@@ -6,6 +6,8 @@
     python -m specviz.conformance --openai http://127.0.0.1:8001 http://127.0.0.1:8002 --model NAME --out card/
   Samples drawn before:
     python -m specviz.conformance --on card/samples-on.jsonl --off card/samples-off.jsonl
+Exit status: 0 pass, 1 flag, 2 input it cannot read (files of different settings, too few samples, a malformed
+line, an engine's refusal), the reason printed.
 """
 from __future__ import annotations
 
@@ -44,7 +46,16 @@ def prompts_of(texts):
 
 
 def main(argv=None) -> int:
+    """0 for a pass, 1 for a flag, 2 for input the kit cannot read (the reason printed, no traceback)."""
     a = parse(argv)
+    try:
+        return check(a)
+    except ValueError as e:  # the library's reason for refusing a file, a setting or an engine's answer
+        print(f"python -m specviz.conformance: error: {e}", file=sys.stderr)
+        return 2
+
+
+def check(a) -> int:
     if a.on:
         if not a.off:
             raise SystemExit("--on needs --off")

@@ -127,6 +127,15 @@ def test_bad_samples_are_refused_with_a_reason(tmp_path):
         read_card(on)
 
 
+def test_the_command_line_says_why_it_cannot_read_the_files(tmp_path, capsys):
+    on = write(tmp_path / "on.jsonl", lines("on", 40))
+    bad = write(tmp_path / "off.jsonl", lines("off", 40), extra="{oops\n")
+    assert main(["--on", str(on), "--off", str(bad)]) == 2  # neither a pass (0) nor a flag (1)
+    err = capsys.readouterr().err
+    assert err.startswith("python -m specviz.conformance: error: ") and "line 41 is not JSON" in err
+    assert "Traceback" not in err
+
+
 def test_scalar_residual_bug_by_hand():
     p, q = torch.tensor([[0.5, 0.3, 0.2]]), torch.tensor([[0.2, 0.2, 0.6]])
     # x = 0: max(0, p - q(0) = 0.2) = [0.3, 0.1, 0] -> [0.75, 0.25, 0]; x = 2: nothing above 0.6 -> p itself
