@@ -8,6 +8,8 @@ unambiguous:
 
 - colour and cursor escapes, and ``\\r\\n``: always (no engine prints a figure inside one);
 - a prefix: only when every non-blank line carries one of the same kind (then it is the wrapper, not the output);
+- a terminal's hard wrap: a statistics line cut into rows of one fixed width (at least two rows that wide) is joined
+  back, from the row holding the line's marker on;
 - a code fence: only the fenced lines are kept, and only when the text as pasted is not whole JSON but a fence holds
   JSON (a log keeps its prose around: the line readers pass over it).
 
@@ -27,6 +29,10 @@ PREFIXES = (
      re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?[ \t]")),
 )
 FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})")
+# the statistics lines an engine prints on one line each, which a terminal's hard wrap splits into rows
+LINE_MARKERS = ("SpecDecoding metrics:", "Speculative metrics:", "Avg prompt throughput:", "draft acceptance",
+                "statistics ", "Decode batch", "accepted /")
+MIN_WIDTH = 60  # a terminal narrower than this is not taken for one: fixed-width summaries print 51-column lines
 
 
 def clean(text: str) -> tuple[str, str]:
@@ -43,6 +49,9 @@ def clean(text: str) -> tuple[str, str]:
         if not what:
             break
         removed.append(what)
+    stripped, rows = _hard_wraps_joined(stripped)
+    if rows:
+        removed.append(f"the line breaks a {rows}-column terminal put inside long lines")
     fenced = _fenced_json(stripped)
     if fenced is not None:
         stripped = fenced
@@ -62,6 +71,34 @@ def _common_prefix(text: str) -> tuple[str, str]:
             if any(line.strip() for line in out):
                 return "\n".join(out), what
     return text, ""
+
+
+def _hard_wraps_joined(text: str) -> tuple[str, int]:
+    """The text with an engine line that a terminal hard-wrapped at a fixed width joined back, and that width (0:
+    none). The width is one that at least two rows have exactly; only a row holding a statistics line's marker (or
+    continuing one) at that width is joined to the row after it."""
+    lines = text.split("\n")
+    widths = [len(line) for line in lines if len(line) >= MIN_WIDTH]
+    width = max(set(widths), key=widths.count) if widths else 0
+    if not width or widths.count(width) < 2 or not any(len(a) == width and 0 < len(b) < width
+                                                       for a, b in zip(lines, lines[1:])):
+        return text, 0  # rows of one width and nothing shorter after them: a table or a fixed layout, not a wrap
+    out, joining = [], False
+    for line in lines:
+        if joining and line and not FENCE.match(line) and not _starts_a_record(line, out[-1]):
+            out[-1] += line
+        else:
+            out.append(line)
+        joining = (len(out[-1]) % width == 0 and not out[-1].rstrip().endswith(("|", "│"))
+                   and any(m in out[-1] for m in LINE_MARKERS)) if line else False
+    joined = "\n".join(out)
+    return (joined, width) if joined != text else (text, 0)
+
+
+def _starts_a_record(row: str, before: str) -> bool:
+    """Whether a row begins as the row before it does (the same logger's next record, not a continuation)."""
+    head = re.match(r"[(\[]?[A-Za-z_]+[ =:\]]|\d+\.\d\d\.\d{3}\.\d{3} |\[\d{4}-|INFO|WARNING|ERROR|DEBUG", before)
+    return bool(head) and row.startswith(head.group(0))
 
 
 def _fenced_json(text: str) -> str | None:

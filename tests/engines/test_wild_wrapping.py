@@ -84,3 +84,39 @@ def test_outputs_read_as_means_read_the_same_when_wrapped(name):
     assert (wrapped.mean_length, wrapped.load, len(wrapped.series)) == (plain.mean_length, plain.load,
                                                                          len(plain.series))
     assert any("docker compose" in n for n in wrapped.notes)
+
+
+def hard_wrapped(width):
+    """Every line cut into rows of ``width`` characters, as a terminal copy of a long log line gives them."""
+    def wrap(text):
+        rows = []
+        for line in text.splitlines():
+            rows += [line[i:i + width] for i in range(0, max(len(line), 1), width)] or [""]
+        return "\n".join(rows) + "\n"
+    return wrap
+
+
+@pytest.mark.parametrize("width", [80, 160])
+def test_lines_a_terminal_hard_wrapped_are_joined_back(width):
+    """A statistics line cut into rows of one width reads as the line; none reads wrong (a line cut once, with no
+    second row of that width to show the terminal's width, may be refused)."""
+    right, wrong = 0, {}
+    for entry in RIGHT:
+        text = (WILD / entry["file"]).read_text()
+        if max(map(len, text.splitlines())) <= width:
+            continue
+        try:
+            found = wrong_figures(entry, read_engine_run(hard_wrapped(width)(text)))
+        except ValueError:
+            continue
+        right += not found
+        if found:
+            wrong[entry["file"]] = found[0]
+    assert not wrong, wrong
+    assert right >= 15
+
+
+def test_a_table_of_one_width_is_not_joined():
+    table = "\n".join(["+" + "-" * 70 + "+", "| SpecDecoding metrics: Accepted: 1 tokens" + " " * 29 + "|",
+                       "+" + "-" * 70 + "+"]) + "\n"
+    assert clean(table) == (table, "")
