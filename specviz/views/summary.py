@@ -154,13 +154,13 @@ def k_note(draft: str | None, temperature) -> str:
     if draft in HYBRIDS:
         model, table, options = HYBRIDS[draft]
         if not greedy and options.get("greedy_only", True):
-            return f"up to k drafts a round, all from {model} (a sampled run skips the n-gram): each k is another run"
+            return f"sampled: up to k drafts, all from {model} (no n-gram)"
         cap = options.get("model_steps")
         if cap is not None:
-            return f"up to k drafts a round: at most {cap} from {model}, any more only where {table} is sure (greedy runs)"
-        return f"up to k drafts a round: {table} where it is sure, else {model} (greedy runs)"
+            return f"greedy: at most {cap} from {model}, more only where {table} is sure"
+        return f"greedy: up to k drafts, from {table} where it is sure, else {model}"
     if draft == PROMPT_LOOKUP:
-        return "up to k drafts a round where the run's last tokens occurred before (what followed them), none elsewhere"
+        return "up to k drafts: what followed the run's last tokens where they occurred before"
     return f"up to k drafts a round, all from {draft}" if draft else "up to k drafts a round"
 
 

@@ -5,6 +5,8 @@ timeline after one; nothing wider than the window. A token's details show at onc
 import pytest
 
 from specviz.app import build_demo
+from specviz.config import DEFAULTS
+from specviz.views.summary import k_note
 from tests.helpers.app import chromium_page, needs_chromium, serve, sync_api, tiny_store
 
 pytestmark = [needs_chromium, pytest.mark.slow]
@@ -49,6 +51,7 @@ def test_the_first_screen_holds_the_form_run_and_then_the_timeline(app_url, widt
             on_first_screen(page, selector)
         no_horizontal_scroll(page)
         assert not page.locator("#more-settings #shape").is_visible()  # the rest is folded
+        assert k_note(page.locator("#draft input").input_value(), DEFAULTS.temperature) in page.locator("#k").inner_text()
         page.locator("#run").click()
         sync_api.expect(page.locator("#summary")).to_contain_text("predicted", timeout=60_000)
         sync_api.expect(page.locator("#run")).to_have_text("Run", timeout=120_000)  # baseline and spread done

@@ -32,7 +32,7 @@ def test_the_k_line_names_the_case_draft_limit_finds_on_the_drafter(name, temper
     k = 16  # the slider's top: above any model-step cap
     _, why = draft_limit(hybrid, k, temperature)
     line = k_note(name, temperature)
-    assert hybrid.uses_table(temperature) != ("skips the n-gram" in line), line
+    assert hybrid.uses_table(temperature) != ("(no n-gram)" in line), line
     cap = hybrid.model_steps if hybrid.uses_table(temperature) else None
     assert (f"at most {cap} of them" in why) == (f"at most {cap} from" in line), (why, line)
     assert ("only where" in why) == ("only where" in line), (why, line)
@@ -40,7 +40,7 @@ def test_the_k_line_names_the_case_draft_limit_finds_on_the_drafter(name, temper
 
 def test_the_k_line_for_other_drafts_says_where_their_drafts_come_from():
     assert k_note("lite", 0.8) == "up to k drafts a round, all from lite"
-    assert "none elsewhere" in k_note(PROMPT_LOOKUP, 0.0)
+    assert "what followed the run's last tokens" in k_note(PROMPT_LOOKUP, 0.0)
     assert k_note(None, 0.8) == "up to k drafts a round"
 
 
