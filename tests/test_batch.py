@@ -226,6 +226,25 @@ def test_padded_vocabularies_work_over_the_shared_range(draft_vocab):
     assert [t.new_tokens for t in traces] == [reference_greedy(target, ids, 20) for ids in PROMPTS]
 
 
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_a_pruned_exit_drafts_in_a_batch_of_identical_prompts(temperature):
+    """A pruned head scores -inf outside its tokens by design: a batch with it runs (12 identical prompts), each row
+    drawing what its single run with seed + row draws, greedy the target's own text, proposals from the pruned
+    tokens only."""
+    from specviz.drafts.early_exit import early_exit
+
+    target, keep = SHARP_LLAMA, [3, 5, 9, 11, 20, 30, 34, 62]
+    draft, prompt = early_exit(target, 1, vocab=keep), PROMPTS[1]
+    cfg = DecodeConfig(k=3, temperature=temperature, max_new_tokens=12)
+    traces = speculative_generate_batch(target, draft, [prompt] * 12, cfg)
+    for row in (0, 8, 11):
+        single = speculative_generate(target, draft, prompt, DecodeConfig(**{**cfg.to_dict(), "seed": row}))
+        assert strip(traces[row]) == strip(single)
+    assert {t for trace in traces for r in trace.rounds for t in r.drafted} <= set(keep)
+    if temperature == 0:
+        assert {tuple(t.new_tokens) for t in traces} == {tuple(reference_greedy(target, prompt, 12))}
+
+
 @pytest.mark.slow
 def test_time_axis_may_outgrow_the_window_positions_do_not():
     target = tiny_gpt2(seed=4, sharpen=30, window=48)  # 12 + 30 positions fit; the holes make the axis longer

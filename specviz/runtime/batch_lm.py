@@ -59,7 +59,8 @@ class BatchLM:
             out = self.model(input_ids=x.to(self.device), attention_mask=self.mask, position_ids=pos.to(self.device),
                              use_cache=True, **{self._cache_kw: self.cache})
         self.cache = getattr(out, "cache", None) or out.past_key_values
-        if not torch.isfinite(out.logits[new.bool().to(self.device)]).all():
+        fed = out.logits[new.bool().to(self.device)]
+        if fed.isnan().any() or fed.isposinf().any():  # -inf is a token the model rules out (a pruned head's), no fault
             raise ValueError(f"{type(self.model).__name__} returned non-finite logits for a padded batch (an eager "
                              "attention that fully masked padding rows, as Gemma 2's and BLOOM's do): decode its "
                              "prompts one at a time")
