@@ -55,7 +55,7 @@ def cases(args, hostile) -> dict:
         "k": (f"vLLM V0 line, k = {args.k:,}", engine(hostile.v0_line(args.k))),
         "histogram": (f"JSON histogram key {args.histogram_key:,}", engine(hostile.sparse_histogram(args.histogram_key))),
         "eval": (f"a llama.cpp line of 'eval time = / 12 /' runs, {args.eval_kib:,} KiB", engine(eval_line)),
-        "paste": (f"the costliest paste (widest step recovery), {args.paste_kib:,} KiB",
+        "paste": (f"the costliest paste (short vLLM lines, step recovery searching most), {args.paste_kib:,} KiB",
                   engine(hostile.costliest_paste(args.paste_kib * 1024))),
         "v": ("a 4 MiB v box", engine(v=hostile.big_v_box())),
         "draws": (f"rule lab, {args.draws:,} draws", draws),

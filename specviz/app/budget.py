@@ -45,8 +45,11 @@ class Budget:
 
     def check(self) -> None:
         """ValueError once the request has run past its budget (with some grace), or its visitor has left: the
-        work stops here."""
+        work stops here. A check also lets another thread run: a job in pure Python (an engine paste's reading,
+        checked every line) otherwise holds the interpreter while another visitor's run, back from each of its
+        short torch calls, waits up to the switch interval for it, each call."""
         check_left()
+        time.sleep(0)  # the interpreter offered to a waiting thread now, not after its 5 ms switch interval (below)
         if self.elapsed > self.seconds * GRACE:
             raise ValueError(f"stopped after {self.elapsed:.0f} s: over this server's {self.seconds:.0f} s per "
                              f"request ({ENV}); ask for less")

@@ -1,7 +1,7 @@
 """A queue no visitor can fill: limits per client (``identity.client_key``: its address, so every session hash it
 opens counts together) on gradio's queue, checked as each event joins it, and on the bytes a client uploads per
-minute. Model jobs (``widgets.MODEL_QUEUE`` and
-``LAB_QUEUE``) are counted apart from light events (page loads, sliders, imports): a client may have at most
+minute. Model jobs (``widgets.MODEL_QUEUE``, ``LAB_QUEUE`` and
+``ENGINE_QUEUE``) are counted apart from light events (page loads, sliders, imports): a client may have at most
 ``SPECVIZ_CLIENT_JOBS`` model jobs queued or running and ``SPECVIZ_CLIENT_EVENTS`` events waiting, and light
 events are never turned away because model jobs fill the queue."""
 from __future__ import annotations
@@ -16,7 +16,7 @@ from . import gradio_internals as internals
 from . import session_state, values
 from .identity import client_key
 
-HEAVY = ("model", "lab")  # the concurrency ids of model jobs (widgets.MODEL_QUEUE, LAB_QUEUE)
+HEAVY = ("model", "lab", "engine")  # model jobs' concurrency ids (widgets.*_QUEUE)
 QUEUES: weakref.WeakSet = weakref.WeakSet()  # every guarded queue: sessions.py finds a job's event in them
 
 

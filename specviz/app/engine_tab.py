@@ -19,7 +19,7 @@ from . import engine_exact
 from . import engine_inputs as inputs
 from .budget import Budget
 from .store import ModelStore
-from .widgets import LAB_QUEUE, bind, chart, draft_picker, target_picker
+from .widgets import ENGINE_QUEUE, bind, chart, draft_picker, target_picker
 
 NOTHING, TRACE, PAIR = "nothing", "an imported specviz trace", "the chosen pair at this k and temperature"
 BESIDE = (NOTHING, TRACE, PAIR)
@@ -267,5 +267,6 @@ def build(store: ModelStore) -> None:
                       elem_id="engine-load-plot")
     read_btn.click(h.read_engine, [text, files, grouping, temperatures, *cost, *beside, engine_k, drafter],
                    [status, runs_md, findings, advice_md, advice_table, cost_md, positions, histogram, advice_plot,
-                    series, verify_plot, beside_md, compared, load_md, load_plot], api_visibility="undocumented", **LAB_QUEUE)
+                    series, verify_plot, beside_md, compared, load_md, load_plot], api_visibility="undocumented",
+                   **ENGINE_QUEUE)
     engine_exact.build()

@@ -21,6 +21,9 @@ MODEL_QUEUE = dict(concurrency_id="model", concurrency_limit=1)  # one model run
 # visitor's short explorer run or /generate call never waits behind another visitor's minutes-long lab (while both
 # run, each one's timings include the other's load: the labs say so)
 LAB_QUEUE = dict(concurrency_id="lab", concurrency_limit=1)
+# Your engine's reads (a paste parsed in Python, at most 4 MiB; the pair beside it or the measured v when asked,
+# under the same budget) take turns in a slot of their own, so another visitor's lab never waits behind a paste
+ENGINE_QUEUE = dict(concurrency_id="engine", concurrency_limit=1)
 SKIP = gr.skip()
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The hostile inputs a public server was tried with, as data, and how to send each to a served demo over HTTP as a
 visitor would: an engine line with a huge k, a histogram with one far key, the costliest 4 MiB paste the "Your
-engine" tab reads (every line at the widest step recovery), a 4 MiB v box, the rule lab's 10^8 draws, bodies far over
+engine" tab reads (short lines whose step recovery searches most), a 4 MiB v box, the rule lab's 10^8 draws, bodies far over
 the bound sent without a length (chunked), and upload floods. Each send returns what came back (``Outcome``).
 
 Shared by tests/app/test_space_memory.py, tests/app/test_space_fairness.py and scripts/measure/hostile_inputs.py."""
@@ -20,6 +20,10 @@ MiB = 2**20
 # a vLLM V1 line whose printed mean leaves step recovery its widest search (64 positions, 100,000 drafted)
 WIDEST_RECOVERY = ("INFO 12-02 10:00:00 [metrics.py:96] SpecDecoding metrics: Mean acceptance length: 1.00, Accepted: "
                    "5 tokens, Drafted: 100000 tokens, Per-position acceptance rate: " + ", ".join(["0.001"] * 64))
+# the costliest line of vLLM V1 per byte to read (a search over accepted counts, means and rates): short, and its
+# rounded counts leave step recovery a stretch of about 200 step counts to search, twice
+COSTLIEST = ("INFO 12-02 10:00:00 [metrics.py:96] SpecDecoding metrics: Mean acceptance length: 1.04, Accepted: "
+             "1251 tokens, Drafted: 250000 tokens, Per-position acceptance rate: " + ", ".join(["0.005"] * 8))
 HEALTHY = ("INFO 12-02 10:00:00 [metrics.py:96] SpecDecoding metrics: Mean acceptance length: 2.40, Accepted: 280 "
            "tokens, Drafted: 600 tokens, Per-position acceptance rate: 0.700, 0.470, 0.230")
 
@@ -37,10 +41,11 @@ def sparse_histogram(key: int) -> str:
             f'"acceptance_histogram": {{"0": 1, "{key}": 0}}}}}}}}')
 
 
-def costliest_paste(size: int = MAX_TRACE_BYTES - 4096) -> str:
-    """As many WIDEST_RECOVERY lines as fit in ``size`` characters (the tab's limit, its JSON encoding under the body
-    bound): the 4 MiB paste whose reading costs the most CPU of the readers' worst cases (7,313 lines)."""
-    return "\n".join([WIDEST_RECOVERY] * (size // (len(WIDEST_RECOVERY) + 1)))
+def costliest_paste(size: int = MAX_TRACE_BYTES - 4096, line: str = COSTLIEST) -> str:
+    """As many ``line``s as fit in ``size`` characters (the tab's limit, its JSON encoding under the body bound): the
+    4 MiB paste whose reading costs the most CPU of the lines tried (19,046 lines; WIDEST_RECOVERY's 7,313 lines
+    cost 0.4x as much since step recovery narrows its search to where the rounded counts can add up)."""
+    return "\n".join([line] * (size // (len(line) + 1)))
 
 
 def big_v_box(size: int = MAX_TRACE_BYTES) -> str:
