@@ -1,10 +1,12 @@
-"""For the losslessness tests: a chi-square goodness-of-fit test, the exact law of the first two tokens, and the
-first two tokens of many seeded runs drawn as one batched run."""
+"""For the losslessness tests: a chi-square goodness-of-fit test, the exact law of the first two tokens, the first
+two tokens of many seeded runs drawn as one batched run, and of seeded tree runs each stopped at its second token."""
+from dataclasses import replace
+
 import numpy as np
 import torch
 from scipy.stats import chisquare
 
-from specviz import DecodeConfig, speculative_generate, speculative_generate_batch
+from specviz import DecodeConfig, Decoding, speculative_generate, speculative_generate_batch
 from specviz.sampling import logits_to_probs
 
 PINNED = 12  # seeded rows of a batched law run checked against their own single-prompt run
@@ -51,6 +53,26 @@ def seeded_runs(target, drafter, prompts, cfg, runs):
         single = speculative_generate(target, drafter, rows[seed], DecodeConfig(**{**cfg.to_dict(), "seed": seed}))
         assert decided(traces[seed]) == decided(single), f"row {seed} drew otherwise than its single run"
     return traces
+
+
+def first_rounds_of_seeds(target, drafter, prompt, cfg, runs):
+    """(counts (V, V) of the first two tokens, each run's first round) over seeds 0..runs-1, each run iterated only
+    until its second token is out: a later round cannot change the first two tokens, so the counts are the full
+    runs' (each seed draws what it draws in a full run: the first rows are checked against theirs)."""
+    counts, firsts = torch.zeros(target.config.vocab_size, target.config.vocab_size), []
+    for seed in range(runs):
+        run = Decoding(target, drafter, prompt, replace(cfg, seed=seed))
+        for _ in run:
+            if len(run.trace.new_tokens) >= 2:
+                break
+        trace = run.trace
+        if seed < PINNED:
+            full = Decoding(target, drafter, prompt, replace(cfg, seed=seed)).run()
+            same = decided(trace) == decided(full)[:len(trace.rounds)] and trace.new_tokens[:2] == full.new_tokens[:2]
+            assert same, f"seed {seed} drew otherwise than its full run"
+        counts[trace.new_tokens[0], trace.new_tokens[1]] += 1
+        firsts.append(trace.rounds[0])
+    return counts, firsts
 
 
 def first_two_counts(traces, vocab_size: int) -> torch.Tensor:

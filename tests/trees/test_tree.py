@@ -12,7 +12,7 @@ from specviz.runtime.lm import CachedLM
 from specviz.sampling import verify_candidates
 from specviz.trees.tree import ROOT, choose_children
 from tests.helpers.models import perturbed, reference_greedy, tiny_gpt2, tiny_llama
-from tests.helpers.stats import chi2_pvalue, exact_first_two
+from tests.helpers.stats import chi2_pvalue, exact_first_two, first_rounds_of_seeds
 
 SHARP = {"llama": tiny_llama(seed=3, sharpen=30), "gpt2": tiny_gpt2(seed=4, sharpen=30)}
 SHAPES = [TreeConfig(shape=(3, 2, 2, 1)), TreeConfig(shape=(2, 2, 2)), TreeConfig(shape=(4,)),
@@ -124,15 +124,10 @@ N_RUNS = 1500
 
 
 def _first_two_counts(cfg: DecodeConfig, prompt, drafter=LOSSLESS_DRAFT) -> tuple[torch.Tensor, int]:
-    counts, second_tries = torch.zeros(V, V), 0
-    for seed in range(N_RUNS):
-        run = Decoding(LOSSLESS_TARGET, drafter, prompt, DecodeConfig(**{**cfg.to_dict(), "seed": seed}))
-        trace = run.run()
-        t1, t2 = trace.new_tokens[:2]
-        counts[t1, t2] += 1
-        tried = [n for n in trace.rounds[0].tree.nodes if n.depth == 0 and n.status != "unvisited"]
-        second_tries += len(tried) >= 2
-    return counts, second_tries
+    """Counts of the first two tokens over N_RUNS seeds, and in how many runs a second child was tried."""
+    counts, firsts = first_rounds_of_seeds(LOSSLESS_TARGET, drafter, prompt, cfg, N_RUNS)
+    tried = [[n for n in r.tree.nodes if n.depth == 0 and n.status != "unvisited"] for r in firsts]
+    return counts, sum(len(t) >= 2 for t in tried)
 
 
 @pytest.mark.parametrize("rule,extra", [("iid", {}), ("distinct", {}), ("top", {}),
