@@ -24,3 +24,7 @@ _.no_perf  # unused attribute (specviz/runtime/llamacpp.py:100)
 _.do_GET  # unused method (specviz/serve.py:262)
 _.do_POST  # unused method (specviz/serve.py:267)
 _.log_message  # unused method (specviz/serve.py:288)
+disagreement_chart  # unused variable (specviz/app/compare_tab.py:44): a handler output's field, set by keyword
+correct  # unused variable (specviz/app/lossless_tab.py:47): a handler output's field, set by keyword
+wrong_scalar  # unused variable (specviz/app/lossless_tab.py:48): a handler output's field, set by keyword
+wrong_raw  # unused variable (specviz/app/lossless_tab.py:49): a handler output's field, set by keyword
