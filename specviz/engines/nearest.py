@@ -58,6 +58,10 @@ NEAR = (
     Near((" | ", "spec_decode_"), "a Prometheus UI table of vLLM's spec_decode counters",
          "the rows are 'series | value' as the Prometheus web UI shows them, not the /metrics text format",
          "the text of the server's /metrics endpoint (curl http://HOST:PORT/metrics), every spec_decode_ counter"),
+    Near(("adaptive", "n_accepted="), "llama.cpp's adaptive draft-depth lines (spec accept: adaptive ...)",
+         "each is printed only when the draft depth changes, so the rounds that kept it are missing: their n_draft "
+         "and n_accepted do not sum to the run's counts",
+         "the server log's per-task 'draft acceptance = ...' line, or its /metrics (llamacpp:spec_decode_*)"),
     Near(("#gen drafts",), "llama.cpp 'statistics' lines",
          "they are counters over the server's whole life, per drafter, not one run's",
          "the server log's per-task 'draft acceptance = ...' lines"),
