@@ -1,5 +1,6 @@
 """Several rows of one Llama-family model on the lean forward's C layers (``native.layers_rows``): what batched
-decoding runs on where the lean forward does for single runs, behind ``BatchLM``'s interface.
+decoding runs on where the lean forward does for single runs, behind ``BatchLM``'s interface (``BatchLM(model, rows)``
+gives one where ``runs_lean(model)``).
 
 The cache is one pre-allocated block per layer, (2 nkv, B x capacity, hd): row b owns slots [b cap, (b + 1) cap),
 its i-th cached token at slot b cap + i with position i. A forward hands every row's new tokens to ONE C call (no
@@ -18,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from . import lean_llama, native
-from .batch_lm import BatchLM
+from .batch_rows import Rows
 from .lean_common import rope_for
 from .lm import default_path
 from .pruned_head import scatter
@@ -41,7 +42,7 @@ def head_dim(cfg) -> int:
     return getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
 
 
-class LeanBatchLM(BatchLM):
+class LeanBatchLM(Rows):
     """``BatchLM`` on the lean forward's C layers: the same rows, ``ids``, ``last``, ``feed``, ``extend``, ``sync``,
     ``keep_rows``, ``drop_last`` and ``compact``; ``mask`` and ``cols`` as ``BatchLM`` reads them (row b's tokens
     at columns 0..len(ids[b]) - 1: no holes, no padding)."""
@@ -53,9 +54,7 @@ class LeanBatchLM(BatchLM):
         self.w, self.rotary = lean_llama.lean_weights(model), model.model.rotary_emb
         cfg = model.config
         self.nkv, self.hd = cfg.num_key_value_heads, head_dim(cfg)
-        self.ids: list[list[int]] = [[] for _ in range(rows)]
-        self.last: list[torch.Tensor | None] = [None] * rows
-        self._synced = [0] * rows
+        self.start_rows(rows)
         self._fed = [0] * rows  # tokens each row took in the last feed (what drop_last may undo)
         self.capacity, self.kv, self._stack = 0, None, None
         self._reserve(FIRST_CAPACITY)

@@ -6,36 +6,35 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
+from .batch_lean import LeanBatchLM, runs_lean
+from .batch_rows import Rows
 from .lm import cache_kwarg, model_device
 
 PAD = 0  # the id fed at padded columns (always masked out, so any id the model can embed)
 
 
-class BatchLM:
+class BatchLM(Rows):
     """A causal LM over B rows on one padded time axis. ``ids[b]`` are row b's cached tokens, kept at
     columns ``cols[b]``; ``mask`` (B, T) is 1 exactly at those columns; ``last[b]`` the logits after
     ids[b][-1] (None once a rollback masked columns of row b).
 
-    ``BatchLM(model, rows)`` is a ``batch_lean.LeanBatchLM`` (the same interface on the lean forward's C layers, as
-    single runs use) where ``batch_lean.runs_lean(model)``; ``forward_name`` says which ran, as a trace records it."""
+    ``BatchLM(model, rows)`` gives a ``batch_lean.LeanBatchLM`` instead (the same ``Rows`` on the lean forward's C
+    layers, as single runs use) where ``batch_lean.runs_lean(model)``; ``forward_name`` says which, as a trace records
+    it. ``extend`` and ``sync`` are ``Rows``' (``batch_rows``)."""
 
     forward_name = "dynamic"  # transformers' forward over a DynamicCache
 
     def __new__(cls, model, rows: int):
-        if cls is BatchLM:
-            from .batch_lean import LeanBatchLM, runs_lean  # (batch_lean builds on this module)
-            if runs_lean(model):
-                cls = LeanBatchLM
+        if cls is BatchLM and runs_lean(model):
+            return LeanBatchLM(model, rows)  # not a BatchLM: returned as built, its own __init__ run
         return super().__new__(cls)
 
     def __init__(self, model, rows: int):
         self.model, self.device = model, model_device(model)
         self.cache = DynamicCache(config=model.config)
         self.mask = torch.zeros(rows, 0, dtype=torch.long, device=self.device)
-        self.ids: list[list[int]] = [[] for _ in range(rows)]
+        self.start_rows(rows)
         self.cols: list[list[int]] = [[] for _ in range(rows)]
-        self.last: list[torch.Tensor | None] = [None] * rows
-        self._synced = [0] * rows  # ids[b][:_synced[b]] are known to match row b's committed sequence
         self._cache_kw = cache_kwarg(model)
 
     def feed(self, chunks: list[list[int]]) -> torch.Tensor | None:
@@ -68,40 +67,6 @@ class BatchLM:
             if chunk:
                 self.last[b] = out.logits[b, -1]
         return out.logits
-
-    def extend(self, rows: list[tuple[list[int], list[int]] | None]) -> list[torch.Tensor | None]:
-        """Per row, (committed, new) or None to leave the row out: the logits after committed[-1] and after
-        each of new, (1 + len(new), V). Every row's missing tokens go through ONE batched forward."""
-        pending = [None if r is None else self.sync(b, r[0]) for b, r in enumerate(rows)]
-        kept = list(self.last)  # the logits after each row's cached tokens, before this forward
-        chunks = [[] if r is None else p + r[1] for p, r in zip(pending, rows)]
-        logits = self.feed(chunks)
-        out = []
-        for b, (p, chunk) in enumerate(zip(pending, chunks)):
-            fed = logits[b, logits.shape[1] - len(chunk):] if chunk else None
-            if p is None:
-                out.append(None)
-            elif p:
-                out.append(fed[len(p) - 1:])
-            else:
-                out.append(kept[b][None] if fed is None else torch.cat([kept[b][None], fed]))
-        return out
-
-    def sync(self, b: int, committed: list[int]) -> list[int]:
-        """Mask out row b's cached tokens past its longest prefix shared with ``committed``; return the
-        pending tokens: empty only when row b holds exactly committed and its last logits are kept,
-        otherwise at least committed[-1], whose logits the next step needs (as ``CachedLM.sync``)."""
-        ids = self.ids[b]
-        limit = min(len(ids), len(committed))
-        keep = min(self._synced[b], limit)  # committed only grows, so the old agreement stands
-        while keep < limit and ids[keep] == committed[keep]:
-            keep += 1
-        if keep == len(committed) and (keep < len(ids) or self.last[b] is None):
-            keep -= 1  # the logits after committed[-1] are not kept: feed it again
-        if keep < len(ids):
-            self._forget(b, keep)
-        self._synced[b] = keep
-        return committed[keep:]
 
     def _forget(self, b: int, keep: int) -> None:
         """Row b keeps its first ``keep`` tokens; the others' columns become holes: kept, masked out forever."""
