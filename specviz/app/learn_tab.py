@@ -5,6 +5,7 @@ from __future__ import annotations
 import gradio as gr
 
 from ..labs import lessons
+from .budget import Budget
 from .store import ModelStore
 from .widgets import MODEL_QUEUE, bind
 
@@ -33,7 +34,8 @@ def reveal(store: ModelStore, lesson_title, index, picked):
 
     yield ("*Running it on the models: several interleaved sets, timed to show this machine's clock beside the answer "
            "(which reads the tokens, not the clock)…*" if step.action["kind"] == "race" else "*Running it on the models…*")
-    yield lessons.reveal(step, lessons.run_action(step, pair), picked)
+    budget = Budget()  # checked before each of the step's runs: stopped past the budget or once its visitor has left
+    yield lessons.reveal(step, lessons.run_action(step, pair, budget.check), picked)
 
 
 def reveal_ready(lesson_title, index, picked) -> str:

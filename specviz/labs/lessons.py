@@ -108,16 +108,19 @@ def outcomes(step: Step) -> tuple[str, ...]:
     return ("up", "down", SAME) + ((NOISE,) if rule["rule"] == "interval" else ())
 
 
-def run_action(step: Step, pair) -> dict:
-    """The step's runs and their numbers. ``pair(target_name, draft_name)`` -> (target, tokenizer, draft)."""
+def run_action(step: Step, pair, check=lambda: None) -> dict:
+    """The step's runs and their numbers. ``pair(target_name, draft_name)`` -> (target, tokenizer, draft);
+    ``check()`` is called before each run (a request's budget: it raises to stop the work)."""
     a, settings = step.action, dict(step.action.get("settings", {}))
     if a["kind"] == "load":
-        return _load(pair, settings, [int(b) for b in a["values"]])
+        return _load(pair, settings, [int(b) for b in a["values"]], check)
     if a["kind"] == "race":
-        return _race(pair, [{**settings, a["param"]: value} for value in a["values"]], int(a.get("pairs", PAIRS)))
+        return _race(pair, [{**settings, a["param"]: value} for value in a["values"]], int(a.get("pairs", PAIRS)),
+                     check)
     if a["kind"] == "vary":
         numbers = {}
         for i, value in enumerate(a["values"]):
+            check()
             numbers |= {f"{k}_{i}": v for k, v in _one(pair, {**settings, a["param"]: value}, a).items()}
         return numbers
     return _one(pair, settings, a)
@@ -178,7 +181,7 @@ def weights_share(target, draft) -> float | None:
     return mine / theirs if mine and theirs else None
 
 
-def _race(pair, runs: list[dict], pairs: int) -> dict:
+def _race(pair, runs: list[dict], pairs: int, check=lambda: None) -> dict:
     """Speeds measured the way a busy machine allows: ``pairs`` sets, each every run's settings and the baseline (of
     the first run's target and prompt) in a rotating order, after a short untimed warm-up. Per value the metrics of
     its first run (_0, _1, ...) and its median speedup over the baseline of its own set; ``ratio``: the median of the
@@ -196,6 +199,7 @@ def _race(pair, runs: list[dict], pairs: int) -> dict:
     for rep in range(pairs):
         order = list(range(len(jobs)))[rep % len(jobs):] + list(range(len(jobs)))[:rep % len(jobs)]
         for j in order:
+            check()
             trace = jobs[j]()
             speeds[j].append(trace.summary().tokens_per_s)
             if rep == 0 and j < len(setups):
@@ -210,7 +214,7 @@ def _race(pair, runs: list[dict], pairs: int) -> dict:
                           ratio_max=ratios[-1], pairs=pairs, clock=claims.interval(inner[0], inner[-1]), c_weights=share)
 
 
-def _load(pair, settings: dict, batches: list[int]) -> dict:
+def _load(pair, settings: dict, batches: list[int], check=lambda: None) -> dict:
     """Greedy batched runs (the same prompt in every row), speculative then plain, at each batch size: per value j
     ``tau_j`` (a request's tokens per step), ``passes_per_token_j`` (batch passes per token of a request),
     ``work_j`` (target tokens processed per token emitted: each step verifies the pending token and its drafts);
@@ -221,6 +225,7 @@ def _load(pair, settings: dict, batches: list[int]) -> dict:
     speculative_generate_batch(target, draft, [ids], replace(cfg, max_new_tokens=4))  # first calls pack weights
     numbers, plain_steps, draft_steps = {"batch_0": batches[0]}, [], []
     for j, b in enumerate(batches):
+        check()
         spec, spec_s = _timed(speculative_generate_batch, target, draft, [ids] * b, cfg)
         plain, plain_s = _timed(autoregressive_generate_batch, target, [ids] * b, cfg)
         c, p = sum(t.counts() for t in spec), sum(t.counts() for t in plain)

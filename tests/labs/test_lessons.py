@@ -220,3 +220,24 @@ def test_steps_with_a_ready_run_reveal_from_the_gallery_without_models(store):
 
     with pytest.raises(gr.Error, match="no ready run"):
         h.reveal_ready(no_ready[0].title, no_ready[1], None)
+
+
+class Stopped(Exception):
+    pass
+
+
+@pytest.mark.parametrize("kind", ["vary", "race", "load"])
+def test_a_budget_check_runs_before_each_run_and_stops_the_step(kind, lesson_pair):
+    """The reveal's budget (``check``) is asked before every run of a step: a check that raises at its second call
+    stops a vary, race or load step there, so a request past its budget or left by its visitor runs no further."""
+    step = next(s for lesson in LESSONS for s in lesson.steps if s.action["kind"] == kind)
+    calls = []
+
+    def check():
+        calls.append(1)
+        if len(calls) == 2:
+            raise Stopped
+
+    with pytest.raises(Stopped):
+        lessons.run_action(step, lesson_pair, check)
+    assert len(calls) == 2
