@@ -93,11 +93,13 @@ def disagree(store: ModelStore, state, position) -> Disagreement:
     """``Disagreement`` (markdown, table, chart): each draft's q beside the target's p at generated token ``position``."""
     if not state:
         raise ValueError("run a comparison first: the position indexes into its baseline run")
+    budget = Budget()  # one pass of the target and of each draft: checked once the drafts are loaded
     model, tok = store.target(state["target"])
     mine = state.get("user_drafts")
     drafts = {d: user_pair(store, state["target"], d, mine)[2] for d in state["drafts"]}
     base = state["baseline"]
     position = as_int(position, "position")
+    budget.check()
     frame = disagreement(model, drafts, base, position, state["cfg"],
                          text=lambda t: tok.decode([int(t)], clean_up_tokenization_spaces=False))
     context = "".join(base.text(t) for t in context_at(base, position)[-24:])

@@ -106,3 +106,16 @@ def test_app_wires_training_to_both_pickers(store):
         ids.setdefault((c.get("props", {}).get("label"), c["type"]), c["id"])
     pickers = [ids[("Draft", "dropdown")], ids[("Drafts", "checkboxgroup")]]
     assert any(d["outputs"] == pickers for d in config["dependencies"])
+
+
+def test_compares_disagreement_runs_under_a_budget(store, monkeypatch):
+    """Compare's per-position look checks its request's budget before its passes: with a budget of 0 s it stops
+    there with the budget's message (and with the default budget the same state gets past the check)."""
+    monkeypatch.setenv("SPECVIZ_MAX_REQUEST_S", "0")
+    state = {"target": "tiny-target", "drafts": ["tiny"], "user_drafts": None, "baseline": None, "cfg": None}
+    with pytest.raises(gr.Error, match="per request"):
+        handlers(store).disagree(state, 0)
+    monkeypatch.delenv("SPECVIZ_MAX_REQUEST_S")
+    with pytest.raises(gr.Error) as e:  # past the check: the hand-made state has no baseline run to read
+        handlers(store).disagree(state, 0)
+    assert "per request" not in str(e.value)
