@@ -21,6 +21,9 @@ from .rounding import checked_rates, half_unit, recover_steps
 from .run import MAX_K, EngineRun, total
 
 SERVER, SUMMARY, ROUNDS = "llama.cpp server log", "llama-speculative summary", "llama.cpp per-round log"
+K_AMBIGUOUS = ("k read from n_draft, the configured draft length; a build with an adaptive draft length (the "
+               "heuristic of llama.cpp PR #3006, 2023) printed there the length its run ended at, which the summary "
+               "cannot tell apart: if yours adapted it, k is unknown")
 ROUND_MARKER = "| accepted "  # "slot update_slots: id  3 | task 0 | accepted 3/4 draft tokens, new n_tokens = 702"
 SERVER_MARKERS = ("draft acceptance = ", "draft acceptance rate = ")
 ACCEPTANCE = re.compile(r"draft acceptance(?: rate)? = ([\d.]+) \(\s*(\d+) accepted /\s*(\d+) generated\)"
@@ -208,6 +211,8 @@ def _summary_run(fields: dict[str, str]) -> EngineRun:
         raise ValueError(f"n_accept ({accepted}) exceeds n_predict ({emitted}): each accepted draft is a predicted "
                          "token")
     k = int(values["n_draft"]) if values.get("n_draft", 0) > 0 else None
+    notes = ("steps = n_predict - n_accept (each step emits its accepted drafts and one more token)",)
+    if k is not None:
+        notes += (K_AMBIGUOUS,)
     return EngineRun(source=SUMMARY, drafted=drafted, accepted=accepted, steps=emitted - accepted, k=k,
-                     emitted=emitted, requests=1, notes=("steps = n_predict - n_accept (each step emits its "
-                                                         "accepted drafts and one more token)",))
+                     emitted=emitted, requests=1, notes=notes)

@@ -129,6 +129,9 @@ def test_llama_speculative_simple_summary():
     run = read_engine_run(LLAMA / "speculative-simple.txt")
     assert run.source == "llama-speculative summary"
     assert counts(run) == (127, 49, 71 - 49, 6, 71, None)  # steps = n_predict - n_accept
+    assert any("n_draft" in note and "adaptive" in note for note in run.notes)  # k's reading said, with its doubt
+    heuristic = read_engine_run(FIXTURES / "wild" / "llamacpp-speculative-summary-heuristic-3.txt")
+    assert heuristic.k == 53 and any("k is unknown" in note for note in heuristic.notes)
 
 
 def test_sglang_meta_info():
