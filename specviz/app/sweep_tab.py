@@ -22,7 +22,7 @@ from .tempfiles import fresh_folder
 from .widgets import LAB_QUEUE, SKIP, bind, chart, lab_inputs, sampling_controls
 
 ROUND_COLUMNS = ["policy", "prompt", "round", "k", "drafted", "accepted"]
-K_MIN, K_MAX, DEFAULT_TOKENS, FIXED_K, STOP = 1, 8, 64, 4, 0.4  # the form's defaults
+K_MIN, K_MAX, DEFAULT_TOKENS, FIXED_K, STOP = 1, 8, 32, 4, 0.4  # the form's defaults: within 120 s beside 2 busy loops
 
 
 def write_csvs(frames: dict, prefix: str = "lab-") -> list[str]:
