@@ -169,7 +169,8 @@ def test_specviz_load_drafter_opens_a_folder_and_a_local_name(monkeypatch):
     drafter = specviz.load_drafter("tiny-medusa")
     assert isinstance(drafter, TrainedDraft) and drafter.name == "tiny-medusa"
     formats = models.local_trained_drafts()
-    assert formats["tiny-eagle3"].startswith("EAGLE-3 (speculators format): 16 tensors")
+    assert formats["tiny-eagle3"].startswith("EAGLE-3 (speculators format), 3 tapped layers (1, 2, 3), draft "
+                                             "vocabulary 48 of 64: 16 tensors")
     assert formats["tiny-medusa"].startswith("Medusa heads (FasterDecoding layout): 6 tensors")
     target, ids = fixture_target(), torch.tensor([PROMPTS[1]])
     trace = speculative_generate(target, drafter, ids, DecodeConfig(k=2, temperature=0, max_new_tokens=12))

@@ -1,7 +1,7 @@
 """The advice against the sweep on tiny models whose forwards cost a known time on a virtual clock: every forward
 moves ``time.perf_counter`` on by a cost per call and per row (the compute of a tiny model is microseconds, all
 noise and Python overhead, so without it there is no cost for the advice to price; real sleeps oversleep on a
-loaded host). The target costs 8 s + 1 s a row, its draft (a perturbed copy) 0.8 s + 0.1 s a row, so
+loaded host). The target costs 800 s + 100 s a row, its draft (a perturbed copy) 80 s + 10 s a row, so
 v(n) = (8 + n) / 9 and c = 0.1, the real milliseconds of each call a rounding error. The comparison runs end to
 end: the advice lands within a step of the sweep's fastest k, and under those known costs it is theory's best k,
 checked by hand."""
@@ -31,8 +31,8 @@ def test_the_advice_picks_the_sweeps_k_under_known_costs(monkeypatch):
     clock = VirtualClock()
     monkeypatch.setattr(time, "perf_counter", clock)
     target = tiny_gpt2(vocab=64, layers=2, hidden=32, sharpen=8.0)
-    draft = costing(perturbed(target, scale=0.2), clock, 0.8, 0.1)
-    target = costing(target, clock, 8.0, 1.0)
+    draft = costing(perturbed(target, scale=0.2), clock, 80.0, 10.0)
+    target = costing(target, clock, 800.0, 100.0)
     prompts = [torch.tensor([[1, 5, 9, 3]]), torch.tensor([[7, 2, 11]])]
     check = advice_check(target, draft, prompts, ks=range(1, 7), cfg=DecodeConfig(temperature=0.0, max_new_tokens=32),
                          hw_repeats=3)
