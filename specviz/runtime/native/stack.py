@@ -160,24 +160,39 @@ def layers(x: torch.Tensor, start: int, stack, dims: Dims, cos: torch.Tensor, si
     row), the final RMSNorm and the LM head in the same call: (every row normed (n, d), the logits of rows first..n-1
     (n - first, V)). None where the caches are not all float32, contiguous and of one capacity (the caller then runs
     torch's layers). Every argument is checked before a pointer reaches C: ValueError where one is wrong."""
-    if not isinstance(stack, Stack):
-        stack = Stack(list(stack), dims)
-    _check_dims(dims)
-    need(stack.shapes == _shapes(dims), f"the stack was built for dims {stack.shapes}, not {_shapes(dims)}")
-    if not stack.fits:
+    stack = _fitting(stack, dims)
+    if stack is None:
         return None
     n = _check_rows(x, start, stack.cap, dims)
     pos, vis = _positions(positions, n, start, cos, sin, dims), _visible(visible, n, start)
     x = x.contiguous().clone()
-    out, shape = None, ("layers", stack.count, n, dims.d, dims.inter)  # the call's shape, as its timings are kept
+    return _called("layers", stack, x, n, dims, head, "its arguments (a position past the cache's capacity)",
+                   lambda head, threads: lib().sv_layers(
+                       ctypes.byref(dims), stack.structs, stack.caches, stack.count, x.data_ptr(), n, start,
+                       stack.cap, cos.data_ptr(), sin.data_ptr(), ptr(pos), ptr(vis), head, threads))
+
+
+def _fitting(stack, dims: Dims):
+    """The stack (built from a list of layers where it is not one yet), checked against ``dims``; None where its
+    caches do not fit the C stack (the caller then runs torch's layers)."""
+    if not isinstance(stack, Stack):
+        stack = Stack(list(stack), dims)
+    _check_dims(dims)
+    need(stack.shapes == _shapes(dims), f"the stack was built for dims {stack.shapes}, not {_shapes(dims)}")
+    return stack if stack.fits else None
+
+
+def _called(name: str, stack, x: torch.Tensor, n: int, dims: Dims, head, refused: str, call):
+    """One C call of the stack on ``n`` rows, on the threads the policy gives the call's shape (with ``head``, the
+    final norm and LM head too): the rows (or the head's outputs); ValueError where C refused, saying ``refused``."""
+    out, shape = None, (name, stack.count, n, dims.d, dims.inter)  # the call's shape, as its timings are kept
     if head is not None:
         struct, out = _head(head, n, dims)
         head = ctypes.byref(struct)
         shape += tuple(out[1].shape)
     with policy.timed(shape) as threads:
-        done = lib().sv_layers(ctypes.byref(dims), stack.structs, stack.caches, stack.count, x.data_ptr(), n, start,
-                               stack.cap, cos.data_ptr(), sin.data_ptr(), ptr(pos), ptr(vis), head, threads)
-    need(done != -2, "the native layer stack refused its arguments (a position past the cache's capacity)")
+        done = call(head, threads)
+    need(done != -2, f"the native layer stack refused {refused}")
     if done != 0:
         raise MemoryError("the native layer stack could not allocate its scratch memory")
     return x if out is None else out
@@ -212,11 +227,8 @@ def layers_rows(x: torch.Tensor, slots, first, positions, stack, dims: Dims, cos
     sequence's region, causally) at RoPE position ``positions[i]``; a sequence's rows are consecutive. Returns as
     ``layers`` (with ``head``, its outputs); None where the caches do not fit the C stack. ValueError where an
     argument is wrong, before a pointer reaches C."""
-    if not isinstance(stack, Stack):
-        stack = Stack(list(stack), dims)
-    _check_dims(dims)
-    need(stack.shapes == _shapes(dims), f"the stack was built for dims {stack.shapes}, not {_shapes(dims)}")
-    if not stack.fits:
+    stack = _fitting(stack, dims)
+    if stack is None:
         return None
     n = _check_rows(x, 0, stack.cap, dims)
     check_tensor("cos", cos, (None, dims.rot))
@@ -225,16 +237,8 @@ def layers_rows(x: torch.Tensor, slots, first, positions, stack, dims: Dims, cos
                                (("slots", slots), ("first", first), ("positions", positions)))
     _sequences(slots, first, positions, stack.cap, cos.shape[0])
     x = x.contiguous().clone()
-    out, shape = None, ("layers_rows", stack.count, n, dims.d, dims.inter)  # the call's shape, as its timings are kept
-    if head is not None:
-        struct, out = _head(head, n, dims)
-        head = ctypes.byref(struct)
-        shape += tuple(out[1].shape)
-    with policy.timed(shape) as threads:
-        done = lib().sv_layers_rows(ctypes.byref(dims), stack.structs, stack.caches, stack.count, x.data_ptr(), n,
-                                    slots.data_ptr(), first.data_ptr(), stack.cap, cos.data_ptr(), sin.data_ptr(),
-                                    positions.data_ptr(), head, threads)
-    need(done != -2, "the native layer stack refused its rows (a slot, first slot or position out of place)")
-    if done != 0:
-        raise MemoryError("the native layer stack could not allocate its scratch memory")
-    return x if out is None else out
+    return _called("layers_rows", stack, x, n, dims, head, "its rows (a slot, first slot or position out of place)",
+                   lambda head, threads: lib().sv_layers_rows(
+                       ctypes.byref(dims), stack.structs, stack.caches, stack.count, x.data_ptr(), n,
+                       slots.data_ptr(), first.data_ptr(), stack.cap, cos.data_ptr(), sin.data_ptr(),
+                       positions.data_ptr(), head, threads))
