@@ -100,10 +100,7 @@ def one_request(pair: Pair, prompt: tuple, n_predict: int, k: int, gen: torch.Ge
         if n_draft <= 0:
             ctx += (sample(ctx),)
             continue
-        xs, c = [], ctx
-        for _ in range(n_draft):
-            xs.append(pair.x(c))
-            c += (xs[-1],)
+        xs = drafts(pair, ctx, n_draft)
         drafted += n_draft
         for x in xs:
             expected += float(pair.p(ctx)[x])
@@ -115,6 +112,14 @@ def one_request(pair: Pair, prompt: tuple, n_predict: int, k: int, gen: torch.Ge
         else:
             ctx += (sample(ctx),)  # all kept: the target's bonus token
     return drafted, accepted, expected
+
+
+def drafts(pair: Pair, ctx: tuple, n: int) -> list:
+    """The draft's n tokens after ``ctx``, each its argmax after the ones before (llama.cpp's draft-simple)."""
+    xs = []
+    for _ in range(n):
+        xs.append(pair.x(ctx + tuple(xs)))
+    return xs
 
 
 def engine_samples(path: Path) -> dict:
@@ -137,10 +142,7 @@ def replay(pair: Pair, prompt: tuple, tokens: tuple, k: int) -> tuple[int, int, 
         if n_draft <= 0:
             ctx, i = ctx + (tokens[i],), i + 1
             continue
-        xs, c = [], ctx
-        for _ in range(n_draft):
-            xs.append(pair.x(c))
-            c += (xs[-1],)
+        xs = drafts(pair, ctx, n_draft)
         drafted += n_draft
         for x in xs:
             y = tokens[i]
