@@ -27,12 +27,16 @@ def gpt2():
 
 @pytest.fixture
 def fresh_pilot_cache():
-    """An empty ``labs.pilot_cache`` for the test, and again after it (its prices are per process)."""
+    """An empty ``labs.pilot_cache`` and no estimate's promise (``app.budget``) for the test, and again after it
+    (both are per process)."""
+    from specviz.app import budget
     from specviz.labs import pilot_cache
 
     pilot_cache.clear()
+    budget._promises.clear()
     yield
     pilot_cache.clear()
+    budget._promises.clear()
 
 
 @pytest.fixture

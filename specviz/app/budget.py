@@ -1,12 +1,18 @@
 """One request's work budget (SPECVIZ_MAX_REQUEST_S, default 120 s: a free 2-vCPU Space stays responsive): a
 request whose estimate is over it is refused at once, saying the estimate and what to reduce, and a running one
 is stopped at its next check (between runs, or between a lab's batches) once its time is spent, or once the
-visitor who asked for it has left (``sessions.check_left``)."""
+visitor who asked for it has left (``sessions.check_left``).
+
+An Estimate time that says a form fits is a promise its Run keeps (``promise`` and ``promised``): the gate prices
+the form again at passes timed then, and where the machine has slowed since and that price is over the budget,
+the run goes ahead as the estimate said, within PROMISE_S of it, saying both prices. An estimate that says it
+would refuse withdraws the promise, so the two never disagree: what the estimate admits the gate admits."""
 from __future__ import annotations
 
 import os
 import time
-from dataclasses import replace
+from collections import OrderedDict
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -17,6 +23,8 @@ from .sessions import check_left
 
 ENV, DEFAULT_S = "SPECVIZ_MAX_REQUEST_S", 120.0
 GRACE = 1.5  # a running request may overrun its estimate by this factor before it is stopped
+PROMISE_S, MAX_PROMISES = 600.0, 256  # how long an estimate that fits binds its Run; forms remembered at most
+_promises: OrderedDict = OrderedDict()  # form key -> (likely seconds, time.monotonic() when estimated)
 
 
 def max_request_s() -> float:
@@ -53,6 +61,47 @@ class Budget:
         if self.elapsed > self.seconds * GRACE:
             raise ValueError(f"stopped after {self.elapsed:.0f} s: over this server's {self.seconds:.0f} s per "
                              f"request ({ENV}); ask for less")
+
+
+@dataclass(frozen=True)
+class Promise:
+    """What Estimate time said of a form that fits: its likely seconds, and how long ago it said so."""
+    likely_s: float
+    age_s: float
+
+    def words(self, now, budget: Budget) -> str:
+        """Markdown: both prices, for a run that goes ahead as its estimate said although ``now`` is over."""
+        return (f"\n\n*Estimate time said this fits ({seconds(self.likely_s)} s, {self.age_s:.0f} s ago); priced again "
+                f"now it is {now}: the machine is busier than then. It runs as the estimate said, and stops if it "
+                f"passes {seconds(budget.seconds * GRACE)} s.*")
+
+
+def form_key(lab: str, *form) -> tuple:
+    """A form's key: the lab and every value as the form sent it."""
+    return (lab, *map(repr, form))
+
+
+def promise(key: tuple, likely_s: float, budget_s: float) -> None:
+    """Remembers an estimate of the form ``key``: a promise where it fits ``budget_s``, none where it does not."""
+    _promises.pop(key, None)
+    if likely_s <= budget_s:
+        _promises[key] = (likely_s, time.monotonic())
+        while len(_promises) > MAX_PROMISES:
+            _promises.popitem(last=False)
+
+
+def promised(key: tuple, budget_s: float) -> Promise | None:
+    """The promise an estimate of this very form made within PROMISE_S, at a price within ``budget_s`` (the
+    budget as it is now), or None."""
+    if key not in _promises:
+        return None
+    likely_s, when = _promises[key]
+    if likely_s > budget_s:
+        return None
+    if (age := time.monotonic() - when) > PROMISE_S:
+        del _promises[key]
+        return None
+    return Promise(likely_s=likely_s, age_s=age)
 
 
 def token_seconds(model, ids, cfg, tokens: int = 8) -> float:

@@ -10,7 +10,7 @@ from ..config import EXAMPLE_PROMPTS
 from ..labs import load
 from ..views import load_plots
 from ..views.tables import readable
-from .budget import Budget
+from .budget import Budget, form_key, promise, promised
 from .forms import as_int, encode, split_prompts
 from .store import ModelStore
 from .widgets import LAB_QUEUE, bind, chart, lab_inputs
@@ -34,9 +34,12 @@ def setup(store: ModelStore, target, draft, prompts_text, batches, context, k, n
 
 
 def estimate_time(store: ModelStore, target, draft, prompts_text, batches, context, k, new_tokens, repeats) -> str:
-    """Markdown: the pilot's estimate, and whether Run load lab will take it (the same gate it applies)."""
-    args = setup(store, target, draft, prompts_text, batches, context, k, new_tokens, repeats)
+    """Markdown: the pilot's estimate, and whether Run load lab will take it (the same gate it applies, and a
+    promise it keeps: ``budget.promise``)."""
+    form = (target, draft, prompts_text, batches, context, k, new_tokens, repeats)
+    args = setup(store, *form)
     budget, time_of = Budget(), load.estimate(**args)
+    promise(form_key("load", *form), time_of.likely, budget.seconds)
     try:
         budget.refuse_over(time_of.likely, "this load run", REDUCE)
     except ValueError as refused:
@@ -46,16 +49,22 @@ def estimate_time(store: ModelStore, target, draft, prompts_text, batches, conte
 
 def run_lab(store: ModelStore, target, draft, prompts_text, batches, context, k, new_tokens, repeats):
     """(status, verdict, throughput chart, speedup chart, surface chart, table) of one run, refused at once when
-    its estimate is over the request's budget, checked between passes and runs."""
+    its estimate is over the request's budget (unless Estimate time said this form fits), checked between passes
+    and runs."""
+    form = (target, draft, prompts_text, batches, context, k, new_tokens, repeats)
     budget = Budget()
-    args = setup(store, target, draft, prompts_text, batches, context, k, new_tokens, repeats)
-    time_of = load.estimate(**args)
-    budget.refuse_over(time_of.likely, "this load run", f"its estimate {time_of}; {REDUCE}")
+    kept = promised(form_key("load", *form), budget.seconds)
+    args = setup(store, *form)
+    time_of, more = load.estimate(**args), ""
+    if time_of.likely > budget.seconds and kept is not None:
+        more = kept.words(time_of, budget)
+    else:
+        budget.refuse_over(time_of.likely, "this load run", f"its estimate {time_of}; {REDUCE}")
     result = load.run_lab(**args, check=budget.check)
     status = (f"**Done in {result.seconds:.1f} s** (estimated {time_of}): greedy, k = {args['k']}, "
               f"{args['new_tokens']} new tokens a request after {args['context']:,} tokens of context, "
               f"{args['repeats']} repeat(s), the methods interleaved. Forward: "
-              f"{load.forward_used(args['target'])}")
+              f"{load.forward_used(args['target'])}{more}")
     s = result.summary
     return (status, verdict(result, args["batches"], args["k"]), load_plots.throughput_by_batch(s),
             load_plots.speedup_by_batch(s, result.measured.batch, result.prediction.crossover.batch),

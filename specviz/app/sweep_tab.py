@@ -15,7 +15,7 @@ from ..labs import least, pilot_cache, policies
 from ..labs.sweep import iter_sweep, per_position, position_rows, summarize
 from ..views import lab_plots
 from ..views.tables import readable
-from .budget import Budget
+from .budget import Budget, Promise, form_key, promise, promised
 from .forms import as_int, encode, make_config, number_in, split_prompts
 from .store import ModelStore
 from .tempfiles import fresh_folder
@@ -86,22 +86,31 @@ def estimate(store: ModelStore, target, drafts, prompts_text, k_min, k_max, temp
              compare=False, fixed_k=4, stop=0.4):
     """Markdown: the predicted duration of everything Run sweep will run (the sweep, and the policy comparison
     when it is on) and its range, from a short timed pilot of the baseline and each draft, and whether Run sweep
-    will take it: the very gate Run sweep applies (``gate``), so the two never disagree at the same speed."""
-    setup = sweep_setup(store, target, drafts, prompts_text, k_min, k_max, temperature, top_k, top_p, max_new, seed)
+    will take it: the very gate Run sweep applies (``gate``), and a promise Run sweep keeps (``budget.promise``)."""
+    form = (target, drafts, prompts_text, k_min, k_max, temperature, top_k, top_p, max_new, seed)
+    setup, budget, key = sweep_setup(store, *form), Budget(), form_key("sweep", *form, compare, fixed_k, stop)
     try:
-        return gate(*setup, compare, fixed_k, stop, Budget())[0]
+        note, time_of, _ = gate(*setup, compare, fixed_k, stop, budget)
     except ValueError as refused:
+        promise(key, float("inf"), budget.seconds)
         return f"**Run sweep would refuse this now:** {refused}"
+    promise(key, time_of.likely, budget.seconds)
+    return note
 
 
-def gate(model, drafts: dict, prompts, ks, cfg, compare, fixed_k, stop, budget: Budget) -> tuple:
+def gate(model, drafts: dict, prompts, ks, cfg, compare, fixed_k, stop, budget: Budget,
+         promised_by: Promise | None = None) -> tuple:
     """The one price both Estimate time and Run sweep read: a target pass timed now on this request's thread
     (``pilot_cache.pass_now``), the floor of that price (refused at once if even it is over the budget), then the
-    pilot's estimate priced at the same pass (refused if its likely duration is over). (note, Estimate, pricing)."""
+    pilot's estimate priced at the same pass (refused if its likely duration is over), unless Estimate time said
+    this form fits (``promised_by``): then it runs, saying both prices. (note, Estimate, pricing)."""
     now_s = pilot_cache.pass_now(model, prompts[0], cfg)
-    refuse_floor(model, drafts, prompts, ks, cfg, compare, fixed_k, stop, budget.seconds, now_s)
+    if promised_by is None:
+        refuse_floor(model, drafts, prompts, ks, cfg, compare, fixed_k, stop, budget.seconds, now_s)
     note, time_of, pricing = pilot(model, drafts, prompts, ks, cfg, compare, fixed_k, stop, now_s)
-    if time_of.likely > budget.seconds:
+    if time_of.likely > budget.seconds and promised_by is not None:
+        note += promised_by.words(time_of, budget)
+    elif time_of.likely > budget.seconds:
         budget.refuse_over(time_of.likely, "this sweep", f"its estimate {time_of}; " + refusal(
             pricing, cfg.max_new_tokens, list(ks), len(prompts), budget.seconds - budget.elapsed, compare))
     return note, time_of, pricing
@@ -186,8 +195,9 @@ def run_sweep(store: ModelStore, target, drafts, prompts_text, k_min, k_max, tem
     """Streams ``Swept``: the status, the table and the four charts as runs come in, then the policies and files."""
     form = (target, drafts, prompts_text, k_min, k_max, temperature, top_k, top_p, max_new, seed)
     budget = Budget()
+    kept = promised(form_key("sweep", *form, compare, fixed_k, stop), budget.seconds)
     model, drafts, prompts, ks, cfg = sweep_setup(store, *form)
-    note, time_of, pricing = gate(model, drafts, prompts, ks, cfg, compare, fixed_k, stop, budget)
+    note, time_of, pricing = gate(model, drafts, prompts, ks, cfg, compare, fixed_k, stop, budget, kept)
     yield Swept(status=note + "\n\n*Running…*")
     total, rows, positions, start, last = est.sweep_runs(len(prompts), len(drafts), ks), [], [], time.perf_counter(), 0.0
     drawing, every = 0.0, 1.0  # seconds spent drawing the tables and charts as rows came in; seconds between draws

@@ -156,3 +156,58 @@ def test_an_estimate_that_fits_is_one_the_gate_admits(machine, monkeypatch):
                     with pytest.raises(gr.Error, match="this sweep would take"):
                         next(h.run_sweep(*form))
     assert seen == {True, False}  # both sides were tried
+
+
+def test_an_estimate_that_fits_is_kept_by_its_run_when_the_machine_slows_after_it(machine, monkeypatch):
+    """Estimate time says a form fits; the machine then slows so that the gate's own price is over the budget: the
+    run goes ahead as the estimate said, saying both prices; the same form never estimated is refused, and so is
+    one whose estimate said it would refuse, and a promise older than PROMISE_S binds nothing."""
+    from specviz.app import budget
+    from tests.helpers.models import ui_models
+
+    target, draft, tok = ui_models()
+    h = handlers(tiny_store((machine.costing(target, 0.02), machine.costing(draft, 0.002), tok)))
+    form, other = [("tiny-target", ["tiny"], "ROMEO:", 1, 4, 0.0, 0, 1.0, 8, seed, False, 4, 0.4) for seed in (0, 1)]
+    likely = float(h.estimate(*form).split("≈ ")[1].split(" ")[0])
+    monkeypatch.setenv("SPECVIZ_MAX_REQUEST_S", str(likely * 1.2))
+    assert h.estimate(*form).startswith("**Estimated")  # fits the budget at this speed: a promise
+    machine.slow = 4.0  # four times slower now: the gate's own price is over
+    first = next(h.run_sweep(*form)).status
+    assert "Estimate time said this fits" in first and "it runs as the estimate said" in first.lower()
+    with pytest.raises(gr.Error, match="this sweep would take"):
+        next(h.run_sweep(*other))  # never estimated: refused
+    assert h.estimate(*form).startswith("**Run sweep would refuse this now")  # estimated again, slow: withdrawn
+    with pytest.raises(gr.Error, match="this sweep would take"):
+        next(h.run_sweep(*form))
+    machine.slow = 1.0
+    assert h.estimate(*form).startswith("**Estimated")
+    machine.slow = 4.0
+    monkeypatch.setattr(budget, "PROMISE_S", 0.0)  # the promise has lapsed
+    with pytest.raises(gr.Error, match="this sweep would take"):
+        next(h.run_sweep(*form))
+
+
+def test_the_load_labs_run_keeps_what_its_estimate_said(monkeypatch):
+    """The Load lab's Estimate time and Run load lab: a form estimated to fit runs although its price has since
+    grown over the budget; one estimated over is refused by both."""
+    from specviz.app import load_tab
+    from specviz.labs import load
+
+    class Ran(Exception):
+        pass
+
+    price = {"s": 10.0}
+    monkeypatch.setattr(load, "estimate", lambda **a: est.Estimate(price["s"], price["s"] / 2, price["s"] * 2))
+    monkeypatch.setattr(load, "run_lab", lambda **a: (_ for _ in ()).throw(Ran()))
+    monkeypatch.setenv("SPECVIZ_MAX_REQUEST_S", "20")
+    store = tiny_store()
+    form = ("tiny-target", "tiny", "ROMEO:", ["1", "2"], 128, 2, 4, 1)
+    assert load_tab.estimate_time(store, *form).startswith("**Estimated")
+    price["s"] = 30.0  # the machine slowed: over the budget now
+    with pytest.raises(Ran):
+        load_tab.run_lab(store, *form)  # admitted, as its estimate said
+    with pytest.raises(ValueError, match="this load run would take"):
+        load_tab.run_lab(store, *form[:-1], 2)  # another form, never estimated
+    assert load_tab.estimate_time(store, *form).startswith("**Run load lab would refuse this now")
+    with pytest.raises(ValueError, match="this load run would take"):
+        load_tab.run_lab(store, *form)
