@@ -4,6 +4,7 @@ the layers below it: ``runtime/`` (how a model runs), the math and records (``sa
 ``views/``, then ``app/``. gradio only in app/, plotly only in views/, no import cycle, no private name imported
 across modules, and modules and functions of a readable size. docs/ARCHITECTURE.md draws the same map."""
 import ast
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -18,19 +19,26 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imports(path: Path) -> list[tuple[str, list[str]]]:
+@cache
+def nodes(path: Path) -> tuple[ast.AST, ...]:
+    """Every node of the file, parsed and walked once per test process (every rule below reads the same files)."""
+    return tuple(ast.walk(ast.parse(path.read_text())))
+
+
+@cache
+def imports(path: Path) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """(absolute module, names) for every import in the file, at any depth (lazy imports count too)."""
     here = module_name(path).split(".")
     package = here if path.name == "__init__.py" else here[:-1]
     out = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in nodes(path):
         if isinstance(node, ast.Import):
-            out += [(a.name, []) for a in node.names]
+            out += [(a.name, ()) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = package[: len(package) - node.level + 1] if node.level else []
             module = ".".join(base + ([node.module] if node.module else []))
-            out.append((module, [a.name for a in node.names]))
-    return out
+            out.append((module, tuple(a.name for a in node.names)))
+    return tuple(out)
 
 
 MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
@@ -53,14 +61,15 @@ def wing(module: str) -> str:
     return "base" if parts[1] in BASE else "loop"
 
 
-def internal_edges() -> set[tuple[str, str]]:
+@cache
+def internal_edges() -> frozenset[tuple[str, str]]:
     """(importer, imported) between specviz modules ('from pkg import mod' counts as an edge to pkg.mod)."""
     edges = set()
     for name, path in MODULES.items():
         for module, names in imports(path):
             targets = [f"{module}.{n}" for n in names if f"{module}.{n}" in MODULES] or [module]
             edges |= {(name, t) for t in targets if t in MODULES and t != name}
-    return edges
+    return frozenset(edges)
 
 
 CORE = ("runtime", "base", "trees", "drafts", "loop")  # bottom to top
@@ -86,7 +95,6 @@ def test_top_level_reads_as_the_algorithm():
     assert top == BASE | LOOP, f"top-level modules outside the map: {sorted(top ^ (BASE | LOOP))}"
 
 
-@pytest.mark.slow
 def test_no_tab_imports_another_tab():
     tabs = {n for n in MODULES if n.startswith("specviz.app.") and (n.endswith("_tab") or n.endswith(".explorer"))}
     assert len(tabs) >= 6
@@ -131,7 +139,7 @@ def test_no_private_name_imported_across_modules():
 def test_functions_stay_readable():
     long_functions = []
     for name, path in MODULES.items():
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in nodes(path):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 size = node.end_lineno - node.lineno + 1
                 layout = name.startswith("specviz.app.") and (node.name == "build" or node.name.startswith("_"))
