@@ -25,6 +25,25 @@ def gpt2():
     return tiny_gpt2()
 
 
+@pytest.fixture(scope="session")
+def c_build(tmp_path_factory):
+    """(folder, library, stale): the C layers built once for the tests that need a build of their own (not the
+    user's cache), into a fresh private folder where ``stale``, a build of other sources, lay before it."""
+    import shutil
+
+    from specviz.runtime.native import library
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    folder = tmp_path_factory.mktemp("native")
+    stale = folder / "stack-0000000000000000.so"
+    stale.write_bytes(b"")
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(library.CACHE_ENV, str(folder))
+        return folder, library._build(cc), stale
+
+
 @pytest.fixture
 def fresh_pilot_cache():
     """An empty ``labs.pilot_cache`` and no estimate's promise (``app.budget``) for the test, and again after it

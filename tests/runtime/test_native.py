@@ -139,13 +139,12 @@ def test_a_model_and_its_packed_weights_are_freed_once_nothing_else_holds_them()
     assert gone() is None and head_gone() is None
 
 
-def test_a_build_lands_in_its_cache_named_by_what_made_it_and_clears_other_builds(monkeypatch, tmp_path):
+@pytest.mark.slow  # a C build (c_build: one per test run, shared)
+def test_a_build_lands_in_its_cache_named_by_what_made_it_and_clears_other_builds(monkeypatch, c_build):
     import shutil
 
-    monkeypatch.setenv(library.CACHE_ENV, str(tmp_path))
-    stale = tmp_path / "stack-0000000000000000.so"
-    stale.write_bytes(b"")
+    folder, path, stale = c_build  # built where the stale build lay
+    monkeypatch.setenv(library.CACHE_ENV, str(folder))
     cc = shutil.which("cc") or shutil.which("gcc")
-    path = library._build(cc)
-    assert path.parent == tmp_path and path.exists() and not stale.exists()
+    assert path.parent == folder and path.exists() and not stale.exists()
     assert library._build(cc) == path  # built once
