@@ -1,4 +1,4 @@
-"""Per-forward cost of each CachedLM path (dynamic, static, lean) for the bundled models, fp32 and bf16;
+"""Per-forward cost of each CachedLM path (dynamic, lean) for the bundled models, fp32 and bf16;
 with --exactness, whether greedy decoding stays exact on each path and dtype; with --decode, the
 end-to-end speedup of greedy speculative decoding on each path.
 
@@ -36,7 +36,7 @@ from specviz.models import ASSETS, load_model
 from specviz.runtime import lm as lm_module
 from specviz.runtime.lm import CachedLM
 
-PATHS = ("dynamic", "static", "lean")
+PATHS = ("dynamic", "lean")
 SIZES = (1, 5)
 
 
@@ -63,12 +63,12 @@ def time_paths(model, context: int, reps: int, seed: int = 0) -> dict[tuple[str,
 
 
 def table(rows: list[dict]) -> str:
-    head = "| model | dtype | n | " + " | ".join(f"{p} ms" for p in PATHS) + " | dynamic/static | dynamic/lean |"
+    head = "| model | dtype | n | " + " | ".join(f"{p} ms" for p in PATHS) + " | dynamic/lean |"
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         ms = [r[p] for p in PATHS]
         lines.append(f"| {r['model']} | {r['dtype']} | {r['n']} | " + " | ".join(f"{m:.2f}" for m in ms)
-                     + f" | {r['dynamic'] / r['static']:.2f}x | {r['dynamic'] / r['lean']:.2f}x |")
+                     + f" | {r['dynamic'] / r['lean']:.2f}x |")
     return "\n".join(lines)
 
 

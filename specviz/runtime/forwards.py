@@ -1,13 +1,11 @@
 """transformers' own forward behind the cache interface ``CachedLM`` uses (``forward(ids)`` appends and returns
-logits, ``crop(keep)`` rolls back, ``get_seq_length()``, ``keep`` gathers a token tree's path): with a DynamicCache
-(any model) or with a StaticCache written in place (models written for it). ``lean_llama.LeanLlama`` is the third.
+logits, ``crop(keep)`` rolls back, ``get_seq_length()``, ``keep`` gathers a token tree's path), with a DynamicCache:
+the path of every model the lean forwards (``lean_llama``, ``lean_gemma``) do not run.
 """
 from __future__ import annotations
 
 import torch
-from transformers import DynamicCache, StaticCache
-
-FIRST_CAPACITY = 256  # positions a static cache allocates up front; doubled whenever a feed needs more
+from transformers import DynamicCache
 
 
 class DynamicForward:
@@ -47,65 +45,6 @@ class DynamicForward:
                 raise ValueError(f"token trees need a plain key/value cache; this model's has {type(layer).__name__}")
             layer.keys = torch.cat([layer.keys[..., :start, :], layer.keys[..., idx, :]], dim=-2)
             layer.values = torch.cat([layer.values[..., :start, :], layer.values[..., idx, :]], dim=-2)
-
-
-class StaticForward:
-    """transformers' forward with a StaticCache: keys/values written in place, positions and the causal
-    mask sliced from tables built once (no mask construction per call); rollback only moves the write
-    position. Its attention spans the whole capacity (masked), so the capacity starts small and doubles."""
-
-    def __init__(self, model, cache_kw: str):
-        self.model, self.cache_kw = model, cache_kw
-        self.length = self.capacity = 0
-        self._reserve(FIRST_CAPACITY)
-
-    def get_seq_length(self) -> int:
-        return self.length
-
-    @torch.inference_mode()  # the cache's tensors were made in inference mode (CachedLM.feed)
-    def crop(self, keep: int) -> None:
-        self.length = min(self.length, keep)
-        for layer in self.kv.layers:
-            layer.cumulative_length.fill_(self.length)  # the next update writes from here
-
-    def forward(self, ids: torch.Tensor, positions=None, visible=None) -> torch.Tensor:
-        start, end = self.length, self.length + ids.shape[-1]
-        self._reserve(end)
-        mask, pos = self.mask[:, :, start:end], self.positions[:, start:end]
-        if visible is not None:  # a token tree: its own positions and mask, over the whole capacity
-            mask = torch.zeros(visible.shape[0], self.capacity, dtype=torch.bool, device=visible.device)
-            mask[:, :end], pos = visible, positions[None]
-            mask = mask[None, None]
-        out = self.model(input_ids=ids[None], position_ids=pos, use_cache=True, attention_mask=mask,
-                         **{self.cache_kw: self.kv})
-        self.length = end
-        return out.logits[0]
-
-    @torch.inference_mode()
-    def keep(self, start: int, slots: list[int]) -> None:
-        """Keep positions [0, start) and then the given ones (a tree's accepted path), moved to start, ..."""
-        for layer in self.kv.layers:
-            if layer.is_initialized:
-                layer.keys[:, :, start: start + len(slots)] = layer.keys[:, :, slots]
-                layer.values[:, :, start: start + len(slots)] = layer.values[:, :, slots]
-        self.crop(start + len(slots))
-
-    def _reserve(self, n: int) -> None:
-        """A StaticCache of at least n positions (the cached ones copied over), its (1, 1, cap, cap)
-        causal mask (True: attend) and positions (1, cap)."""
-        if n <= self.capacity:
-            return
-        cap, device = max(n, 2 * self.capacity), model_device(self.model)
-        kv = StaticCache(config=self.model.config, max_cache_len=cap)
-        for new, old in zip(kv.layers, self.kv.layers if self.capacity else []):
-            if old.is_initialized:
-                new.lazy_initialization(old.keys, old.values)
-                new.keys[:, :, : self.capacity] = old.keys
-                new.values[:, :, : self.capacity] = old.values
-                new.cumulative_length.fill_(self.length)
-        self.kv, self.capacity = kv, cap
-        self.positions = torch.arange(cap, device=device)[None]
-        self.mask = torch.ones(cap, cap, dtype=torch.bool, device=device).tril()[None, None]
 
 
 def model_device(model) -> torch.device:

@@ -1,10 +1,10 @@
 """A causal LM with its KV cache: feed tokens, read logits, roll back.
 
 Three forward paths behind one cache interface (``forward(ids)`` appends and returns logits,
-``crop(keep)`` rolls back, ``get_seq_length()``): transformers' forward with a DynamicCache (any model;
-rollback by the cache's own crop), with a StaticCache (rollback by moving the write position), or
-``lean_llama.LeanLlama`` / ``lean_gemma.LeanGemma3`` (Llama, Mistral, Qwen2/3, Phi-3 and Gemma-3, the fastest on a CPU;
-rollback by moving the write position).
+``crop(keep)`` rolls back, ``get_seq_length()``): ``lean_llama.LeanLlama`` / ``lean_gemma.LeanGemma3`` (Llama,
+Mistral, Qwen2/3, Phi-3 and Gemma-3, the fastest on a CPU; rollback by moving the write position), transformers'
+forward with a DynamicCache (any other model; rollback by the cache's own crop), or llama.cpp's own
+(``llamacpp.LlamaCppForward``, where asked for and installed).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import weakref
 import torch
 
 from . import lean_gemma, lean_llama, llamacpp
-from .forwards import DynamicForward, StaticForward, model_device, sliding_window
+from .forwards import DynamicForward, model_device
 from .timing import Stopwatch  # noqa: F401 (a run's timing, imported from here too)
 from .tree_mask import tree_attention
 
@@ -34,10 +34,9 @@ class CachedLM:
     ``last_logits`` the logits after ids[-1] (kept until a rollback), so a fully cached context costs
     no forward pass: a prefill of the whole prompt serves the first round.
 
-    ``path`` picks the forward pass and its cache (all three give the same logits, up to float rounding):
-    "dynamic" (transformers' forward, DynamicCache, rollback by crop), "static" (transformers' forward,
-    StaticCache written in place, masks sliced from one table) or "lean" (``lean_llama.LeanLlama``: the
-    model's weights re-laid out, no transformers code per call). "auto" (``DEFAULT_PATH``) takes "lean"
+    ``path`` picks the forward pass and its cache (all give the same logits, up to float rounding):
+    "dynamic" (transformers' forward, DynamicCache, rollback by crop), "lean" (``lean_llama.LeanLlama``: the
+    model's weights re-laid out, no transformers code per call) or "llamacpp". "auto" (``DEFAULT_PATH``) takes "lean"
     where ``lean_llama.supports(model)`` (the families of ``lean_families``, on one device) or
     ``lean_gemma.supports(model)``, and "dynamic" otherwise."""
 
@@ -154,7 +153,7 @@ def common_prefix(a: list[int], b: list[int], start: int = 0) -> int:
     return n
 
 
-PATHS = ("auto", "dynamic", "static", "lean", "llamacpp")
+PATHS = ("auto", "dynamic", "lean", "llamacpp")
 DEFAULT_PATH = "auto"  # what CachedLM(model) uses; set to "dynamic" to run every model through transformers
 PATH_ENV = "SPECVIZ_FORWARD"  # the default path from the environment (say llamacpp), where DEFAULT_PATH is "auto"
 
@@ -225,23 +224,21 @@ def on_path(path: str, fn, *args):
 
 def choose_path(model, path: str, strict: bool = False) -> str:
     """The forward path for model: "auto" is "lean" where LeanLlama supports it, else "dynamic"; an
-    explicit "lean" or "static" falls back to "dynamic" for models they cannot run (no error). "llamacpp"
+    explicit "lean" falls back to "dynamic" for models it cannot run (no error). "llamacpp"
     (``llamacpp.LlamaCppForward``) runs the models it supports; for others it is "auto" as a default and a
     ValueError saying why when asked for (``strict``: CachedLM(model, "llamacpp"))."""
     if path not in PATHS:
         raise ValueError(f"path must be one of {PATHS}, got {path!r}")
-    if path == "llamacpp":
+    if path == "llamacpp":  # stays: SPECVIZ_FORWARD=llamacpp (docs/LLAMACPP.md), and the baseline where it is faster
         reason = llamacpp.supports(model)
         if reason is None:
             return path
         if strict:
             raise ValueError(reason)
         path = "auto"
-    if path in ("auto", "lean"):
+    if path in ("auto", "lean"):  # the default: lean where it runs the model, transformers' for every other model
         return "lean" if lean_llama.supports(model) or lean_gemma.supports(model) else "dynamic"
-    if path == "static" and (not getattr(model, "_can_compile_fullgraph", False) or sliding_window(model)):
-        return "dynamic"  # StaticCache needs a model written for it (transformers' compile-ready ones), no window
-    return path
+    return path  # "dynamic" stays when asked for too: the reference the lean forwards are tested against
 
 
 def make_cache(model, path: str, cache_kw: str):
@@ -249,7 +246,7 @@ def make_cache(model, path: str, cache_kw: str):
         return llamacpp.LlamaCppForward(model)
     if path == "lean":
         return lean_gemma.LeanGemma3(model) if lean_gemma.supports(model) else lean_llama.LeanLlama(model)
-    return StaticForward(model, cache_kw) if path == "static" else DynamicForward(model, cache_kw)
+    return DynamicForward(model, cache_kw)
 
 
 def context_window(model) -> int | None:

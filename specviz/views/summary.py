@@ -180,8 +180,7 @@ def speed_text(trace: Trace, base: Trace | None, spread: list[float] | None, ski
 
 
 FORWARDS = {"lean": "specviz's lean torch forward", "lean-c": "specviz's lean forward, its layers in C",
-            "dynamic": "transformers' forward",
-            "static": "transformers' forward (static cache)", "llamacpp": "llama.cpp's own forward (llama-cpp-python)"}
+            "dynamic": "transformers' forward", "llamacpp": "llama.cpp's own forward (llama-cpp-python)"}
 
 
 def baseline_note(base: Trace | None) -> str:

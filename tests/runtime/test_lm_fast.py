@@ -1,4 +1,4 @@
-"""CachedLM's fast paths (transformers' StaticCache, the lean Llama forward) against its DynamicCache path
+"""CachedLM's fast path (the lean Llama forward) against its DynamicCache path
 and against full recomputes: logits after random feeds, rollbacks and syncs; greedy decoding."""
 import random
 
@@ -7,7 +7,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from specviz import DecodeConfig, Decoding, autoregressive_generate, speculative_generate
-from specviz.runtime import forwards, lean_llama
+from specviz.runtime import lean_llama
 from specviz.runtime import lm as lm_module
 from specviz.runtime.lm import CachedLM
 from tests.helpers.models import (
@@ -21,7 +21,7 @@ from tests.helpers.models import (
     tiny_llama,
 )
 
-FAST = ["static", "lean"]
+FAST = ["lean"]
 
 
 MODELS = {"mha-f64": lambda: tiny_llama(seed=2), "gqa-f64": gqa_llama,
@@ -31,8 +31,7 @@ TOL = {torch.float64: dict(rtol=1e-7, atol=1e-7), torch.float32: dict(rtol=1e-5,
 
 @pytest.fixture
 def small_capacity(monkeypatch):
-    """Start the static caches at 8 positions, so the random walks below also reallocate them."""
-    monkeypatch.setattr(forwards, "FIRST_CAPACITY", 8)
+    """Start the lean cache at 8 positions, so the random walks below also reallocate it."""
     monkeypatch.setattr(lean_llama, "FIRST_CAPACITY", 8)
 
 
@@ -41,12 +40,12 @@ def full_logits(model, ids):
         return model(torch.tensor([ids], device=DEVICE)).logits[0]
 
 
-WALKS = [(path, model) for path in FAST for model in MODELS] + [("static", "gpt2-f64")]  # GPT-2: StaticCache only
+WALKS = [(path, model) for path in FAST for model in MODELS]
 
 
 @pytest.mark.parametrize(("path", "model"), WALKS)
 def test_fast_path_equals_dynamic_after_random_feeds_rollbacks_syncs(path, model, small_capacity):
-    model = tiny_gpt2(seed=2) if model == "gpt2-f64" else MODELS[model]()
+    model = MODELS[model]()
     fast, ref = CachedLM(model, path), CachedLM(model, "dynamic")
     assert (fast.path, ref.path) == (path, "dynamic")
     rng, committed = random.Random(0), [1, 2, 3]
@@ -107,8 +106,9 @@ def test_auto_takes_lean_for_llama_only():
     assert CachedLM(llama).path == "lean" and CachedLM(llama, "auto").path == "lean"
     assert CachedLM(gpt2).path == "dynamic"
     assert CachedLM(gpt2, "lean").path == "dynamic"  # unsupported: falls back, no error
-    with pytest.raises(ValueError, match="path must be one of"):
-        CachedLM(llama, "fast")
+    for unknown in ("fast", "static"):  # transformers' StaticCache is no path of ours
+        with pytest.raises(ValueError, match="path must be one of"):
+            CachedLM(llama, unknown)
 
 
 def test_gpt2_greedy_with_fast_default(prompt):

@@ -21,8 +21,7 @@ SHAPES = [TreeConfig(shape=(3, 2, 2, 1)), TreeConfig(shape=(2, 2, 2)), TreeConfi
 
 
 # -- tree attention ------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("arch,path", [("llama", "lean"), ("llama", "dynamic"), ("llama", "static"),
-                                       ("gpt2", "dynamic")])
+@pytest.mark.parametrize("arch,path", [("llama", "lean"), ("llama", "dynamic"), ("gpt2", "dynamic")])
 @pytest.mark.parametrize("parents", [[-1, -1, 0, 0, 1, 2, 5], [-1, 0, 1, 2], [-1, -1, -1]])
 def test_every_node_sees_exactly_its_path(arch, path, parents):
     """The logits at each node of a tree fed in two calls (a level, then the rest) after a prefix fed in the
