@@ -7,6 +7,9 @@ Notation: p target probability, q draft probability, u the uniform draw, beta = 
 A token's details (its numbers and the decision) sit in its ``data-tip`` attribute, which the CSS shows at once as a
 panel under the token's line on hover, or while the token has focus (a click or a tap pins it; Tab walks the tokens):
 no script, and the text is an attribute's, never markup. Rounds are numbered from 1 on screen (``Round.index`` + 1).
+Given the draft's vocabulary (``vocab``: the target ids a pruned draft can propose, read from its map ``d2t``), a
+resampled or bonus token outside it is marked (``data-outside``: a dotted outline and ⊘): the draft could never have
+proposed it, so no draft of any quality would have been accepted there.
 
 What they render is bounded before any HTML is built, whatever the trace: a token shows at most ``TOKEN_SHOWN``
 characters (its details ``TITLE_CHARS``), the timeline the prompt's last ``PROMPT_SHOWN`` tokens and rounds until
@@ -33,6 +36,8 @@ LEGEND = {
     "accepted": "accepted draft", "rejected": "rejected draft", "resampled": "resampled (residual)",
     "bonus": "bonus (drawn from the target)", "discarded": "discarded (never verified)",
 }
+OUTSIDE = "⊘ outside the draft's vocabulary (it could never propose it)"
+OUTSIDE_TIP = "the draft's vocabulary does not hold this token: it could never have proposed it"
 # Translucent fills and saturated underlines read on light and dark backgrounds alike;
 # text colour is inherited from the theme.
 CSS = """
@@ -61,6 +66,8 @@ CSS = """
 .sv-bonus { background: rgba(59, 130, 246, 0.30); border-bottom-color: #2563eb; }
 .sv-discarded { background: rgba(128, 128, 128, 0.12); border-bottom: 2px dashed #888;
   color: color-mix(in srgb, currentColor 50%, transparent); }  /* faded, its details not (opacity would fade them) */
+.sv-tok[data-outside] { outline: 2px dotted #7c3aed; outline-offset: 1px; }
+.sv-tok[data-outside]::before { content: "⊘"; font-size: 0.7em; vertical-align: super; color: #7c3aed; }
 .sv-round { border-left: 2px solid rgba(128, 128, 128, 0.7); padding-left: 2px; margin-left: 3px; }
 .sv-round-n { font-size: 0.65rem; vertical-align: super; opacity: 0.7; margin-right: 1px; }
 .sv-ws { opacity: 0.55; }
@@ -114,11 +121,12 @@ def cut(text: str, chars: int = TOKEN_SHOWN) -> str:
     return text if len(text) <= chars else text[:chars] + "…"
 
 
-def token_span(text: str, status: str, tip: str = "") -> str:
+def token_span(text: str, status: str, tip: str = "", outside: bool = False) -> str:
     """A token by fate, its details ``tip`` shown on hover, click or tap (focusable: a tap focuses it); one that
-    completes no character (part of a multi-byte one) shows ◌."""
+    completes no character (part of a multi-byte one) shows ◌; ``outside``: a token the draft's vocabulary lacks."""
     details = f' tabindex="0" data-tip="{esc(cut(tip, TITLE_CHARS))}"' if tip else ""
-    return (f'<span class="sv-tok sv-{status}" data-status="{esc(status)}"{details}>'
+    mark = ' data-outside="1"' if outside else ""
+    return (f'<span class="sv-tok sv-{status}" data-status="{esc(status)}"{mark}{details}>'
             f'{visible(shown(cut(text)))}</span>')
 
 
@@ -199,8 +207,9 @@ def next_text(trace: Trace, r: Round, texts: RoundTexts, token: int) -> str:
     return texts.emitted[r.n_accepted] if len(texts.emitted) > r.n_accepted else trace.text(token)
 
 
-def round_spans(trace: Trace, r: Round, texts: RoundTexts) -> str:
-    """One round: its drafts by fate, then the resampled or bonus token."""
+def round_spans(trace: Trace, r: Round, texts: RoundTexts, vocab: frozenset[int] | None = None) -> str:
+    """One round: its drafts by fate, then the resampled or bonus token (marked where ``vocab``, the target ids the
+    draft can propose, lacks it)."""
     if r.tree is not None:  # a tree round: its number says so, and hovering it says how big the tree was
         tip = (f"round {r.index + 1}: a tree of {len(r.tree.nodes)} nodes, {len(r.tree.path)} accepted (the replay "
                "draws it)")
@@ -213,12 +222,17 @@ def round_spans(trace: Trace, r: Round, texts: RoundTexts) -> str:
         if tok is not None:
             text = next_text(trace, r, texts, tok)
             shown_as = "generated" if trace.mode == "autoregressive" else status  # a baseline's tokens stay neutral
-            parts.append(token_span(text, shown_as, _next_title(trace, r, status, tok, text)))
+            outside = vocab is not None and tok not in vocab
+            tip = _next_title(trace, r, status, tok, text) + (f"\n{OUTSIDE_TIP}" if outside else "")
+            parts.append(token_span(text, shown_as, tip, outside))
     return f'<span class="sv-round" data-round="{esc(r.index)}">{"".join(parts)}</span>'
 
 
-def legend() -> str:
+def legend(vocab: frozenset[int] | None = None) -> str:
+    """The fates' colours; with a pruned draft vocabulary, its mark too."""
     items = "".join(token_span(label, status) for status, label in LEGEND.items())
+    if vocab is not None:
+        items += token_span(OUTSIDE, "bonus", outside=True)
     hint = "a bar and small number start each round · point at a token, or click or tap it, for p, q, u and the decision"
     return f'<div class="sv-legend">{items}<span>{hint}</span></div>'
 
@@ -261,10 +275,21 @@ def _plain(trace: Trace, prompt_ids: list[int], texts: Texts) -> str:
                                           else "")
 
 
-def timeline_html(trace: Trace | None, with_legend: bool = True) -> str:
+def outside_note(trace: Trace, vocab: frozenset[int] | None) -> str:
+    """How many of the run's resampled and bonus tokens the draft's vocabulary lacks ("" without a pruned one)."""
+    if vocab is None or trace.mode != "speculative":
+        return ""
+    target = [t for r in trace.rounds for t in (r.resampled, r.bonus) if t is not None]
+    out = sum(t not in vocab for t in target)
+    return (f"{out} of the {plural(len(target), 'token')} the target chose itself (resampled or bonus) lie outside "
+            f"the draft's vocabulary of {len(vocab):,} tokens (⊘): the draft could never have proposed them.")
+
+
+def timeline_html(trace: Trace | None, with_legend: bool = True, vocab: frozenset[int] | None = None) -> str:
     """The hero view: prompt, then every round's tokens coloured by fate (within the bounds above); the colours'
-    legend first unless ``with_legend`` is False (several timelines under one legend)."""
-    head = legend() if with_legend else ""
+    legend first unless ``with_legend`` is False (several timelines under one legend). ``vocab``: the target ids a
+    pruned draft vocabulary holds (None: the draft can propose any token), its missing tokens marked."""
+    head = legend(vocab) if with_legend else ""
     if trace is None:
         return (f'{head}<p class="sv-empty"><i>Press Run, or open a ready run: the text appears here, each draft '
                 "token coloured by the target's verdict.</i></p>")
@@ -273,6 +298,7 @@ def timeline_html(trace: Trace | None, with_legend: bool = True) -> str:
     texts = bounded_texts(trace, context + ids, trace.rounds)
     texts.prompt = texts.prompt[len(context):]
     notes = [f"The first {hidden:,} prompt tokens are not shown (the last {PROMPT_SHOWN} are)."] if hidden else []
+    notes += [note] if (note := outside_note(trace, vocab)) else []
     prompt = "".join(token_span(text, "prompt", f"prompt token {t}") for t, text in zip(ids, texts.prompt))
     rounds, size = [], len(prompt)
     for r, t in zip(trace.rounds, texts.rounds):
@@ -280,7 +306,7 @@ def timeline_html(trace: Trace | None, with_legend: bool = True) -> str:
             notes.append(f"Rounds {r.index + 1}–{trace.rounds[-1].index + 1} are not shown: the timeline stops at "
                          f"{TIMELINE_CHARS / 1e6:.0f} MB of markup (the round replay shows every round).")
             break
-        rounds.append(round_spans(trace, r, t))
+        rounds.append(round_spans(trace, r, t, vocab))
         size += len(rounds[-1])
     if any(len(x) > TOKEN_SHOWN for x in trace.token_text.values()):
         notes.append(f"Token texts longer than {TOKEN_SHOWN} characters are cut (…).")

@@ -183,3 +183,25 @@ def test_compare_and_batch_timelines_share_one_legend():
     assert compare_timelines_html(runs, "baseline").count('class="sv-legend"') == 1
     assert compare_timelines_html(runs, "baseline").count('class="sv-timeline"') == 13
     assert batch_rows_html([sample_trace()] * 3, seed=0).count('class="sv-legend"') == 1
+
+
+def outside_texts(html):
+    """The texts of the tokens marked as outside the draft's vocabulary, in order."""
+    body = html.split('class="sv-timeline"')[1]
+    return re.findall(r'<span class="sv-tok sv-\w+" data-status="\w+" data-outside="1"[^>]*>([^<]*)</span>', body)
+
+
+def test_only_target_tokens_outside_the_draft_vocabulary_are_marked():
+    # round 0 resamples 6 and round 1 ends on bonus 9: with 9 in the draft's vocabulary and 6 not, only 6 is marked
+    vocab = frozenset({3, 4, 5, 7, 9})
+    html = timeline_html(sample_trace(), vocab=vocab)
+    assert outside_texts(html) == [" thou"]  # token 6
+    tip = re.search(r'data-outside="1" tabindex="0" data-tip="([^"]*)"', html).group(1)
+    assert "round 1, position 2" in tip and tip.endswith(
+        "the draft&#x27;s vocabulary does not hold this token: it could never have proposed it")
+    assert "1 of the 2 tokens the target chose itself" in html and "vocabulary of 5 tokens" in html
+    assert "outside the draft&#x27;s vocabulary" in html.split('class="sv-timeline"')[0]  # the legend's entry
+    assert outside_texts(timeline_html(sample_trace(), vocab=frozenset({6, 9}))) == []
+    assert outside_texts(timeline_html(sample_trace(), vocab=frozenset())) == [" thou", " love"]
+    plain = timeline_html(sample_trace())  # no vocabulary given: nothing marked, no legend entry, no note
+    assert "data-outside" not in plain and "could never" not in plain and "chose itself" not in plain

@@ -3,6 +3,8 @@ with beta = sum min(p, q) <= sum over D of p = p(D) at every position, so the ta
 acceptance from above (vLLM PR #24343: pruning alone moved the mean acceptance length from 2.39 to 2.13)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 from .check import read_tensor
@@ -24,6 +26,23 @@ def draft_ids(draft) -> torch.Tensor | None:
         return None
     d2t = read_tensor(draft, "d2t").long()
     return torch.arange(len(d2t)) + d2t
+
+
+def vocabulary(folder) -> frozenset[int] | None:
+    """The target ids the trained draft in ``folder`` can propose, as a set (None: any, or not a trained draft); read
+    from its map d2t without its weights, and kept until the folder's files change (a timeline asks on every
+    update of a streamed run)."""
+    folder = Path(folder).expanduser().resolve()
+    files = sorted(folder.glob("*.safetensors")) + [folder / "config.json"] if folder.is_dir() else []
+    stamp = tuple((f.name, f.stat().st_mtime_ns) for f in files if f.is_file())
+    if _vocabularies.get(folder, (None,))[0] != stamp:
+        layout = detect(folder) if stamp else None
+        ids = draft_ids(layout) if layout is not None else None
+        _vocabularies[folder] = (stamp, None if ids is None else frozenset(ids.tolist()))
+    return _vocabularies[folder][1]
+
+
+_vocabularies: dict[Path, tuple[tuple, frozenset[int] | None]] = {}  # folder -> (its files' stamps, its ids)
 
 
 @torch.inference_mode()
