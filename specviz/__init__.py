@@ -5,25 +5,49 @@ The core (this folder's modules) knows nothing of the three wings built on it: `
 (experiments -> DataFrames), ``specviz.views`` (DataFrame -> Figure, Trace -> HTML) and ``specviz.app``
 (the gradio app); see docs/ARCHITECTURE.md.
 """
-from . import conformance  # noqa: F401 (specviz.conformance.run: the engine conformance kit)
-from .batch import autoregressive_generate_batch, speculative_generate_batch
-from .config import EXAMPLE_PROMPTS, PRESETS, DecodeConfig, TreeConfig
-from .decoder import Decoding, autoregressive_generate, speculative_generate
-from .drafts.cross import CrossDrafter, CrossTokenizerDrafter, IntersectionDrafter
-from .drafts.distill import distill, iter_distill
-from .drafts.drafter import Drafter, ModelDrafter, PromptLookupDrafter, Proposal
-from .drafts.ngram import NGramDrafter, NGramModel
-from .drafts.trained.check import check_trained_draft
-from .drafts.trained.coverage import vocab_coverage
-from .engines import EngineRun, diagnose, read_engine_run
-from .labs.compare import compare
-from .labs.distill_lab import distill_lab, fresh_draft
-from .labs.lossless import fit_table, lossless_lab
-from .labs.policies import compare_policies, policy_summary
-from .labs.rules import rules_lab
-from .labs.sweep import best_k, iter_sweep, per_position, position_rows, summarize, sweep
-from .models import DEFAULT_DRAFT, DEFAULT_TARGET, check_tokenizers, list_drafters, list_models, load_drafter, load_model
-from .trace import Counts, Round, Summary, Trace
+from importlib import import_module
+
+# where each public name lives: imported on first use (PEP 562), so ``import specviz`` costs nothing and a program
+# that decodes never loads pandas, scipy or the labs it does not call
+_HOMES = {
+    ".batch": ("autoregressive_generate_batch", "speculative_generate_batch"),
+    ".config": ("EXAMPLE_PROMPTS", "PRESETS", "DecodeConfig", "TreeConfig"),
+    ".decoder": ("Decoding", "autoregressive_generate", "speculative_generate"),
+    ".drafts.cross": ("CrossDrafter", "CrossTokenizerDrafter", "IntersectionDrafter"),
+    ".drafts.distill": ("distill", "iter_distill"),
+    ".drafts.drafter": ("Drafter", "ModelDrafter", "PromptLookupDrafter", "Proposal"),
+    ".drafts.ngram": ("NGramDrafter", "NGramModel"),
+    ".drafts.trained.check": ("check_trained_draft",),
+    ".drafts.trained.coverage": ("vocab_coverage",),
+    ".engines": ("EngineRun", "diagnose", "read_engine_run"),
+    ".labs.compare": ("compare",),
+    ".labs.distill_lab": ("distill_lab", "fresh_draft"),
+    ".labs.lossless": ("fit_table", "lossless_lab"),
+    ".labs.policies": ("compare_policies", "policy_summary"),
+    ".labs.rules": ("rules_lab",),
+    ".labs.sweep": ("best_k", "iter_sweep", "per_position", "position_rows", "summarize", "sweep"),
+    ".models": ("DEFAULT_DRAFT", "DEFAULT_TARGET", "check_tokenizers", "list_drafters", "list_models", "load_drafter",
+                "load_model"),
+    ".trace": ("Counts", "Round", "Summary", "Trace"),
+}
+_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
+_SUBPACKAGES = ("conformance",)  # specviz.conformance.run: the engine conformance kit
+
+
+def __getattr__(name: str):
+    if name in _HOME_OF:
+        value = getattr(import_module(_HOME_OF[name], __name__), name)
+    elif name in _SUBPACKAGES:
+        value = import_module(f".{name}", __name__)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value  # found once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__) | set(_SUBPACKAGES))
+
 
 __all__ = [
     "DecodeConfig", "TreeConfig", "PRESETS", "EXAMPLE_PROMPTS",
