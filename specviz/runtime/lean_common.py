@@ -49,6 +49,7 @@ def linear(x: torch.Tensor, w_t: torch.Tensor, b: torch.Tensor | None, residual:
         return quant.linear(x, w_t, b, residual)
     if native.fits(x, w_t, b, residual):
         return native.linear(x, w_t, b, residual)
+    # stays for hosts without the C stack (no compiler, SPECVIZ_NATIVE=0): oneDNN where timed faster here, else addmm
     out = packed_linear.linear(x, w_t, b, residual)
     return out if out is not None else packed_linear.plain(x, w_t, b, residual)
 

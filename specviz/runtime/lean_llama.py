@@ -94,7 +94,7 @@ def _exit_weights(model, source) -> Weights:
     own = layers[shared:]  # an exit adapter
     with torch.no_grad():
         blocks = base.blocks[:shared] + tuple(layer_weights(layer) for layer in own)
-    if shared < len(blocks):  # the adapter's layer takes the path timed for its model's layers of the same shapes
+    if shared < len(blocks) and not native.enabled():  # the path timed for its model's layers of the same shapes
         packed_linear.adopt(matmuls(blocks[shared:]), base.blocks[0].qkv_t)
     head = model.get_output_embeddings()
     if isinstance(head, PrunedHead):  # the exit scores part of the vocabulary

@@ -1,5 +1,8 @@
 """Matmuls of several rows at once (a verify pass, a token tree's level) through oneDNN with the weight pre-packed.
 
+Taken only where ``native``'s C stack is not (no compiler, ``SPECVIZ_NATIVE=0``): the C stack runs every fp32 row
+count itself, so with a compiler nothing here is timed or packed.
+
 Why: on a CPU the lean forward's one-row matmuls (``x @ W_t``, MKL's gemv) stream the weights at memory speed, but
 MKL's fp32 GEMM with 2-24 rows is far from it: the bundled target's 7-row pass cost 2-2.6x its one-row pass.
 oneDNN's inner-product kernel over a weight packed once for its blocking costs 0.5-0.7x of MKL's there (the

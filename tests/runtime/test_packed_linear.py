@@ -132,3 +132,18 @@ def test_a_layer_adopts_the_path_timed_for_its_like_without_timing_again(monkeyp
     monkeypatch.setattr(packed_linear.time, "perf_counter", lambda: pytest.fail("timed again"))
     assert packed_linear.adopt(fresh, like=timed[0][0]) == "plain"
     assert {packed_linear.chosen(w) for w, _, _ in fresh} == {"plain"}
+
+
+@pytest.mark.parametrize("c_stack", [True, False])
+def test_nothing_is_timed_or_packed_where_the_c_stack_runs(monkeypatch, c_stack):
+    """Where the C stack runs every row count, laying out a model and an early exit with its own adapter layer times
+    nothing (calibrate is the torch fallback's); without it, both are calibrated (the exit adopting its model's)."""
+    from specviz.drafts.early_exit import early_exit, new_adapter
+
+    calls = []
+    monkeypatch.setattr(native, "enabled", lambda: c_stack)
+    record = packed_linear._choose  # what calibrate keeps, untimed
+    monkeypatch.setattr(packed_linear, "calibrate", lambda steps: calls.append(len(steps)) or record(steps, "plain"))
+    model = gqa_llama(seed=10, layers=3, dtype=torch.float32, tied=True)
+    lean_llama.lean_weights(early_exit(model, 1, new_adapter(model, 1)))
+    assert calls == ([] if c_stack else [3 * 4 + 1])  # 4 matmuls a layer and the head, the adapter adopting those
