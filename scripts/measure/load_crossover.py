@@ -13,12 +13,21 @@ The goodput model is fitted on the passes these same runs timed (``load.run_pass
 plain passes, the draft's passes), with the runs' acceptance per position and the batch-1 runs' bookkeeping; it
 never sees the runs' tokens/s. The verdict: the two crossovers within one batch step (a crossover beyond the range
 counts as the step after its last batch size, "never pays" as the step before its first).
+
+The context axis (``--contexts``, e.g. ``--contexts 128 256 512 1008 --batches 1 4``): the same runs at each
+context (each request's tokens before decoding; at most the target's window less the new tokens), every repeat
+going through every context and, within it, every batch size; the goodput model fitted once on all the contexts'
+passes (so its KV term, per_kv, is fitted) and priced at each context with that context's acceptance; per batch
+size, the context where speculation stops paying, measured and predicted.
 """
 import argparse
 import os
+import shlex
+import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import torch
 
 from specviz import goodput as gp
@@ -50,63 +59,66 @@ def undecided(summary, measured: gp.Crossover) -> list[int]:
     return [b for b in near if b is not None and rows.speedup_min[b] < 1 <= rows.speedup_max[b]]
 
 
+HEADER = "batch  spec tok/s (range)       AR tok/s (range)         speedup (range)      model  tokens/step"
+
+
+def row_text(r, model: float) -> str:
+    """One batch size's summary row beside the model's speedup."""
+    return (f"{int(r.batch):>5}  {r.spec_tps:7.1f} ({r.spec_min:6.1f}-{r.spec_max:6.1f})  "
+            f"{r.ar_tps:7.1f} ({r.ar_min:6.1f}-{r.ar_max:6.1f})  {r.speedup:5.2f} ({r.speedup_min:4.2f}-"
+            f"{r.speedup_max:4.2f})  {model:5.2f}  {r.tokens_per_step:5.2f}")
+
+
 def table(summary, prediction: load.Prediction) -> str:
-    lines = ["batch  spec tok/s (range)       AR tok/s (range)         speedup (range)      model  tokens/step"]
-    for (_, r), model in zip(summary.iterrows(), prediction.speedups):
-        lines.append(f"{int(r.batch):>5}  {r.spec_tps:7.1f} ({r.spec_min:6.1f}-{r.spec_max:6.1f})  "
-                     f"{r.ar_tps:7.1f} ({r.ar_min:6.1f}-{r.ar_max:6.1f})  {r.speedup:5.2f} ({r.speedup_min:4.2f}-"
-                     f"{r.speedup_max:4.2f})  {model:5.2f}  {r.tokens_per_step:5.2f}")
-    return "\n".join(lines)
+    return "\n".join([HEADER] + [row_text(r, m) for (_, r), m in zip(summary.iterrows(), prediction.speedups)])
 
 
-def words(c: gp.Crossover) -> str:
+def words(c: gp.Crossover, axis: str = "batch") -> str:
+    """A crossover in words along ``axis`` (batch sizes, or contexts: ``gp.crossover`` reads any increasing axis)."""
     if c.batch is not None:
-        return f"batch {c.batch} (paid at {c.last_paying}, not at {c.batch})"
-    return {"pays throughout": "none in range: pays at every batch size",
-            "never pays": "none in range: pays at no batch size"}.get(c.verdict, c.verdict)
+        return f"{axis} {c.batch} (paid at {c.last_paying}, not at {c.batch})"
+    return {"pays throughout": f"none in range: pays at every {axis} measured",
+            "never pays": f"none in range: pays at no {axis} measured"}.get(c.verdict, c.verdict)
 
 
-def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--target", default="target")
-    ap.add_argument("--draft", default="lite")
-    ap.add_argument("--batches", type=int, nargs="+", default=[1, 2, 4, 8, 16])
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--k", type=int, default=4)
-    ap.add_argument("--new-tokens", type=int, default=16)
-    ap.add_argument("--context", type=int, default=128)
-    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    args = ap.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    target, draft, tok = load_pair(args.target, args.draft)
-    prompts, sep = [tok(p).input_ids for p in EXAMPLE_PROMPTS], tok("\n").input_ids
-    batches = load.check_setting(target, args.batches, args.context, args.k, args.new_tokens, args.repeats)
-    cfg = DecodeConfig(k=args.k, k_policy="fixed", temperature=0.0, max_new_tokens=args.new_tokens, record=False)
-    print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {host()}, "
-          f"{torch.get_num_threads()} torch threads; {args.target} + {args.draft}, greedy, k = {args.k}, "
-          f"{args.new_tokens} new tokens a request after {args.context} tokens of context, {args.repeats} repeats")
-    print(f"batched forward: {load.forward_used(target)}")
+def prediction_of(kept: dict, fitted, batches: list[int], context: int, k: int, model_free: bool) -> load.Prediction:
+    """The goodput model on ``fitted`` passes, priced at ``context`` with these runs' acceptance (each batch's own)
+    and bookkeeping, as the Load lab prices it (``load.run_lab``)."""
+    first = {m: kept[batches[0], m] for m in ("speculative", "autoregressive")}
+    per_batch = {b: load.acceptance_rates(kept[b, "speculative"], k) for b in batches}
+    pooled = load.acceptance_rates([t for b in batches for t in kept[b, "speculative"]], k)
+    each = load.lookup_s(first["speculative"], batches[0]) if model_free else 0.0
+    return load.predict(fitted, pooled, load.bookkeeping_s(first, batches[0]), batches, context, k, each, per_batch)
+
+
+def fit_words(prediction: load.Prediction, passes: int) -> str:
+    t, d = prediction.target, prediction.draft
+    drafting = (f"draft {1e3 * d.step.fixed:.3g} ms + {1e3 * d.step.per_token:.3g} ms a token" if d.step else
+                f"draft lookups {1e6 * d.seconds_each:.3g} us a token and request")
+    return (f"fitted on the runs' own passes ({passes} pass sizes): target {1e3 * t.fixed:.3g} ms + "
+            f"{1e3 * t.per_token:.3g} ms a token + {1e6 * t.per_kv:.3g} us a token and cached position; {drafting}; "
+            f"bookkeeping {1e3 * prediction.overhead_s:.3g} ms a request and step; acceptance per position "
+            + ", ".join(f"{r:.2f}" for r in prediction.rates))
+
+
+def batch_sweep(args, target, draft, prompts, sep, batches, cfg) -> None:
+    """Speculative against autoregressive along the batch sizes at one context, and the model's crossover."""
     start = time.perf_counter()
     runs, kept = load.run_load(target, draft, prompts, batches, args.context, cfg, args.repeats, sep=sep)
     summary = load.summarize(runs)
-    fitted = load.run_passes(kept, args.context)
-    first = {m: kept[batches[0], m] for m in ("speculative", "autoregressive")}
-    per_batch = {b: load.acceptance_rates(kept[b, "speculative"], args.k) for b in batches}
-    pooled = load.acceptance_rates([t for b in batches for t in kept[b, "speculative"]], args.k)
-    prediction = load.predict(fitted, pooled, load.bookkeeping_s(first, batches[0]), batches, args.context, args.k,
-                              per_batch=per_batch)
+    model_free = load.draft_model(draft) is None
+    fitted = load.run_passes(kept, args.context, not model_free)
+    prediction = prediction_of(kept, fitted, batches, args.context, args.k, model_free)
     measured = gp.crossover(batches, list(summary.speedup))
     print(f"runs: {time.perf_counter() - start:.0f} s\n")
     print(table(summary, prediction))
-    t, d = prediction.target, prediction.draft.step
-    print(f"\nfitted on the runs' own passes ({len(fitted)} pass sizes): target {1e3 * t.fixed:.3g} ms + "
-          f"{1e3 * t.per_token:.3g} ms a token; draft {1e3 * d.fixed:.3g} ms + {1e3 * d.per_token:.3g} ms a token; "
-          f"bookkeeping {1e3 * prediction.overhead_s:.3g} ms a request and step; acceptance per position "
-          + ", ".join(f"{r:.2f}" for r in prediction.rates))
+    print("\n" + fit_words(prediction, len(fitted)))
     print("best k per batch (model): " + ", ".join(f"{lo}-{hi}: k = {k}" for lo, hi, k in prediction.best_k))
     print(f"\ncrossover measured: {words(measured)}")
     print(f"crossover predicted: {words(prediction.crossover)}")
+    why = load.why_none(measured, prediction, summary, args.context, args.k)
+    if why:
+        print(f"no crossover in range, why (the Load lab's words): {why}")
     hold = undecided(summary, measured)
     if hold:
         print(f"the speedup's range over repeats holds 1 at batch {', '.join(map(str, hold))}: the repeats do not "
@@ -118,6 +130,78 @@ def main(argv=None) -> None:
         steps = abs(apart[0] - apart[1])
         print(f"verdict: {steps:g} batch step(s) apart: " + ("within one batch step" if steps <= 1 else
                                                              "NOT within one batch step"))
+
+
+def context_runs(target, draft, prompts, sep, batches, contexts, cfg, repeats) -> dict:
+    """{context: (runs frame, kept traces)}: every repeat through every context (in a rotated order), each
+    context's batch sizes interleaved as ``load.run_load`` does."""
+    frames, kept = {c: [] for c in contexts}, {c: {} for c in contexts}
+    for rep in range(repeats):
+        for i, c in enumerate(contexts[rep % len(contexts):] + contexts[:rep % len(contexts)]):
+            runs, got = load.run_load(target, draft, prompts, batches, c, cfg, 1, sep=sep, warm=rep == i == 0,
+                                      first_repeat=rep)
+            frames[c].append(runs)
+            for key, traces in got.items():
+                kept[c].setdefault(key, []).extend(traces)
+    return {c: (pd.concat(frames[c], ignore_index=True), kept[c]) for c in contexts}
+
+
+def context_sweep(args, target, draft, prompts, sep, batches, cfg) -> None:
+    """Speculative against autoregressive along the contexts at each batch size, and the model's prediction."""
+    contexts = sorted(set(args.contexts))
+    for c in contexts:
+        load.check_setting(target, batches, c, args.k, args.new_tokens, args.repeats)
+    start = time.perf_counter()
+    measured = context_runs(target, draft, prompts, sep, batches, contexts, cfg, args.repeats)
+    model_free = load.draft_model(draft) is None
+    fitted = pd.concat([load.run_passes(kept, c, not model_free) for c, (_, kept) in measured.items()],
+                       ignore_index=True)
+    lines, by_batch = [], {b: ([], []) for b in batches}
+    for c, (runs, kept) in measured.items():
+        summary, prediction = load.summarize(runs), prediction_of(kept, fitted, batches, c, args.k, model_free)
+        for (_, r), model in zip(summary.iterrows(), prediction.speedups):
+            by_batch[int(r.batch)][0].append(r.speedup)
+            by_batch[int(r.batch)][1].append(model)
+            lines.append(f"{c:>7}  {row_text(r, model)}")
+    print(f"runs: {time.perf_counter() - start:.0f} s\n")
+    print(f"context  {HEADER}")
+    print("\n".join(lines))
+    print("\n" + fit_words(prediction, len(fitted)) + " (one fit over every context; acceptance shown: the last "
+          "context's)")
+    for b, (meas, model) in by_batch.items():
+        print(f"batch {b}: where speculation stops paying along the context: measured "
+              f"{words(gp.crossover(contexts, meas), 'context')}; predicted "
+              f"{words(gp.crossover(contexts, model), 'context')}")
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--target", default="target")
+    ap.add_argument("--draft", default="lite")
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 2, 4, 8, 16])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--k", type=int, default=4)
+    ap.add_argument("--new-tokens", type=int, default=16)
+    ap.add_argument("--context", type=int, default=128)
+    ap.add_argument("--contexts", type=int, nargs="+", help="sweep these contexts at each of --batches")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    target, draft, tok = load_pair(args.target, args.draft)
+    prompts, sep = [tok(p).input_ids for p in EXAMPLE_PROMPTS], tok("\n").input_ids
+    batches = load.check_setting(target, args.batches, args.context, args.k, args.new_tokens, args.repeats)
+    cfg = DecodeConfig(k=args.k, k_policy="fixed", temperature=0.0, max_new_tokens=args.new_tokens, record=False)
+    where = (f"contexts {', '.join(map(str, sorted(set(args.contexts))))}" if args.contexts else
+             f"{args.context} tokens of context")
+    print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {host()}, "
+          f"{torch.get_num_threads()} torch threads; {args.target} + {args.draft}, greedy, k = {args.k}, "
+          f"{args.new_tokens} new tokens a request after {where}, {args.repeats} repeats\n"
+          f"command: python scripts/measure/load_crossover.py {shlex.join(argv if argv is not None else sys.argv[1:])}")
+    print(f"batched forward: {load.forward_used(target)}")
+    (context_sweep if args.contexts else batch_sweep)(args, target, draft, prompts, sep, batches, cfg)
+    print(f"ended {time.strftime('%H:%M UTC', time.gmtime())}, load average "
+          + " ".join(f"{x:.2f}" for x in os.getloadavg()))
 
 
 if __name__ == "__main__":

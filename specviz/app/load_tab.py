@@ -95,6 +95,8 @@ def verdict(result: load.LoadResult, batches: list[int], k: int) -> str:
         f"takes {step_ms:.0f} ms. A pass here costs {1e3 * p.target.fixed:.0f} ms + {1e3 * p.target.per_token:.1f} ms a "
         "token (fitted on the passes these runs timed): the more of a pass is per-token work, the less the extra verify rows "
         "come free, and every request in the batch pays for its own.",
+        *([f"**No crossover in range, why:** {none}"] if (none := load.why_none(
+            result.measured, p, s, load_context(result), k)) else []),
         "**Best k (the model's):** " + "; ".join(f"batch {lo}–{hi}: " + (f"k = {kk}" if kk else "no speculation")
                                                 for lo, hi, kk in p.best_k) + ".",
         "**The model assumes:** " + "; ".join(gp.ASSUMPTIONS) + ". It saw the passes these runs timed, each batch's acceptance "

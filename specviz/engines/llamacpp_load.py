@@ -12,6 +12,9 @@ equal spans of its wall time, as an engine's logging intervals cut a served run;
   tokens are. A response counts its accepted drafts (timings.draft_n_accepted) but not its steps: the first token
   comes from the prompt's pass and each verify step emits its accepted drafts + 1, so steps = predicted_n -
   draft_n_accepted - 1 (summed over a configuration, the /metrics difference's llamacpp:spec_decode_num_drafts).
+
+Also ``read_batched_bench``: the table ``llama-batched-bench`` prints (llama.cpp's batched decoding without a
+server: B sequences of PP prompt tokens each, then TG steps of one token per sequence in one batch), as rows.
 """
 from __future__ import annotations
 
@@ -25,6 +28,36 @@ from .run import Load
 SOURCE = "llama.cpp server under load (record_llamacpp_load.sh)"
 WINDOWS = 4
 FOLDER = re.compile(r"np(\d+)-(on|off)")
+BENCH_COLUMNS = ("PP", "TG", "B", "N_KV", "T_PP s", "S_PP t/s", "T_TG s", "S_TG t/s", "T s", "S t/s")
+BENCH_KEYS = ("pp", "tg", "batch", "n_kv", "t_pp", "s_pp", "t_tg", "s_tg", "t", "s")
+
+
+def read_batched_bench(text: str) -> list[dict]:
+    """The rows of llama-batched-bench's Markdown table, each {pp, tg, batch, n_kv: int; t_pp, s_pp, t_tg, s_tg,
+    t, s: float} (s_tg: B * TG / T_TG, tokens/s of decoding with the prompt excluded). ValueError when the text holds
+    no such table or a row does not add up (S_TG must be B * TG / T_TG to the table's rounding)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip().startswith("|")]
+    head = next((i for i, line in enumerate(lines) if tuple(c.strip() for c in line.strip("|").split("|"))
+                 == BENCH_COLUMNS), None)
+    if head is None:
+        raise ValueError("no llama-batched-bench table (a header | PP | TG | B | N_KV | ... | S t/s |) in the text")
+    rows = []
+    for line in lines[head + 2:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        try:
+            values = [int(c) for c in cells[:4]] + [float(c) for c in cells[4:]]
+        except ValueError:
+            raise ValueError(f"not a llama-batched-bench row: {line!r}") from None
+        if len(values) != len(BENCH_KEYS):
+            raise ValueError(f"a llama-batched-bench row has {len(BENCH_KEYS)} cells, got {len(values)}: {line!r}")
+        row = dict(zip(BENCH_KEYS, values))
+        if row["t_tg"] <= 0 or abs(row["batch"] * row["tg"] / row["t_tg"] - row["s_tg"]) > 0.01 * row["s_tg"] + 0.01:
+            raise ValueError(f"S_TG {row['s_tg']} is not B x TG / T_TG ({row['batch']} x {row['tg']} / "
+                             f"{row['t_tg']}): {line!r}")
+        rows.append(row)
+    if not rows:
+        raise ValueError("the llama-batched-bench table has no rows (every batch skipped: raise -c to B x (PP + TG))")
+    return rows
 
 
 def read_llamacpp_load(folder, windows: int = WINDOWS) -> dict[str, MeanRun]:

@@ -137,15 +137,16 @@ def decode_row(batch: int, method: str, repeat: int, traces) -> dict:
 
 
 def run_load(target, draft, prompts, batches, context: int, cfg: DecodeConfig, repeats: int, check=None,
-             sep: list[int] = ()):
-    """(runs frame, {(batch, method): the runs' traces}): speculative and autoregressive interleaved."""
+             sep: list[int] = (), warm: bool = True, first_repeat: int = 0):
+    """(runs frame, {(batch, method): the runs' traces}): speculative and autoregressive interleaved. ``warm``
+    False: no warm-up run (a caller that already made one); ``first_repeat``: the first repeat's number (a caller
+    interleaving contexts runs one repeat at a time)."""
     fns = {"speculative": lambda ids: speculative_generate_batch(target, draft, ids, cfg),
            "autoregressive": lambda ids: autoregressive_generate_batch(target, ids, cfg)}
-    warm = at_context(prompts, context, 1, sep)
-    for fn in fns.values():  # warm-up: first calls allocate
-        fn(warm)
+    for fn in fns.values() if warm else ():  # warm-up: first calls allocate
+        fn(at_context(prompts, context, 1, sep))
     rows, kept = [], {(batch, name): [] for batch in batches for name in fns}
-    for rep in range(repeats):
+    for rep in range(first_repeat, first_repeat + repeats):
         for i, batch in enumerate(batches):
             ids = at_context(prompts, context, batch, sep)
             for method in (list(fns) if (rep + i) % 2 == 0 else list(fns)[::-1]):
@@ -248,6 +249,50 @@ def _fit(passes: pd.DataFrame) -> gp.StepCost:
     if passes.tokens.nunique() < 2:
         return gp.StepCost(float(passes.ms.median()) / 1e3, 0.0)
     return gp.fit_step_cost(zip(passes.tokens, passes.context, passes.ms / 1e3))
+
+
+def break_even(prediction: Prediction, batch: int, context: int, k: int) -> dict:
+    """A round's parts at ``batch`` requests (seconds, from the fitted model): the verify pass, the drafting, the
+    round, a plain step; ``needed``: the tokens a request a round must bring to pay (round / step); ``limit``: the
+    same for the next request added (what each added request adds to a round over what it adds to a plain step),
+    toward which ``needed`` moves as the batch grows."""
+    t, d, over = prediction.target, prediction.draft, prediction.overhead_s
+    verify, plain, drafting = t.seconds(batch * (k + 1), context), t.seconds(batch, context), d.seconds(batch, k, context)
+    added_round = t.seconds((batch + 1) * (k + 1), context) - verify + d.seconds(batch + 1, k, context) - drafting + over
+    added_step = t.seconds(batch + 1, context) - plain + over
+    round_s, step_s = verify + drafting + batch * over, plain + batch * over
+    return dict(verify=verify, drafting=drafting, round=round_s, plain=plain, step=step_s, needed=round_s / step_s,
+                limit=added_round / added_step if added_step > 0 else float("inf"))
+
+
+def why_none(measured: gp.Crossover, prediction: Prediction, summary: pd.DataFrame, context: int, k: int) -> str:
+    """Why the run shows no crossover in range, in words read from its numbers ("" when it shows one, or pays only
+    at larger batches): at the batch where speculation is likeliest to change side (the smallest when it never
+    paid, the largest when it always did), the round's parts, the tokens a request it brought and the tokens a
+    request that would have paid; then which way that break-even moves as requests are added."""
+    if measured.verdict not in ("never pays", "pays throughout"):
+        return ""
+    row = summary.iloc[0] if measured.verdict == "never pays" else summary.iloc[-1]
+    b, tau = int(row.batch), float(row.tokens_per_step)
+    e = break_even(prediction, b, context, k)
+    parts = (f"a round took {1e3 * e['round']:.1f} ms (verifying {b} x {k + 1} tokens {1e3 * e['verify']:.1f} ms, "
+             f"{e['verify'] / e['plain']:.2f} times a plain pass of {b}; drafting {1e3 * e['drafting']:.1f} ms, "
+             f"{e['drafting'] / e['round']:.0%} of the round) and brought {tau:.2f} tokens a request, where "
+             f"{e['needed']:.2f} would pay for it")
+    rises = e["limit"] > e["needed"]
+    trend = (f"Each request added to the batch {'raises' if rises else 'lowers'} that break-even, toward "
+             f"{e['limit']:.2f} tokens a request (" + ("a verify pass grows by k + 1 tokens a request, a plain step "
+                                                       "by one" if rises else "the fixed part of a pass is shared by "
+                                                       "more requests") + ")")
+    beyond = e["limit"] > tau  # past the range, a round's tokens a request stay below the break-even
+    if measured.verdict == "never pays":
+        return (f"Speculation lost even at batch {b}, the smallest measured: {parts}. {trend}: "
+                + ("larger batches only widen the gap." if rises else
+                   "larger batches do not make it pay either." if beyond else
+                   f"it may pay at larger batches, once the break-even falls below {tau:.2f}."))
+    return (f"Speculation still paid at batch {b}, the largest measured: {parts}. {trend}: "
+            + (f"it stops paying at a larger batch, once the break-even passes {tau:.2f}." if beyond else
+               "at these rates it keeps paying at larger batches."))
 
 
 @dataclass(frozen=True)

@@ -149,3 +149,39 @@ def test_a_small_run_end_to_end(pair):
     assert result.measured == gp.crossover([1, 2], list(result.summary.speedup))
     est = load.estimate(target, draft, prompts, [1, 2], 16, 2, 6, 1)
     assert 0 < est.low <= est.likely <= est.high
+
+
+def prediction_of(target, draft, overhead=0.0):
+    return load.Prediction(target, gp.DraftCost("sequential", draft), [0.5], overhead, [], gp.crossover([1], [1]), [])
+
+
+def test_why_no_crossover_reads_the_round_from_the_fitted_costs():
+    """Target 10 ms + 1 ms a token, draft 2 ms a pass, k = 2, batch 1: verify 13 ms (13/11 = 1.18 plain passes),
+    drafting 2 x 2 = 4 ms (4/17 = 24%), round 17 ms, step 11 ms: 17/11 = 1.55 tokens a request pay; a request more
+    adds 3 ms to a round and 1 ms to a step: the break-even rises toward 3.00. 1.40 tokens a round: lost."""
+    p = prediction_of(gp.StepCost(0.010, 0.001), gp.StepCost(0.002, 0.0))
+    e = load.break_even(p, 1, 0, 2)
+    assert (e["verify"], e["drafting"], e["round"], e["plain"]) == pytest.approx((0.013, 0.004, 0.017, 0.011))
+    assert (e["needed"], e["limit"]) == pytest.approx((17 / 11, 3.0))
+    summary = pd.DataFrame(dict(batch=[1, 2], tokens_per_step=[1.4, 1.3]))
+    words = load.why_none(gp.Crossover(None, "never pays", None), p, summary, 0, 2)
+    assert words == ("Speculation lost even at batch 1, the smallest measured: a round took 17.0 ms (verifying 1 x 3 "
+                     "tokens 13.0 ms, 1.18 times a plain pass of 1; drafting 4.0 ms, 24% of the round) and brought "
+                     "1.40 tokens a request, where 1.55 would pay for it. Each request added to the batch raises that "
+                     "break-even, toward 3.00 tokens a request (a verify pass grows by k + 1 tokens a request, a "
+                     "plain step by one): larger batches only widen the gap.")
+    assert load.why_none(gp.Crossover(2, "crosses", 1), p, summary, 0, 2) == ""
+
+
+def test_why_it_paid_throughout_says_where_it_would_stop():
+    """Target 10 ms + 0.1 ms a token, draft 1 ms, k = 2, at the largest batch, 4: verify 11.2 ms, drafting 2 ms,
+    round 13.2 ms, step 10.4 ms: 1.27 tokens pay; a request more: 0.3 ms to a round, 0.1 to a step: toward 3.00,
+    above the 2.50 a round brought: it stops paying at a larger batch. With 3.5 tokens a round it keeps paying."""
+    p = prediction_of(gp.StepCost(0.010, 0.0001), gp.StepCost(0.001, 0.0))
+    paid = gp.Crossover(None, "pays throughout", 4)
+    words = load.why_none(paid, p, pd.DataFrame(dict(batch=[1, 4], tokens_per_step=[2.8, 2.5])), 0, 2)
+    assert words.startswith("Speculation still paid at batch 4, the largest measured: a round took 13.2 ms")
+    assert "where 1.27 would pay for it" in words and "raises that break-even, toward 3.00" in words
+    assert words.endswith("it stops paying at a larger batch, once the break-even passes 2.50.")
+    more = load.why_none(paid, p, pd.DataFrame(dict(batch=[1, 4], tokens_per_step=[3.6, 3.5])), 0, 2)
+    assert more.endswith("at these rates it keeps paying at larger batches.")
