@@ -1,11 +1,13 @@
 """The house for its next readers: the README is a short front page, the docs it lists exist, links between the
-docs resolve, and no file speaks of how the project was built step by step.
+docs resolve, no file speaks of how the project was built step by step, and tests share code only through
+tests/helpers/ (never one test module imported by another).
 
 A figure says what produced it (date, host, command, log), never which development step it came from, so no file's
 name or text may hold the word "stop" or "stops" followed by a number (with a space, an underscore, a hyphen or
 nothing between). Code has one legitimate neighbour, the draft-stop threshold, written as a decimal (the draft-stop
 flag followed by 0.4); the pattern leaves a number with a decimal point alone, and its word boundary on the left
 leaves ``draft_stop`` written as an identifier alone too."""
+import ast
 import re
 import subprocess
 from pathlib import Path
@@ -123,3 +125,51 @@ def test_the_readmes_counts_match_the_code():
     labs = demo.split('gr.Tab("Labs"', 1)[1].split('gr.Tab("Compare', 1)[0].count("gr.Tab(")
     for count in _counted(text, "labs"):
         assert count == labs, f"the README counts {count} labs; the app has {labs}"
+
+
+def imported_test_modules(source: str, module: str) -> list[str]:
+    """The modules under tests/ that ``source`` (the text of the module named ``module``, as "tests.app.test_x")
+    imports besides ``tests.helpers`` and what is below it: other test modules and conftest, whose fixtures are
+    shared through pytest, never by import. A relative import is resolved against ``module``'s package."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            package = ".".join(module.split(".")[: -node.level] + [node.module or ""]).strip(".") if node.level \
+                else node.module
+            whole = node.module is None or package == "tests"  # "from tests import conftest": the names are modules
+            names = [f"{package}.{alias.name}" for alias in node.names] if whole else [package]
+        else:
+            continue
+        for name in names:
+            parts = name.split(".")
+            if (parts[0] == "tests" and parts[1:2] != ["helpers"]) or parts[0] == "conftest" or parts[0].startswith("test_"):
+                found.append(name)
+    return found
+
+
+def test_the_import_check_catches_a_test_module_and_spares_helpers():
+    caught = {"from tests.engines.test_wild_reading import WILD": ["tests.engines.test_wild_reading"],
+              "import tests.conftest": ["tests.conftest"], "from tests import conftest": ["tests.conftest"],
+              "from .test_wild_reading import WILD": ["tests.engines.test_wild_reading"],
+              "from . import test_wild_reading": ["tests.engines.test_wild_reading"],
+              "from ..conftest import prompt": ["tests.conftest"], "import test_decoder": ["test_decoder"],
+              "def f():\n    from tests.trees.test_tree import SHAPES": ["tests.trees.test_tree"]}
+    for source, want in caught.items():
+        assert imported_test_modules(source, "tests.engines.test_x") == want, source
+    spared = ("from tests.helpers.wild import WILD", "from tests.helpers import models", "import tests.helpers.clock",
+              "from ..helpers.models import tiny_llama", "from specviz.trees import tree", "import pytest")
+    for source in spared:
+        assert imported_test_modules(source, "tests.engines.test_x") == [], source
+
+
+def test_no_test_module_imports_another():
+    """Tests share code through tests/helpers/ and fixtures through tests/conftest.py: a test module imported by
+    another runs that module's top-level code (its models built at import) and ties two files' edits together."""
+    hits = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        hits += [f"{path.relative_to(ROOT)}: {name}" for name in imported_test_modules(path.read_text(encoding="utf-8"),
+                                                                                        module)]
+    assert not hits, "move what is shared into tests/helpers/:\n" + "\n".join(hits)

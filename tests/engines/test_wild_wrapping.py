@@ -8,7 +8,7 @@ import pytest
 
 from specviz.engines.read import read_engine_run, read_reported
 from specviz.engines.unwrap import clean
-from tests.engines.test_wild_reading import COUNTED, WILD, read_wrong, wrong_figures
+from tests.helpers.wild import COUNTED, WILD, read_wrong, wrong_figures
 
 
 def crlf(text):

@@ -43,3 +43,12 @@ def refusal(folder, target=None) -> str:
     with pytest.raises(ValueError):
         load_trained(folder, target)
     return str(e.value)
+
+
+# speculators' console lines (FormatDictFilter over {"train": metrics, ..., "global_step": n}), two logged steps
+CONSOLE = """\
+[12:00:01] INFO train/loss_0=1.234, train/full_acc_0=0.800, train/cond_acc_0=0.800, train/full_acc_1=0.480, \
+train/cond_acc_1=0.600, epoch=0, lr=1.00e-04, global_step=10
+[12:00:02] INFO train/loss_0=1.100, train/full_acc_0=0.700, train/cond_acc_0=0.700, train/full_acc_1=0.420, \
+train/cond_acc_1=0.600, epoch=0, lr=1.00e-04, global_step=20
+"""
