@@ -9,7 +9,9 @@ from typing import NamedTuple
 import gradio as gr
 import pandas as pd
 
+from .. import models
 from ..config import EXAMPLE_PROMPTS
+from ..drafts.trained.formats import describe
 from ..labs.compare import BASELINE, compare_table, context_at, disagreement, divergence_frame, draft_facts, iter_compare
 from ..views import compare_plots
 from ..views.runs import compare_timelines_html
@@ -110,6 +112,20 @@ def disagree(store: ModelStore, state, position) -> Disagreement:
     return Disagreement(note=note, table=frame.round(4), chart=compare_plots.disagreement_bars(frame))
 
 
+def format_lines(drafts) -> str:
+    """One line per checked draft trained elsewhere: its layout as read from its files (config.json, the safetensors
+    headers); "" where none is checked."""
+    lines = []
+    for name in drafts or []:
+        try:
+            folder = models.trained_folder(name) if isinstance(name, str) and name.strip() else None
+        except ValueError:
+            folder = None
+        if folder is not None and (line := describe(folder)):
+            lines.append(f"- **{name}** (trained draft, read from its files): {line}")
+    return "\n".join(lines)
+
+
 def handlers(store: ModelStore):
     return bind(store, models=dict(run_compare=run_compare, disagree=disagree))
 
@@ -123,6 +139,8 @@ def build(store: ModelStore, user_drafts: gr.State) -> gr.CheckboxGroup:
         target = target_picker(store)
         drafts = gr.CheckboxGroup(store.list_drafters(), value=store.list_drafters(), label="Drafts")
     follow_target(store, target, drafts, user_drafts)
+    formats = gr.Markdown(format_lines(drafts.value), elem_id="compare-formats")
+    drafts.change(format_lines, [drafts], [formats], queue=False, api_visibility="private")
     prompt = gr.Textbox(EXAMPLE_PROMPTS[1], lines=2, label="Prompt")
     form = run_settings(48)
     draft_stop = gr.Number(0, minimum=0, maximum=0.99, label="stop drafting below draft confidence q(x) (0 = off; "

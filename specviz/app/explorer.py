@@ -4,23 +4,30 @@ binds them); ``build`` lays the tab out and wires them."""
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 from typing import NamedTuple
 
 import gradio as gr
 
+from .. import models
 from ..config import DEFAULTS, EXAMPLE_PROMPTS, K_POLICIES
+from ..drafts.trained.coverage import vocabulary
+from ..drafts.trained.formats import describe
+from ..drafts.trained.training import beside, read_trainer_metrics, reading, trained_rates
 from ..labs import gallery
-from ..trace import Trace
+from ..trace import MAX_TRACE_BYTES, Trace
 from ..views import plots
 from ..views.alignment_view import alignment_html
 from ..views.summary import GLOSSARY, HERE, k_note, summary_markdown
 from ..views.timeline import one_round, replay_html, timeline_html
+from ..views.training_plots import training_vs_serving_figure
 from ..views.tree_view import tree_figure
 from . import links, runs
 from .forms import RULE_CHOICES, make_config
 from .gpu import gpu_task
 from .sessions import one_per_session
 from .store import ModelStore, draft_choices
+from .tempfiles import discard
 from .widgets import MODEL_QUEUE, SKIP, bind, chart, draft_picker, follow_target, friendly, target_picker
 
 RUN_LABEL = "Run"
@@ -100,11 +107,67 @@ def chart_views(trace: Trace | None) -> Charts:
                   p_vs_q=plots.p_vs_q(tokens), times=plots.round_times(rounds))
 
 
+def trained_folder(draft) -> object:
+    """The folder of a draft trained elsewhere that ``draft`` names (None for any other draft or name)."""
+    try:
+        return models.trained_folder(draft) if isinstance(draft, str) and draft.strip() else None
+    except ValueError:
+        return None
+
+
+def draft_vocab(trace: Trace | None) -> frozenset[int] | None:
+    """The target ids the run's draft can propose, where it is a trained draft with a pruned vocabulary (its map
+    d2t); None for any other run (every token is then one the draft could have proposed)."""
+    if trace is None or trace.mode != "speculative":
+        return None
+    folder = trained_folder(trace.draft_name)
+    return None if folder is None else vocabulary(folder)
+
+
+def shown_timeline(trace: Trace | None) -> str:
+    """The timeline, a pruned draft vocabulary's missing tokens marked."""
+    return timeline_html(trace, vocab=draft_vocab(trace))
+
+
+def format_line(draft) -> str:
+    """The picked draft's layout as read from its files (config.json and the safetensors headers, no weights), for
+    a draft trained elsewhere; "" for any other draft."""
+    folder = trained_folder(draft)
+    line = describe(folder) if folder is not None else None
+    return f"**Trained draft**, read from its files: {line}" if line else ""
+
+
+def trainer_text(path, pasted) -> str:
+    """The trainer's metrics: the uploaded file (deleted once read) or else the pasted text, at most MAX_TRACE_BYTES."""
+    if not path:
+        return pasted or ""
+    try:
+        if Path(path).stat().st_size > MAX_TRACE_BYTES:
+            raise ValueError(f"the trainer's metrics file is over {MAX_TRACE_BYTES / 2**20:.0f} MiB: keep the lines "
+                             "with the per-position accuracies (grep acc)")
+        return Path(path).read_text(encoding="utf-8", errors="replace")
+    finally:
+        discard(path)
+
+
+def training_beside(trace: Trace | None, path, pasted) -> tuple[str, object]:
+    """The trainer's per-position accuracies (an uploaded file or pasted text) beside this run's acceptance per
+    position: the gap read in words, and the chart."""
+    if trace is None or trace.mode != "speculative" or not trace.rounds:
+        raise ValueError("run a draft first (or open a run): the trainer's metrics are put beside its acceptance per "
+                         "draft position")
+    metrics = read_trainer_metrics(trainer_text(path, pasted))
+    frame, (_, said) = beside(metrics, trace), trained_rates(metrics)
+    text = (f"**{trace.draft_name or 'The draft'}**, trained ({said}) beside this run ({trace.counts().rounds} "
+            f"rounds). {reading(frame, trace.config.temperature)}")
+    return text, training_vs_serving_figure(frame)
+
+
 def all_views(trace: Trace | None, base: Trace | None, where: str = HERE) -> Shown:
     """Every output of a finished run or an import (``where``: where and when its speeds were measured)."""
     n = len(trace.rounds) if trace else 0
     slider = gr.Slider(minimum=1, maximum=max(2, n), value=1, step=1, interactive=n > 1)  # round 1 .. n
-    return Shown(trace=trace, base=base, timeline=timeline_html(trace), round_slider=slider,
+    return Shown(trace=trace, base=base, timeline=shown_timeline(trace), round_slider=slider,
                  summary=summary_markdown(trace, base, where=where), **replay_views(trace, 0)._asdict(),
                  **chart_views(trace)._asdict())
 
@@ -120,7 +183,7 @@ def run(store: ModelStore, prompt, target, draft, k, k_policy, temperature, top_
     cfg = make_config(k, k_policy, temperature, top_k, top_p, max_new_tokens, seed, draft_stop, shape, children, rule)
     trace, decoding = None, busy("decoding")
     for trace in runs.stream_run(store, prompt, target, draft, cfg, user_drafts=user_drafts):
-        yield streamed(Shown(trace=trace, base=None, timeline=timeline_html(trace), summary=summary_markdown(trace, None)),
+        yield streamed(Shown(trace=trace, base=None, timeline=shown_timeline(trace), summary=summary_markdown(trace, None)),
                        decoding)
     if not with_baseline:
         yield streamed(all_views(trace, None), ready())
@@ -190,7 +253,7 @@ def handlers(store: ModelStore):
     h = bind(store, models=dict(run=run, draft_pickers=draft_pickers),
              plain=dict(step=step, load=load, open_gallery=open_gallery,
                         open_named=open_named, replay=replay_round, export=runs.export_trace, what_if=runs.what_if,
-                        from_run=runs.from_run))
+                        from_run=runs.from_run, training_beside=training_beside))
     h.generate = one_per_session(gpu_task(friendly(runs.api_generate(store))))  # one model job per visitor
     h.form_of = friendly(functools.partial(form_of, store))
     h.form_of.__name__ = "form_of"  # gradio names the event's endpoint after it
@@ -203,6 +266,8 @@ def _controls(store: ModelStore) -> dict:
     prompt = gr.Textbox(label="Prompt", value=EXAMPLE_PROMPTS[0], lines=2, elem_id="prompt")
     # a row each: the draft's full name stays readable
     target, draft = target_picker(store, elem_id="target"), draft_picker(store, elem_id="draft")
+    draft_format = gr.Markdown(format_line(draft.value), elem_id="draft-format")  # a trained draft's layout, as read
+    draft.change(format_line, [draft], [draft_format], queue=False, api_visibility="private")
     k = gr.Slider(1, 16, value=DEFAULTS.k, step=1, label="k (drafts per round)", elem_id="k",
                   info=k_note(draft.value, DEFAULTS.temperature))  # what the chosen draft makes of k
     temperature = gr.Slider(0, 2, value=DEFAULTS.temperature, step=0.05, label="Temperature (0 = greedy)",
@@ -274,6 +339,24 @@ def _replay_section() -> tuple:
     return prev_btn, round_slider, next_btn, replay, accept, residual, tree
 
 
+def _training_beside(h, trace_state) -> None:
+    """The trainer's per-step accuracies beside this run's acceptance per draft position."""
+    with gr.Accordion("Training beside serving: the trainer's accuracies per position", open=False,
+                      elem_id="training-beside"):
+        gr.Markdown("Give the trainer's metrics (speculators' `full_acc_i` / `cond_acc_i`, DFlash's or DSpark's "
+                    "`position_i_acc`, SpecForge's `acc_i`) as its log, JSON or JSON lines: they are drawn beside this "
+                    "run's acceptance per draft position. Below at every position, the first included, points to a "
+                    "serving or feature mismatch, not a weak draft. Compare with a greedy run (temperature 0).")
+        with gr.Row():
+            upload = gr.File(label="The trainer's metrics file", file_types=[".jsonl", ".json", ".log", ".txt"],
+                             type="filepath", elem_id="trainer-metrics-file")
+            pasted = gr.Textbox(label="…or paste them", lines=4, elem_id="trainer-metrics-text")
+        go = gr.Button("Put them beside this run", elem_id="training-beside-btn")
+        said = gr.Markdown(elem_id="training-beside-text")
+        plot = gr.Plot(show_label=False, elem_id="training-beside-plot")
+    go.click(h.training_beside, [trace_state, upload, pasted], [said, plot], api_visibility="private")
+
+
 def _what_if(h, trace_state, base_state) -> None:
     """The theory explorer: sliders for alpha, k, c and v drawing Leviathan's curves, with the run's point."""
     with gr.Accordion("What if? The theory explorer", open=False, elem_id="what-if"):
@@ -336,6 +419,7 @@ def build(store: ModelStore, user_drafts: gr.State) -> tuple[gr.Dropdown, object
                 gr.Markdown(GLOSSARY)
     prev_btn, round_slider, next_btn, replay, accept, residual, tree = _replay_section()
     charts = _run_charts()
+    _training_beside(h, trace_state)
     _what_if(h, trace_state, base_state)
     with gr.Row():
         export_btn = gr.Button("Export trace (CSV + JSON)", elem_id="export")
