@@ -16,17 +16,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
-import subprocess
 import sys
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from hostline import host_line, load_average  # noqa: E402
 
 from specviz import DecodeConfig  # noqa: E402
 from specviz.batch import autoregressive_generate_batch, speculative_generate_batch  # noqa: E402
@@ -73,15 +72,6 @@ def run(target, draft, ids, method: str, cfg: DecodeConfig):
     return tokens / max(longest.total_s - longest.prefill_s, 1e-9), traces, traces[0].forward
 
 
-def host() -> str:
-    try:
-        model = next(line.split(":", 1)[1].strip() for line in subprocess.run(
-            ["lscpu"], capture_output=True, text=True).stdout.splitlines() if line.startswith("Model name"))
-    except (OSError, StopIteration):
-        model = platform.processor() or platform.machine()
-    return f"{model}, {os.cpu_count()} CPU threads, torch {torch.__version__} at {torch.get_num_threads()} threads"
-
-
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 2, 4, 8, 16])
@@ -92,8 +82,7 @@ def main(argv=None) -> None:
     ap.add_argument("--target", default="target")
     ap.add_argument("--draft", default="lite")
     args = ap.parse_args(argv)
-    print(f"# {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}; host: {host()}; load average "
-          f"{os.getloadavg()[0]:.2f}")
+    print(f"# {host_line()}; torch {torch.__version__}")
     print(f"# python scripts/measure/batched_lean.py {' '.join(sys.argv[1:] if argv is None else argv)}")
     target, draft, tok = load_pair(args.target, args.draft)
     prompts = [tok(p).input_ids for p in EXAMPLE_PROMPTS]
@@ -116,7 +105,7 @@ def main(argv=None) -> None:
                 texts[f, m] = [t.new_tokens for t in traces]
                 print(f"#   repeat {rep} batch {batch:2d} {f:7s} {m:14s} {speed:8.1f} tokens/s", flush=True)
             differ[batch] += sum(a != b for m in METHODS for a, b in zip(texts["dynamic", m], texts["lean-c", m]))
-    print(f"# load average at the end {os.getloadavg()[0]:.2f}")
+    print(f"# load average at the end {load_average()}")
     print(table(args.batches, tps, differ, args.repeats))
 
 

@@ -77,7 +77,7 @@ def main(argv=None) -> None:
     os.environ["SPECVIZ_THREADS"] = str(args.threads)  # read per call by runtime.threads
 
     import torch
-    from load_crossover import host
+    from hostline import host_line, load_average
 
     from specviz.config import EXAMPLE_PROMPTS, DecodeConfig
     from specviz.labs import load
@@ -88,7 +88,7 @@ def main(argv=None) -> None:
     target, tok = load_model(DEFAULT_TARGET, device="cpu")
     prompts, sep = [tok(p).input_ids for p in EXAMPLE_PROMPTS], tok("\n").input_ids
     cfg = DecodeConfig(temperature=0.0, max_new_tokens=args.new_tokens, record=False)
-    print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {host()}; {args.threads} threads both sides; "
+    print(f"{host_line()}; {args.threads} threads both sides; "
           f"{DEFAULT_TARGET} ({args.gguf.name} for llama.cpp), {args.new_tokens} new tokens a request after "
           f"{args.context} tokens, {args.rounds} rounds\ncommand: python scripts/measure/batched_vs_llamacpp.py "
           f"{shlex.join(argv if argv is not None else sys.argv[1:])}\nspecviz forward: {load.forward_used(target)}",
@@ -102,15 +102,14 @@ def main(argv=None) -> None:
         for i, b in enumerate(order):
             for side in (list(sides) if (r + i) % 2 == 0 else list(sides)[::-1]):
                 got[b, side].append(sides[side](b))
-        print(f"round {r + 1} done, load average " + " ".join(f"{x:.2f}" for x in os.getloadavg()), flush=True)
+        print(f"round {r + 1} done, load average {load_average()}", flush=True)
     print("\n| batch | llama.cpp tok/s | specviz tok/s | specviz / llama.cpp (per round) |\n|---|---|---|---|")
     for b in args.batches:
         ratios = [s / x for s, x in zip(got[b, "specviz"], got[b, "llama.cpp"])]
         print(f"| {b} | {spread(got[b, 'llama.cpp'])} | {spread(got[b, 'specviz'])} | {spread(ratios, '.2f')}x |")
     print("\nmedian [min-max] over rounds; per round:\n" + "\n".join(
         f"B={b} {side}: " + ", ".join(f"{x:.1f}" for x in got[b, side]) for b in args.batches for side in sides))
-    print(f"ended {time.strftime('%H:%M UTC', time.gmtime())}, load average "
-          + " ".join(f"{x:.2f}" for x in os.getloadavg()))
+    print(f"ended {time.strftime('%H:%M UTC', time.gmtime())}, load average {load_average()}")
 
 
 if __name__ == "__main__":

@@ -29,6 +29,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from hostline import host_line, load_average  # noqa: E402
+
 from specviz import DecodeConfig, autoregressive_generate, speculative_generate  # noqa: E402
 from specviz.labs.bench import Tally, common_args, run_order, target_and_prompts  # noqa: E402
 from specviz.models import DEFAULT_DRAFT, drafter_for  # noqa: E402
@@ -123,20 +125,6 @@ def report(tallies: dict, calls: dict, modes: list[str], label: str) -> list[tup
     return out
 
 
-def host() -> str:
-    try:
-        model = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                     if line.startswith("model name"))
-    except (OSError, StopIteration):
-        model = "unknown CPU"
-    return f"{model}, {os.cpu_count()} logical CPUs ({len(os.sched_getaffinity(0))} usable)"
-
-
-def load() -> str:
-    one, five, fifteen = os.getloadavg()
-    return f"load average {one:.2f} {five:.2f} {fifteen:.2f}"
-
-
 def main(argv=None) -> bool:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     common_args(ap, max_new_tokens=64, repeats=3, threads=2)
@@ -149,18 +137,18 @@ def main(argv=None) -> bool:
         raise SystemExit("--busy must be 0 or more")
     target, _, prompts = target_and_prompts(args)
     draft = drafter_for(target, args.target, args.draft, device=args.device)
-    print(f"host: {host()}; torch threads {torch.get_num_threads()}")
+    print(f"host: {host_line()}")
     print(f"target={args.target} draft={args.draft} k={args.k} max_new_tokens={args.max_new_tokens} "
           f"prompts={len(prompts)} ({args.prompts}) repeats={args.repeats} busy loops={args.busy} modes={args.modes}")
     held = True
     with busy_loops(args.busy) as pids:
         time.sleep(1.0)  # the loops up and running
-        print(f"start: {load()}; busy loop pids {pids}; free cores as the policy reads them "
+        print(f"start: load average {load_average()}; busy loop pids {pids}; free cores as the policy reads them "
               f"{threads.policy.cores.free():.2f}", flush=True)
         for temperature in TEMPERATURES:
             cfg = DecodeConfig(k=args.k, temperature=temperature, max_new_tokens=args.max_new_tokens)
             label = "greedy" if cfg.greedy else f"T = {temperature:g}"
-            print(f"\n{label} ({load()})", flush=True)
+            print(f"\n{label} (load average {load_average()})", flush=True)
             tallies, calls, mismatches = run(target, draft, prompts, cfg, args.repeats, args.modes)
             for m, speedup in report(tallies, calls, args.modes, label):
                 if m == "chosen":
@@ -169,7 +157,7 @@ def main(argv=None) -> bool:
                 runs = args.repeats * len(prompts) * len(args.modes)
                 print(f"greedy text == the baseline's in {runs - len(mismatches)} of {runs} spec runs")
                 held &= not mismatches
-        print(f"\nend: {load()}; free cores as the policy reads them {threads.policy.cores.free():.2f}")
+        print(f"\nend: load average {load_average()}; free cores as the policy reads them {threads.policy.cores.free():.2f}")
     if "chosen" in args.modes:
         print(f"floor (chosen threads >= {FLOOR}x at both temperatures, greedy text exact): "
               f"{'HOLDS' if held else 'MISSED'}")

@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import time
 from pathlib import Path
 
 import numpy as np
+from hostline import host_line
 
 from specviz.conformance.power import biased, detectable_tv, kept_law, power, simulated_power
 
@@ -39,21 +38,12 @@ def laws() -> dict[str, np.ndarray]:
             "Zipf(1.2) over 50": zipf / zipf.sum()}
 
 
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or platform.machine()
-
-
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
-    print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {cpu_model()}, {os.cpu_count()} threads; "
-          f"python scripts/measure/conformance_power.py --repeats {a.repeats} --seed {a.seed}", flush=True)
+    print(f"# {host_line()}; python scripts/measure/conformance_power.py --repeats {a.repeats} --seed {a.seed}", flush=True)
     rng, worst, started = np.random.default_rng(a.seed), 0.0, time.perf_counter()
     print(f"{'law':28s} {'N':>5s} {'m':>3s} {'bias':>7s}  {'stated':>6s}  {'measured':>8s}  {'gap':>6s}")
     for name, law in laws().items():

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import threading
 import time
 
 import torch
+from hostline import host_line
 
 from specviz.conformance import LlamaCpp, run
 from specviz.serve import Engine, make_server, table_pair
@@ -36,14 +35,6 @@ def serve(rule: str):
     return server, LlamaCpp(f"http://127.0.0.1:{server.server_address[1]}", transport=transport)
 
 
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or platform.machine()
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=20)
@@ -51,8 +42,7 @@ def main() -> None:
     ap.add_argument("--rules", default=",".join(RULES), help="comma-separated (default: all eight)")
     a = ap.parse_args()
     torch.set_num_threads(1)
-    print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {cpu_model()}, {os.cpu_count()} threads, "
-          f"torch threads 1; python scripts/measure/conformance_repeats.py --repeats {a.repeats}"
+    print(f"# {host_line()}; python scripts/measure/conformance_repeats.py --repeats {a.repeats}"
           + (f" --n {a.n}" if a.n else "") + (f" --rules {a.rules}" if a.rules != ",".join(RULES) else ""), flush=True)
     for rule in a.rules.split(","):
         server, client = serve(rule)

@@ -18,8 +18,6 @@ acceptance that would break even at that c and v (``specviz.theory.expected_spee
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import sys
 import time
@@ -30,6 +28,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+
+from hostline import host_line, load_average  # noqa: E402
 
 from specviz import (  # noqa: E402
     CrossDrafter,
@@ -49,18 +49,6 @@ from specviz.runtime.pruned_head import frequent_tokens  # noqa: E402
 BASELINE = "autoregressive"
 
 
-
-
-def host_line() -> str:
-    """CPU model, cores, load average now."""
-    model = platform.processor() or platform.machine()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
-                 if line.startswith("model name")]
-        model = names[0] if names else model
-    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    return f"{model}, {os.cpu_count()} cores, shared with other work (load average at start: {load})"
 
 
 def pruned_vocab(tok, vocab: int, size: int, table: NGramModel | None) -> torch.Tensor:
@@ -173,11 +161,10 @@ def main(argv=None) -> None:
     ap.add_argument("--prompts", choices=sorted(PROMPT_SETS), default="all", help="5 example, 5 held-out, or all 10")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)
-    print(f"# date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    torch.set_num_threads(args.threads)
     print(f"# host: {host_line()}")
     print(f"# command: python {' '.join([Path(sys.argv[0]).resolve().relative_to(ROOT).as_posix(), *sys.argv[1:]])}",
           flush=True)
-    torch.set_num_threads(args.threads)
     target, tok = load_model(args.model)
     drafts = build_drafts(args, target, tok)
     cfg = DecodeConfig(k=args.k, temperature=0, max_new_tokens=args.max_new_tokens)
@@ -185,7 +172,7 @@ def main(argv=None) -> None:
     print(f"target={args.model} k={args.k} temperature=0 max_new_tokens={args.max_new_tokens} repeats={args.repeats} "
           f"prompts={len(prompts)} threads={torch.get_num_threads()} drafts={list(drafts)}", flush=True)
     tallies, paired = run_all(target, drafts, prompts, cfg, args.repeats)
-    print(f"# load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"# load average at the end: {load_average()}")
     print(report(tallies, paired))
 
 

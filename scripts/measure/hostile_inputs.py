@@ -17,23 +17,16 @@ are this host's at that load.
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
-import platform
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
+from hostline import host_line, load_average
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def host() -> str:
-    with open("/proc/cpuinfo") as f:
-        model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")),
-                     platform.processor())
-    return f"{model}, {os.cpu_count()} threads, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
 
 
 def cases(args, hostile) -> dict:
@@ -164,10 +157,10 @@ def main(argv=None) -> None:
                             text=True).stdout.strip()
     import specviz
 
-    print(f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; {host()}\n"
+    print(f"{host_line()}\n"
           f"python {' '.join(sys.argv)}\nspecviz from {Path(specviz.__file__).parent} (this tree at {commit})")
     measure(args)
-    print(f"end: load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+    print(f"end: load average {load_average()}", flush=True)
     os._exit(0)  # a handler thread of older code may still be running: end without waiting for it
 
 

@@ -33,13 +33,12 @@ the engine's draws. The speculation-off samples, drawn independently from the sa
 import argparse
 import gzip
 import json
-import os
-import platform
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
+from hostline import host_line
 
 from specviz.engines.fit import wilson
 from specviz.models import load_model
@@ -210,10 +209,7 @@ def main(argv=None) -> None:
                     help="skip replaying the recorded samples through the model of llama.cpp's schedule")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                if ln.startswith("model name")), "?")
-    print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.node()}, {cpu}, "
-          f"{os.cpu_count()} cores, torch threads {args.threads}, load {os.getloadavg()[0]:.2f}")
+    print(host_line())
     print(f"pair {args.target} / {args.draft}, k = {args.k}, {args.draws} simulated requests per setting, "
           f"seed {args.seed}; engine: {args.samples}")
     target, tok = load_model(args.target)

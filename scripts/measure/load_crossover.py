@@ -21,27 +21,18 @@ passes (so its KV term, per_kv, is fitted) and priced at each context with that 
 size, the context where speculation stops paying, measured and predicted.
 """
 import argparse
-import os
 import shlex
 import sys
 import time
-from pathlib import Path
 
 import pandas as pd
 import torch
+from hostline import host_line, load_average
 
 from specviz import goodput as gp
 from specviz.config import EXAMPLE_PROMPTS, DecodeConfig
 from specviz.labs import load
 from specviz.models import load_pair
-
-
-def host() -> str:
-    """CPU model, logical CPUs, the load average as the run starts."""
-    names = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-             if line.startswith("model name")] if Path("/proc/cpuinfo").exists() else []
-    return (f"{names[0] if names else 'unknown CPU'}, {os.cpu_count()} logical CPUs, load average "
-            + " ".join(f"{x:.2f}" for x in os.getloadavg()))
 
 
 def position(batches: list[int], c: gp.Crossover) -> float | None:
@@ -194,14 +185,12 @@ def main(argv=None) -> None:
     cfg = DecodeConfig(k=args.k, k_policy="fixed", temperature=0.0, max_new_tokens=args.new_tokens, record=False)
     where = (f"contexts {', '.join(map(str, sorted(set(args.contexts))))}" if args.contexts else
              f"{args.context} tokens of context")
-    print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {host()}, "
-          f"{torch.get_num_threads()} torch threads; {args.target} + {args.draft}, greedy, k = {args.k}, "
+    print(f"{host_line()}; {args.target} + {args.draft}, greedy, k = {args.k}, "
           f"{args.new_tokens} new tokens a request after {where}, {args.repeats} repeats\n"
           f"command: python scripts/measure/load_crossover.py {shlex.join(argv if argv is not None else sys.argv[1:])}")
     print(f"batched forward: {load.forward_used(target)}")
     (context_sweep if args.contexts else batch_sweep)(args, target, draft, prompts, sep, batches, cfg)
-    print(f"ended {time.strftime('%H:%M UTC', time.gmtime())}, load average "
-          + " ".join(f"{x:.2f}" for x in os.getloadavg()))
+    print(f"ended {time.strftime('%H:%M UTC', time.gmtime())}, load average {load_average()}")
 
 
 if __name__ == "__main__":
