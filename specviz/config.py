@@ -1,11 +1,19 @@
 """DecodeConfig: every knob of one generation run, validated once, plus named presets."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
+from typing import Annotated, Literal, get_args, get_origin, get_type_hints
 
-K_POLICIES = ("fixed", "history", "heuristic")
+from pydantic import ConfigDict, Field, InstanceOf, TypeAdapter, ValidationError, with_config
+from pydantic.fields import FieldInfo
+from pydantic_core import core_schema
+from typing_extensions import TypedDict
+
+KPolicy = Literal["fixed", "history", "heuristic"]
+K_POLICIES = get_args(KPolicy)
 # the accept step's rules (specviz.rules): Leviathan's is the default; LOSSY ones change what is emitted
-RULES = ("leviathan", "point_mass", "exact_match", "typical", "optimistic", "lenient")
+Rule = Literal["leviathan", "point_mass", "exact_match", "typical", "optimistic", "lenient"]
+RULES = get_args(Rule)
 LOSSY = frozenset({"typical", "optimistic", "lenient"})
 TREE_CHILDREN = ("auto", "top", "iid", "distinct")
 MAX_TREE_NODES = 128  # nodes one verify pass may hold (a 128-token forward still costs a few one-token ones)
@@ -59,20 +67,20 @@ class TreeConfig:
         if isinstance(self.shape, list):
             object.__setattr__(self, "shape", tuple(self.shape))
         if not isinstance(self.shape, tuple) or not 1 <= len(self.shape) <= 16:
-            raise ValueError(f"tree shape must be 1-16 children counts, one per depth, got {self.shape!r}")
+            raise ValueError(f"tree shape must be 1-16 children counts, one per depth, got {type(self.shape).__name__}")
         for m in self.shape:
             _check_int("every tree shape entry", m, low=1)
         _check_int("tree budget", self.budget, low=0, hint="0 = a static tree of the given shape")
         _check_int("tree depth", self.depth, low=1)
         _check_int("tree width", self.width, low=1)
         if self.children not in TREE_CHILDREN:
-            raise ValueError(f"tree children must be one of {TREE_CHILDREN}, got {self.children!r}")
+            raise ValueError(f"tree children must be one of {TREE_CHILDREN}")
         if self.dynamic and self.children == "iid":
             raise ValueError("a dynamic tree takes top children or children drawn without replacement: use "
                              "children='top', 'distinct' or 'auto'")
         if not isinstance(self.threshold, (int, float)) or isinstance(self.threshold, bool) \
                 or not 0 <= self.threshold < 1:
-            raise ValueError(f"tree threshold must be a number in [0, 1), got {self.threshold!r}")
+            raise ValueError(f"tree threshold must be a number in [0, 1), got {type(self.threshold).__name__}")
         if self.chained:
             _check_int("tree siblings", self.siblings, low=0)
             if self.dynamic or self.children == "iid":
@@ -151,6 +159,17 @@ class TreeConfig:
         return "distinct" if self.children == "auto" else self.children
 
 
+class _IntOrFloat:
+    """After a Field's bounds in an annotation: the value must be an int or a float (or a subclass) before pydantic's
+    float check, which alone would take anything with ``__float__`` (a tensor, a numpy float32). In its core, fast."""
+
+    def __get_pydantic_core_schema__(self, source, handler):
+        return core_schema.chain_schema([core_schema.is_instance_schema((int, float)), handler(source)])
+
+
+REAL = _IntOrFloat()
+
+
 @dataclass(frozen=True)
 class DecodeConfig:
     """Settings shared by speculative and autoregressive generation.
@@ -158,62 +177,53 @@ class DecodeConfig:
     temperature == 0 means greedy. Otherwise logits are divided by temperature, then
     top-k (0 = off), then top-p (1.0 = off) filtering is applied, in that order, to the
     target's AND the draft's logits (the order transformers' ``generate()`` uses).
+
+    Each field's annotation is its check (pydantic, strict: an integer is no bool, a number no string; every
+    float field has a bound, so NaN fails it); ``__post_init__`` runs them, so ``dataclasses.replace`` checks
+    again, then the checks that relate two fields. A refusal is a ValueError naming the field and its limit,
+    never the value given (it may be markup).
     """
 
-    k: int = 4
-    max_new_tokens: int = 64
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
-    seed: int = 0
-    k_policy: str = "fixed"
-    min_k: int = 1
-    max_k: int = 10
+    k: Annotated[int, Field(ge=1, description="draft at least one token per round")] = 4
+    max_new_tokens: Annotated[int, Field(ge=0)] = 64
+    temperature: Annotated[float, Field(ge=0, description="0 = greedy"), REAL] = 1.0
+    top_k: Annotated[int, Field(ge=0, description="use 0 to turn top-k off")] = 0
+    top_p: Annotated[float, Field(gt=0, le=1, description="1.0 = off"), REAL] = 1.0
+    seed: Annotated[int, Field(ge=0, lt=2**63, description="a torch.Generator seed")] = 0
+    k_policy: KPolicy = "fixed"
+    min_k: Annotated[int, Field(ge=1)] = 1
+    max_k: Annotated[int, Field(ge=1)] = 10
     # stop a round's drafting once the draft gives its own token a probability below this (0 = off):
     # transformers' assistant_confidence_threshold. The stop depends on the draft alone: still lossless.
-    draft_stop: float = 0.0
+    draft_stop: Annotated[float, Field(ge=0, lt=1, description="0 = off"), REAL] = 0.0
     record: bool = True  # False keeps only what generation needs (benchmarks the recording overhead)
-    tree: TreeConfig | None = None  # draft a tree (k then unused); None: a chain of k
+    tree: InstanceOf[TreeConfig] | None = None  # draft a tree (k then unused); None: a chain of k
     # the accept step's rule (specviz.rules; lossy ones in LOSSY) and its parameters: Medusa's typical acceptance
     # accepts x where p(x) > min(typical_epsilon, typical_delta * exp(-H(p))); lenient accepts with
     # min(1, p / (lenience * q)). draft_greedy: the draft takes argmax q while the target samples (q is then onehot)
-    rule: str = "leviathan"
-    typical_epsilon: float = 0.09
-    typical_delta: float = 0.3
-    lenience: float = 0.5
+    rule: Annotated[Rule, Field(description=f"lossy: {', '.join(sorted(LOSSY))}")] = "leviathan"
+    typical_epsilon: Annotated[float, Field(gt=0, lt=1, description="Medusa: 0.09"), REAL] = 0.09
+    typical_delta: Annotated[float, Field(gt=0, lt=float("inf"), description="Medusa: 0.3"), REAL] = 0.3
+    lenience: Annotated[float, Field(gt=0, le=1, description="1 = Leviathan's rule"), REAL] = 0.5
     draft_greedy: bool = False
 
     def __post_init__(self):
         if isinstance(self.tree, dict):  # as to_dict and the trace JSON write it
-            object.__setattr__(self, "tree", TreeConfig(**self.tree))
-        if self.tree is not None and not isinstance(self.tree, TreeConfig):
-            raise ValueError(f"tree must be a specviz.TreeConfig or None, got {type(self.tree).__name__}")
+            object.__setattr__(self, "tree", _tree_from(self.tree))
+        try:
+            _CHECK.validate_python(self.__dict__)
+        except ValidationError as e:
+            raise ValueError("; ".join(_said(err, self.__dict__) for err in e.errors())) from None
+        if self.max_k < self.min_k:
+            raise ValueError(f"max_k must be >= min_k ({self.min_k})")
         if self.tree is not None and (self.k_policy != "fixed" or self.draft_stop):
             raise ValueError("a tree round drafts its whole tree: use k_policy='fixed' and draft_stop=0 with a tree")
-        _check_int("k", self.k, low=1, hint="draft at least one token per round")
-        _check_int("max_new_tokens", self.max_new_tokens, low=0)
-        _check_int("top_k", self.top_k, low=0, hint="use 0 to turn top-k off")
-        _check_int("seed", self.seed, low=0)
-        if self.seed >= 2**63:
-            raise ValueError(f"seed must be < 2**63 (a torch.Generator seed), got {self.seed}")
-        _check_int("min_k", self.min_k, low=1)
-        _check_int("max_k", self.max_k, low=self.min_k, hint=f"max_k must be >= min_k ({self.min_k})")
-        if not _is_number(self.temperature) or self.temperature < 0:
-            raise ValueError(f"temperature must be a number >= 0 (0 = greedy), got {self.temperature!r}")
-        if not _is_number(self.top_p) or not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1] (1.0 = off), got {self.top_p!r}")
-        if not _is_number(self.draft_stop) or not 0 <= self.draft_stop < 1:
-            raise ValueError(f"draft_stop must be in [0, 1) (0 = off), got {self.draft_stop!r}")
-        if not isinstance(self.record, bool):
-            raise ValueError(f"record must be True or False, got {type(self.record).__name__}")
-        _check_rule(self)
-        if self.k_policy not in K_POLICIES:
-            raise ValueError(f"k_policy must be one of {K_POLICIES}, got {self.k_policy!r}")
+        if self.tree is not None and (self.rule != "leviathan" or self.draft_greedy):
+            raise ValueError("a token tree is verified with Leviathan's rule and sampled drafts: use rule='leviathan' "
+                             "and draft_greedy=False with a tree, or a chain (tree=None) for the other rules")
         if self.k_policy != "fixed" and not self.min_k <= self.k <= self.max_k:
-            raise ValueError(
-                f"with k_policy={self.k_policy!r} the starting k ({self.k}) must lie in "
-                f"[min_k, max_k] = [{self.min_k}, {self.max_k}]"
-            )
+            raise ValueError(f"with k_policy={self.k_policy!r} the starting k must lie in "
+                             f"[min_k, max_k] = [{self.min_k}, {self.max_k}]")
 
     @property
     def greedy(self) -> bool:
@@ -223,37 +233,78 @@ class DecodeConfig:
         return asdict(self)
 
 
-def _is_number(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and x == x  # rejects NaN
+# -- DecodeConfig's checks: its annotations, run by pydantic over the instance's fields --------------------------
+_HINTS = get_type_hints(DecodeConfig, include_extras=True)
+_CHECK = TypeAdapter(with_config(ConfigDict(strict=True))(TypedDict("DecodeConfigFields", _HINTS)))
+_SIGNS = {"gt": ">", "ge": ">=", "lt": "<", "le": "<="}
+_CROSSED = {"greater_than": "gt", "greater_than_equal": "ge", "less_than": "lt", "less_than_equal": "le"}  # pydantic's
 
 
-def _check_rule(cfg: DecodeConfig) -> None:
-    """The accept rule and its parameters (an imported trace's too: no value is echoed unless it is a plain name)."""
-    if not isinstance(cfg.rule, str) or cfg.rule not in RULES:
-        shown = repr(cfg.rule) if isinstance(cfg.rule, str) and cfg.rule.isidentifier() else "something else"
-        raise ValueError(f"rule must be one of {', '.join(RULES)} (lossy: {', '.join(sorted(LOSSY))}), got {shown}")
-    if not _is_number(cfg.typical_epsilon) or not 0 < cfg.typical_epsilon < 1:
-        raise ValueError(f"typical_epsilon must be a number in (0, 1) (Medusa: 0.09), got {_shown(cfg.typical_epsilon)}")
-    if not _is_number(cfg.typical_delta) or not 0 < cfg.typical_delta < float("inf"):
-        raise ValueError(f"typical_delta must be a number > 0 (Medusa: 0.3), got {_shown(cfg.typical_delta)}")
-    if not _is_number(cfg.lenience) or not 0 < cfg.lenience <= 1:
-        raise ValueError(f"lenience must be a number in (0, 1] (1 = Leviathan's rule), got {_shown(cfg.lenience)}")
-    if not isinstance(cfg.draft_greedy, bool):
-        raise ValueError(f"draft_greedy must be True or False, got {type(cfg.draft_greedy).__name__}")
-    if cfg.tree is not None and (cfg.rule != "leviathan" or cfg.draft_greedy):
-        raise ValueError("a token tree is verified with Leviathan's rule and sampled drafts: use rule='leviathan' "
-                         "and draft_greedy=False with a tree, or a chain (tree=None) for the other rules")
+def _tree_from(given: dict) -> TreeConfig:
+    """A TreeConfig from its fields as the JSON holds them; an unknown field is refused without its name."""
+    names = [f.name for f in fields(TreeConfig)]
+    if not set(given) <= set(names):
+        raise ValueError(f"tree must be a specviz.TreeConfig or None, or an object of {', '.join(names)}")
+    return TreeConfig(**given)
 
 
-def _shown(x) -> str:
-    return f"{x:g}" if _is_number(x) else type(x).__name__
+def _said(error: dict, values: dict) -> str:
+    """One failed check in words: the field, what it must be, its hint; the type given, never the value."""
+    name = error["loc"][0]
+    value, (base, info) = values[name], _parts(_HINTS[name])
+    crossed = _CROSSED.get(error["type"])
+    if crossed and base is int:  # an integer out of range: the bound it crossed
+        what = f"{_SIGNS[crossed]} {_number(error['ctx'][crossed])}"
+    else:
+        what = _kind(base, info)
+    hint = f" ({info.description})" if info is not None and info.description else ""
+    typed = not crossed and not (get_origin(base) is Literal and isinstance(value, str))  # a wrong type: say which
+    return f"{name} must be {what}{hint}" + (f", got {type(value).__name__}" if typed else "")
+
+
+def _parts(hint) -> tuple[object, FieldInfo | None]:
+    """(the type, its pydantic Field or None) of an annotation."""
+    if get_origin(hint) is not Annotated:
+        return hint, None
+    base, *extras = get_args(hint)
+    return base, next((x for x in extras if isinstance(x, FieldInfo)), None)
+
+
+def _kind(base, info: FieldInfo | None) -> str:
+    """What an annotation admits, in words: "an integer >= 1", "a number in (0, 1]", "one of fixed, history"."""
+    if base is bool:
+        return "True or False"
+    if get_origin(base) is Literal:
+        return f"one of {', '.join(get_args(base))}"
+    if base in (int, float):
+        return ("an integer" if base is int else "a number") + _range(info)
+    return "a specviz.TreeConfig or None"
+
+
+def _range(info: FieldInfo | None) -> str:
+    """A Field's bounds in words: " in (0, 1]", " >= 0" or "" (an infinite bound goes unsaid)."""
+    bounds = {k: v for m in (info.metadata if info else ()) for k in _SIGNS
+              if (v := getattr(m, k, None)) is not None and v != float("inf")}
+    low = next(((k, v) for k, v in bounds.items() if k[0] == "g"), None)
+    high = next(((k, v) for k, v in bounds.items() if k[0] == "l"), None)
+    if low and high:
+        return (f" in {'(' if low[0] == 'gt' else '['}{_number(low[1])}, "
+                f"{_number(high[1])}{')' if high[0] == 'lt' else ']'}")
+    return next((f" {_SIGNS[k]} {_number(v)}" for k, v in bounds.items()), "")  # one bound or none
+
+
+def _number(x) -> str:
+    """A limit as people write it: 1, 0.5, 2**63."""
+    if isinstance(x, int) and x >= 2**32 and x & (x - 1) == 0:
+        return f"2**{x.bit_length() - 1}"
+    return f"{x:g}"
 
 
 def _check_int(name: str, value, low: int, hint: str = "") -> None:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
+        raise ValueError(f"{name} must be an integer, got {type(value).__name__}")
     if value < low:
-        raise ValueError(f"{name} must be >= {low}, got {value}" + (f" ({hint})" if hint else ""))
+        raise ValueError(f"{name} must be >= {low}" + (f" ({hint})" if hint else ""))
 
 
 # the explorer's opening settings (the app's sliders and the /generate API default to them; the benchmark's floor
