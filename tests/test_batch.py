@@ -38,6 +38,7 @@ def test_greedy_rows_equal_their_single_prompt_greedy(pair, k):
         assert sum(uneven) >= 3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pair", list(PAIRS))
 def test_batch_autoregressive_greedy_equals_generate(pair):
     target, _ = PAIRS[pair]
@@ -47,6 +48,7 @@ def test_batch_autoregressive_greedy_equals_generate(pair):
         assert trace.mode == "autoregressive" and all(r.k == 0 and len(r.emitted) == 1 for r in trace.rounds)
 
 
+@pytest.mark.slow
 def test_prompt_lookup_draft_in_a_batch():
     prompts = [torch.tensor([[1, 2, 3, 1, 2]]), torch.tensor([[4, 5, 6, 7, 4, 5, 6, 8, 4, 5]])]
     traces = speculative_generate_batch(SHARP_LLAMA, PromptLookupDrafter(), prompts,
@@ -55,6 +57,7 @@ def test_prompt_lookup_draft_in_a_batch():
         assert trace.new_tokens == reference_greedy(SHARP_LLAMA, ids, 20)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_batch_of_one_equals_the_single_prompt_decoder(temperature):
     target, draft = PAIRS["llama"]
@@ -134,6 +137,7 @@ def test_caches_equal_full_recompute_after_rejections_and_row_drops():
     assert_caches_match_recompute(run)
 
 
+@pytest.mark.slow
 def test_prefill_serves_the_first_round():
     """One batched prefill of the whole prompts, whose last logits give every row's first token: 10 tokens
     per row take 1 + 9 target forwards, as the single-prompt decoder's and transformers' do."""
@@ -168,6 +172,7 @@ def test_eos_in_one_row_stops_that_row_only():
         target.generation_config.eos_token_id = None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n", [0, 1, 2, 5, 13])
 def test_max_new_tokens_bound_per_row(n):
     target, draft = PAIRS["llama"]
@@ -177,6 +182,7 @@ def test_max_new_tokens_bound_per_row(n):
         assert all(len(r.drafted) == r.k for r in trace.rounds)
 
 
+@pytest.mark.slow
 def test_traces_feed_the_frame_and_summary():
     target, draft = PAIRS["llama"]
     traces = speculative_generate_batch(target, draft, PROMPTS, DecodeConfig(k=3, max_new_tokens=20))
@@ -200,6 +206,7 @@ def test_bad_input(args, match):
 
 
 # -- the benchmark and its figure ---------------------------------------------------------------------
+@pytest.mark.slow
 def test_batch_bench_counts_every_token_and_the_figure_plots_them():
     from specviz.labs.batch_bench import BATCH_COLUMNS, report, run_batch_bench
     from specviz.views.compare_plots import tokens_per_s_by_batch
@@ -218,6 +225,7 @@ def test_batch_bench_counts_every_token_and_the_figure_plots_them():
         assert list(d.x) == [1, 3] and list(d.y) == pytest.approx(list(rows.tokens_per_s))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("draft_vocab", [60, 72])
 def test_padded_vocabularies_work_over_the_shared_range(draft_vocab):
     target = tiny_llama(seed=3, sharpen=30)
@@ -226,6 +234,7 @@ def test_padded_vocabularies_work_over_the_shared_range(draft_vocab):
     assert [t.new_tokens for t in traces] == [reference_greedy(target, ids, 20) for ids in PROMPTS]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
 def test_a_pruned_exit_drafts_in_a_batch_of_identical_prompts(temperature):
     """A pruned head scores -inf outside its tokens by design: a batch with it runs (12 identical prompts), each row

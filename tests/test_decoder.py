@@ -32,6 +32,7 @@ def test_greedy_equals_target_greedy(target, draft, k, prompt):
         assert trace.summary().acceptance_rate == 1.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("draft", [None, "perturbed", "prompt-lookup"])
 def test_one_token_prompt(draft):
     """A prompt of one token: the prefill is that token alone, and its logits serve the first round."""
@@ -41,17 +42,20 @@ def test_one_token_prompt(draft):
     assert trace.new_tokens == reference_greedy(SHARP_LLAMA, one, 20)
 
 
+@pytest.mark.slow
 def test_greedy_paths_exercise_partial_acceptance(prompt):
     s = speculative_generate(SHARP_LLAMA, perturbed(SHARP_LLAMA, 0.3), prompt, DecodeConfig(k=4, temperature=0)).summary()
     assert 0.2 < s.acceptance_rate < 0.95, s  # both accepts and rejects happen, so rollback is tested
 
 
+@pytest.mark.slow
 def test_autoregressive_greedy_equals_generate(prompt):
     trace = autoregressive_generate(SHARP_GPT2, prompt, DecodeConfig(max_new_tokens=30, temperature=0))
     assert trace.new_tokens == reference_greedy(SHARP_GPT2, prompt, 30)
     assert all(r.k == 0 and len(r.emitted) == 1 for r in trace.rounds)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stop", [0.3, 0.7])
 def test_draft_stop_keeps_greedy_exact_and_stops_where_the_draft_doubts(stop, prompt):
     """draft_stop ends a round's drafting after the first token whose draft probability q(x) < stop
@@ -95,6 +99,7 @@ def test_speculative_sampling_is_lossless(k, draft, extra):
 
 
 # -- caches ------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_caches_equal_full_recompute_after_rejections(prompt):
     target = tiny_llama(seed=3, sharpen=30)
     run = Decoding(target, perturbed(target, 0.5), prompt, DecodeConfig(k=4, max_new_tokens=60))
@@ -108,6 +113,7 @@ def test_caches_equal_full_recompute_after_rejections(prompt):
         torch.testing.assert_close(cached, full)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("draft", ["none", "perturbed", "prompt-lookup"])
 def test_forward_passes_are_counted_exactly(draft, prompt):
     """The target runs once for the prefill (the whole prompt, whose last logits serve the first round)
@@ -127,6 +133,7 @@ def test_forward_passes_are_counted_exactly(draft, prompt):
 
 
 # -- determinism, EOS, budget, policies ----------------------------------------------------------
+@pytest.mark.slow
 def test_same_seed_same_trace(llama, prompt):
     draft = perturbed(llama, 0.5)
     cfg = DecodeConfig(k=3, max_new_tokens=30, seed=7)
@@ -137,6 +144,7 @@ def test_same_seed_same_trace(llama, prompt):
     assert strip(c) != strip(a)
 
 
+@pytest.mark.slow
 def test_stops_at_eos_and_keeps_nothing_after(prompt):
     target = tiny_llama(seed=3, sharpen=30)
     ref = reference_greedy(target, prompt, 40)
@@ -156,6 +164,7 @@ def test_max_new_tokens_bound(llama, prompt, n):
     assert all(r.k <= 4 for r in trace.rounds)
 
 
+@pytest.mark.slow
 def test_history_policy_follows_the_tutorials_rule(prompt):
     t = tiny_llama(seed=3, sharpen=30)
     up = speculative_generate(t, t, prompt, DecodeConfig(k=2, k_policy="history", max_k=6, max_new_tokens=60,
@@ -173,6 +182,7 @@ def test_history_policy_follows_the_tutorials_rule(prompt):
     assert min(r.k for r in trace.rounds[:-1]) < 5  # the rule did move k
 
 
+@pytest.mark.slow
 def test_heuristic_policy_is_transformers_schedule(prompt):
     t = tiny_llama(seed=3, sharpen=30)
     trace = speculative_generate(t, perturbed(t, 0.4), prompt, DecodeConfig(k=3, k_policy="heuristic", max_k=50,
@@ -220,6 +230,7 @@ def test_bad_prompts_and_windows(llama):
         speculative_generate(llama, "gpt2", torch.ones(1, 3, dtype=torch.long), DecodeConfig())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("draft_vocab", [60, 72])
 def test_padded_vocabularies_work_over_the_shared_range(prompt, draft_vocab):
     target = tiny_llama(seed=3, sharpen=30)
@@ -230,6 +241,7 @@ def test_padded_vocabularies_work_over_the_shared_range(prompt, draft_vocab):
     assert all(x < min(64, draft_vocab) for r in sampled.rounds for x in r.drafted)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["greedy", "sample", "nucleus", "adaptive", "confident"])
 def test_presets_run_and_greedy_ones_are_exact(name, prompt):
     from dataclasses import replace
@@ -342,6 +354,7 @@ def test_concurrent_runs_sharing_one_drafter_do_not_mix(prompt):
         assert run.trace.new_tokens == solo.new_tokens
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("make", [tiny_llama, tiny_gpt2])
 def test_early_exit_drafts_exactly_and_at_full_depth_is_the_target(make, prompt):
     """The target's first L layers draft for it (sharing its weights): greedy output is the target's own, and with

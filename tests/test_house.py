@@ -51,6 +51,7 @@ def test_the_pattern_catches_step_words_and_spares_the_draft_stop():
         assert not STEP_WORDS.search(fine), fine
 
 
+@pytest.mark.slow
 def test_no_file_names_a_development_step():
     hits = []
     for path in repository_files():

@@ -20,6 +20,7 @@ def test_import_specviz_loads_none_of_the_heavy_libraries():
     assert loaded_after("import specviz") == set()
 
 
+@pytest.mark.slow
 def test_the_probe_sees_a_heavy_library_once_a_name_that_needs_it_is_used():
     """The negative control: the same probe reports pandas once ``specviz.sweep`` (it returns a DataFrame) is used."""
     pytest.importorskip("pandas")

@@ -107,6 +107,7 @@ def test_default_pair_greedy_equals_the_targets_own_greedy(name):
         assert trace.summary().acceptance_rate > 0.3  # trained on the target's own text (random: ~1/4096)
 
 
+@pytest.mark.slow
 def test_int8_storage_round_trips_into_an_ordinary_model(tmp_path):
     """A model saved in 8 bits loads (through load_model's path) as a transformers model whose weights are the
     dequantized ones, within one quantization step of the original, tied head re-tied; greedy decoding on it is

@@ -40,6 +40,7 @@ def test_the_pinned_runs_take_every_branch():
     assert sum(len(r.drafted) < r.k for r in rounds) > 5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(5))
 def test_reference_seeds_agree_and_greedy_is_the_targets_greedy(seed):
     target, draft = PAIRS["soft"]
@@ -50,6 +51,7 @@ def test_reference_seeds_agree_and_greedy_is_the_targets_greedy(seed):
     assert speculative_decode(target, draft, [3, 1], greedy) == reference_greedy(target, prompt, 12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_reference_stops_at_eos_like_the_decoder(temperature):
     target, draft = tiny_llama(seed=3, sharpen=30), perturbed(LLAMA, 0.5)

@@ -52,6 +52,7 @@ def test_new_tokens_are_the_rounds_emitted():
     assert hand_trace().new_tokens == [1, 2, 9, 5, 6, 7, 8, 10, 11]
 
 
+@pytest.mark.slow
 def test_json_round_trip_is_lossless(llama, prompt):
     for trace in (hand_trace(), speculative_generate(llama, llama, prompt, DecodeConfig(k=3, max_new_tokens=20)),
                   speculative_generate(llama, PromptLookupDrafter(), prompt, DecodeConfig(temperature=0))):

@@ -56,6 +56,7 @@ def counting(monkeypatch):
     return Counting
 
 
+@pytest.mark.slow
 def test_the_read_is_checked_line_by_line_and_stops_where_the_budget_says(counting):
     lines = sum("SpecDecoding metrics" in line for line in LOG.splitlines())
     analyse(LOG)
@@ -66,6 +67,7 @@ def test_the_read_is_checked_line_by_line_and_stops_where_the_budget_says(counti
     assert counting.calls == 5 < lines  # stopped inside the read
 
 
+@pytest.mark.slow
 def test_several_runs_are_checked_run_by_run(counting):
     files = [str(FIXTURES / f) for f in ("vllm_greedy.jsonl", "vllm_sampled.jsonl", "sglang_healthy.jsonl")]
     analyse(files=files, grouping=ei.PER_FILE)

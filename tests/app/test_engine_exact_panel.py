@@ -35,6 +35,7 @@ def h():
     return ex.handlers()
 
 
+@pytest.mark.slow
 def test_a_flagged_card_read_back(h, runs):
     card, folder = runs["typical"]
     text, figure, plan = h.read_exact(str(folder / "card.json"), None)
@@ -55,6 +56,7 @@ def test_a_flagged_card_read_back(h, runs):
     assert plan == dict(n=N, n_predict=4, setting=dict(temperature=0.6, top_k=3, top_p=1.0, min_p=0.0), alpha=0.05)
 
 
+@pytest.mark.slow
 def test_the_samples_give_the_cards_tests_again(h, runs):
     card, folder = runs["leviathan"]
     text, _, plan = h.read_exact(None, [str(folder / "samples-off.jsonl"), str(folder / "samples-on.jsonl")])
@@ -66,6 +68,7 @@ def test_the_samples_give_the_cards_tests_again(h, runs):
     assert plan["n"] == N
 
 
+@pytest.mark.slow
 def test_the_negative_control_is_caught_at_the_cards_n(runs):
     plan = ex.control_plan(runs["leviathan"][0].to_json())
     result = ex.negative_control(plan, "typical", Budget(600))
@@ -122,6 +125,7 @@ BAD_CARDS = {  # case: (the card's bytes or JSON, words the message must hold)
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", BAD_CARDS)
 def test_a_bad_card_is_a_readable_error_and_the_next_read_works(h, runs, tmp_path, case):
     data, words = BAD_CARDS[case]
@@ -138,6 +142,7 @@ def test_a_bad_card_is_a_readable_error_and_the_next_read_works(h, runs, tmp_pat
     assert h.read_exact(str(runs["typical"][1] / "card.json"), None)[0].startswith("### Is it exact? **flag**")
 
 
+@pytest.mark.slow
 def test_bad_samples_are_readable_errors(h, runs, tmp_path):
     on, off = sample_lines(runs, "on"), sample_lines(runs, "off")
     cases = [

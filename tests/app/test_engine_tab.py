@@ -65,6 +65,7 @@ def test_each_format_uploaded(h, files, source, advised):
         assert out["table"].empty and "No advice" in out["advice"] and "reports only totals" in out["advice"]
 
 
+@pytest.mark.slow
 def test_the_llamacpp_recordings_collapse_when_sampling(h):
     files = sorted(str(p) for p in LLAMA.glob("completion-t*.json"))
     out = read(h, files=files, grouping=ei.PER_TEMPERATURE)
@@ -73,6 +74,7 @@ def test_the_llamacpp_recordings_collapse_when_sampling(h):
     assert "No advice for run 1" in out["advice"]  # responses alone report no verify steps
 
 
+@pytest.mark.slow
 def test_a_vllm_collapse_pair_with_typed_temperatures(h):
     files = [str(FIXTURES / "vllm_greedy.jsonl"), str(FIXTURES / "vllm_sampled.jsonl")]
     out = read(h, files=files, grouping=ei.PER_FILE, temperatures="0, 0.7")
@@ -106,6 +108,7 @@ def test_measured_here_and_a_pair_beside(h):
 V0, V1 = (FIXTURES / "vllm_v0.log").read_text(), (FIXTURES / "vllm_healthy.log").read_text()
 
 
+@pytest.mark.slow
 def test_several_runs_pasted_with_labels_side_by_side(h):
     out = read(h, f"--- before the upgrade\n{V0}\n---   after: V1  \n{V1}")
     assert out["status"].startswith("**Read 2 runs**: vLLM log (V0 engine); vLLM log.")
@@ -128,6 +131,7 @@ def test_several_runs_pasted_with_labels_side_by_side(h):
     assert set(out["table"].run) == {"run 1: before the upgrade", "run 2: after: V1"}
 
 
+@pytest.mark.slow
 def test_pasted_parts_and_uploads_each_a_run(h):
     out = read(h, f"{V1}\n---\n{V1}", files=[str(FIXTURES / "vllm_v0.log")])
     assert "Read 3 runs" in out["status"]  # two pasted parts and the upload (one run: the grouping's default)
@@ -137,6 +141,7 @@ def test_pasted_parts_and_uploads_each_a_run(h):
     assert "Read 1 run**" in one["status"] and "| drafted | 15,462 |" in one["runs"]  # 2 x 7,731: summed
 
 
+@pytest.mark.slow
 def test_two_runs_charted_position_by_position(h):
     from specviz.engines import read_engine_run
 
@@ -156,6 +161,7 @@ def test_two_runs_charted_position_by_position(h):
     assert lone.layout.title.text.startswith("One run") or "One run" in str(lone.layout.annotations)
 
 
+@pytest.mark.slow
 def test_the_drafter_kind_prices_the_advice(h):
     words = {kind: read(h, V1, drafter=kind)["advice"] for kind in ("sequential", "block", "ngram")}
     assert "a sequential draft model, k draft steps a step" in words["sequential"]
@@ -178,6 +184,7 @@ def test_pasted_parts_split_only_at_a_separator_line():
         ei.pasted_parts("--- " + "x" * 81 + "\nc")
 
 
+@pytest.mark.slow
 def test_a_trace_imported_beside(h, pair, tmp_path):
     target, draft, _ = pair
     trace = speculative_generate(target, draft, torch.tensor([[1, 5, 9]]), DecodeConfig(k=3, max_new_tokens=8))
@@ -187,6 +194,7 @@ def test_a_trace_imported_beside(h, pair, tmp_path):
     assert "specviz trace" in out["beside"] and "rounds that drafted" in out["beside"]
 
 
+@pytest.mark.slow
 def test_engine_strings_are_escaped(h):
     response = (LLAMA / "completion-t0-p0.json").read_text()
     evil = "<script>alert(1)</script> [click](http://x) *$x$*"
@@ -279,6 +287,7 @@ def test_the_k_field_reaches_the_runs_shown(h):
     assert md("k = 6 as the input prints it: the 3 typed is ignored") in out["runs"]
 
 
+@pytest.mark.slow
 def test_the_load_each_interval_printed_is_charted_with_its_findings(h):
     wild = FIXTURES / "wild"
     paste = "\n".join(f"--- {name}\n" + (wild / f"vllm-v1-running-waiting-mtp-{name}.txt").read_text()
@@ -294,6 +303,7 @@ def test_the_load_each_interval_printed_is_charted_with_its_findings(h):
 DECODE = (FIXTURES / "wild" / "sglang-decode-batch-accept-rate-1.txt").read_text()
 
 
+@pytest.mark.slow
 def test_an_sglang_decode_batch_excerpt_pasted_alone_shows_its_means(h):
     out = read(h, DECODE)
     assert out["status"].startswith("**Read 1 run**: SGLang Decode batch log. 0 findings.")
@@ -314,6 +324,7 @@ def test_an_sglang_decode_batch_excerpt_pasted_alone_shows_its_means(h):
     assert "#### Under load" in out["load"] and loads and set(loads) == {1}  # '#running-req: 1' on every line
 
 
+@pytest.mark.slow
 def test_an_sglang_excerpt_beside_a_vllm_run(h):
     out = read(h, f"--- sglang\n{DECODE}\n--- vllm\n{V1}")
     assert out["status"].startswith("**Read 2 runs**: SGLang Decode batch log; vLLM log.")

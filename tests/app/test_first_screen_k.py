@@ -25,6 +25,7 @@ def tiny_hybrid(options: dict) -> tuple:
     return target, ids, HybridDrafter(table, perturbed(target, 0.5), 0.0, **options)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(HYBRIDS))
 @pytest.mark.parametrize("temperature", [0.0, DEFAULTS.temperature])
 def test_the_k_line_names_the_case_draft_limit_finds_on_the_drafter(name, temperature):
@@ -59,6 +60,7 @@ def test_at_the_default_temperature_k_past_the_cap_changes_the_run():
     assert max(len(r.drafted) for r in greedy.rounds) == options["model_steps"]
 
 
+@pytest.mark.slow
 def test_the_k_slider_carries_the_line_and_follows_the_draft_and_temperature():
     demo = build_demo(tiny_store())
     (k,) = [b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "k"]

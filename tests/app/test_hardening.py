@@ -72,6 +72,7 @@ def test_concurrent_clients_get_the_traces_they_get_alone(client):
         assert [r.u for r in trace.rounds] == [r.u for r in alone[p].rounds]
 
 
+@pytest.mark.slow
 def test_oversized_traces_are_refused_before_they_are_built():
     from specviz import Trace
     from specviz.trace import MAX_TRACE_BYTES
@@ -99,6 +100,7 @@ def test_download_folders_are_swept_by_age(tmp_path):
     assert new.is_dir() and not old.exists() and list(tmp_path.iterdir()) == [new]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("call, what", [
     (lambda h: last(h.run_sweep("tiny-target", ["tiny"], "ROMEO:", 1, 8, 0.0, 0, 1.0, 64, 0, True, 4)), "this sweep"),
     (lambda h: last(h.run_tree_lab("tiny-target", "tiny", "ROMEO:\n\nTo be", "2,4,6", "3,2,1", 0.0, 0, 1.0, 64, 3, 0)),
@@ -272,6 +274,7 @@ def test_a_batch_run_is_checked_between_rounds(store, monkeypatch):
     assert len(checks) == 3
 
 
+@pytest.mark.slow
 def test_the_batch_benchmark_is_checked_between_measurements(store, monkeypatch):
     """Batch's benchmark once ran 244 s while another visitor's lab waited 234 s: now each measurement starts with
     the request budget's check, which also stops it once its visitor has left."""

@@ -20,6 +20,7 @@ OUTPUT_BOUND = 4 * 2**20  # every string an import renders, together
 MEMORY_BOUND_MB = 400  # the server's peak memory for importing and rendering any accepted trace
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("text, message", [
     (crafted.long_text_trace(), r"token_text must be .*each text valid Unicode of at most 256 characters"),
     (crafted.long_prompt_trace(), "prompt_ids must be a list of at most 32768 token ids"),
@@ -65,6 +66,7 @@ def test_invalid_unicode_and_huge_numbers_are_readable_errors(text, message):
     str(caught.value).encode("utf-8")  # the message itself travels: no surrogate in it
 
 
+@pytest.mark.slow
 def test_the_views_cut_what_they_show_and_say_so():
     trace = Trace.from_json(crafted.widest_trace())
     html = timeline.timeline_html(trace)
@@ -75,6 +77,7 @@ def test_the_views_cut_what_they_show_and_say_so():
     assert "Round 4001" in replay and len(replay) < 200_000  # round index 4000: the 4001st, as the screen counts
 
 
+@pytest.mark.slow
 def test_a_slider_move_onto_the_largest_tree_round_costs_a_rounds_work(tmp_path):
     """The largest tree round a trace may hold (1,024 nodes) against one of 64, timed in turns in this run: 16 times
     the nodes cost less than 4 times the time (measured about 1.5 times on a shared 2-core host, loaded or not)."""

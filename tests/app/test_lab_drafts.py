@@ -73,6 +73,7 @@ def test_compare_runs_the_users_trained_draft(pair, store, mine, monkeypatch):
     assert f"q {name}" in frame.columns
 
 
+@pytest.mark.slow
 def test_unknown_names_and_other_users_get_readable_errors(store, mine):
     name = next(iter(mine))
     h, c = handlers(store), handlers(store)

@@ -2,6 +2,7 @@
 headers 1 2 3 before the first run) and sizes as 1.2M / 340k."""
 import gradio as gr
 import pandas as pd
+import pytest
 
 from specviz.app import rules_tab, temperature_tab, tree_tab
 from specviz.labs import rules, temperature
@@ -36,6 +37,7 @@ def _tables_of(build, store) -> list[list[str]]:
     return [block.value["headers"] for block in demo.blocks.values() if isinstance(block, gr.Dataframe)]
 
 
+@pytest.mark.slow
 def test_a_labs_table_before_its_first_run_is_headed_in_words(store):
     for build in (temperature_tab.build, rules_tab.build, tree_tab.build):
         for headers in _tables_of(build, store):

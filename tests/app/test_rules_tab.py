@@ -66,6 +66,7 @@ def test_rule_choices_label_lossy_rules():
         forms.parse_rule("leviathan+sampled")
 
 
+@pytest.mark.slow
 def test_the_losslessness_lab_refuses_a_lossy_rule_as_correct(store):
     h = lossless_tab.handlers(store)
     args = ("tiny-target", "tiny", "ROMEO:", 0, 0.8, 0, 1.0, 0, 200, 200)

@@ -37,6 +37,7 @@ def test_the_two_targets_really_differ():
     assert store.drafts_for("other-target") == ["tiny", "prompt-lookup"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("current", [HYBRID, "prompt-lookup", "no-such-draft", [HYBRID, "prompt-lookup"], [HYBRID]])
 def test_a_picked_target_sets_fitting_choices_and_a_value_among_them(current):
     store = two_tokenizer_store()
@@ -50,6 +51,7 @@ def test_a_picked_target_sets_fitting_choices_and_a_value_among_them(current):
         assert isinstance(current, list) or kept or update["value"] in (store.default_draft(), update["choices"][0])
 
 
+@pytest.mark.slow
 def test_the_old_draft_arriving_after_the_choices_narrowed_is_answered_not_refused():
     """What gradio's check refused (its Error over the picker): a dropdown holding the new target's drafts, handed
     the old default draft. The event reads the value unchecked and answers it with a value that fits."""

@@ -25,6 +25,7 @@ def test_a_trained_draft_is_a_draft_not_a_target(store):
     assert "tiny" in store.list_targets()
 
 
+@pytest.mark.slow
 def test_it_pairs_without_a_tokenizer_and_runs_exact(store):
     model, _, drafter = store.pair("tiny", "my-eagle3")
     ids = torch.tensor([[1, 2, 3, 4, 5]])

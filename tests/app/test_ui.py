@@ -265,6 +265,7 @@ def tree_trace():
     return speculative_generate(target, perturbed(target), torch.tensor([[3, 5, 7]]), cfg)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("measured", [None, dict(k=40.0, c=7.5, v=3.593), dict(k=0.0, c=0.0, v=0.2)],
                          ids=["as measured", "above every slider", "below every slider"])
 def test_the_theory_sliders_take_whatever_a_tree_run_puts_into_them(store, monkeypatch, measured):
@@ -293,6 +294,7 @@ def test_the_theory_sliders_take_whatever_a_tree_run_puts_into_them(store, monke
         assert (k, c, v) == (1, 0.0, 0.5) and "v measured 0.2: the slider stops at 0.5" in note
 
 
+@pytest.mark.slow
 def test_the_theory_sliders_ends_are_what_if_accepts(store):
     """The sliders' ranges are the ones what_if checks: both ends of each draw."""
     from specviz.app import runs
@@ -306,6 +308,7 @@ def test_the_theory_sliders_ends_are_what_if_accepts(store):
         h.what_if(0.5, 4, 0.1, 5.01)
 
 
+@pytest.mark.slow
 def test_the_first_screen_folds_every_other_setting_with_one_line_of_help(store):
     """Prompt, Target, Draft, k, temperature and Run outside; the rest in a closed "More settings", each with a
     short help line; the long texts (the tree shapes' grammar) in the glossary."""

@@ -15,6 +15,7 @@ from tests.helpers.models import last, ui_models
 pytestmark = pytest.mark.usefixtures("fresh_pilot_cache")
 
 
+@pytest.mark.slow
 def test_after_warming_a_default_forms_refusal_runs_no_pilot(monkeypatch):
     store = tiny_store(default_draft="tiny")
     assert warm.warm(store) == []
@@ -33,6 +34,7 @@ def test_after_warming_a_default_forms_refusal_runs_no_pilot(monkeypatch):
         last(h.run_tree_lab(*tree_form))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("start, now", [(40.0, 1.0), (1.0, 40.0)])
 def test_a_start_up_price_is_priced_at_the_passes_timed_now(monkeypatch, start, now):
     """On a virtual clock: warmed while every pass cost 40x (a busy machine, a nice-19 thread), the default sweep's
@@ -52,6 +54,7 @@ def test_a_start_up_price_is_priced_at_the_passes_timed_now(monkeypatch, start, 
     assert f"{20 * now:.1f} ms per baseline token" in note, note
 
 
+@pytest.mark.slow
 def test_a_lab_that_cannot_be_priced_is_logged_not_raised(monkeypatch, caplog):
     store = tiny_store(default_draft="tiny")
     monkeypatch.setattr(tree_tab, "warm", lambda store: (_ for _ in ()).throw(ValueError("no such draft")))
@@ -59,6 +62,7 @@ def test_a_lab_that_cannot_be_priced_is_logged_not_raised(monkeypatch, caplog):
     assert "could not price the tree lab" in caplog.text
 
 
+@pytest.mark.slow
 def test_specviz_warm_0_starts_nothing(monkeypatch):
     monkeypatch.setenv(warm.ENV, "0")
     assert warm.start(tiny_store()) is None

@@ -55,6 +55,7 @@ def test_position_tests_condition_on_the_modal_prefix_and_skip_thin_ones():
 
 
 # -- power: the stated figure against the detection rate measured ---------------------------------------------
+@pytest.mark.slow
 def test_stated_power_matches_the_simulated_detection_rate():
     law, n, alpha = [0.4, 0.3, 0.2, 0.1], 400, 0.05 / 4
     tv = detectable_tv(law, n, n, alpha)
@@ -160,6 +161,7 @@ def served():
         s.server_close()
 
 
+@pytest.mark.slow
 def test_leviathan_passes_and_a_lossy_rule_is_flagged(served, tmp_path):
     exact = run(LlamaCpp(served("leviathan")), [[1]], n=200, seed=0, out_dir=tmp_path)
     assert exact.verdict == "pass" and exact.n == 200 and exact.tests.tested.sum() == 6  # positions 2-4, two kinds
@@ -172,6 +174,7 @@ def test_leviathan_passes_and_a_lossy_rule_is_flagged(served, tmp_path):
     assert lossy.verdict == "flag" and lossy.tests.flagged.sum() >= 2
 
 
+@pytest.mark.slow
 def test_a_bad_request_is_answered_400_and_read_as_a_value_error(served):
     with pytest.raises(ValueError, match="answered 400.*speculative.rule must be one of"):
         LlamaCpp(served("leviathan"), extra={"speculative.rule": "nope"}).draw([1], Setting(), True, 0, 4, 1)

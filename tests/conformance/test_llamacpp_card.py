@@ -40,6 +40,7 @@ def frame(tmp_path_factory) -> pd.DataFrame:
     return read_samples(folder / "samples-on.jsonl", folder / "samples-off.jsonl")
 
 
+@pytest.mark.slow
 def test_every_row_is_the_kits_reading_of_the_samples(card, frame):
     recorded = pd.DataFrame(card["tests"]).fillna({"given": ""})
     again = analyse(frame, card["alpha"]).fillna({"given": ""})
@@ -75,6 +76,7 @@ def test_llama_cpp_is_exact_here(card):
     assert card["info"]["engine"] == "llama.cpp /completion" and card["info"]["draft"] == "lite-f32.gguf"
 
 
+@pytest.mark.slow
 def test_the_reported_draft_counts_are_the_drafts_argmax_kept_by_exact_match():
     """The rule lab's model of llama.cpp (scripts/measure/llamacpp_acceptance_prediction.py: draft-simple drafts the
     draft model's argmax, min(n_max, tokens left - 1) a round; the target keeps a draft while its own sample equals

@@ -17,6 +17,7 @@ def words(vocab: list[str]) -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(tokenizer_object=tok)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("prompt", ["ROMEO: But soft", "It is the ea", "Arise, fair s"])  # boundaries mid-word
 def test_cross_tokenizer_greedy_equals_the_targets_greedy(prompt):
     target_tok, draft_tok = byte_bpe(400), byte_bpe(300)
@@ -121,6 +122,7 @@ def test_incremental_texts_gives_a_split_character_to_the_token_that_completes_i
     assert incremental_texts(decode, [], [1, 2]) == ("ab", "\ufffd")  # the last token keeps its partial character
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["retokenize", "intersection"])
 def test_the_trace_keeps_the_drafts_own_tokens_and_round_trips(kind):
     from specviz import Trace

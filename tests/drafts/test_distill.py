@@ -48,6 +48,7 @@ def test_kl_is_zero_when_draft_equals_target():
     assert kl_on_batch(target, draft, _data()[:8]) == 0.0
 
 
+@pytest.mark.slow
 def test_distill_lowers_heldout_kl():
     target, draft = tiny_llama(init=0.3, seed=0), tiny_llama(seed=1)
     train, held = _data(seed=1), _data(n=8, seed=2)
@@ -60,6 +61,7 @@ def test_distill_lowers_heldout_kl():
     assert kl_on_batch(target, copy.deepcopy(target), held) == 0.0
 
 
+@pytest.mark.slow
 def test_vocab_mismatch_uses_shared_range():
     target, draft = tiny_llama(vocab=64, init=0.3), tiny_llama(vocab=72, seed=1)  # padded draft vocab
     held = _data(n=8, seed=2)
@@ -71,6 +73,7 @@ def test_vocab_mismatch_uses_shared_range():
     assert forward_kl(p, q).item() == pytest.approx(forward_kl(p, q[:, :64]).item())
 
 
+@pytest.mark.slow
 def test_deterministic_and_callback_stops_early():
     target = tiny_llama(init=0.3)
     runs = []
@@ -84,6 +87,7 @@ def test_deterministic_and_callback_stops_early():
     assert result.stopped_early and result.steps == 3 and [s for s, _ in seen] == [0, 1, 2]
 
 
+@pytest.mark.slow
 def test_generated_fraction_runs():
     target, draft = tiny_llama(init=0.3), tiny_llama(seed=1)
     result = distill(target, draft, _data(), steps=2, seq_len=16, batch_size=4, progress=False,

@@ -88,6 +88,7 @@ def replay_draft_stop(trace, stop, point_mass):
     return any(len(r.drafted) < r.k for r in trace.rounds)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stop", [0.0, 0.45, 0.7])
 @pytest.mark.parametrize("drafter", list(DRAFTERS))
 def test_greedy_equals_target_greedy_and_draft_stop_replays(drafter, stop):
@@ -99,6 +100,7 @@ def test_greedy_equals_target_greedy_and_draft_stop_replays(drafter, stop):
         assert stopped  # the rule did act (NGramDrafter ignored draft_stop before the shared loop)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("drafter", ["model", "ngram"])
 def test_sampled_drafts_stop_on_the_processed_q(drafter):
     cfg = DecodeConfig(k=5, temperature=0.8, top_k=20, max_new_tokens=40, draft_stop=0.4, seed=2)
@@ -106,6 +108,7 @@ def test_sampled_drafts_stop_on_the_processed_q(drafter):
     assert len(trace.new_tokens) == 40 and replay_draft_stop(trace, 0.4, False)
 
 
+@pytest.mark.slow
 def test_ngram_rows_of_a_batch_reproduce_their_single_prompt_traces():
     """A model-free drafter in a batch drafts row by row through the same loop, from row b's generator."""
     drafter = DRAFTERS["ngram"]()

@@ -8,6 +8,7 @@ from specviz.runtime.lm import CachedLM
 from tests.helpers.models import reference_greedy, tiny_gpt2, tiny_llama
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("make", [tiny_llama, tiny_gpt2])
 def test_an_untrained_adapter_is_the_next_layer_and_decoding_stays_exact(make):
     target = make(seed=3, layers=3, sharpen=30)
@@ -26,6 +27,7 @@ def test_an_untrained_adapter_is_the_next_layer_and_decoding_stays_exact(make):
         new_adapter(target, 3)
 
 
+@pytest.mark.slow
 def test_a_saved_adapter_loads_by_name_and_changes_the_exit(tmp_path):
     from safetensors.torch import save_file
 

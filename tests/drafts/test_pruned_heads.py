@@ -45,6 +45,7 @@ def test_a_pruned_exit_scores_its_tokens_as_the_full_exit_and_none_else(make):
         PrunedHead(target.get_output_embeddings(), [3, 64])
 
 
+@pytest.mark.slow
 def test_greedy_with_a_pruned_exit_is_the_targets_own_greedy_in_its_cache_and_its_own():
     """The support leaves out tokens the target emits: there the draft cannot propose them, the verify emits them."""
     target = tiny_llama(seed=3, layers=3, sharpen=30)
@@ -103,6 +104,7 @@ def test_sampling_with_a_pruned_exit_keeps_the_targets_exact_law(extra):
     assert chi2_pvalue(counts, exact) > 1e-3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])  # float32: its step in C (runtime.native)
 def test_a_feature_draft_over_a_pruned_head_keeps_the_targets_greedy_and_drafts_only_its_tokens(dtype):
     from specviz.drafts.eagle import FeatureHead
@@ -122,6 +124,7 @@ def test_a_feature_draft_over_a_pruned_head_keeps_the_targets_greedy_and_drafts_
         speculative_generate(target, FeatureDrafter(head, target, vocab=[1, 99]), prompt, DecodeConfig(max_new_tokens=2))
 
 
+@pytest.mark.slow
 def test_load_drafter_prunes_an_exits_head_by_name_and_refuses_vocab_elsewhere():
     from specviz import load_drafter
 

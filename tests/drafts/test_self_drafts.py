@@ -42,6 +42,7 @@ def test_an_exit_sharing_the_targets_cache_drafts_what_its_own_cache_drafts(whic
         torch.testing.assert_close(torch.tensor(x.q), torch.tensor(y.q))
 
 
+@pytest.mark.slow
 def test_a_shared_exit_keeps_only_its_adapters_cache():
     from specviz.decoder import Decoding
 
@@ -61,6 +62,7 @@ def test_a_shared_exit_keeps_only_its_adapters_cache():
     assert isinstance(run.drafter, ExitDrafter) and run.drafter.cache_bytes() == 0
 
 
+@pytest.mark.slow
 def test_an_exit_falls_back_to_its_own_cache_off_the_lean_path(monkeypatch):
     import specviz.runtime.lm as lm
 
@@ -282,6 +284,7 @@ def test_feature_draft_trees_keep_the_targets_law():
     assert sampled_trees_keep_the_law(target, drafter)
 
 
+@pytest.mark.slow
 def test_a_saved_feature_draft_loads_and_drafts_for_a_copy_of_its_target(tmp_path):
     import copy
 

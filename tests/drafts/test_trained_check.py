@@ -2,6 +2,7 @@
 loads and runs silently elsewhere is named. Each case edits a copy of a fixture written by the real speculators
 library (tests/drafts/fixtures/trained, scripts/fixtures/)."""
 
+import pytest
 import torch
 
 from specviz.drafts.trained.check import check_trained_draft
@@ -96,6 +97,7 @@ def test_a_medusa_head_for_another_hidden_size_is_refused():
     assert "tensor 0.0.linear.weight has shape [32, 32], expected [64, 64]" in message
 
 
+@pytest.mark.slow
 def test_formats_are_told_apart_from_their_headers(tmp_path):
     mid = edited(tmp_path, tensors=lambda t: {k.replace("layers.0.", "midlayer."): v for k, v in t.items()},
                  config=lambda c: {**c["transformer_layer_config"], "draft_vocab_size": 48,

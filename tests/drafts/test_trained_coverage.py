@@ -1,4 +1,5 @@
 """The coverage of a pruned draft vocabulary as a table and a figure (specviz.views.coverage_plots)."""
+import pytest
 import torch
 
 from specviz.drafts.trained.coverage import coverage_frame, vocab_coverage
@@ -6,6 +7,7 @@ from specviz.views.coverage_plots import coverage_figure
 from tests.helpers.trained import FIXTURES, fixture_target
 
 
+@pytest.mark.slow
 def test_the_table_the_number_and_the_figure_say_the_same_mass():
     target, prompts = fixture_target(), [[1, 2, 3, 4, 5], [9, 9, 30]]
     frame = coverage_frame(FIXTURES / "eagle3", target, prompts)
@@ -19,6 +21,7 @@ def test_the_table_the_number_and_the_figure_say_the_same_mass():
     assert f"acceptance <= {1 - mean:.3f}" in fig.layout.title.text
 
 
+@pytest.mark.slow
 def test_a_run_marks_exactly_the_target_tokens_its_draft_vocabulary_lacks():
     """The fixture's draft vocabulary is every id but 3, 7, 11, ... (d2t): in a real run's timeline, exactly the
     resampled and bonus tokens among those are marked, read from the folder's map."""

@@ -47,6 +47,7 @@ def without_embedding(tmp_path):
     return edited(tmp_path, tensors=lambda t: {k: v for k, v in t.items() if k != "embed_tokens.weight"})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which", ["eagle3", "eagle3_31", "medusa", "midlayer", "no-embedding"])
 def test_greedy_output_is_the_targets_own(which, tmp_path):
     folder = {"midlayer": lambda: as_midlayer(tmp_path), "no-embedding": lambda: without_embedding(tmp_path)}.get(
@@ -60,6 +61,7 @@ def test_greedy_output_is_the_targets_own(which, tmp_path):
         assert trace.new_tokens == reference_greedy(target, ids, 20)
 
 
+@pytest.mark.slow
 def test_the_midlayer_checkpoint_drafts_what_the_speculators_one_drafts(tmp_path):
     target, prompt = fixture_target(), torch.tensor([PROMPTS[0]])
     cfg = DecodeConfig(k=3, temperature=1.0, max_new_tokens=12, seed=5)
@@ -93,6 +95,7 @@ def test_sampling_keeps_the_targets_law(name):
     assert chi2_pvalue(counts, p1) > 1e-3
 
 
+@pytest.mark.slow
 def test_medusa_drafts_trees_within_its_heads_and_refuses_deeper_ones():
     target, ids = fixture_target(), torch.tensor([PROMPTS[0]])
     drafter = load_trained(FIXTURES / "medusa", target)
@@ -115,6 +118,7 @@ def test_coverage_is_the_targets_mass_outside_the_draft_vocabulary():
     assert vocab_coverage(FIXTURES / "medusa", target, PROMPTS) == 0.0
 
 
+@pytest.mark.slow
 def test_no_verified_position_accepts_more_than_the_mass_the_draft_vocabulary_holds():
     """beta = sum min(p, q) <= p(draft vocabulary) at every verified position of a sampled run."""
     target = fixture_target()
@@ -200,6 +204,7 @@ def eagle1_checkpoint(folder, seed=4, **extra):
     return folder
 
 
+@pytest.mark.slow
 def test_an_eagle1_checkpoint_runs_exact_and_a_stray_input_norm_is_refused(tmp_path):
     from tests.helpers.trained import refusal
 

@@ -3,6 +3,7 @@ lowers the KL on the tiny target of the fixtures."""
 import importlib.util
 from pathlib import Path
 
+import pytest
 import torch
 
 from specviz import DecodeConfig, speculative_generate
@@ -24,6 +25,7 @@ def script():
     return module
 
 
+@pytest.mark.slow
 def test_a_trained_draft_is_saved_in_the_layout_the_reader_checks_and_runs(tmp_path):
     train, target = script(), fixture_target()
     torch.manual_seed(0)

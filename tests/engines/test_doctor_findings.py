@@ -39,6 +39,7 @@ def test_intervals_match_published_examples():
     assert upper_bound(0, 60, 0.99) == pytest.approx(1 - 0.01 ** (1 / 60))  # 0.0739
 
 
+@pytest.mark.slow
 def test_ratio_interval_covers_at_its_level():
     """Seeded: 400 pairs of binomials at a known ratio; a 95% interval must cover it 92 to 98% of the time (a
     binomial(400, 0.95) count falls outside 368..392 with chance under 0.3%)."""
@@ -227,6 +228,7 @@ def test_two_runs_diagnosed_are_compared():
     assert found(diagnose([BEFORE, BEFORE]), "runs_compared").numbers["down"] == []
 
 
+@pytest.mark.slow
 def test_comparison_chart():
     frame = compare_runs(BEFORE, AFTER).positions
     fig = comparison_chart(frame)

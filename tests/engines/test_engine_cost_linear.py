@@ -122,6 +122,7 @@ def growth(fn, make, small: int, repeats: int = 3) -> float:
     return min(times[id(b)]) / min(times[id(a)])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES)
 def test_each_reader_is_linear(case):
     fn, make = CASES[case]

@@ -46,6 +46,7 @@ def test_alpha_recovered_within_its_interval():
     assert fit.p_value > 0.01  # drawn i.i.d.: the model's own test has no quarrel with it
 
 
+@pytest.mark.slow
 def test_interval_covers_the_true_alpha_about_90_percent_of_the_time():
     covered = [fit.low <= 0.6 <= fit.high for fit in (fit_alpha(drawn_run(0.6, 4, 300, seed)) for seed in range(400))]
     # 400 draws at 0.9: standard error 0.015, so 0.85..0.95 is over three of them either side

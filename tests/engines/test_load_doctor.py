@@ -38,6 +38,7 @@ def off_run(source: str, loads, tps) -> MeanRun:
                                           for n, t in zip(loads, tps)])
 
 
+@pytest.mark.slow
 def test_the_crossover_lies_between_the_last_load_that_paid_and_the_first_that_did_not():
     """on / off at 1, 2, 4, 8 running: 200/100 = 2.0, 300/190 = 1.58, 400/380 = 1.05, 420/600 = 0.70: it paid at 4,
     not at 8; one interval per load, so each range is its point and the change is decided."""
@@ -146,6 +147,7 @@ def test_sglang_decode_batch_lines_give_their_load_and_context():
     assert row["context_per_request"] == 350592 / 40 and row["engine"] == "SGLang"
 
 
+@pytest.mark.slow
 def test_real_sglang_runs_on_and_off_share_too_few_loads():
     """sglang#11948 speculated at 1 running only; sglang#1270 (no speculation) ran at 2 then 1: one shared load."""
     runs = {"on": read_reported(WILD / "sglang-decode-batch-accept-rate-1.txt"),

@@ -27,6 +27,7 @@ def test_every_method_generates_the_same_number_of_tokens(prompt):
         assert m.acceptance_rate == spec.acceptance_rate and m.c > 0 and m.v > 0 and m.predicted > 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stop", [0.0, 0.6])
 def test_hf_assisted_drafts_the_same_k_as_ours(prompt, stop):
     """Greedy, same pair, same k: transformers' assisted generation and ours make the same rounds, so the
@@ -166,6 +167,7 @@ def test_run_order_keeps_the_recording_pair_side_by_side_and_rotates():
     assert run_order(["ours-ar", "hf-plain"], 1) == ["hf-plain", "ours-ar"]  # without the pair: a plain rotation
 
 
+@pytest.mark.slow
 def test_bench_measures_the_plain_matmul_path_beside_the_packed_one(prompt):
     from specviz.runtime import packed_linear
 
@@ -178,6 +180,7 @@ def test_bench_measures_the_plain_matmul_path_beside_the_packed_one(prompt):
 
 
 # -- the batch benchmark: checked between measurements ------------------------------------------------------------
+@pytest.mark.slow
 def test_the_batch_benchmark_checks_before_every_measurement_and_stops_where_the_check_raises(prompt, monkeypatch):
     """A caller's budget (or its visitor's leaving) stops the benchmark between measurements: 2 warm-ups and
     2 methods x 3 sizes checked, and once a check raises no further batch runs."""

@@ -286,6 +286,7 @@ def test_rule_names_read_as_words():
     assert tables.rule_name("point_mass") == "point mass" and tables.rule_name("typical") == "typical (lossy)"
 
 
+@pytest.mark.slow
 def test_no_lab_states_a_direction_before_its_run(store):
     """What a lab's tab shows before Run (its intro, labels and chart captions) states no direction: the words that
     say how a number moved come after the run, from its table."""

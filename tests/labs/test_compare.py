@@ -40,6 +40,7 @@ def drafts(target):
             "ngram": NGramDrafter(NGramModel.fit(corpus, 64, order=2))}
 
 
+@pytest.mark.slow
 def test_draft_equal_to_target_accepts_all_and_others_less(target, drafts):
     table = compare(target, drafts, PROMPTS, DecodeConfig(k=3, temperature=0, max_new_tokens=16)).set_index("draft")
     me = table.loc["itself"]
@@ -58,6 +59,7 @@ def test_draft_equal_to_target_accepts_all_and_others_less(target, drafts):
     assert (table.c > 0).all()
 
 
+@pytest.mark.slow
 def test_same_seed_gives_the_same_rows(target, drafts):
     cfg = DecodeConfig(k=3, temperature=1.0, max_new_tokens=12, seed=11)
     a, b = (compare(target, drafts, PROMPTS[:1], cfg).drop(columns=TIMINGS) for _ in range(2))
@@ -65,6 +67,7 @@ def test_same_seed_gives_the_same_rows(target, drafts):
     assert a.set_index("draft").loc["near", "alpha"] < 1.0  # a real sampling run, not a trivial one
 
 
+@pytest.mark.slow
 def test_iter_compare_streams_baseline_then_drafts_and_table_grows(target, drafts):
     runs = list(iter_compare(target, drafts, PROMPTS, DecodeConfig(k=2, temperature=0, max_new_tokens=8)))
     assert [(r.draft, r.prompt) for r in runs] == [(d, i) for i in (0, 1) for d in [BASELINE, *drafts]]
@@ -77,6 +80,7 @@ def test_iter_compare_streams_baseline_then_drafts_and_table_grows(target, draft
         compare(target, {}, PROMPTS)
 
 
+@pytest.mark.slow
 def test_divergence_is_the_first_rejection(target, drafts):
     cfg = DecodeConfig(k=3, temperature=0, max_new_tokens=20)
     runs = list(iter_compare(target, drafts, PROMPTS[:1], cfg))
@@ -116,6 +120,7 @@ def test_disagreement_frame_by_hand():
     assert frame["q a"].tolist() == pytest.approx([0.0, 0.0, 0.2, 0.8]) and frame["q none"].sum() == 0
 
 
+@pytest.mark.slow
 def test_figures_hold_the_table(target, drafts):
     table = compare(target, drafts, PROMPTS[:1], DecodeConfig(k=3, temperature=0, max_new_tokens=12))
     speed, tau = compare_plots.speedup_bars(table), compare_plots.tau_bars(table)
@@ -204,6 +209,7 @@ def test_compare_handler_streams_each_draft_then_the_disagreement(store, pair):
     assert frame["q itself"].tolist() == pytest.approx(frame.p.tolist(), abs=1e-4) and len(fig.data) == 4
 
 
+@pytest.mark.slow
 def test_compare_handler_passes_draft_stop(store):
     """With draft_stop the draft of itself stops wherever the target's own confidence is below it."""
     h = handlers(store)
@@ -215,6 +221,7 @@ def test_compare_handler_passes_draft_stop(store):
         last(h.run_compare("tiny-target", ["itself"], "ROMEO:", 3, 0.0, 0, 1.0, 12, 0, {}, 1.2))
 
 
+@pytest.mark.slow
 def test_batch_traces_equal_single_prompt_greedy(store, pair, monkeypatch):
     """The handler's rows are speculative_generate_batch's: check them token for token against
     each prompt's greedy decode (captured from the handler's BatchDecoding)."""
@@ -266,6 +273,7 @@ def test_bad_input_raises_readable_gr_error(store, call, message):
         call(handlers(store))
 
 
+@pytest.mark.slow
 def test_disagree_out_of_range_position(store):
     h = handlers(store)
     state = last(h.run_compare("tiny-target", ["tiny"], "ROMEO:", 3, 0.0, 0, 1.0, 6, 0))[0]
@@ -301,6 +309,7 @@ def test_a_feature_draft_gives_its_q_at_a_context():
     torch.testing.assert_close(qs["feature"], draft_q(step[0, -1], cfg, 64), atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_the_speedup_chart_has_error_bars_over_the_tables_range():
     import pandas as pd
 

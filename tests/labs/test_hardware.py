@@ -42,6 +42,7 @@ def test_measured_on_tiny_models(llama):
     assert hw.free_rows == free_rows(t) and any("c = " in n for n in hw.cost.notes)
 
 
+@pytest.mark.slow
 def test_a_model_free_drafter_is_timed_in_a_decode(llama):
     hw = measure(llama, PromptLookupDrafter(), prompt=[1, 2, 3, 1, 2, 3, 1, 2], rows=[1, 4], repeats=2, context=16)
     assert list(hw.table.rows) == [1, 4] and hw.cost.c >= 0 and hw.c_range is not None

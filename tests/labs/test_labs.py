@@ -27,6 +27,7 @@ def target():
     return tiny_llama(seed=3, sharpen=30)
 
 
+@pytest.mark.slow
 def test_iter_sweep_rows_equal_sweep(target, prompt):
     drafts = {"near": perturbed(target, 0.4), "lookup": PromptLookupDrafter()}
     streamed = pd.DataFrame([row for row, _ in iter_sweep(target, drafts, [prompt], [1, 3], GREEDY)])
@@ -65,6 +66,7 @@ def test_position_rows_by_hand(target, prompt):
     assert (pos.conditional >= pos.rate).all()  # reached <= drafted: the conditional rate is never lower
 
 
+@pytest.mark.slow
 def test_policy_comparison(target, prompt):
     cfg = DecodeConfig(temperature=0, max_new_tokens=24, k=2, max_k=6)
     runs, rounds = policies.compare_policies(target, target, [prompt], cfg, fixed_ks=[2, 4], stops=[0.5])
@@ -85,6 +87,7 @@ def test_policy_comparison(target, prompt):
     assert list(bars.data[1].y[1:]) == [1.0] * 5
 
 
+@pytest.mark.slow
 def test_sweep_figures_hold_the_summary(target, prompt):
     runs = sweep(target, {"near": perturbed(target, 0.4)}, [prompt], [1, 2, 3], DecodeConfig(max_new_tokens=12),
                  progress=False)
@@ -228,6 +231,7 @@ def test_lossless_handler_streams_batches(store):
     assert "cannot happen" not in outs[-1][0] and "is the correct step here" not in outs[-1][0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("draft, temperature, top_p, says", [
     ("tiny", 1.0, 1.0, "At temperature 1 with top-k and top-p off, processing leaves the draft's q as it is"),
     ("tiny", 1.0, 0.9, None),  # top-p processes q: the mistake shows
@@ -288,6 +292,7 @@ def test_split_prompts_keeps_single_newlines():
     assert split_prompts("KING HENRY:\nOnce more\n\nROMEO:\n") == ["KING HENRY:\nOnce more", "ROMEO:"]
 
 
+@pytest.mark.slow
 def test_temperature_lab_alpha_by_hand_and_through_the_tab(store):
     """alpha_fixed is sum min(p, q) of the processed distributions, computed here by hand; greedy it is the
     share of agreeing argmaxes; the tab's handler returns one row per temperature."""
@@ -307,6 +312,7 @@ def test_temperature_lab_alpha_by_hand_and_through_the_tab(store):
     assert not [c for c in table.columns if "_" in c or c.isdigit()]  # headed in words, no index leaking
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("max_new", [6, 24])
 def test_the_sweeps_stated_range_holds_its_measured_duration(monkeypatch, max_new):
     """Run sweep states its estimate and range before it starts, from a pilot on the machine as loaded; the

@@ -49,6 +49,7 @@ def test_a_round_commits_at_most_its_deepest_chain_and_the_bonus():
     assert least.sweep_floor(0.5, 12, 2, 1, [1, 3]) == pytest.approx(0.5 * 24 * 1.75)
 
 
+@pytest.mark.slow
 def test_the_floor_is_below_what_a_real_sweep_and_tree_lab_take(pair):
     target, draft, tok = pair
     prompts = [tok(p, return_tensors="pt").input_ids for p in ("ROMEO:\n\nTo be", "JULIET:\n\nO")]

@@ -167,6 +167,7 @@ def test_a_malformed_lesson_names_its_file(tmp_path):
         lessons.load_lessons(tmp_path)
 
 
+@pytest.mark.slow
 def test_the_learn_tab_walks_a_lesson_and_reveals_from_a_run(pair):
     from tests.helpers.app import handlers, tiny_store
     from tests.helpers.models import last
@@ -226,6 +227,7 @@ class Stopped(Exception):
     pass
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["vary", "race", "load"])
 def test_a_budget_check_runs_before_each_run_and_stops_the_step(kind, lesson_pair):
     """The reveal's budget (``check``) is asked before every run of a step: a check that raises at its second call

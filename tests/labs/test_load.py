@@ -135,6 +135,7 @@ def test_the_prediction_is_the_goodput_models_on_the_fitted_costs():
     assert ngram.draft == gp.DraftCost("ngram", seconds_each=0.001)
 
 
+@pytest.mark.slow
 def test_a_small_run_end_to_end(pair):
     target, draft = pair
     prompts = [[3, 4, 5, 6], [7, 8, 9]]

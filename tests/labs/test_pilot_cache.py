@@ -50,6 +50,7 @@ def test_a_pass_timed_now_is_the_forwards_cost_on_this_machine(machine):
     assert least.pass_seconds(target, ids, DecodeConfig()) == pytest.approx(0.8 / pilot_cache.SLACK)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("then, now", [(40.0, 1.0), (1.0, 40.0), (3.0, 3.0)])
 def test_a_price_taken_at_one_load_is_priced_at_the_load_now(machine, monkeypatch, then, now):
     """A pilot taken at start-up, 40x slower (a starved thread, a busy machine) is never used as measured once the
@@ -96,6 +97,7 @@ def test_a_tree_lab_refusal_after_the_first_pilot_comes_at_once(monkeypatch):
     assert len(timings) == 1  # one timing of a few passes, and no pilot: at once
 
 
+@pytest.mark.slow
 def test_a_sweep_refusal_after_the_first_pilot_comes_at_once(monkeypatch):
     h = handlers(tiny_store())
     form = ("tiny-target", ["tiny", "prompt-lookup"], "ROMEO:\n\nTo be", 1, 8, 0.0, 0, 1.0, 256, 0)
@@ -131,6 +133,7 @@ def test_a_labs_token_pilot_is_measured_once_then_priced_at_the_passes_now(pair,
     assert budget.token_seconds(target, ids, cfg) == pytest.approx(first * 3.0)
 
 
+@pytest.mark.slow
 def test_an_estimate_that_fits_is_one_the_gate_admits(machine, monkeypatch):
     """Estimate time and Run sweep read one price: over several loads, budgets and requests, an estimate that says
     Run sweep takes it is never refused by Run sweep's gate at the same load, and one that says it would refuse is."""
@@ -158,6 +161,7 @@ def test_an_estimate_that_fits_is_one_the_gate_admits(machine, monkeypatch):
     assert seen == {True, False}  # both sides were tried
 
 
+@pytest.mark.slow
 def test_an_estimate_that_fits_is_kept_by_its_run_when_the_machine_slows_after_it(machine, monkeypatch):
     """Estimate time says a form fits; the machine then slows so that the gate's own price is over the budget: the
     run goes ahead as the estimate said, saying both prices; the same form never estimated is refused, and so is

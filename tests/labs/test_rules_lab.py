@@ -35,6 +35,7 @@ def test_one_row_per_rule_and_temperature(lab):
     assert lab.c.nunique() == 1 and lab.v.nunique() == 1  # one cost for every rule: a round costs what it costs
 
 
+@pytest.mark.slow
 def test_fixed_context_check_passes_lossless_rules_and_fails_lossy_ones_by_their_tv(lab):
     sampled = lab[lab.temperature == 1.0]
     for row in sampled.itertuples():
@@ -60,6 +61,7 @@ def test_closed_form_acceptance_tracks_the_decoder(lab):
     assert levi.loc["leviathan", "alpha_closed"] >= levi.loc["point_mass", "alpha_closed"]  # min(p,q) >= q p
 
 
+@pytest.mark.slow
 def test_plots_are_figures(lab):
     for fig in (rule_plots.acceptance_vs_temperature(lab), rule_plots.tv_vs_temperature(lab),
                 rule_plots.speedup_by_rule(lab)):

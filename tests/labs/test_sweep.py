@@ -22,6 +22,7 @@ def test_summarize_by_hand():
     assert s.tau_theory == pytest.approx(1.75)  # (1 - 0.5^3) / (1 - 0.5)
 
 
+@pytest.mark.slow
 def test_sweep_on_tiny_models_counts_every_run(prompt):
     target = tiny_llama(seed=3, sharpen=30)
     drafts = {"itself": target, "perturbed": perturbed(target, 0.4), "lookup": PromptLookupDrafter()}

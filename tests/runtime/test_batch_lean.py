@@ -108,6 +108,7 @@ def test_one_c_call_a_pass_for_every_row_and_no_padding(monkeypatch):
 
 
 # -- batched runs against single runs --------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("k", [1, 3])
 def test_greedy_rows_equal_their_single_prompt_greedy(k):
     cfg = DecodeConfig(k=k, max_new_tokens=30, temperature=0)
@@ -121,6 +122,7 @@ def test_greedy_rows_equal_their_single_prompt_greedy(k):
     assert [t.new_tokens for t in ar] == [t.new_tokens for t in traces]
 
 
+@pytest.mark.slow
 def test_sampled_rows_reproduce_single_prompt_traces_bit_for_bit():
     cfg = DecodeConfig(k=3, max_new_tokens=25, seed=10, draft_stop=0.5)
     traces = speculative_generate_batch(TARGET, DRAFT, PROMPTS, cfg)
@@ -133,6 +135,7 @@ def test_sampled_rows_reproduce_single_prompt_traces_bit_for_bit():
         assert trace.new_tokens == autoregressive_generate(TARGET, ids, DecodeConfig(max_new_tokens=20, seed=3 + b)).new_tokens
 
 
+@pytest.mark.slow
 def test_caches_equal_full_recompute_after_rejections_and_row_drops():
     run = BatchDecoding(TARGET, perturbed(TARGET, 0.5), PROMPTS, DecodeConfig(k=4, max_new_tokens=40))
     rejected, sizes = 0, []

@@ -2,6 +2,7 @@
 once (None included), and gone with its object."""
 import gc
 
+import pytest
 import torch
 
 from specviz.runtime.by_identity import IdentityCache
@@ -16,6 +17,7 @@ def test_equal_tensors_are_two_entries_and_each_is_made_once():
     assert made == ["a", "b"] and a in cache and b in cache and torch.zeros(3) not in cache
 
 
+@pytest.mark.slow
 def test_an_entry_goes_with_its_object_and_pop_forgets_it():
     cache = IdentityCache()
     a, b = torch.ones(2), torch.ones(2)

@@ -28,6 +28,7 @@ def test_lean_logits_match_transformers_after_a_rollback(family):
     torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["qwen3", "phi3"])
 def test_greedy_speculation_on_the_lean_path_is_the_targets_own_greedy(family):
     model = tiny(family, seed=3, sharpen=20)

@@ -45,6 +45,7 @@ def test_lean_logits_match_transformers_past_the_window(kv_heads):
     torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_cached_lm_takes_the_lean_path_and_greedy_speculation_is_exact():
     model = tiny_gemma(seed=3)
     assert CachedLM(model).path == "lean"
@@ -90,6 +91,7 @@ def test_llama_like_families_take_the_lean_path_with_transformers_logits(family)
     assert not lean_llama.supports(windowed)  # a window the lean path does not keep: transformers' forward
 
 
+@pytest.mark.slow
 def test_an_exit_of_gemma_runs_lean_on_its_targets_weights_with_a_full_or_pruned_head():
     """An early exit (the first layers of kinds sliding and full) on the lean path: transformers' logits of the same
     exit, the target's very laid-out tensors, and a pruned head's logits those of its rows (-inf elsewhere)."""

@@ -33,6 +33,7 @@ def cache_folder(tmp_path, monkeypatch):
     monkeypatch.setenv(gguf_write.CACHE_ENV, str(tmp_path / "gguf"))
 
 
+@pytest.mark.slow
 @needs_gguf
 @pytest.mark.parametrize("heads, kv_heads, tied", [(4, 2, False), (4, 4, True)])
 def test_written_gguf_reads_back_as_the_same_model(tmp_path, heads, kv_heads, tied):

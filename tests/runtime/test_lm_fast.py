@@ -43,6 +43,7 @@ def full_logits(model, ids):
 WALKS = [(path, model) for path in FAST for model in MODELS]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("path", "model"), WALKS)
 def test_fast_path_equals_dynamic_after_random_feeds_rollbacks_syncs(path, model, small_capacity):
     model = MODELS[model]()
@@ -93,6 +94,7 @@ def test_greedy_speculative_equals_target_greedy(path, k, prompt, monkeypatch):
     assert trace.new_tokens == reference_greedy(target, prompt, 50)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", FAST)
 def test_autoregressive_equals_target_greedy(path, prompt, monkeypatch):
     monkeypatch.setattr(lm_module, "DEFAULT_PATH", path)
@@ -111,6 +113,7 @@ def test_auto_takes_lean_for_llama_only():
             CachedLM(llama, unknown)
 
 
+@pytest.mark.slow
 def test_gpt2_greedy_with_fast_default(prompt):
     """A model the lean path cannot run still decodes exactly (through DynamicCache) under the default."""
     target = tiny_gpt2(seed=4, sharpen=30)

@@ -27,6 +27,7 @@ def test_extra_models_parse_and_refuse_readably(tmp_path):
         extra_models(f"x={tmp_path / 'missing'}")
 
 
+@pytest.mark.slow
 def test_the_app_serves_an_operators_local_model_by_name(tmp_path, monkeypatch):
     from transformers import AutoTokenizer
 
@@ -107,6 +108,7 @@ def test_the_app_offers_only_drafts_that_fit_a_local_model_of_another_tokenizer(
     assert update["value"] in fit and update["choices"] == fit
 
 
+@pytest.mark.slow
 def test_every_tabs_draft_picker_follows_the_target(tmp_path, monkeypatch):
     from specviz.app.store import ModelStore
     from specviz.app.widgets import fitting_update

@@ -125,6 +125,7 @@ NEOX = (GPTNeoXConfig(**COMMON, intermediate_size=64, num_hidden_layers=3, num_a
 OPT = (OPTConfig(**COMMON, ffn_dim=64, num_hidden_layers=3, num_attention_heads=4, word_embed_proj_dim=32), OPTForCausalLM)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config, cls", [NEOX, OPT], ids=["gpt-neox", "opt"])
 def test_early_exits_of_pythia_and_opt_cut_their_own_stacks(config, cls):
     """GPT-NeoX keeps its layers at gpt_neox.layers, OPT at model.decoder.layers: the exit at L is the model's first L

@@ -97,6 +97,7 @@ def test_a_token_tree_attends_as_on_the_torch_layers():
                                    atol=2e-5, rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_greedy_speculation_in_c_is_the_targets_own_greedy_decode():
     model = gqa_llama(dtype=torch.float32, tied=True, layers=3, sharpen=20)
     prompt = torch.tensor([[5, 9, 11, 5, 9, 11, 5, 9, 11, 3]])
@@ -122,6 +123,7 @@ def test_float64_models_stay_on_the_torch_layers():
     assert not lean.runs_native(list(zip(lean.w.blocks, lean.kv)))
 
 
+@pytest.mark.slow
 def test_a_model_and_its_packed_weights_are_freed_once_nothing_else_holds_them():
     import gc
     import weakref

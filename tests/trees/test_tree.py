@@ -72,6 +72,7 @@ def test_greedy_tree_with_ngram_hybrid_and_foreign_drafts(tree, prompt):
         assert trace.new_tokens == reference_greedy(target, prompt, 50), name
 
 
+@pytest.mark.slow
 def test_a_tree_beats_its_own_first_branch(prompt):
     """More branches can only add accepted tokens in greedy decoding: a (3, 3, 3) tree accepts at least what
     the chain of its first children (a k = 3 chain) accepts, round by round from the same prefix."""
@@ -168,6 +169,7 @@ def test_reusing_p_for_the_second_child_is_detected(monkeypatch):
 
 
 # -- caches, records, settings --------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
 def test_caches_equal_full_recompute_after_tree_rounds(arch, prompt):
     target = SHARP[arch]
@@ -183,6 +185,7 @@ def test_caches_equal_full_recompute_after_tree_rounds(arch, prompt):
         torch.testing.assert_close(cached, full)
 
 
+@pytest.mark.slow
 def test_tree_round_record_and_json_round_trip(prompt):
     target = SHARP["llama"]
     trace = speculative_generate(target, perturbed(target, 0.5), prompt,
@@ -268,6 +271,7 @@ def test_tree_lab_tab_measures_chains_and_trees(store):
             last(h.run_tree_lab("tiny-target", "tiny", "ROMEO:", chains, trees, 0.0, 0, 1.0, 16, 1, 0))
 
 
+@pytest.mark.slow
 def test_tree_figure_escapes_token_text_and_shows_every_fate(prompt):
     from specviz.views.tree_view import tree_figure
 

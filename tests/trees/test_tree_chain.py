@@ -55,6 +55,7 @@ def test_siblings_rescue_rounds_the_chain_loses(prompt):
     assert any(n >= len(_split(r.tree.nodes)[0]) for r in tree.rounds for n in r.tree.path)  # a sibling taken
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["ngram", "hybrid", "lookup"])
 def test_chain_only_drafters_draft_chains_with_siblings(name, prompt):
     """A chain with siblings needs no tree drafting: an n-gram, a hybrid and prompt lookup (point masses: no
@@ -92,6 +93,7 @@ def test_sampled_chains_with_siblings_are_lossless(extra):
     assert chi2_pvalue(counts, exact_first_two(LOSSLESS_TARGET, prompt, cfg)) > 1e-3
 
 
+@pytest.mark.slow
 def test_caches_equal_full_recompute_after_chain_rounds(prompt):
     target = SHARP["llama"]
     run = Decoding(target, perturbed(target, 0.5), prompt,
@@ -171,6 +173,7 @@ def test_greedy_siblings_go_where_the_learnt_estimate_says_they_win():
     assert tree.q[3] == pytest.approx(0.7)
 
 
+@pytest.mark.slow
 def test_greedy_runs_teach_the_drafter_and_a_sampled_seed_replays_its_text(prompt):
     """Greedy runs of one drafter share what they learn of where siblings win (the text is the target's either
     way); a sampled run learns within itself, so the same seed gives the same text however many runs came before."""

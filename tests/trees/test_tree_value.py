@@ -46,6 +46,7 @@ def _flattened(model, by):
     return flat
 
 
+@pytest.mark.slow
 def test_a_draft_with_tiny_q_but_the_right_argmax_gets_deep_trees(prompt):
     """q ~ 1/64 at every node, and every top child accepted at greedy: ranked by q, a threshold of 0.3 would keep
     no node at all; learnt from the verdicts, each round drafts the full depth and the walk accepts all of it."""
@@ -59,6 +60,7 @@ def test_a_draft_with_tiny_q_but_the_right_argmax_gets_deep_trees(prompt):
     assert run.tree_value(0, 0.02) > 0.9 and run.tree_value(1, 0.02) < 0.05
 
 
+@pytest.mark.slow
 def test_a_draft_the_target_rejects_gets_smaller_trees(prompt):
     """An unrelated draft: its first tree goes the full depth on the prior, then the learnt estimate shrinks them."""
     draft = tiny_llama(seed=9, sharpen=30)
@@ -69,6 +71,7 @@ def test_a_draft_the_target_rejects_gets_smaller_trees(prompt):
     assert sum(len(r.tree.nodes) for r in late) / len(late) < 2.5
 
 
+@pytest.mark.slow
 def test_each_node_records_its_value_and_traces_round_trip(prompt):
     """The first round's values follow from the prior alone: a top child is sure (value 1 along a path of top
     children), a second child is worth its q times its parent's value. They survive JSON, show in the hover, and

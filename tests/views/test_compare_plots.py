@@ -1,6 +1,7 @@
 """The Compare tab's figures: one legend entry per series, every series told apart, the legend under the x axis's
 title (its own rows at the figure's bottom), however many drafts."""
 import pandas as pd
+import pytest
 
 from specviz.views import compare_plots
 from specviz.views.style import PALETTE
@@ -17,6 +18,7 @@ def frame(names=NAMES) -> pd.DataFrame:
     return pd.DataFrame({"token": [1, 2], "text": ["a", "b"], "p": [0.6, 0.4], **{f"q {n}": [0.5, 0.5] for n in names}})
 
 
+@pytest.mark.slow
 def test_one_legend_entry_per_series_each_told_apart():
     for fig, want in ((compare_plots.acceptance_by_position(table()), NAMES),
                       (compare_plots.disagreement_bars(frame()), ["p (target)", *(f"q {n}" for n in NAMES)])):
@@ -27,6 +29,7 @@ def test_one_legend_entry_per_series_each_told_apart():
     assert len({(t.marker.color, t.marker.pattern.shape) for t in bars}) == len(NAMES)
 
 
+@pytest.mark.slow
 def test_the_legend_sits_under_the_axis_title_and_the_figure_grows_for_it():
     """At the container's bottom, in a margin that holds its rows and the axis title above them: one entry a row where
     a name is long (two would overlap in a third of the page), two where all are short."""

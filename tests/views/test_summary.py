@@ -19,6 +19,7 @@ def runs(pair):
     return speculative_generate(target, draft, ids, cfg), autoregressive_generate(target, ids, cfg), tree
 
 
+@pytest.mark.slow
 def test_the_speedup_leads_with_the_median_and_range_of_its_pairs(runs):
     trace, base, _ = runs
     text = summary_markdown(trace, base, spread=[2.30, 0.67, 1.11])
@@ -43,6 +44,7 @@ def test_a_tree_run_leads_the_same_way(runs):
     assert "**Speedup on this machine** measured median **1.00×** over 3 interleaved pairs" in text
 
 
+@pytest.mark.slow
 def test_a_recorded_run_says_where_and_when_it_was_recorded(runs, store):
     from specviz.labs import gallery
     from tests.helpers.app import handlers
