@@ -28,3 +28,5 @@ disagreement_chart  # unused variable (specviz/app/compare_tab.py:44): a handler
 correct  # unused variable (specviz/app/lossless_tab.py:47): a handler output's field, set by keyword
 wrong_scalar  # unused variable (specviz/app/lossless_tab.py:48): a handler output's field, set by keyword
 wrong_raw  # unused variable (specviz/app/lossless_tab.py:49): a handler output's field, set by keyword
+__getattr__  # unused function (specviz/__init__.py:37): the module's lazy names, called by Python (PEP 562)
+__dir__  # unused function (specviz/__init__.py:48): dir(specviz) with the lazy names, called by Python (PEP 562)
