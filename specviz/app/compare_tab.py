@@ -11,6 +11,7 @@ import pandas as pd
 
 from .. import models
 from ..config import EXAMPLE_PROMPTS
+from ..drafts.trained.coverage import vocabulary
 from ..drafts.trained.formats import describe
 from ..labs.compare import BASELINE, compare_table, context_at, disagreement, divergence_frame, draft_facts, iter_compare
 from ..views import compare_plots
@@ -69,12 +70,13 @@ def run_compare(store: ModelStore, target, drafts, prompt, k, temperature, top_k
     budget.refuse_over((1 + len(chosen)) * cfg.max_new_tokens * token_s, "this comparison",
                        "fewer drafts or new tokens")
     sizes, runs, start = {d: draft_facts(x) for d, x in chosen.items()}, [], time.perf_counter()
+    vocabs = vocabularies(chosen)
     for run in iter_compare(model, chosen, ids, cfg, target_name=target):
         budget.check()
         runs.append(run)
         run.trace.fill_texts(tok)
         done = f"**{len(runs) - 1} / {len(chosen)} drafts** done ({time.perf_counter() - start:.1f} s)…"
-        yield Compared(status=done, timelines=compare_timelines_html(runs, BASELINE),
+        yield Compared(status=done, timelines=compare_timelines_html(runs, BASELINE, vocabs),
                        **table_views(compare_table(runs, sizes)))
     mine = {d: user_drafts[d] for d in chosen if d in (user_drafts or {})}  # for disagree: same user
     state = dict(target=target, drafts=list(chosen), cfg=cfg, baseline=runs[0].trace, user_drafts=mine)
@@ -112,15 +114,25 @@ def disagree(store: ModelStore, state, position) -> Disagreement:
     return Disagreement(note=note, table=frame.round(4), chart=compare_plots.disagreement_bars(frame))
 
 
+def trained_folder(name):
+    """The folder of a draft trained elsewhere that ``name`` names (None for any other draft)."""
+    try:
+        return models.trained_folder(name) if isinstance(name, str) and name.strip() else None
+    except ValueError:
+        return None
+
+
+def vocabularies(drafts) -> dict:
+    """The target ids each trained draft's pruned vocabulary holds, by name (read from its d2t)."""
+    return {d: vocabulary(folder) for d in drafts if (folder := trained_folder(d)) is not None}
+
+
 def format_lines(drafts) -> str:
     """One line per checked draft trained elsewhere: its layout as read from its files (config.json, the safetensors
     headers); "" where none is checked."""
     lines = []
     for name in drafts or []:
-        try:
-            folder = models.trained_folder(name) if isinstance(name, str) and name.strip() else None
-        except ValueError:
-            folder = None
+        folder = trained_folder(name)
         if folder is not None and (line := describe(folder)):
             lines.append(f"- **{name}** (trained draft, read from its files): {line}")
     return "\n".join(lines)

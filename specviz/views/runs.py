@@ -8,10 +8,11 @@ from ..trace import Trace
 from .timeline import esc, legend, timeline_html
 
 
-def compare_timelines_html(runs: list, baseline: str) -> str:
+def compare_timelines_html(runs: list, baseline: str, vocabs: dict | None = None) -> str:
     """Every finished run's timeline, one above the other: the baseline (named ``baseline``: the reference
-    text), then each draft. ``runs``: ``specviz.labs.compare.Run`` records (draft name, trace)."""
-    parts = []
+    text), then each draft. ``runs``: ``specviz.labs.compare.Run`` records (draft name, trace); ``vocabs``: a pruned
+    draft vocabulary's target ids by draft name, its missing tokens marked in that draft's timeline."""
+    vocabs, parts = vocabs or {}, []
     for run in runs:
         if run.draft == baseline:
             head = "target alone (autoregressive baseline): the reference text that positions index into"
@@ -20,8 +21,9 @@ def compare_timelines_html(runs: list, baseline: str) -> str:
             head = (f"{run.draft}: acceptance {s.acceptance_rate:.2f} · τ {s.tau:.2f} tokens/round · "
                     f"{s.tokens_per_s:.1f} tokens/s")
         parts.append(f'<div class="sv-compare-run" data-draft="{esc(run.draft)}"><h4>{esc(head)}</h4>'
-                     f"{timeline_html(run.trace, with_legend=False)}</div>")
-    return f'{legend()}<div class="sv-compare-grid">{"".join(parts)}</div>'  # one legend for every run
+                     f"{timeline_html(run.trace, with_legend=False, vocab=vocabs.get(run.draft))}</div>")
+    pruned = next((v for v in vocabs.values() if v is not None), None)  # the legend's mark where any draft has one
+    return f'{legend(pruned)}<div class="sv-compare-grid">{"".join(parts)}</div>'  # one legend for every run
 
 
 def batch_rows_html(traces: list[Trace], seed: int) -> str:

@@ -54,3 +54,17 @@ def test_compare_says_the_format_of_each_checked_trained_draft():
     assert format_lines(["target", BUNDLED]) == (f"- **{BUNDLED}** (trained draft, read from its files): "
                                                   f"{describe(models.ASSETS / BUNDLED)}")
     assert format_lines(["target"]) == format_lines(None) == ""
+
+
+def test_compare_marks_each_pruned_drafts_timeline_with_its_own_map():
+    from specviz.app.compare_tab import vocabularies
+    from specviz.labs.compare import Run
+    from specviz.views.runs import compare_timelines_html
+
+    vocabs = vocabularies(["target", BUNDLED])
+    assert list(vocabs) == [BUNDLED] and 6 not in vocabs[BUNDLED] and 9 in vocabs[BUNDLED]
+    pruned, full = sample_trace(), sample_trace()
+    html = compare_timelines_html([Run(BUNDLED, 0, pruned), Run("target", 0, full)], "baseline", vocabs)
+    runs = html.split('class="sv-compare-run"')
+    assert runs[1].count('data-outside="1"') == 1 and 'data-outside="1"' not in runs[2]  # token 6, in its run only
+    assert 'data-outside="1"' in runs[0]  # the shared legend's entry
