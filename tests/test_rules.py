@@ -110,6 +110,7 @@ def test_rules_are_named_and_labelled():
 SHARP = tiny_llama(seed=3, sharpen=30)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rule", RULES)
 @pytest.mark.parametrize("draft_greedy", [False, True])
 def test_greedy_runs_equal_the_target_greedy_decode(rule, draft_greedy, prompt):
@@ -121,6 +122,7 @@ def test_greedy_runs_equal_the_target_greedy_decode(rule, draft_greedy, prompt):
         assert trace.new_tokens == reference_greedy(SHARP, prompt, 30)
 
 
+@pytest.mark.slow
 def test_rounds_record_the_rule_and_replay_leviathan(prompt):
     draft = perturbed(SHARP, 0.5)
     cfg = DecodeConfig(k=3, max_new_tokens=20, temperature=1.0, rule="typical", seed=3)

@@ -152,6 +152,7 @@ def test_a_truncated_or_foreign_file_is_refused_in_words(tiny, tmp_path):
         quant_gguf.Header(tmp_path / "other.gguf")
 
 
+@pytest.mark.slow
 def test_logits_match_transformers_float32_forward_of_the_same_file(tiny, reference):
     from specviz.runtime.lm import CachedLM
 
@@ -166,6 +167,7 @@ def test_logits_match_transformers_float32_forward_of_the_same_file(tiny, refere
     assert torch.equal(ours.argmax(-1), theirs.argmax(-1))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("k", [1, 3, 6])
 def test_greedy_speculative_equals_its_own_greedy_decode(tiny, k):
     _, _, model, _ = tiny
@@ -177,6 +179,7 @@ def test_greedy_speculative_equals_its_own_greedy_decode(tiny, k):
     assert sum(r.n_accepted for r in trace.rounds) > 0 or k == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("vocab", [None, [1, 4, 6, 7, 8, 11]])
 def test_an_early_exit_of_the_quantized_model_drafts_and_keeps_the_greedy_output(tiny, vocab):
     from specviz.drafts.early_exit import early_exit
