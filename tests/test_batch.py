@@ -95,6 +95,7 @@ N_RUNS = 600
 
 
 
+@pytest.mark.law
 @pytest.mark.slow
 @pytest.mark.parametrize("k,extra", [(2, {}), (1, {"top_k": 5, "top_p": 0.9, "temperature": 0.8})])
 def test_each_row_is_lossless(k, extra):

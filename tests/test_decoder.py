@@ -79,6 +79,7 @@ N_RUNS = 1000
 
 
 
+@pytest.mark.law
 @pytest.mark.parametrize("k,draft,extra", [
     (1, "gpt2", {}), (2, "perturbed", {}), (2, "perturbed", {"top_k": 5, "top_p": 0.9, "temperature": 0.8}),
     (2, "lookup", {"top_k": 6}), (3, "perturbed", {"draft_stop": 0.1}),

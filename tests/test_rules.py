@@ -52,6 +52,7 @@ def test_closed_form_acceptance_matches_monte_carlo(rule, q):
     assert abs(rate - a) <= 4.5 * max(np.sqrt(a * (1 - a) / N), 1 / N)
 
 
+@pytest.mark.law
 @pytest.mark.parametrize("q", list(QS))
 @pytest.mark.parametrize("rule", RULE_OBJECTS, ids=IDS)
 def test_closed_form_law_matches_the_emitted_tokens(rule, q):
@@ -85,6 +86,7 @@ def test_closed_forms_by_hand():
     assert float(Leviathan().acceptance(P[None], point[None])) == pytest.approx(float(P[1]))
 
 
+@pytest.mark.law
 @pytest.mark.slow
 @pytest.mark.parametrize("rule", RULE_OBJECTS, ids=IDS)
 def test_verify_rule_emits_the_closed_form_law(rule):
@@ -149,6 +151,7 @@ def first_two(cfg, prompt, runs):
     return first_two_counts(seeded_runs(LOSSLESS_TARGET, LOSSLESS_DRAFT, prompt, cfg, runs), V)  # seeds 0..runs-1
 
 
+@pytest.mark.law
 @pytest.mark.slow
 @pytest.mark.parametrize("temperature", [0.5, 1.0])
 @pytest.mark.parametrize("rule", ["point_mass", "exact_match", "exact_match+argmax", "leviathan+argmax"])
@@ -159,6 +162,7 @@ def test_lossless_rules_keep_the_target_law(rule, temperature):
     assert chi2_table(first_two(cfg, prompt, 800), exact_first_two(LOSSLESS_TARGET, prompt, cfg)) > 1e-3
 
 
+@pytest.mark.law
 @pytest.mark.slow
 def test_a_lossy_rule_misses_the_target_law():
     prompt = torch.tensor([[1, 2, 3]])

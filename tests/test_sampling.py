@@ -80,6 +80,7 @@ def test_zero_target_probability_is_always_rejected():
     assert (v.n_accepted, v.next_token, v.rejected) == (0, 1, True)
 
 
+@pytest.mark.law
 @pytest.mark.slow
 @pytest.mark.parametrize("point", [False, True])
 def test_emitted_token_law_is_p(point):
@@ -95,6 +96,7 @@ def test_emitted_token_law_is_p(point):
     assert chi2_pvalue(counts, p) > 1e-3
 
 
+@pytest.mark.law
 @pytest.mark.slow
 def test_wrong_residual_is_detected():
     """The tutorial's residual max(0, p - q(x)) with the scalar q(x) biases the law; the same test sees it."""
@@ -128,6 +130,7 @@ def test_align_vocab_pads_and_cuts():
     assert logits_to_probs(padded, 1.0)[3:].sum() == 0
 
 
+@pytest.mark.law
 def test_sample_follows_the_distribution_and_never_draws_a_zero():
     """Inverse-CDF sampling: the law of 20,000 draws against p (chi-square), zero-probability ids (at the start,
     the middle and the end) never drawn, and one id per row for batched rows."""

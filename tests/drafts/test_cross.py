@@ -47,6 +47,7 @@ def test_cross_tokenizer_drafting_is_accepted_when_the_draft_knows_the_text():
     assert trace.new_tokens == reference_greedy(target, ids, 20) and trace.summary().acceptance_rate > 0.9
 
 
+@pytest.mark.law
 @pytest.mark.slow
 def test_cross_tokenizer_sampling_keeps_the_targets_law():
     target_tok = words(["<unk>", "a", "b", "c", "d", "e", "f", "g"])
@@ -72,6 +73,7 @@ def test_retokenize_keeps_what_follows_the_committed_tokens():
     assert retokenize(tok, "It is the", "") == []
 
 
+@pytest.mark.law
 @pytest.mark.slow
 def test_token_intersection_drafts_a_real_q_and_keeps_the_law():
     """The draft's q restricted to the shared tokens is what it samples from: sampled output has the target's law,

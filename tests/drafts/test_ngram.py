@@ -125,6 +125,7 @@ def test_a_model_drafts_stepper_feeds_tokens_another_draft_proposed_in_one_pass(
     torch.testing.assert_close(at_once([4, 7, 2]), full, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.law
 @pytest.mark.slow
 def test_hybrid_sampling_is_exact_with_the_table_in_use():
     """greedy_only=False: sampled drafts come from the n-gram where it is confident, the model elsewhere; the law

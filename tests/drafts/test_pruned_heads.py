@@ -84,6 +84,7 @@ V = 8
 LOSSLESS_TARGET = tiny_llama(vocab=V, seed=11, sharpen=5)
 
 
+@pytest.mark.law
 @pytest.mark.slow
 @pytest.mark.parametrize("extra", [{}, {"temperature": 0.8, "top_k": 6}])
 def test_sampling_with_a_pruned_exit_keeps_the_targets_exact_law(extra):

@@ -120,6 +120,7 @@ def test_a_feature_draft_drafts_what_its_training_unroll_computes():
     torch.testing.assert_close(second.q[0], draft_q(step1[0, -1], cfg, 64), atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.law
 @pytest.mark.slow
 def test_feature_draft_greedy_is_the_targets_greedy_and_sampling_keeps_its_law():
     target = tiny_llama(vocab=8, seed=11, sharpen=5)
@@ -209,6 +210,7 @@ def test_a_hybrid_of_the_feature_draft_drafts_trees_from_both(tree, monkeypatch)
     assert calls["feature levels"] > 0 and calls["table"] > 0
 
 
+@pytest.mark.law
 @pytest.mark.slow
 def test_a_hybrid_tree_that_mixes_n_gram_and_feature_nodes_keeps_the_targets_law():
     """Sampled trees with the n-gram on (greedy_only=False): each node's children are drawn from the q of the
@@ -277,6 +279,7 @@ def test_feature_draft_trees_decode_the_targets_greedy(tree):
     assert all(r.tree is not None for r in trace.rounds) and any(r.n_accepted for r in trace.rounds)
 
 
+@pytest.mark.law
 @pytest.mark.slow
 def test_feature_draft_trees_keep_the_targets_law():
     target = tiny_llama(vocab=8, seed=11, sharpen=5)

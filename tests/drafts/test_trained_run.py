@@ -76,6 +76,7 @@ def test_the_targets_embedding_stands_in_for_a_missing_one(tmp_path):
     assert drafter.model.embed is target.get_input_embeddings().weight
 
 
+@pytest.mark.law
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["eagle3", "medusa"])
 def test_sampling_keeps_the_targets_law(name):

@@ -39,6 +39,7 @@ def frequencies(tokens, vocab):
     return np.bincount(tokens.numpy(), minlength=vocab)
 
 
+@pytest.mark.law
 def test_correct_verify_step_emits_p():
     d = hand_built()
     counts = frequencies(emit(d, CORRECT, N, torch.Generator().manual_seed(0)), 4)
@@ -47,6 +48,7 @@ def test_correct_verify_step_emits_p():
     assert total_variation(counts / N, d.q) > 0.3  # and clearly not q
 
 
+@pytest.mark.law
 @pytest.mark.parametrize("variant", [WRONG_SCALAR, WRONG_RAW])
 def test_each_mistake_is_measurably_off(variant):
     d = hand_built()
@@ -110,6 +112,7 @@ def test_lossless_lab_table_and_speed(pair, prompt):
     assert table.set_index("variant").loc[CORRECT, "chi2_p"] > 1e-3
 
 
+@pytest.mark.law
 def test_point_mass_drafter(pair):
     target, _ = pair
     ids = torch.tensor([[4, 9, 4, 9, 4]])  # the last token has a match: prompt lookup proposes 9

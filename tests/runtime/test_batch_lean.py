@@ -156,6 +156,7 @@ LAW_DRAFT = perturbed(LAW_TARGET, 0.5)
 LAW_REFERENCE = copy.deepcopy(LAW_TARGET).double()  # the exact law in float64 (float32's sums miss 1 by ~1e-7)
 
 
+@pytest.mark.law
 @pytest.mark.slow
 def test_each_row_is_lossless_on_the_lean_rows():
     """Chi-square of each row's first two tokens against the target's exact law (false-fail rate 1e-3 a prompt)."""

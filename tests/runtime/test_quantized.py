@@ -205,6 +205,7 @@ def exact_first_two(model, prompt: list[int], cfg) -> torch.Tensor:
     return torch.stack([p1[t] * probs(prompt + [t]) for t in range(p1.shape[0])])
 
 
+@pytest.mark.law
 @pytest.mark.slow
 def test_speculative_sampling_keeps_the_quantized_targets_law(tiny, tmp_path, monkeypatch):
     from specviz.runtime import gguf as loader

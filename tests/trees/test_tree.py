@@ -101,6 +101,7 @@ def test_multi_candidate_rule_by_hand():
         assert point.p_adj[1] == pytest.approx(0.5 / 0.7)  # p without the rejected child, renormalised
 
 
+@pytest.mark.law
 @pytest.mark.slow
 @pytest.mark.parametrize("rule", ["iid", "distinct"])
 def test_sampled_children_follow_q(rule):
@@ -130,6 +131,7 @@ def _first_two_counts(cfg: DecodeConfig, prompt, drafter=LOSSLESS_DRAFT) -> tupl
     return counts, sum(len(t) >= 2 for t in tried)
 
 
+@pytest.mark.law
 @pytest.mark.parametrize("rule,extra", [("iid", {}), ("distinct", {}), ("top", {}),
                                         ("iid", {"top_k": 5, "top_p": 0.9, "temperature": 0.8}),
                                         ("distinct", {"top_k": 6, "top_p": 0.95, "temperature": 1.2})])
@@ -142,6 +144,7 @@ def test_sampled_trees_are_lossless(rule, extra):
     assert chi2_pvalue(counts, exact_first_two(LOSSLESS_TARGET, prompt, cfg)) > 1e-3
 
 
+@pytest.mark.law
 @pytest.mark.parametrize("draft,threshold,children", [("model", 0.0, "auto"), ("hybrid", 0.0, "auto"),
                                                       ("model", 0.05, "auto"), ("model", 0.0, "top")])
 @pytest.mark.slow
@@ -158,6 +161,7 @@ def test_dynamic_sampled_tree_is_lossless(draft, threshold, children):
     assert chi2_pvalue(counts, exact_first_two(LOSSLESS_TARGET, prompt, cfg)) > 1e-3
 
 
+@pytest.mark.law
 @pytest.mark.slow
 def test_reusing_p_for_the_second_child_is_detected(monkeypatch):
     """The deliberate mistake: after a rejected child, try the next against p instead of the adjusted p'."""

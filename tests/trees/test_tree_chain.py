@@ -81,6 +81,7 @@ def _first_two(cfg: DecodeConfig, prompt) -> tuple[torch.Tensor, int]:
     return counts, sum(any(n.status != "unvisited" for n in _split(r.tree.nodes)[1]) for r in firsts)
 
 
+@pytest.mark.law
 @pytest.mark.slow
 @pytest.mark.parametrize("extra", [{}, {"top_k": 6, "top_p": 0.95, "temperature": 1.2}])
 def test_sampled_chains_with_siblings_are_lossless(extra):
@@ -120,6 +121,7 @@ def test_chain_config_reads_and_refuses():
         TreeConfig.parse("chain:12")
 
 
+@pytest.mark.law
 @pytest.mark.slow
 def test_trying_the_sibling_against_p_instead_of_the_adjusted_p_is_detected(monkeypatch):
     """The deliberate mistake: after the chain's token is rejected, try its sibling against p, not p'."""
