@@ -4,7 +4,8 @@ A Gemma-3 GGUF whose matrices are of the types ``quant`` reads (F32, F16, Q5_0, 
 Q4_K_M file) loads quantized (``load_quantized``): its tensors stay the file's bytes, memory-mapped, and the lean
 forward computes on them in C; its config and tokenizer are built once by transformers from the GGUF and kept in a
 private cache folder named by the file's SHA-256 (``SPECVIZ_GGUF_CACHE``/tokenizers/), so a second load takes
-seconds. Other GGUFs (or ``SPECVIZ_GGUF=dequantize``) load as below.
+seconds; the tokenizer then runs on the ``tokenizers`` library alone (``gguf_tokenizer``). Other GGUFs (or
+``SPECVIZ_GGUF=dequantize``) load as below.
 
 transformers reads a GGUF with ``from_pretrained(folder, gguf_file=name)`` (it needs the ``gguf`` package) and
 dequantizes it to float; the model it returns still carries a GGUF quantizer, so ``save_pretrained`` refuses it
@@ -97,23 +98,26 @@ def quantized_refusal(folder: Path, name: str) -> str | None:
 def load_quantized(folder: Path, name: str):
     """(model, tokenizer) for a Gemma-3 GGUF whose weights stay quantized as the file stores them
     (``quant_gguf.gemma_model``); the config and tokenizer from the cache, built once."""
-    from transformers import AutoConfig, AutoTokenizer
-
     from .quant_gguf import gemma_model
 
-    cached = described(folder, name)
-    config = AutoConfig.from_pretrained(str(cached), local_files_only=True)
-    tokenizer = AutoTokenizer.from_pretrained(str(cached), local_files_only=True)
-    return gemma_model(folder / name, config), tokenizer
+    return gemma_model(folder / name, config(folder, name)), tokenizer(folder, name)
+
+
+def config(folder: Path, name: str):
+    """The GGUF's model config, from the cache where it was built before (``described``)."""
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(str(described(folder, name)), local_files_only=True)
 
 
 def tokenizer(folder: Path, name: str):
-    """The GGUF's tokenizer, from the cache where it was built before (``described``)."""
-    from transformers import AutoTokenizer
+    """The GGUF's tokenizer on the ``tokenizers`` library alone (``gguf_tokenizer``), from the cache where it was
+    built before (``described``): the same ids as transformers' tokenizer of the file, in less memory."""
+    from .gguf_tokenizer import load as load_tokenizer
 
     if find_spec("gguf") is None:
         raise ValueError(f"reading {name!r} needs the gguf package: {INSTALL}")
-    return AutoTokenizer.from_pretrained(str(described(folder, name)), local_files_only=True)
+    return load_tokenizer(described(folder, name))
 
 
 def described(folder: Path, name: str) -> Path:
