@@ -3,6 +3,8 @@ type exactly as the gguf package's reference does; a tiny Gemma-3 written here a
 loads quantized (no float copy), matches transformers' float32 forward of the same file to float rounding, decodes
 greedy speculative output equal to its own greedy output token for token, and keeps the target's law when sampling;
 its config and tokenizer are cached by the file's hash and read back from there."""
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -141,6 +143,31 @@ def test_the_model_holds_the_files_bytes_not_a_float_copy(tiny):
     matrices = [(quant_gguf.GGUF_TYPES[t], shape) for t, shape, _ in header.tensors.values() if len(shape) == 2]
     assert len(matrices) == 1 + 7 * LAYERS
     assert quant_gguf.resident_bytes(w) == sum(rows * quant.row_bytes(kind, cols) for kind, (cols, rows) in matrices)
+
+
+def test_after_decoding_every_weight_byte_held_is_the_files_own(tiny):
+    """Counted after a decode (when a float re-layout would have been made): every quantized matrix is a view of
+    the file's memory map (not a copy), the floats the weights hold are the norms' vectors and the embedding's scale
+    alone (hand-counted), and no float re-layout of the model is cached."""
+    from specviz.runtime import lean_gemma
+
+    if not os.path.exists("/proc/self/maps"):
+        pytest.skip("reads the process's memory maps from /proc (Linux)")
+    _, _, model, _ = tiny
+    ar(model, torch.tensor([[2, 6, 7, 8]]), DecodeConfig(temperature=0, max_new_tokens=8))
+    w = model.quantized
+    mats = {id(p): p for blk in w.blocks for lin in (blk.qkv_t, blk.o_t, blk.gu_t, blk.down_t) for p in lin.parts}
+    mats[id(w.embed)] = w.embed
+    path = str((tiny[0] / tiny[1]).resolve())
+    ranges = [tuple(int(a, 16) for a in line.split()[0].split("-")) for line in open("/proc/self/maps")
+              if line.rstrip().endswith(path)]
+    assert ranges, "the GGUF is not memory-mapped"
+    inside = lambda p: any(lo <= p.data.data_ptr() and p.data.data_ptr() + p.nbytes <= hi for lo, hi in ranges)
+    assert all(inside(p) for p in mats.values())  # views of the file's pages, not copies
+    floats = [t for blk in w.blocks for t in (blk.ln_in, blk.q_norm, blk.k_norm, blk.ln_post_attn, blk.ln_pre_mlp,
+                                              blk.ln_post_mlp)] + [w.norm, w.scale]
+    assert sum(t.numel() for t in floats) == LAYERS * (4 * D + 2 * HD) + D + 1
+    assert w.head_t.parts == (w.embed,) and model not in lean_gemma._WEIGHTS
 
 
 def test_a_truncated_or_foreign_file_is_refused_in_words(tiny, tmp_path):
