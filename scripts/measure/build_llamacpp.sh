@@ -27,10 +27,12 @@ if [ ! -d "$LLAMA_CPP" ]; then
   tar xzf "$EXT/llama_cpp_python-$VERSION.tar.gz" -C "$EXT"
 fi
 
-if [ ! -x "$BIN/llama-server" ] || [ ! -x "$BIN/llama-speculative-simple" ] || [ ! -x "$BIN/llama-bench" ]; then
+if [ ! -x "$BIN/llama-server" ] || [ ! -x "$BIN/llama-speculative-simple" ] || [ ! -x "$BIN/llama-bench" ] \
+   || [ ! -x "$BIN/llama-batched-bench" ]; then
   cmake -S "$LLAMA_CPP" -B "$LLAMA_CPP/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
     -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_OPENSSL=OFF
-  cmake --build "$LLAMA_CPP/build" -j "$(nproc)" --target llama-server llama-speculative-simple llama-bench
+  cmake --build "$LLAMA_CPP/build" -j "$(nproc)" --target llama-server llama-speculative-simple llama-bench \
+    llama-batched-bench
 fi
 
 # llama-cpp-python on the libraries just built (LLAMA_CPP_LIB_PATH points it there at run time), and gguf-py (not
