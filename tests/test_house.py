@@ -165,6 +165,7 @@ def test_the_import_check_catches_a_test_module_and_spares_helpers():
         assert imported_test_modules(source, "tests.engines.test_x") == [], source
 
 
+@pytest.mark.slow
 def test_no_test_module_imports_another():
     """Tests share code through tests/helpers/ and fixtures through tests/conftest.py: a test module imported by
     another runs that module's top-level code (its models built at import) and ties two files' edits together."""

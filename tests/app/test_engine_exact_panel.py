@@ -79,6 +79,7 @@ def test_the_negative_control_is_caught_at_the_cards_n(runs):
     assert "With Leviathan's rule (exact): **" + result["cards"]["leviathan"]["verdict"] + "**" in text
 
 
+@pytest.mark.slow
 def test_the_control_is_refused_up_front_over_the_budget(runs):
     plan = ex.control_plan(runs["typical"][0].to_json()) | dict(n=2000)
     with pytest.raises(ValueError, match=r"the negative control at N = 2,000 per mode would take about"):
@@ -166,6 +167,7 @@ def test_bad_samples_are_readable_errors(h, runs, tmp_path):
         h.exact_control(None, "typical")
 
 
+@pytest.mark.slow
 def test_a_cards_strings_are_inert(h, runs, tmp_path):
     card = card_json(runs)
     card["info"]["engine"] = "<script>alert(1)</script> [x](http://y)"

@@ -92,6 +92,7 @@ def test_unknown_names_and_other_users_get_readable_errors(store, mine):
         last(c.run_compare("other-target", [name], "ROMEO:", 3, 0.0, 0, 1.0, 8, 0, mine))
 
 
+@pytest.mark.slow
 def test_draft_pickers_list_the_store_then_the_users_drafts(store, mine):
     h = handlers(store)
     explorer, compare = h.draft_pickers(mine)

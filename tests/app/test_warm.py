@@ -73,6 +73,7 @@ def test_specviz_warm_0_starts_nothing(monkeypatch):
     assert thread.name == "specviz-warm" and not thread.is_alive()
 
 
+@pytest.mark.slow
 def test_the_models_load_and_compile_before_the_priority_drops(monkeypatch):
     """A visitor's first request waits on the models and the C layers: they come first, at the server's priority,
     and only the pricing runs at the lowest."""

@@ -180,6 +180,7 @@ def test_a_bad_request_is_answered_400_and_read_as_a_value_error(served):
         LlamaCpp(served("leviathan"), extra={"speculative.rule": "nope"}).draw([1], Setting(), True, 0, 4, 1)
 
 
+@pytest.mark.slow
 def test_the_openai_client_reads_token_ids_and_a_structural_divergence(served):
     url = served("optimistic")
     client = OpenAI(url, url, extra_off={"speculative": False})

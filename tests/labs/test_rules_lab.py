@@ -50,6 +50,7 @@ def test_fixed_context_check_passes_lossless_rules_and_fails_lossy_ones_by_their
     assert lab[lab.temperature == 0.0].mc_tv.isna().all()  # greedy: no law to sample
 
 
+@pytest.mark.slow
 def test_closed_form_acceptance_tracks_the_decoder(lab):
     greedy = lab[lab.temperature == 0.0].set_index("rule")
     exact = greedy.drop(index="optimistic")  # at T = 0 every other rule is the greedy match: identical runs

@@ -129,6 +129,7 @@ def test_q8_0_quantized_here_is_the_gguf_packages_q8_0():
 
 
 # -- the tiny Gemma-3 GGUF -------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_the_model_holds_the_files_bytes_not_a_float_copy(tiny):
     from specviz.runtime import quant_gguf
 

@@ -142,6 +142,7 @@ class Calls:
         return call
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(native.unavailable() is not None, reason=f"{native.unavailable()}")
 @pytest.mark.parametrize(("free", "want"), [(0.6, 1), (2.0, 2)])
 def test_the_choice_reaches_every_call_of_a_speculative_run_and_of_its_baseline(monkeypatch, free, want):
