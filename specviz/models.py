@@ -196,7 +196,7 @@ def load_tokenizer(name_or_path: str):
     from transformers import AutoTokenizer
 
     if (found := gguf.locate(name_or_path)) is not None:
-        return AutoTokenizer.from_pretrained(str(found[0]), gguf_file=found[1])
+        return gguf.tokenizer(*found)  # built once from the file, cached by its hash
     path, options = _source(name_or_path)
     if Path(path).parent == ASSETS and not (Path(path) / "tokenizer.json").is_file():
         path = str(ASSETS / "tokenizer")  # the family shares one tokenizer, stored once

@@ -119,3 +119,14 @@ def test_gemma_270m_ids_are_transformers_ids():
     texts = TEXTS + ["The committee met on Tuesday to discuss the budget for next year, and", "x = f(3.14159) ** 2",
                      "Ünïcödé — “quotes” … 🙂 中文 العربية", "<start_of_turn>user\nhi<end_of_turn>\n"]
     same_as_transformers(ours, theirs, texts)
+
+
+def test_load_tokenizer_of_a_gguf_reads_the_cached_tokenizer(tiny, monkeypatch):
+    from specviz.models import load_tokenizer
+    from specviz.runtime import gguf as loader
+
+    folder, name = tiny
+    loader.tokenizer(folder, name)  # the cache built
+    monkeypatch.setattr(loader, "_describe", lambda *a: pytest.fail("built again though cached"))
+    tok = load_tokenizer(str(folder / name))
+    assert [tok(t).input_ids for t in TEXTS] == [loader.tokenizer(folder, name)(t).input_ids for t in TEXTS]
