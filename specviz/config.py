@@ -53,7 +53,9 @@ class TreeConfig:
     law), so its budget and threshold bound the tree rather than choosing among what was drawn.
     A chain with siblings (``siblings`` >= 0, "chain:DEPTH,SIBLINGS[,THRESHOLD]"): the chain of ``depth`` drafts
     the chain decoder would draft, drafted the same way, plus at most ``siblings`` leaves beside it, each the
-    draft's best other token at one of the chain's positions (``specviz.trees.chain``)."""
+    draft's best other token at one of the chain's positions (``specviz.trees.chain``).
+    A tree of ranks (``choices``, Medusa's ``medusa_choices``): each node the path of ranks from the root, (0, 1) the
+    draft's second most probable token below its most probable one; every prefix of a path is a node too."""
 
     shape: tuple[int, ...] = (3, 2, 2, 1)
     budget: int = 0
@@ -62,10 +64,13 @@ class TreeConfig:
     children: str = "auto"
     threshold: float = 0.0
     siblings: int | None = None  # >= 0: a chain of ``depth`` with that many sibling leaves at most
+    choices: tuple[tuple[int, ...], ...] | None = None  # a tree of ranks (Medusa's): each node its path of ranks
 
     def __post_init__(self):
         if isinstance(self.shape, list):
             object.__setattr__(self, "shape", tuple(self.shape))
+        if self.choices is not None:
+            object.__setattr__(self, "choices", _checked_choices(self))
         if not isinstance(self.shape, tuple) or not 1 <= len(self.shape) <= 16:
             raise ValueError(f"tree shape must be 1-16 children counts, one per depth, got {type(self.shape).__name__}")
         for m in self.shape:
@@ -97,9 +102,11 @@ class TreeConfig:
     def parse(cls, text: str) -> TreeConfig:
         """From a short spec: "3,2,2,1" (a static shape), "dynamic:10,8,3" (budget, depth, width) or
         "dynamic:10,8,3,0.25" (and a threshold), "chain:12,2" (depth, siblings) or "chain:12,2,0.05" (and a
-        threshold), any followed by "/iid", "/distinct" or "/top" for the children rule. ValueError with the
-        forms if unreadable."""
+        threshold), any followed by "/iid", "/distinct" or "/top" for the children rule; "choices:0;0.0;1;0.1" a tree
+        of ranks (paths by ";", ranks by "."). ValueError with the forms if unreadable."""
         spec, _, children = str(text).strip().partition("/")
+        if spec.startswith("choices:"):
+            return cls(choices=_choice_paths(spec[len("choices:"):]), **({"children": children} if children else {}))
         kind, _, numbers = spec.rpartition(":")
         parts = [v for v in numbers.replace(" ", "").split(",") if v]
         arity = {"dynamic": 3, "chain": 2}.get(kind)
@@ -122,6 +129,8 @@ class TreeConfig:
     @property
     def label(self) -> str:
         """The short spec ``parse`` reads."""
+        if self.choices is not None:
+            return "choices:" + ";".join(".".join(map(str, path)) for path in self.choices)
         body = (f"dynamic:{self.budget},{self.depth},{self.width}" if self.dynamic else
                 f"chain:{self.depth},{self.siblings}" if self.chained else ",".join(map(str, self.shape)))
         body += f",{self.threshold:g}" if self.threshold else ""
@@ -138,6 +147,8 @@ class TreeConfig:
     @property
     def nodes(self) -> int:
         """Nodes the target verifies per round, at most (fewer where the draft runs out of candidates)."""
+        if self.choices is not None:
+            return len(self.choices)
         if self.dynamic:
             return self.budget
         if self.chained:
@@ -150,11 +161,14 @@ class TreeConfig:
 
     @property
     def levels(self) -> int:
+        if self.choices is not None:
+            return max(map(len, self.choices))
         return self.depth if self.dynamic or self.chained else len(self.shape)
 
     def children_for(self, greedy: bool) -> str:
-        """The children rule in force: greedy runs always take top children (q's argmax is all greedy drafts)."""
-        if greedy:
+        """The children rule in force: greedy runs always take top children (q's argmax is all greedy drafts), and so
+        does a tree of ranks (each node a rank of q)."""
+        if greedy or self.choices is not None:
             return "top"
         return "distinct" if self.children == "auto" else self.children
 
@@ -238,6 +252,34 @@ _HINTS = get_type_hints(DecodeConfig, include_extras=True)
 _CHECK = TypeAdapter(with_config(ConfigDict(strict=True))(TypedDict("DecodeConfigFields", _HINTS)))
 _SIGNS = {"gt": ">", "ge": ">=", "lt": "<", "le": "<="}
 _CROSSED = {"greater_than": "gt", "greater_than_equal": "ge", "less_than": "lt", "less_than_equal": "le"}  # pydantic's
+
+
+def _choice_paths(text: str) -> list[list[int]]:
+    """A tree of ranks from its short spec: paths by ";", ranks by "." ("0;0.0;1;0.1")."""
+    try:
+        return [[int(r) for r in path.split(".")] for path in text.replace(" ", "").split(";") if path]
+    except ValueError:
+        raise ValueError('unreadable tree choices: give paths of ranks like "choices:0;0.0;1;0.1"') from None
+
+
+def _checked_choices(tree: TreeConfig) -> tuple[tuple[int, ...], ...]:
+    """A tree of ranks as tuples, refused in words unless every path is 1-16 ranks >= 0, no path repeats, every
+    prefix of a path is a path too, and the tree is nothing else (no budget, siblings or drawn children)."""
+    given = tree.choices
+    if not isinstance(given, (list, tuple)) or not given or not all(isinstance(c, (list, tuple)) for c in given):
+        raise ValueError("tree choices must be a non-empty list of paths of ranks, such as [[0], [1], [0, 0]]")
+    paths = tuple(tuple(c) for c in given)
+    for path in paths:
+        if not 1 <= len(path) <= 16 or not all(isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in path):
+            raise ValueError("every path of tree choices must be 1-16 ranks, each an integer >= 0")
+    if len(set(paths)) < len(paths):
+        raise ValueError("tree choices name a node twice")
+    lacking = [list(p) for p in paths if len(p) > 1 and p[:-1] not in set(paths)]
+    if lacking:
+        raise ValueError(f"tree choices {lacking[:3]} lack their parent path: every prefix of a path must be a node")
+    if tree.budget or tree.siblings is not None or tree.children not in ("auto", "top"):
+        raise ValueError("a tree of ranks takes each node's rank in q: use budget=0, no siblings, children 'auto' or 'top'")
+    return paths
 
 
 def _tree_from(given: dict) -> TreeConfig:

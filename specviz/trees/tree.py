@@ -81,6 +81,8 @@ def grow(drafter, committed: list[int], tree_cfg: TreeConfig, cfg: DecodeConfig,
          generator: torch.Generator | None, value=None) -> DraftTree:
     """The round's tree, at most ``levels`` deep (never more tokens than the run has left). ``value(rank, q)``:
     a dynamic tree's estimate of a child's acceptance (``specviz.trees.value``; None: q itself, as EAGLE-2)."""
+    if tree_cfg.choices is not None:
+        return _grow_choices(drafter, committed, [c for c in tree_cfg.choices if len(c) <= levels])
     if tree_cfg.dynamic and tree_cfg.children_for(cfg.greedy) == "distinct":
         return _grow_dynamic_drawn(drafter, committed, tree_cfg, min(levels, tree_cfg.depth), value, generator)
     if tree_cfg.dynamic:
@@ -104,6 +106,34 @@ def _grow_static(drafter, committed, shape, rule, generator) -> DraftTree:
             rows = drafter.tree_expand(new, [tree.tokens[n] for n in new], [tree.parents[n] for n in new])
             tree.q_rows.update(zip(new, rows))
         level = new
+    return tree
+
+
+def _grow_choices(drafter, committed, choices: list[tuple[int, ...]]) -> DraftTree:
+    """A tree of ranks (Medusa's ``medusa_choices``): the node at path (r_0, ..., r_d) holds the r_d-th most probable
+    token of q at the node of path (r_0, ..., r_{d-1}); each node's children are tried in rank order, as point masses
+    (which child is drafted depends on q alone, so the walk keeps the target's law). A rank past q's support is not
+    drafted, nor anything below it."""
+    tree, node_of = DraftTree(), {(): ROOT}
+    tree.q_rows[ROOT] = drafter.tree_start(committed)
+    for depth in range(1, max(map(len, choices), default=0) + 1):
+        new = []
+        for path in sorted(p for p in choices if len(p) == depth):
+            parent = node_of.get(path[:-1])
+            q = tree.q_rows.get(parent)
+            if q is None or path[-1] >= int((q > 0).sum()):
+                continue
+            token = int(torch.topk(q, path[-1] + 1).indices[-1])
+            node_of[path] = tree.add(token, parent, float(q[token]), rank=path[-1])
+            tree.candidates.setdefault(parent, []).append((node_of[path], None))
+            new.append(node_of[path])
+        grows = [node_of[p] for p in choices if len(p) == depth and p in node_of
+                 and any(c[:-1] == p for c in choices if len(c) == depth + 1)]
+        if grows:
+            rows = drafter.tree_expand(grows, [tree.tokens[n] for n in grows], [tree.parents[n] for n in grows])
+            tree.q_rows.update(zip(grows, rows))
+        if not new:
+            break
     return tree
 
 

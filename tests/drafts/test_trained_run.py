@@ -217,3 +217,62 @@ def test_an_eagle1_checkpoint_runs_exact_and_a_stray_input_norm_is_refused(tmp_p
     assert trace.new_tokens == reference_greedy(target, ids, 16)
     stray = eagle1_checkpoint(tmp_path / "stray", **{"layers.0.input_layernorm.weight": torch.ones(32)})
     assert "tensor layers.0.input_layernorm.weight [32] is not part of a EAGLE-1 / HASS checkpoint" in refusal(stray)
+
+
+def test_medusa_choices_run_as_their_token_tree():
+    """The fixture's medusa_choices [[0], [0, 0], [1], [0, 1]]: each round drafts those four nodes (the top two tokens
+    of head 0, then head 1's top two below the first), and greedy output stays the target's own."""
+    from specviz.drafts.trained.load import medusa_tree
+
+    target, ids = fixture_target(), torch.tensor([PROMPTS[0]])
+    tree = medusa_tree(FIXTURES / "medusa")
+    assert tree.choices == ((0,), (0, 0), (1,), (0, 1)) and tree.nodes == 4 and tree.levels == 2
+    drafter = load_trained(FIXTURES / "medusa", target)
+    trace = speculative_generate(target, drafter, ids, DecodeConfig(temperature=0, max_new_tokens=20, tree=tree))
+    assert trace.new_tokens == reference_greedy(target, ids, 20)
+    full = [r for r in trace.rounds if r.tree is not None and len(r.tree.nodes) == 4]
+    assert len(full) >= len(trace.rounds) - 2  # all but the last rounds, cut by the tokens left
+    assert all([(n.parent, n.depth) for n in r.tree.nodes] == [(-1, 0), (-1, 0), (0, 1), (0, 1)] for r in full)
+    with torch.no_grad():  # by hand: the heads on the target's final normed state before the pending token
+        f = target.model(ids[:, :-1]).last_hidden_state[0, -1]
+        logits = drafter.heads.logits(f)
+    first = trace.rounds[0].tree.nodes
+    assert [n.token for n in first] == logits[0].topk(2).indices.tolist() + logits[1].topk(2).indices.tolist()
+
+
+@pytest.mark.slow
+def test_a_medusa_choices_tree_keeps_the_targets_law():
+    """The first token of 700 seeded sampled runs with the choices tree, against p at temperature 2."""
+    from specviz.drafts.trained.load import medusa_tree
+
+    target, prompt = fixture_target(), torch.tensor([[1, 2, 3, 4]])
+    drafter, tree = load_trained(FIXTURES / "medusa", target), medusa_tree(FIXTURES / "medusa")
+    cfg = DecodeConfig(max_new_tokens=3, temperature=2.0)
+    counts, accepted = torch.zeros(64), 0
+    for seed in range(700):
+        run = DecodeConfig(**{**cfg.to_dict(), "seed": seed, "tree": tree})
+        trace = speculative_generate(target, drafter, prompt, run)
+        counts[trace.new_tokens[0]] += 1
+        accepted += trace.rounds[0].n_accepted
+    assert accepted > 20  # the tree's own tokens were tested (37 of 700 here: point masses of ranks 0 and 1)
+    with torch.no_grad():
+        p1 = logits_to_probs(target(prompt).logits[0, -1], cfg.temperature, cfg.top_k, cfg.top_p)
+    assert chi2_pvalue(counts, p1) > 1e-3
+
+
+def test_a_tree_of_ranks_is_checked_and_survives_the_json():
+    import json
+
+    for bad, said in (([[1, 0]], "lack their parent path"), ([[0], [0]], "name a node twice"),
+                      ([[0], [-1]], "ranks, each an integer >= 0"), ([], "non-empty list of paths")):
+        with pytest.raises(ValueError, match=said):
+            TreeConfig(choices=bad)
+    with pytest.raises(ValueError, match="a tree of ranks takes each node's rank"):
+        TreeConfig(choices=[[0]], children="iid")
+    assert TreeConfig.parse("choices:0;1;0.0") == TreeConfig(choices=[[0], [1], [0, 0]])
+    assert TreeConfig(choices=[[0], [1], [0, 0]]).label == "choices:0;1;0.0"
+    with pytest.raises(ValueError, match="unreadable tree choices"):
+        TreeConfig.parse("choices:0;a")
+    cfg = DecodeConfig(temperature=0, tree=TreeConfig(choices=[[0], [1], [0, 0]]))
+    again = DecodeConfig(**json.loads(json.dumps(cfg.to_dict())))
+    assert again == cfg and again.tree.choices == ((0,), (1,), (0, 0))

@@ -142,7 +142,8 @@ def check_medusa(layout: Layout, sizes: dict) -> tuple[list[str], list[str]]:
         bad = [list(p) for p in s.choices if not 1 <= len(p) <= s.heads or min(p) < 0]
         if bad:
             problems.append(f"medusa_choices {bad[:3]} are not paths of at most {s.heads} ranks (one per head)")
-        notes.append(f"medusa_choices: {len(s.choices)} nodes read; specviz drafts chains and its own tree shapes")
+        notes.append(f"medusa_choices: {len(s.choices)} nodes read; they run as a token tree with "
+                     "TreeConfig(choices=...) (specviz.drafts.trained.load.medusa_tree(path))")
     return problems, notes
 
 

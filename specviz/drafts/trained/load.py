@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch
 
+from ...config import TreeConfig
 from ..drafter import Drafter
 from .check import Checked, check_trained_draft
 from .eagle1 import Eagle1Model
@@ -105,6 +106,18 @@ class TrainedDraft(Drafter):
 
     def tree_end(self, path):
         return self._bound().tree_end(path)
+
+
+def medusa_tree(path) -> TreeConfig:
+    """The token tree a Medusa folder's ``medusa_choices`` describe, as a TreeConfig of ranks (each node the path of
+    ranks, one per head, from the root). ValueError where the folder is no Medusa head or names no choices."""
+    layout = detect(path)
+    if layout is None or layout.kind != "medusa":
+        raise ValueError(f"{Path(path).name}: not a Medusa head (medusa_lm_head.safetensors and its config.json)")
+    choices = medusa_spec(layout).choices
+    if not choices:
+        raise ValueError(f"{layout.folder.name}: its config.json names no medusa_choices; give a tree shape instead")
+    return TreeConfig(choices=choices)
 
 
 def load_trained(path, target=None, name: str | None = None) -> Drafter:
