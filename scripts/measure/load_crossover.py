@@ -163,6 +163,19 @@ def context_sweep(args, target, draft, prompts, sep, batches, cfg) -> None:
         print(f"batch {b}: where speculation stops paying along the context: measured "
               f"{words(gp.crossover(contexts, meas), 'context')}; predicted "
               f"{words(gp.crossover(contexts, model), 'context')}")
+        print("  " + context_why(prediction, b, contexts, args.k))
+
+
+def context_why(prediction: load.Prediction, batch: int, contexts: list[int], k: int) -> str:
+    """Which way the break-even (tokens a request a round must bring to pay) moves along the contexts, from the
+    fit: the KV reads grow a verify pass k + 1 times as fast as a plain step."""
+    first, last = (load.break_even(prediction, batch, c, k) for c in (contexts[0], contexts[-1]))
+    way = ("rises" if last["needed"] > first["needed"] else "falls" if last["needed"] < first["needed"]
+           else "stays")
+    return (f"the break-even {way} from {first['needed']:.2f} tokens a request at context {contexts[0]} to "
+            f"{last['needed']:.2f} at {contexts[-1]} (a verify pass {first['verify'] / first['plain']:.2f} -> "
+            f"{last['verify'] / last['plain']:.2f} plain passes; drafting {first['drafting'] / first['round']:.0%} -> "
+            f"{last['drafting'] / last['round']:.0%} of a round)")
 
 
 def main(argv=None) -> None:

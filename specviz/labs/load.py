@@ -285,6 +285,13 @@ def why_none(measured: gp.Crossover, prediction: Prediction, summary: pd.DataFra
                                                        "by one" if rises else "the fixed part of a pass is shared by "
                                                        "more requests") + ")")
     beyond = e["limit"] > tau  # past the range, a round's tokens a request stay below the break-even
+    if (tau >= e["needed"]) == (measured.verdict == "never pays"):  # the fitted passes disagree with the clock
+        return (f"{'Speculation lost' if measured.verdict == 'never pays' else 'Speculation still paid'} at batch "
+                f"{b}: {parts}, so by the passes the runs timed it should have "
+                + ("paid" if tau >= e["needed"] else "lost") + ": the runs' own rounds cost "
+                + ("more" if tau >= e["needed"] else "less") + " than their passes and bookkeeping add up to (other "
+                "work on the host between passes, or bookkeeping a speculative round has and a plain step has not). "
+                + trend + ".")
     if measured.verdict == "never pays":
         return (f"Speculation lost even at batch {b}, the smallest measured: {parts}. {trend}: "
                 + ("larger batches only widen the gap." if rises else

@@ -186,3 +186,13 @@ def test_why_it_paid_throughout_says_where_it_would_stop():
     assert words.endswith("it stops paying at a larger batch, once the break-even passes 2.50.")
     more = load.why_none(paid, p, pd.DataFrame(dict(batch=[1, 4], tokens_per_step=[3.6, 3.5])), 0, 2)
     assert more.endswith("at these rates it keeps paying at larger batches.")
+
+
+def test_why_says_so_when_the_fitted_passes_disagree_with_the_clock():
+    """The first case's costs (1.55 tokens a request pay at batch 1), but the round brought 1.60 and still lost."""
+    p = prediction_of(gp.StepCost(0.010, 0.001), gp.StepCost(0.002, 0.0))
+    summary = pd.DataFrame(dict(batch=[1, 2], tokens_per_step=[1.6, 1.6]))
+    words = load.why_none(gp.Crossover(None, "never pays", None), p, summary, 0, 2)
+    assert words.startswith("Speculation lost at batch 1: a round took 17.0 ms")
+    assert "brought 1.60 tokens a request, where 1.55 would pay for it, so by the passes the runs timed it should " \
+           "have paid: the runs' own rounds cost more than" in words
