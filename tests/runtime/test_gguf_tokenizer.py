@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.runtime.test_quantized import write_tiny_gemma
+from tests.helpers.tiny_gguf import write_tiny_gemma
 
 pytest.importorskip("gguf")
 

@@ -1,0 +1,49 @@
+"""A tiny Gemma-3 written as a GGUF of quantized matrices (the gguf package's writer), for the tests of the quantized
+forward and of a GGUF's tokenizer."""
+import torch
+
+SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>"]
+PIECES = ["▁", "a", "b", "c", "d", "e", "▁a", "▁b", "▁c", "▁the", "s", "t"]
+D, INTER, NH, NKV, HD, LAYERS, WINDOW = 256, 256, 2, 1, 128, 6, 4  # layer 6 of 6 attends fully, the rest a window
+
+
+def write_tiny_gemma(path, seed: int = 0, kinds=("Q8_0", "Q5_0"), pieces=None, piece_types=None):
+    """A 6-layer Gemma-3 GGUF as llama.cpp's converter lays one out: norms stored as (1 + w) in F32, matrices in the
+    given quantized types by turns, the embedding tied to the head, a SentencePiece vocabulary (16 pieces, or the
+    four specials then ``pieces`` of GGUF token types ``piece_types``, normal by default)."""
+    import gguf  # optional: the tests that write one skip without it
+
+    g = torch.Generator().manual_seed(seed)
+    pieces = PIECES if pieces is None else list(pieces)
+    piece_types = [1] * len(pieces) if piece_types is None else list(piece_types)
+    w = gguf.GGUFWriter(str(path), "gemma3")
+    w.add_context_length(256), w.add_embedding_length(D), w.add_block_count(LAYERS), w.add_feed_forward_length(INTER)
+    w.add_head_count(NH), w.add_head_count_kv(NKV), w.add_key_length(HD), w.add_value_length(HD)
+    w.add_layer_norm_rms_eps(1e-6), w.add_rope_freq_base(10000.0), w.add_sliding_window(WINDOW)
+    w.add_tokenizer_model("llama"), w.add_token_list(SPECIALS + pieces)
+    w.add_token_scores([0.0] * 4 + [-float(i) for i in range(len(pieces))])
+    w.add_token_types([3, 3, 3, 2] + piece_types)
+    w.add_bos_token_id(2), w.add_eos_token_id(1), w.add_unk_token_id(3), w.add_pad_token_id(0)
+    turn = iter(range(10 ** 6))
+
+    def mat(name, rows, cols, scale=0.08):
+        kind = getattr(gguf.GGMLQuantizationType, kinds[next(turn) % len(kinds)])
+        data = (torch.randn(rows, cols, generator=g) * scale).numpy()
+        w.add_tensor(name, gguf.quants.quantize(data, kind), raw_dtype=kind)
+
+    def norm(name, n):
+        w.add_tensor(name, (1.0 + 0.1 * torch.randn(n, generator=g)).numpy())
+
+    mat("token_embd.weight", len(SPECIALS + pieces), D, scale=0.02)  # logits of a few units: a spread law
+    norm("output_norm.weight", D)
+    for i in range(LAYERS):
+        for name, n in (("attn_norm", D), ("post_attention_norm", D), ("ffn_norm", D), ("post_ffw_norm", D),
+                        ("attn_q_norm", HD), ("attn_k_norm", HD)):
+            norm(f"blk.{i}.{name}.weight", n)
+        for name, rows, cols in (("attn_q", NH * HD, D), ("attn_k", NKV * HD, D), ("attn_v", NKV * HD, D),
+                                 ("attn_output", D, NH * HD), ("ffn_gate", INTER, D), ("ffn_up", INTER, D),
+                                 ("ffn_down", D, INTER)):
+            mat(f"blk.{i}.{name}.weight", rows, cols)
+    w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file()
+    w.close()
+    return path
