@@ -37,10 +37,15 @@ _SUBPACKAGES = ("conformance",)  # specviz.conformance.run: the engine conforman
 def __getattr__(name: str):
     if name in _HOME_OF:
         value = getattr(import_module(_HOME_OF[name], __name__), name)
-    elif name in _SUBPACKAGES:
-        value = import_module(f".{name}", __name__)
-    else:
+    elif name.startswith("__"):  # dunders that tools probe for (__wrapped__ ...)
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    else:  # a module of the package (specviz.conformance, specviz.runtime ...), as an eager import made them
+        try:
+            value = import_module(f".{name}", __name__)
+        except ModuleNotFoundError as e:
+            if e.name != f"{__name__}.{name}":
+                raise
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
     globals()[name] = value  # found once
     return value
 

@@ -37,5 +37,6 @@ def test_every_public_name_resolves_to_the_object_its_module_defines():
         assert all(getattr(specviz, n) is getattr(home, n) for n in names)
     assert set(specviz.__all__) == set(specviz._HOME_OF)
     assert specviz.conformance.run is importlib.import_module("specviz.conformance").run
+    assert specviz.runtime.gguf is importlib.import_module("specviz.runtime.gguf")  # modules, as eager imports gave
     with pytest.raises(AttributeError):
         specviz.no_such_name  # noqa: B018
