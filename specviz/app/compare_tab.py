@@ -138,6 +138,12 @@ def format_lines(drafts) -> str:
     return "\n".join(lines)
 
 
+def formats_shown(drafts) -> dict:
+    """The format lines' update for the drafts checked: shown where one is a trained draft, hidden otherwise."""
+    lines = format_lines(drafts)
+    return gr.update(value=lines, visible=bool(lines))
+
+
 def handlers(store: ModelStore):
     return bind(store, models=dict(run_compare=run_compare, disagree=disagree))
 
@@ -151,8 +157,9 @@ def build(store: ModelStore, user_drafts: gr.State) -> gr.CheckboxGroup:
         target = target_picker(store)
         drafts = gr.CheckboxGroup(store.list_drafters(), value=store.list_drafters(), label="Drafts")
     follow_target(store, target, drafts, user_drafts)
-    formats = gr.Markdown(format_lines(drafts.value), elem_id="compare-formats")
-    drafts.change(format_lines, [drafts], [formats], queue=False, api_visibility="private")
+    lines = format_lines(drafts.value)  # hidden while no trained draft is checked
+    formats = gr.Markdown(lines, visible=bool(lines), elem_id="compare-formats")
+    drafts.change(formats_shown, [drafts], [formats], queue=False, api_visibility="private")
     prompt = gr.Textbox(EXAMPLE_PROMPTS[1], lines=2, label="Prompt")
     form = run_settings(48)
     draft_stop = gr.Number(0, minimum=0, maximum=0.99, label="stop drafting below draft confidence q(x) (0 = off; "

@@ -163,6 +163,12 @@ def training_beside(trace: Trace | None, path, pasted) -> tuple[str, object]:
     return text, training_vs_serving_figure(frame)
 
 
+def format_shown(draft) -> dict:
+    """The format line's update for the draft picked: shown with its text for a trained draft, hidden otherwise."""
+    line = format_line(draft)
+    return gr.update(value=line, visible=bool(line))
+
+
 def all_views(trace: Trace | None, base: Trace | None, where: str = HERE) -> Shown:
     """Every output of a finished run or an import (``where``: where and when its speeds were measured)."""
     n = len(trace.rounds) if trace else 0
@@ -266,8 +272,6 @@ def _controls(store: ModelStore) -> dict:
     prompt = gr.Textbox(label="Prompt", value=EXAMPLE_PROMPTS[0], lines=2, elem_id="prompt")
     # a row each: the draft's full name stays readable
     target, draft = target_picker(store, elem_id="target"), draft_picker(store, elem_id="draft")
-    draft_format = gr.Markdown(format_line(draft.value), elem_id="draft-format")  # a trained draft's layout, as read
-    draft.change(format_line, [draft], [draft_format], queue=False, api_visibility="private")
     k = gr.Slider(1, 16, value=DEFAULTS.k, step=1, label="k (drafts per round)", elem_id="k",
                   info=k_note(draft.value, DEFAULTS.temperature))  # what the chosen draft makes of k
     temperature = gr.Slider(0, 2, value=DEFAULTS.temperature, step=0.05, label="Temperature (0 = greedy)",
@@ -396,6 +400,9 @@ def _form(store: ModelStore) -> tuple[list, gr.Slider, list, gr.Button]:
     rule] and the Run button."""
     c = _controls(store)
     run_btn = gr.Button(RUN_LABEL, variant="primary", elem_id="run")
+    line = format_line(c["draft"].value)  # under Run: a trained draft's layout, as read; hidden for any other draft
+    draft_format = gr.Markdown(line, visible=bool(line), elem_id="draft-format")
+    c["draft"].change(format_shown, [c["draft"]], [draft_format], queue=False, api_visibility="private")
     gr.Examples(examples=[[e] for e in EXAMPLE_PROMPTS], inputs=[c["prompt"]], label="Example prompts")
     m = _more_settings()
     inputs = [c["prompt"], c["target"], c["draft"], c["k"], m["k_policy"], c["temperature"], m["top_k"], m["top_p"],

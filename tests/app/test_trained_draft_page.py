@@ -19,6 +19,7 @@ def test_the_format_line_is_said_where_a_trained_draft_is_picked(monkeypatch):
     monkeypatch.setenv("SPECVIZ_EXTRA_MODELS", f"my-eagle3={FIXTURES / 'eagle3'}")
     assert "draft vocabulary 48 of 64" in explorer.format_line("my-eagle3")
     assert explorer.format_line("target") == explorer.format_line(None) == explorer.format_line("") == ""
+    assert explorer.format_shown(BUNDLED)["visible"] and not explorer.format_shown("target")["visible"]
 
 
 def test_the_timeline_reads_the_run_drafts_vocabulary_map():
