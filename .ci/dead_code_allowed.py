@@ -30,3 +30,5 @@ wrong_scalar  # unused variable (specviz/app/lossless_tab.py:48): a handler outp
 wrong_raw  # unused variable (specviz/app/lossless_tab.py:49): a handler output's field, set by keyword
 __getattr__  # unused function (specviz/__init__.py:37): the module's lazy names, called by Python (PEP 562)
 __dir__  # unused function (specviz/__init__.py:48): dir(specviz) with the lazy names, called by Python (PEP 562)
+verbose  # unused variable (specviz/runtime/gguf_tokenizer.py:45): a keyword its callers pass, as to transformers' tokenizers
+clean_up_tokenization_spaces  # unused variable (specviz/runtime/gguf_tokenizer.py:68): likewise a keyword its callers pass

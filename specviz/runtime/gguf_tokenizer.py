@@ -74,11 +74,6 @@ class GgufTokenizer:
             return self.backend_tokenizer.id_to_token(ids)
         return [self.backend_tokenizer.id_to_token(i) for i in _ints(ids)]
 
-    def convert_tokens_to_ids(self, tokens):
-        if isinstance(tokens, str):
-            return self.backend_tokenizer.token_to_id(tokens)
-        return [self.backend_tokenizer.token_to_id(t) for t in tokens]
-
     def get_vocab(self) -> dict[str, int]:
         return self.backend_tokenizer.get_vocab(with_added_tokens=True)
 
