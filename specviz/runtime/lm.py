@@ -238,7 +238,7 @@ def choose_path(model, path: str, strict: bool = False) -> str:
         path = "auto"
     if path in ("auto", "lean"):  # the default: lean where it runs the model, transformers' for every other model
         return "lean" if lean_llama.supports(model) or lean_gemma.supports(model) else "dynamic"
-    return path  # "dynamic" stays when asked for too: the reference the lean forwards are tested against
+    return path  # "dynamic" asked for (SPECVIZ_FORWARD=dynamic): the reference the lean forwards are tested against
 
 
 def make_cache(model, path: str, cache_kw: str):
