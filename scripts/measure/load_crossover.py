@@ -69,7 +69,8 @@ def words(c: gp.Crossover, axis: str = "batch") -> str:
     if c.batch is not None:
         return f"{axis} {c.batch} (paid at {c.last_paying}, not at {c.batch})"
     return {"pays throughout": f"none in range: pays at every {axis} measured",
-            "never pays": f"none in range: pays at no {axis} measured"}.get(c.verdict, c.verdict)
+            "never pays": f"none in range: pays at no {axis} measured"}.get(
+                c.verdict, f"loses at the smaller {axis} values and pays from a larger one")
 
 
 def prediction_of(kept: dict, fitted, batches: list[int], context: int, k: int, model_free: bool) -> load.Prediction:
