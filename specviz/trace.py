@@ -14,7 +14,7 @@ import pandas as pd
 from .config import DecodeConfig
 from .records import DraftTokens, TreeNode, TreeRecord  # noqa: F401 (re-exported: the records of a trace)
 from .texts import Texts, fill_texts, position_texts
-from .trace_schema import TRACE_FIELDS, check_fields, check_sizes, loads, round_fields
+from .trace_schema import check_trace, loads, round_fields
 
 SCHEMA = "specviz.trace/1"
 MAX_TRACE_BYTES = 4 * 2**20  # a trace JSON longer than this is refused before it is parsed
@@ -272,8 +272,7 @@ class Trace:
     def _from_data(cls, data, where: str) -> Trace:
         if not isinstance(data, dict) or data.pop("schema", None) != SCHEMA:
             raise ValueError(f"not a specviz trace (expected {where}schema {SCHEMA!r})")
-        check_fields(data, TRACE_FIELDS, where, required=("prompt_ids", "config", "rounds"))
-        check_sizes(data["rounds"], where)
+        check_trace(data, where)  # every field's kind, before anything is built
         cfg = data["config"] = DecodeConfig(**data["config"])
         data["rounds"] = [Round(**round_fields(r, f"{where}rounds[{i}].", cfg)) for i, r in enumerate(data["rounds"])]
         data["token_text"] = {int(k): v for k, v in data.get("token_text", {}).items()}

@@ -1,6 +1,8 @@
 """The trace JSON's schema: every field's kind and what each kind admits, checked on import (imported traces
-are rendered into HTML, so nothing unchecked gets that far). ``Trace.from_json`` calls these; a violation is a
-ValueError that names the field and its type, never its value (it may be markup).
+are rendered into HTML, so nothing unchecked gets that far). Each kind is a pydantic type (strict: nothing is
+converted), each record a TypedDict of its fields' kinds, and one TypeAdapter checks the parsed JSON before anything
+is built; then what relates fields (lengths, a tree's parents, the path). ``Trace.from_json`` calls these; a
+violation is a ValueError that names the field and its type, never its value (it may be markup).
 
 What an import may hold is bounded by what it makes the app render and keep: token ids and counts below 2**31,
 finite numbers, texts of valid Unicode (a lone surrogate breaks the response stream) of at most
@@ -9,137 +11,173 @@ finite numbers, texts of valid Unicode (a lone surrogate breaks the response str
 from __future__ import annotations
 
 import json
-import math
+from dataclasses import fields
+from typing import Annotated, Literal
+
+from pydantic import ConfigDict, Field, Strict, TypeAdapter, ValidationError, with_config
+from pydantic_core import core_schema
+from typing_extensions import NotRequired, TypeAliasType, TypedDict
 
 from .config import MAX_TREE_NODES, DecodeConfig
 from .records import NODE_STATUSES, DraftTokens, TreeNode, TreeRecord
 
-# -- the JSON schema: every field's kind, and what each kind admits ------------------------------------------
-MODES, STOP_REASONS = ("speculative", "autoregressive"), ("eos", "length", "budget", "")
-TRACE_FIELDS = dict(prompt_ids="prompt", config="object", mode="mode", target_name="string", draft_name="string",
-                    eos_token_ids="ids", rounds="objects", prefill_s="number", total_s="number",
-                    stop_reason="stop_reason", token_text="token_text",
-                    token_bytes="token_bytes", forward="string")
-ROUND_FIELDS = dict(index="count", k="count", drafted="ids", q="numbers", p="numbers", accept_prob="numbers",
-                    u="numbers?", beta="numbers?", n_accepted="count", emitted="ids", resampled="id?", bonus="id?",
-                    next_p="number", residual_top="residual_top", draft_s="number", target_s="number", wall_s="number",
-                    tree="object?", draft_view="object?", rule_accept="numbers?", rule_tv="numbers?")
-OPTIONAL_ROUND_FIELDS = ("tree", "draft_view", "rule_accept", "rule_tv")  # traces from before they were recorded
-VIEW_FIELDS = dict(ids="ids", texts="strings")
-TREE_FIELDS = dict(nodes="objects", path="ids", children="children")
-NODE_FIELDS = dict(parent="parent", depth="count", token="count", q="number", p="number", p_adj="number?",
-                   accept_prob="number?", u="number?", status="node_status", value="number?")
-NODE_REQUIRED = tuple(name for name in NODE_FIELDS if name != "value")  # traces from before it was recorded
-
-
 MAX_ID = 2**31  # token ids, indices and counts lie below it (a larger one overflows a tensor)
 MAX_TEXT_CHARS = 256  # a token's text, a model's name: longer is no token's (token_bytes holds at most 128 bytes)
 MAX_PROMPT_IDS = 32768  # prompt ids read (the timeline shows the last views.timeline.PROMPT_SHOWN of them)
+MAX_ROUNDS, MAX_TREE_NODES_TOTAL = 4096, 65536  # a trace with more is refused before anything is built
+MAX_TREE_NODES_ROUND = 8 * MAX_TREE_NODES  # a round's tree: a run verifies at most MAX_TREE_NODES in one pass
 
 
-def _is_count(v) -> bool:  # an index, a count or a token id
-    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < MAX_ID
+class _Only:
+    """In an annotation: the value must be an instance of these types before the rest is checked (pydantic's float
+    would take an int of any size, which ``Number`` refuses from 2**63)."""
+
+    def __init__(self, *types):
+        self.types = types
+
+    def __get_pydantic_core_schema__(self, source, handler):
+        return core_schema.chain_schema([core_schema.is_instance_schema(self.types), handler(source)])
 
 
-def _is_num(v) -> bool:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return False
-    return abs(v) < 2**63 if isinstance(v, int) else math.isfinite(v)
-
-
-def _is_text(v) -> bool:
-    """A string of valid Unicode (no lone surrogate) of at most MAX_TEXT_CHARS characters."""
-    return isinstance(v, str) and len(v) <= MAX_TEXT_CHARS and _encodes(v)
-
-
-def _plain(v) -> bool:
-    """An object of valid Unicode and finite numbers, its integers below 2**63 in size (a config's values)."""
-    if isinstance(v, dict):
-        return all(_encodes(k) and _plain(x) for k, x in v.items())
-    if isinstance(v, list):
-        return all(map(_plain, v))
-    return v is None or isinstance(v, bool) or _is_num(v) or isinstance(v, str) and _encodes(v)
-
-
-def _encodes(v) -> bool:
-    """Whether v (a string, or an object of strings, numbers and lists) is valid Unicode throughout."""
-    try:
-        (v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)).encode("utf-8")
-    except (UnicodeEncodeError, TypeError, ValueError):
-        return False
-    return True
-
-
-def _is_hex(h: str) -> bool:
-    return len(h) % 2 == 0 and all(c in "0123456789abcdef" for c in h)
-
-
-def _list_of(ok):
-    return lambda v: isinstance(v, list) and all(ok(x) for x in v)
-
-
+# -- what each kind of field admits, as pydantic types (strict: no value is converted into another type) ------------
+Count = Annotated[int, Strict(), Field(ge=0, lt=MAX_ID)]  # an index, a count or a token id
+Number = Annotated[Annotated[float, Strict(), Field(allow_inf_nan=False), _Only(float)]  # finite; a float first:
+                   | Annotated[int, Strict(), Field(gt=-2**63, lt=2**63)], Field(union_mode="left_to_right")]  # faster
+# a str with a length bound is read as UTF-8, so a lone surrogate is refused (a plain str passes as it is): every
+# str kind has one; a config's strings and names the file's own, 4 MiB (trace.MAX_TRACE_BYTES)
+Text = Annotated[str, Strict(), Field(max_length=MAX_TEXT_CHARS)]
+Key = Annotated[str, Strict(), Field(max_length=4 * 2**20)]
+Plain = TypeAliasType("Plain", Annotated[bool, Strict()] | Number | Key | list["Plain"] | dict[Key, "Plain"] | None)
+IdKey = Annotated[str, Strict(), Field(pattern=r"^[0-9]{1,10}$")]  # a token id as a JSON object's key
+Hex = Annotated[str, Strict(), Field(pattern=r"^(?:[0-9a-f]{2}){0,128}$")]  # at most 128 bytes in hex
+MODES, STOP_REASONS = ("speculative", "autoregressive"), ("eos", "length", "budget", "")
 TEXT = f"valid Unicode of at most {MAX_TEXT_CHARS} characters"
-KINDS = {  # kind: (check, what the message says it must be)
-    "count": (_is_count, "an integer in [0, 2**31)"),
-    "id?": (lambda v: v is None or _is_count(v), "a token id or null"),
-    "number": (_is_num, "a finite number"),
-    "string": (_is_text, f"a string of {TEXT}"),
-    "object": (lambda v: isinstance(v, dict) and _plain(v), "an object of valid Unicode and numbers below 2**63"),
-    "object?": (lambda v: v is None or isinstance(v, dict) and _plain(v),
-                "an object of valid Unicode and numbers below 2**63, or null"),
-    "number?": (lambda v: v is None or _is_num(v), "a finite number or null"),
-    "parent": (lambda v: isinstance(v, int) and not isinstance(v, bool) and -1 <= v < MAX_ID, "an integer >= -1"),
-    "children": (lambda v: v in ("top", "iid", "distinct"), "one of top, iid, distinct"),
-    "node_status": (lambda v: v in NODE_STATUSES, f"one of {NODE_STATUSES}"),
-    "ids": (_list_of(_is_count), "a list of token ids"),
-    "prompt": (lambda v: _list_of(_is_count)(v) and len(v) <= MAX_PROMPT_IDS,
-               f"a list of at most {MAX_PROMPT_IDS} token ids"),
-    "numbers": (_list_of(_is_num), "a list of finite numbers"),
-    "strings": (_list_of(_is_text), f"a list of strings of {TEXT}"),
-    "numbers?": (_list_of(lambda x: x is None or _is_num(x)), "a list of finite numbers or nulls"),
-    "objects": (_list_of(lambda v: isinstance(v, dict)), "a list of objects"),
-    "mode": (lambda v: v in MODES, f"one of {MODES}"),
-    "stop_reason": (lambda v: v in STOP_REASONS, f"one of {STOP_REASONS}"),
-    "token_text": (lambda v: isinstance(v, dict) and all(k.isascii() and k.isdigit() and len(k) < 11 and _is_text(s)
-                                                         for k, s in v.items()),
-                   f'an object {{"token id": "text"}}, each text {TEXT}'),
-    "token_bytes": (lambda v: isinstance(v, dict) and all(k.isascii() and k.isdigit() and len(k) < 11 and isinstance(h, str)
-                                                          and len(h) <= 256 and _is_hex(h) for k, h in v.items()),
-                    'an object {"token id": "hex bytes"}'),
-    "residual_top": (_list_of(lambda r: isinstance(r, list) and len(r) == 4 and _is_count(r[0])
-                              and all(map(_is_num, r[1:]))), "a list of [token, residual, p, q] rows"),
+KINDS = {  # kind: (its type, what the message says it must be)
+    "count": (Count, "an integer in [0, 2**31)"),
+    "id?": (Count | None, "a token id or null"),
+    "number": (Number, "a finite number"),
+    "number?": (Number | None, "a finite number or null"),
+    "string": (Text, f"a string of {TEXT}"),
+    "object": (dict[Key, Plain], "an object of valid Unicode and numbers below 2**63"),
+    "parent": (Annotated[int, Strict(), Field(ge=-1, lt=MAX_ID)], "an integer >= -1"),
+    "children": (Literal["top", "iid", "distinct"], "one of top, iid, distinct"),
+    "node_status": (Literal[NODE_STATUSES], f"one of {NODE_STATUSES}"),
+    "ids": (list[Count], "a list of token ids"),
+    "prompt": (Annotated[list[Count], Field(max_length=MAX_PROMPT_IDS)], f"a list of at most {MAX_PROMPT_IDS} token ids"),
+    "numbers": (list[Number], "a list of finite numbers"),
+    "strings": (list[Text], f"a list of strings of {TEXT}"),
+    "numbers?": (list[Number | None], "a list of finite numbers or nulls"),
+    "mode": (Literal[MODES], f"one of {MODES}"),
+    "stop_reason": (Literal[STOP_REASONS], f"one of {STOP_REASONS}"),
+    "token_text": (dict[IdKey, Text], f'an object {{"token id": "text"}}, each text {TEXT}'),
+    "token_bytes": (dict[IdKey, Hex], 'an object {"token id": "hex bytes"}'),
+    "residual_top": (list[Annotated[tuple[Count, Number, Number, Number], Strict(False)]],
+                     "a list of [token, residual, p, q] rows"),
+}
+
+# -- the records: each field's kind; a record's fields hold other records where the kind is one below -----------
+NODE_FIELDS = dict(parent="parent", depth="count", token="count", q="number", p="number", p_adj="number?",
+                   accept_prob="number?", u="number?", status="node_status", value="number?")
+NODE_REQUIRED = tuple(name for name in NODE_FIELDS if name != "value")  # traces from before it was recorded
+TREE_FIELDS = dict(nodes="nodes", path="ids", children="children")
+VIEW_FIELDS = dict(ids="ids", texts="strings")
+ROUND_FIELDS = dict(index="count", k="count", drafted="ids", q="numbers", p="numbers", accept_prob="numbers",
+                    u="numbers?", beta="numbers?", n_accepted="count", emitted="ids", resampled="id?", bonus="id?",
+                    next_p="number", residual_top="residual_top", draft_s="number", target_s="number", wall_s="number",
+                    tree="tree?", draft_view="view?", rule_accept="numbers?", rule_tv="numbers?")
+OPTIONAL_ROUND_FIELDS = ("tree", "draft_view", "rule_accept", "rule_tv")  # traces from before they were recorded
+TRACE_FIELDS = dict(prompt_ids="prompt", config="object", mode="mode", target_name="string", draft_name="string",
+                    eos_token_ids="ids", rounds="rounds", prefill_s="number", total_s="number",
+                    stop_reason="stop_reason", token_text="token_text",
+                    token_bytes="token_bytes", forward="string")
+ROUND_REQUIRED = tuple(f for f in ROUND_FIELDS if f not in OPTIONAL_ROUND_FIELDS)
+TRACE_REQUIRED = ("prompt_ids", "config", "rounds")
+
+
+def _record(name: str, kinds: dict, required: tuple):
+    """A record's TypedDict: each field's kind as its type, the optional ones NotRequired, no other field."""
+    types = {f: KINDS[kind][0] if f in required else NotRequired[KINDS[kind][0]] for f, kind in kinds.items()}
+    return with_config(ConfigDict(extra="forbid"))(TypedDict(name, types))
+
+
+RECORD_KINDS = {  # kind: (the record's fields, those required, a list of them (or one), what the message says)
+    "nodes": (NODE_FIELDS, NODE_REQUIRED, True, "a list of objects"),
+    "tree?": (TREE_FIELDS, tuple(TREE_FIELDS), False, "a tree object or null"),
+    "view?": (VIEW_FIELDS, tuple(VIEW_FIELDS), False, "a draft view object or null"),
+    "rounds": (ROUND_FIELDS, ROUND_REQUIRED, True, "a list of objects"),
 }
 
 
-MAX_ROUNDS, MAX_TREE_NODES_TOTAL = 4096, 65536  # a trace with more is refused before anything is built
-MAX_TREE_NODES_ROUND = 8 * MAX_TREE_NODES  # a round's tree: a run verifies at most MAX_TREE_NODES in one pass
+def _schema() -> TypeAdapter:
+    """The records' kinds added to KINDS (inner records first: a record's type uses theirs); the trace's check."""
+    for kind, (kinds, required, many, words) in RECORD_KINDS.items():
+        record = _record(kind.strip("?").title() + "JSON", kinds, required)
+        KINDS[kind] = (list[record] if many else record | None, words)
+    return TypeAdapter(_record("TraceJSON", TRACE_FIELDS, TRACE_REQUIRED))
+
+
+TRACE_JSON = _schema()
 
 
 def check_sizes(rounds: list, where: str) -> None:
     """At most MAX_ROUNDS rounds and MAX_TREE_NODES_TOTAL tree nodes (MAX_TREE_NODES_ROUND in one round): a
     ValueError before any is built."""
-    trees = [len(r["tree"].get("nodes", ())) for r in rounds if isinstance(r, dict) and isinstance(r.get("tree"), dict)]
+    trees = [len(nodes) for r in rounds if isinstance(r, dict) and isinstance(r.get("tree"), dict)
+             and isinstance(nodes := r["tree"].get("nodes"), list)]
     if len(rounds) > MAX_ROUNDS or sum(trees) > MAX_TREE_NODES_TOTAL or max(trees, default=0) > MAX_TREE_NODES_ROUND:
         raise ValueError(f"malformed trace JSON: {where}rounds: at most {MAX_ROUNDS} rounds and "
                          f"{MAX_TREE_NODES_TOTAL} tree nodes, {MAX_TREE_NODES_ROUND} in one round, are read")
 
 
-def check_fields(d: dict, kinds: dict, where: str, required=()) -> None:
-    unexpected, missing = sorted(set(d) - set(kinds)), sorted(set(required) - set(d))
-    if unexpected or missing:  # ascii(): a name is shown escaped (it may hold markup or a lone surrogate)
-        where, unexpected = where or "trace ", [ascii(name[:MAX_TEXT_CHARS]) for name in unexpected[:8]]
-        raise ValueError(f"malformed trace JSON: {where}fields differ: missing {missing}, unexpected "
-                         f"[{', '.join(unexpected)}]")
-    for name, value in d.items():
-        ok, what = KINDS[kinds[name]]
-        if not ok(value):  # the type, never the value, goes into the message: it may be markup
-            raise ValueError(f"malformed trace JSON: {where}{name} must be {what}, got {type(value).__name__}")
+def check_trace(data: dict, where: str) -> None:
+    """Every field of a trace's JSON object, its rounds' and their trees' of the kind its table says (sizes first,
+    then the schema), and the config's field names DecodeConfig's: a ValueError that names the first field wrong
+    and its type, never its value (it may be markup)."""
+    if isinstance(data.get("rounds"), list):
+        check_sizes(data["rounds"], where)
+    try:
+        TRACE_JSON.validate_python(data)
+    except ValidationError as e:
+        raise ValueError(_said(e.errors()[0]["loc"], data, where)) from None
+    names = [f.name for f in fields(DecodeConfig)]
+    _check_names(data["config"], dict.fromkeys(names), (), f"{where}config ")
+
+
+def _said(loc: tuple, data: dict, where: str) -> str:
+    """The error at ``loc`` (pydantic's path into data) in words: down the records to the field, then its kind."""
+    obj, kinds, required = data, TRACE_FIELDS, TRACE_REQUIRED
+    while loc:
+        name, rest = loc[0], loc[1:]
+        value = obj.get(name) if name in kinds else None
+        fields_, needed, many, _ = RECORD_KINDS.get(kinds.get(name), (None, (), False, ""))
+        if fields_ is not None and many and len(rest) > 1 and isinstance(value, list) \
+                and isinstance(value[rest[0]], dict):  # into one of a list of records
+            obj, kinds, required, where, loc = value[rest[0]], fields_, needed, f"{where}{name}[{rest[0]}].", rest[1:]
+        elif fields_ is not None and not many and rest and isinstance(value, dict):  # into a record
+            obj, kinds, required, where, loc = value, fields_, needed, f"{where}{name}.", rest
+        else:
+            break
+    _check_names(obj, kinds, required, where)
+    if not loc:  # the object itself (its names are right: not met so far)
+        return f"malformed trace JSON: {where or 'the trace '}is not an object of its fields"
+    name = loc[0]  # a field of a kind, the object's names right: the value is of the wrong kind
+    return f"malformed trace JSON: {where}{name} must be {KINDS[kinds[name]][1]}, got {type(obj[name]).__name__}"
+
+
+def _check_names(d: dict, kinds: dict, required, where: str) -> None:
+    """The object's field names against its table: a ValueError naming those missing and the unexpected ones that
+    are plain names (one that is not may hold markup or a lone surrogate: it is counted, never shown)."""
+    unexpected, missing = set(d) - set(kinds), sorted(set(required) - set(d))
+    if unexpected or missing:
+        shown = sorted(name for name in unexpected if name.isascii() and name.isidentifier() and len(name) <= 64)
+        hidden = len(unexpected) - len(shown)
+        raise ValueError(f"malformed trace JSON: {where or 'trace '}fields differ: missing {missing}, unexpected "
+                         f"{shown[:8]}" + (f" and {hidden} not shown (not a plain name)" if hidden else ""))
 
 
 def round_fields(d: dict, where: str, cfg: DecodeConfig) -> dict:
-    """A round's JSON object checked (kinds, equal per-token lengths, n_accepted <= drafted <= k) and turned
-    into Round's keyword arguments."""
-    check_fields(d, ROUND_FIELDS, where, required=[f for f in ROUND_FIELDS if f not in OPTIONAL_ROUND_FIELDS])
+    """A round's JSON object, its kinds checked (check_trace), checked further (equal per-token lengths,
+    n_accepted <= drafted <= k) and turned into Round's keyword arguments."""
     m, n, k = len(d["drafted"]), d["n_accepted"], d["k"]
     for name in ("q", "p", "accept_prob", "u", "beta", "rule_accept", "rule_tv"):  # one per drafted token, or none
         values, needed = d.get(name, ()), cfg.record and name not in OPTIONAL_ROUND_FIELDS
@@ -154,7 +192,6 @@ def round_fields(d: dict, where: str, cfg: DecodeConfig) -> dict:
     if tree is not None:
         d["tree"] = tree_fields(tree, f"{where}tree.")
     if view is not None:
-        check_fields(view, VIEW_FIELDS, f"{where}draft_view.", required=VIEW_FIELDS)
         if len(view["ids"]) != len(view["texts"]):
             raise ValueError(f"malformed trace JSON: {where}draft_view has unequal ids and texts")
         d["draft_view"] = DraftTokens(tuple(view["ids"]), tuple(view["texts"]))
@@ -162,12 +199,10 @@ def round_fields(d: dict, where: str, cfg: DecodeConfig) -> dict:
 
 
 def tree_fields(d: dict, where: str):
-    """A tree round's JSON object checked (kinds; every parent an earlier node, depths consistent, the path a
-    chain of accepted nodes from the root) and turned into a TreeRecord."""
-    check_fields(d, TREE_FIELDS, where, required=TREE_FIELDS)
+    """A tree round's JSON object, its kinds checked (check_trace), checked further (every parent an earlier node,
+    depths consistent, the path a chain of accepted nodes from the root) and turned into a TreeRecord."""
     nodes = []
     for i, node in enumerate(d["nodes"]):
-        check_fields(node, NODE_FIELDS, f"{where}nodes[{i}].", required=NODE_REQUIRED)
         parent = node["parent"]
         if parent >= i or node["depth"] != (0 if parent < 0 else nodes[parent].depth + 1):
             raise ValueError(f"malformed trace JSON: {where}nodes[{i}] has a parent or depth that is not a tree's")

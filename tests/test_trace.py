@@ -1,5 +1,6 @@
 """Trace records: hand-computed summaries, the frame, the JSON round trip, malformed input."""
 import json
+import math
 from dataclasses import fields
 
 import pytest
@@ -198,3 +199,100 @@ def test_a_number_of_thousands_of_digits_is_a_readable_refusal():
     """Python refuses to read an integer of over 4,300 digits; the trace import says what was wrong in its own words."""
     with pytest.raises(ValueError, match="malformed trace JSON: a number with thousands of digits"):
         Trace.from_json('{"schema": 1, "prompt_ids": [' + "9" * 5000 + "]}")
+
+
+# -- the schema admits exactly what each kind's condition, written out here, admits ------------------------------
+def _count(v):
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**31
+
+
+def _number(v):
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    return abs(v) < 2**63 if isinstance(v, int) else math.isfinite(v)
+
+
+def _text(v):
+    try:
+        return isinstance(v, str) and len(v) <= 256 and bool(v.encode("utf-8") or True)
+    except UnicodeEncodeError:
+        return False
+
+
+def _id_key(v):
+    return isinstance(v, str) and v.isascii() and v.isdigit() and len(v) < 11
+
+
+def _hex(v):
+    return isinstance(v, str) and len(v) <= 256 and len(v) % 2 == 0 and all(c in "0123456789abcdef" for c in v)
+
+
+KIND_CASES = {  # (where the value goes in the hand trace's JSON, its condition)
+    "count": (lambda d, v: d["rounds"][0].update(index=v), _count),
+    "id?": (lambda d, v: d["rounds"][0].update(bonus=v), lambda v: v is None or _count(v)),
+    "number": (lambda d, v: d.update(total_s=v), _number),
+    "string": (lambda d, v: d.update(target_name=v), _text),
+    "ids": (lambda d, v: d.update(eos_token_ids=[2, v]), _count),
+    "prompt": (lambda d, v: d.update(prompt_ids=[v, 1]), _count),
+    "numbers": (lambda d, v: d["rounds"][0].update(q=[0.5, v, 0.5, 0.5]), _number),
+    "numbers?": (lambda d, v: d["rounds"][0].update(u=[0.5, v, 0.5, None]), lambda v: v is None or _number(v)),
+    "mode": (lambda d, v: d.update(mode=v), lambda v: v in ("speculative", "autoregressive")),
+    "stop_reason": (lambda d, v: d.update(stop_reason=v), lambda v: v in ("eos", "length", "budget", "")),
+    "token_text": (lambda d, v: d.update(token_text={"1": v}), _text),
+    "token_text key": (lambda d, v: d.update(token_text={v: "a"}) if isinstance(v, str) else None, _id_key),
+    "token_bytes": (lambda d, v: d.update(token_bytes={"1": v}), _hex),
+    "residual_top": (lambda d, v: d["rounds"][0].update(residual_top=[[7, v, 0.3, 0.1]]), _number),
+    "residual_top token": (lambda d, v: d["rounds"][0].update(residual_top=[[v, 0.6, 0.3, 0.1]]), _count),
+}
+KIND_VALUES = [0, 1, -1, 2**31 - 1, 2**31, 2**63 - 1, 2**63, -(2**63) + 1, -(2**63), 10**400, 0.5, -0.5, 1e308,
+               math.inf, -math.inf, math.nan, True, False, None, "", "1", "0123456789", "01234567890", "\u0661",
+               "a" * 256, "a" * 257, "\ud800", "é", "ab", "abc", "AB", "00" * 128, "00" * 129, "eos", "speculative",
+               [1], {"a": 1}, "<b>x</b>"]
+
+
+@pytest.mark.parametrize("kind", sorted(KIND_CASES))
+def test_each_kind_admits_exactly_what_its_condition_admits(kind):
+    put, admits = KIND_CASES[kind]
+    for value in KIND_VALUES:
+        if kind == "token_text key" and not isinstance(value, str):
+            continue  # a JSON object's key is a string
+        data = json.loads(hand_trace().to_json())
+        put(data, value)
+        try:
+            Trace.from_json(json.dumps(data))
+            admitted = True
+        except ValueError as e:
+            admitted = False
+            assert "<" not in str(e) and "input_value" not in str(e), str(e)
+        assert admitted == admits(value), f"{kind}: {value!r:.40} admitted {admitted}"
+
+
+ROUND_NAMES = [n for n in json.loads(hand_trace().to_json())["rounds"][0]]
+TRACE_NAMES = [n for n in json.loads(hand_trace().to_json()) if n != "schema"]
+
+
+@pytest.mark.parametrize("scope, name", [("round", n) for n in ROUND_NAMES] + [("trace", n) for n in TRACE_NAMES])
+@pytest.mark.parametrize("hostile", ["<script>alert(1)</script>" + "x" * 10_000, [{"<img src=x>": 1}]])
+def test_a_hostile_value_anywhere_is_refused_naming_its_field_only(scope, name, hostile):
+    with pytest.raises(ValueError) as caught:
+        Trace.from_json(tampered(scope, name, hostile))
+    said = str(caught.value)
+    where = f"rounds[0].{name}" if scope == "round" else name
+    assert said.startswith(f"malformed trace JSON: {where}"), said  # rounds: its first round's fields differ
+    assert "<" not in said and "alert" not in said and "input_value" not in said and len(said) < 300, said
+
+
+def test_a_config_field_no_decode_config_has_is_refused():
+    data = json.loads(hand_trace().to_json())
+    data["config"]["temperatur"] = 0.5
+    with pytest.raises(ValueError, match=r"malformed trace JSON: config fields differ: missing \[\], "
+                                         r"unexpected \['temperatur'\]"):
+        Trace.from_json(json.dumps(data))
+
+
+def test_a_baseline_is_checked_as_the_trace_is():
+    base = json.loads(hand_trace().to_json())
+    base["rounds"][1]["tree"] = {"nodes": [{"parent": -1}], "path": [], "children": "top"}
+    data = json.loads(hand_trace().to_json()) | {"baseline": base}
+    with pytest.raises(ValueError, match=r"baseline\.rounds\[1\]\.tree\.nodes\[0\]\.fields differ: missing \['accept"):
+        Trace.run_from_json(json.dumps(data))

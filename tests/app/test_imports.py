@@ -52,7 +52,7 @@ def _with(change) -> str:
     (_with(lambda d: d.update(target_name="\ud800 lone")), "target_name must be a string of valid Unicode"),
     (_with(lambda d: d["token_text"].update({"1": "a\udfffb"})), "each text valid Unicode"),
     (_with(lambda d: d["config"].update({"rule": "\udc80"})), "config must be an object of valid Unicode and numbers"),
-    (_with(lambda d: d.update({"\ud800": 1})), r"unexpected \['\\ud800'\]"),
+    (_with(lambda d: d.update({"\ud800": 1})), r"unexpected \[\] and 1 not shown \(not a plain name\)"),
     (_with(lambda d: d.update(prompt_ids=[10**30])), r"prompt_ids must be a list of at most 32768 token ids"),
     (_with(lambda d: d["rounds"][0].update(k=10**400)), r"rounds\[0\]\.k must be an integer in \[0, 2\*\*31\)"),
     (_with(lambda d: d["rounds"][0].update(next_p=10**400)), r"rounds\[0\]\.next_p must be a finite number"),
