@@ -1,4 +1,4 @@
-"""DecodeConfig: every knob of one generation run, validated once, plus named presets."""
+"""DecodeConfig: every knob of one generation run, checked whenever one is built (replace too), plus named presets."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
