@@ -102,7 +102,8 @@ def test_download_folders_are_swept_by_age(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("call, what", [
-    (lambda h: last(h.run_sweep("tiny-target", ["tiny"], "ROMEO:", 1, 8, 0.0, 0, 1.0, 64, 0, True, 4)), "this sweep"),
+    (lambda h: last(h.run_sweep("tiny-target", ["tiny"], "ROMEO:\n\nTo be\n\nJULIET:", 1, 16, 0.0, 0, 1.0, 64, 0, True,
+                                 4)), "this sweep"),  # work many times its first pilot's, so a loaded host cannot cross
     (lambda h: last(h.run_tree_lab("tiny-target", "tiny", "ROMEO:\n\nTo be", "2,4,6", "3,2,1", 0.0, 0, 1.0, 64, 3, 0)),
      r"this tree lab \(30 runs\)"),
     (lambda h: last(h.run_compare("tiny-target", ["tiny", "prompt-lookup"], "ROMEO:", 3, 0.0, 0, 1.0, 64, 0)),
