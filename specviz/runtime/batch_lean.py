@@ -10,7 +10,7 @@ and its next tokens overwrite their slots (no holes, nothing masked). The C stac
 arithmetic alone or among others, so a row's logits are the bits its single-prompt lean run gives.
 
 Runs where ``runs_lean(model)``: a model ``lean_llama`` supports, float32 on the CPU, its layers built for C, and the
-default forward not set to transformers' ("dynamic", "static"); elsewhere ``BatchLM`` stays on transformers'
+default forward not set to transformers' ("dynamic"); elsewhere ``BatchLM`` stays on transformers'
 DynamicCache.
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ FIRST_CAPACITY = 64  # positions a row holds at first; doubled (to a power of tw
 
 def runs_lean(model) -> bool:
     """Whether ``BatchLM(model, rows)`` runs on the lean forward's C layers (else on transformers' DynamicCache)."""
-    if default_path() in ("dynamic", "static") or not native.enabled() or not lean_llama.supports(model):
+    if default_path() == "dynamic" or not native.enabled() or not lean_llama.supports(model):
         return False
     w = lean_llama.lean_weights(model)
     if w.embed.dtype != torch.float32 or w.embed.device.type != "cpu":
