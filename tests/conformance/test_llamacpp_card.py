@@ -77,11 +77,12 @@ def test_llama_cpp_is_exact_here(card):
 
 
 @pytest.mark.slow
-def test_the_reported_draft_counts_are_the_drafts_argmax_kept_by_exact_match():
+def test_the_reported_draft_counts_are_the_drafts_argmax_kept_by_exact_match(monkeypatch):
     """The rule lab's model of llama.cpp (scripts/measure/llamacpp_acceptance_prediction.py: draft-simple drafts the
     draft model's argmax, min(n_max, tokens left - 1) a round; the target keeps a draft while its own sample equals
     it), replayed over each recorded request's tokens, gives the draft_n and draft_n_accepted the engine reported
     for that request: 500 of 500 at each setting."""
+    monkeypatch.syspath_prepend(str(PREDICTION.parent))  # the script imports its folder's hostline, as when run
     spec = importlib.util.spec_from_file_location("llamacpp_acceptance_prediction", PREDICTION)
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
