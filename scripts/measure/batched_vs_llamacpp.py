@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
-import statistics
 import subprocess
 import sys
 import time
@@ -34,6 +33,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parents[1]), str(HERE)]
 
 from llamacpp_convert import default_llama_cpp  # noqa: E402
+from timings import spread  # noqa: E402
 
 
 def llama_batched(bin_dir: Path, gguf: Path, batch: int, context: int, new: int, threads: int) -> float:
@@ -58,10 +58,6 @@ def ours(target, prompts, sep, batch: int, context: int, cfg) -> float:
 
     traces = autoregressive_generate_batch(target, load.at_context(prompts, context, batch, sep), cfg)
     return load.decode_row(batch, "autoregressive", 0, traces)["tokens_per_s"]
-
-
-def spread(xs: list[float], fmt: str = ".1f") -> str:
-    return f"{statistics.median(xs):{fmt}} [{min(xs):{fmt}}-{max(xs):{fmt}}]"
 
 
 def main(argv=None) -> None:

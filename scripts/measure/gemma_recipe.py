@@ -18,7 +18,6 @@ acceptance that would break even at that c and v (``specviz.theory.expected_spee
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from functools import partial
@@ -30,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from hostline import host_line, load_average  # noqa: E402
+from timings import spread  # noqa: E402
 
 from specviz import (  # noqa: E402
     CrossDrafter,
@@ -118,10 +118,6 @@ def break_even(k: float, c: float, v: float) -> float | None:
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if theory.expected_speedup(mid, k, c, v) < 1 else (lo, mid)
     return hi
-
-
-def spread(xs: list[float], fmt: str) -> str:
-    return f"{statistics.median(xs):{fmt}} [{min(xs):{fmt}}-{max(xs):{fmt}}]"
 
 
 def report(tallies: dict, paired: dict) -> str:

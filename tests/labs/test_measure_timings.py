@@ -1,0 +1,36 @@
+"""The measurement scripts' shared figure printer (scripts/measure/timings.py): median [min-max] of repeated figures,
+the one the batched-vs-llama.cpp and Gemma recipe scripts print their rounds with."""
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+MEASURE = Path(__file__).resolve().parents[2] / "scripts" / "measure"
+
+
+def load(name: str, monkeypatch):
+    """A script of scripts/measure loaded by path, its folder on the path as when it runs (it imports its siblings)."""
+    monkeypatch.syspath_prepend(str(MEASURE))
+    spec = importlib.util.spec_from_file_location(name, MEASURE / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_spread_is_the_median_and_range_in_the_format_asked(monkeypatch):
+    spread = load("timings", monkeypatch).spread
+    assert spread([3.0, 1.0, 2.0]) == "2.0 [1.0-3.0]"
+    assert spread([4.0, 1.0, 2.0, 10.0], ".2f") == "3.00 [1.00-10.00]"  # even count: the mean of the middle two
+    assert spread([7.25]) == "7.2 [7.2-7.2]"  # one figure: its own median and range (7.25 rounds half to even)
+
+
+def test_spread_refuses_no_figures(monkeypatch):
+    with pytest.raises(ValueError, match="at least one figure"):
+        load("timings", monkeypatch).spread([])
+
+
+@pytest.mark.parametrize("script", ["batched_vs_llamacpp", "gemma_recipe"])
+def test_the_scripts_print_with_the_shared_spread(script, monkeypatch):
+    module = load(script, monkeypatch)
+    assert Path(module.spread.__code__.co_filename).resolve() == MEASURE / "timings.py"  # no copy of its own
+    assert module.spread([1.0, 5.0, 2.0], ".2f") == "2.00 [1.00-5.00]"
