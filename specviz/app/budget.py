@@ -6,7 +6,8 @@ visitor who asked for it has left (``sessions.check_left``).
 An Estimate time that says a form fits is a promise its Run keeps (``promise`` and ``promised``): the gate prices
 the form again at passes timed then, and where the machine has slowed since and that price is over the budget,
 the run goes ahead as the estimate said, within PROMISE_S of it, saying both prices. An estimate that says it
-would refuse withdraws the promise, so the two never disagree: what the estimate admits the gate admits."""
+would refuse withdraws the promise (``withdraw``), so the two never disagree: what the estimate admits the gate
+admits."""
 from __future__ import annotations
 
 import os
@@ -82,12 +83,19 @@ def form_key(lab: str, *form) -> tuple:
 
 
 def promise(key: tuple, likely_s: float, budget_s: float) -> None:
-    """Remembers an estimate of the form ``key``: a promise where it fits ``budget_s``, none where it does not."""
-    _promises.pop(key, None)
+    """Remembers an estimate of the form ``key``: a promise where it fits ``budget_s``, none where it does not (any
+    earlier promise of the form withdrawn)."""
+    withdraw(key)
     if likely_s <= budget_s:
         _promises[key] = (likely_s, time.monotonic())
         while len(_promises) > MAX_PROMISES:
             _promises.popitem(last=False)
+
+
+def withdraw(key: tuple) -> None:
+    """Forgets the promise of the form ``key``, where there is one: an estimate of it that says it would refuse
+    binds its Run to nothing."""
+    _promises.pop(key, None)
 
 
 def promised(key: tuple, budget_s: float) -> Promise | None:

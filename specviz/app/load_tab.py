@@ -10,7 +10,7 @@ from ..config import EXAMPLE_PROMPTS
 from ..labs import load
 from ..views import load_plots
 from ..views.tables import readable
-from .budget import Budget, form_key, promise, promised
+from .budget import Budget, form_key, promise, promised, withdraw
 from .forms import as_int, encode, split_prompts
 from .store import ModelStore
 from .widgets import LAB_QUEUE, bind, chart, lab_inputs
@@ -35,15 +35,16 @@ def setup(store: ModelStore, target, draft, prompts_text, batches, context, k, n
 
 def estimate_time(store: ModelStore, target, draft, prompts_text, batches, context, k, new_tokens, repeats) -> str:
     """Markdown: the pilot's estimate, and whether Run load lab will take it (the same gate it applies, and a
-    promise it keeps: ``budget.promise``)."""
+    promise it keeps: ``budget.promise``, or none where it would refuse: ``budget.withdraw``)."""
     form = (target, draft, prompts_text, batches, context, k, new_tokens, repeats)
-    args = setup(store, *form)
+    args, key = setup(store, *form), form_key("load", *form)
     budget, time_of = Budget(), load.estimate(**args)
-    promise(form_key("load", *form), time_of.likely, budget.seconds)
     try:
         budget.refuse_over(time_of.likely, "this load run", REDUCE)
     except ValueError as refused:
+        withdraw(key)
         return f"**Run load lab would refuse this now:** {refused}"
+    promise(key, time_of.likely, budget.seconds)
     return f"**Estimated {time_of}**, from a pilot at batch 1 priced through the goodput model at each batch size."
 
 

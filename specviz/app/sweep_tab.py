@@ -15,7 +15,7 @@ from ..labs import least, pilot_cache, policies
 from ..labs.sweep import iter_sweep, per_position, position_rows, summarize
 from ..views import lab_plots
 from ..views.tables import readable
-from .budget import Budget, Promise, form_key, promise, promised
+from .budget import Budget, Promise, form_key, promise, promised, withdraw
 from .forms import as_int, encode, make_config, number_in, split_prompts
 from .store import ModelStore
 from .tempfiles import fresh_folder
@@ -86,13 +86,14 @@ def estimate(store: ModelStore, target, drafts, prompts_text, k_min, k_max, temp
              compare=False, fixed_k=4, stop=0.4):
     """Markdown: the predicted duration of everything Run sweep will run (the sweep, and the policy comparison
     when it is on) and its range, from a short timed pilot of the baseline and each draft, and whether Run sweep
-    will take it: the very gate Run sweep applies (``gate``), and a promise Run sweep keeps (``budget.promise``)."""
+    will take it: the very gate Run sweep applies (``gate``), and a promise Run sweep keeps (``budget.promise``), or
+    none where the gate refuses (``budget.withdraw``)."""
     form = (target, drafts, prompts_text, k_min, k_max, temperature, top_k, top_p, max_new, seed)
     setup, budget, key = sweep_setup(store, *form), Budget(), form_key("sweep", *form, compare, fixed_k, stop)
     try:
         note, time_of, _ = gate(*setup, compare, fixed_k, stop, budget)
     except ValueError as refused:
-        promise(key, float("inf"), budget.seconds)
+        withdraw(key)
         return f"**Run sweep would refuse this now:** {refused}"
     promise(key, time_of.likely, budget.seconds)
     return note

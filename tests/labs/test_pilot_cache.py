@@ -191,6 +191,51 @@ def test_an_estimate_that_fits_is_kept_by_its_run_when_the_machine_slows_after_i
         next(h.run_sweep(*form))
 
 
+def test_a_withdrawn_promise_is_not_honoured():
+    """A promise holds for its own form until it is withdrawn, or an estimate of the form over the budget replaces
+    it; withdrawing a form with no promise, or another form's, leaves the rest as they were."""
+    from specviz.app import budget
+
+    form, other = budget.form_key("sweep", "a", 1), budget.form_key("sweep", "a", 2)
+    budget.promise(form, 5.0, 10.0)
+    budget.promise(other, 7.0, 10.0)
+    assert budget.promised(form, 10.0).likely_s == 5.0
+    budget.withdraw(form)
+    assert budget.promised(form, 10.0) is None
+    assert budget.promised(other, 10.0).likely_s == 7.0  # another form's promise stands
+    budget.withdraw(form)  # nothing left to withdraw: no error
+    budget.withdraw(budget.form_key("load", "never estimated"))
+    assert budget.promised(other, 10.0).likely_s == 7.0
+    budget.promise(form, 4.0, 10.0)  # estimated again and fits: promised again
+    assert budget.promised(form, 10.0).likely_s == 4.0
+    budget.promise(form, 11.0, 10.0)  # estimated again, over: no promise
+    assert budget.promised(form, 10.0) is None
+
+
+def test_a_sweep_estimate_that_would_refuse_withdraws_the_forms_promise(monkeypatch):
+    """Estimate time of the sweep lab promises a form the gate admits and withdraws it when the gate refuses the
+    same form later: its Run is then held to the gate alone."""
+    from specviz.app import budget, sweep_tab
+
+    refuse = {"now": False}
+
+    def gate(*args):
+        if refuse["now"]:
+            raise ValueError("over the budget")
+        return "**Estimated**", est.Estimate(2.0, 1.0, 3.0), None
+
+    monkeypatch.setattr(sweep_tab, "sweep_setup", lambda store, *form: ())
+    monkeypatch.setattr(sweep_tab, "gate", gate)
+    monkeypatch.setenv("SPECVIZ_MAX_REQUEST_S", "20")
+    form = ("tiny-target", ["tiny"], "ROMEO:", 1, 4, 0.0, 0, 1.0, 8, 0)
+    key = budget.form_key("sweep", *form, False, 4, 0.4)
+    assert sweep_tab.estimate(None, *form, False, 4, 0.4) == "**Estimated**"
+    assert budget.promised(key, 20.0).likely_s == 2.0
+    refuse["now"] = True
+    assert sweep_tab.estimate(None, *form, False, 4, 0.4).startswith("**Run sweep would refuse this now:** over")
+    assert budget.promised(key, 20.0) is None
+
+
 def test_the_load_labs_run_keeps_what_its_estimate_said(monkeypatch):
     """The Load lab's Estimate time and Run load lab: a form estimated to fit runs although its price has since
     grown over the budget; one estimated over is refused by both."""
