@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field, fields
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from .config import DecodeConfig
 from .records import DraftTokens, TreeNode, TreeRecord  # noqa: F401 (re-exported: the records of a trace)
 from .texts import Texts, fill_texts, position_texts
 from .trace_schema import check_trace, loads, round_fields
+
+if TYPE_CHECKING:  # imported where a frame is built (to_frame): a decode alone does not load pandas
+    import pandas as pd
 
 SCHEMA = "specviz.trace/1"
 MAX_TRACE_BYTES = 4 * 2**20  # a trace JSON longer than this is refused before it is parsed
@@ -233,6 +235,8 @@ class Trace:
                 if tok is not None:
                     text = t.emitted[r.n_accepted] if len(t.emitted) > r.n_accepted else self.text(tok)
                     rows.append(_row(text, r, r.n_accepted, tok, status, False, r.next_p, None, None, None, None))
+        import pandas as pd  # only here: a decode that never builds a frame does not pay for it
+
         df = pd.DataFrame(rows, columns=FRAME_COLUMNS)
         return df.astype({"p": float, "q": float, "ratio": float, "accept_prob": float, "u": float, "beta": float})
 

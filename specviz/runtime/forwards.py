@@ -5,7 +5,6 @@ the path of every model the lean forwards (``lean_llama``, ``lean_gemma``) do no
 from __future__ import annotations
 
 import torch
-from transformers import DynamicCache
 
 
 class DynamicForward:
@@ -13,6 +12,8 @@ class DynamicForward:
     with the cache's own crop (which, since transformers 5, takes a negative count to remove)."""
 
     def __init__(self, model, cache_kw: str):
+        from transformers import DynamicCache  # imported here: the lean and llama.cpp paths never need it
+
         self.model, self.cache_kw = model, cache_kw
         self.kv = DynamicCache(config=model.config)
         self.kv.activate_past_recording()  # sliding-window layers keep what a rollback may need (else crop fails)
@@ -54,8 +55,12 @@ def model_device(model) -> torch.device:
 def cache_layers(model) -> list:
     """The layers of the DynamicCache transformers builds for the model (plain, sliding-window, ...), empty where
     DynamicCache cannot read its config (the run itself will then say what is wrong)."""
+    from transformers import DynamicCache
+
+    cfg = model.config  # a GGUF's own config (gguf_shell.TextConfig) as transformers' class of its model type
     try:
-        return list(DynamicCache(config=model.config).layers)
+        cfg = cfg.transformers_config() if hasattr(cfg, "transformers_config") else cfg
+        return list(DynamicCache(config=cfg).layers)
     except Exception:
         return []
 

@@ -104,10 +104,11 @@ def load_quantized(folder: Path, name: str):
 
 
 def config(folder: Path, name: str):
-    """The GGUF's model config, from the cache where it was built before (``described``)."""
-    from transformers import AutoConfig
+    """The GGUF's model config, from the cache where it was built before (``described``), read without transformers
+    (``gguf_shell.TextConfig``: the config.json transformers wrote there)."""
+    from .gguf_shell import TextConfig
 
-    return AutoConfig.from_pretrained(str(described(folder, name)), local_files_only=True)
+    return TextConfig.from_folder(described(folder, name))
 
 
 def tokenizer(folder: Path, name: str):

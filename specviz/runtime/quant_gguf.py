@@ -3,11 +3,11 @@ that runs on them through ``lean_gemma.LeanGemma3``.
 
 The header is read here directly (GGUF v2/v3: metadata, then tensor infos, then aligned data): the ``gguf`` package's
 reader builds a numpy view per metadata item, and a 262,144-token vocabulary made it take 30-90 s; skipping the
-vocabulary's strings takes well under a second. The model returned is transformers' ``Gemma3ForCausalLM`` built
-on the meta device (no memory) from the config, with its RoPE module on the CPU and one zero-stride placeholder as
-its tied embedding (so its device reads as the CPU and its vocabulary size is right); its weights are
-``model.quantized`` (``lean_gemma.Weights`` of ``QuantLinear`` matrices), which the lean forward runs. Its
-transformers forward is not runnable (the layers' weights are meta tensors): every pass goes through the lean one.
+vocabulary's strings takes well under a second. The model returned is
+``gguf_shell.QuantGemma`` (not transformers' Gemma3ForCausalLM: importing its modelling stack alone held about 100 MB
+resident), one zero-stride placeholder as its tied embedding (so its device reads as the CPU and its vocabulary size
+is right); its weights are ``model.quantized`` (``lean_gemma.Weights`` of ``QuantLinear`` matrices), which the lean
+forward runs: every pass goes through it.
 
 The norms' weights are used as the file stores them: llama.cpp's converter writes Gemma's (1 + w), which is the
 scale the lean forward multiplies by (transformers subtracts 1 on load and adds it back in float32, which can differ
@@ -164,22 +164,11 @@ def gemma_weights(tensors: Tensors, config):
 
 
 def gemma_model(path: Path, config):
-    """transformers' Gemma3ForCausalLM for ``config``, its layers on the meta device, running on the GGUF's quantized
-    weights (``model.quantized``) through the lean forward."""
-    from transformers import AutoModelForCausalLM
+    """A Gemma-3 causal LM for ``config`` (``gguf_shell.QuantGemma``: no transformers model, no float weights)
+    running on the GGUF's quantized weights (``model.quantized``) through the lean forward."""
+    from .gguf_shell import QuantGemma
 
-    tensors = Tensors(path)
-    weights = gemma_weights(tensors, config)
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    inner = model.model
-    inner.rotary_emb = type(inner.rotary_emb)(config=config, device="cpu")
-    placeholder = torch.nn.Parameter(torch.zeros((), dtype=torch.float32).expand(weights.embed.rows, config.hidden_size),
-                                     requires_grad=False)  # no memory: shape, dtype and device only
-    inner.embed_tokens.weight = placeholder
-    model.lm_head.weight = placeholder
-    model.quantized, model.gguf_path = weights, Path(path)
-    return model.eval()
+    return QuantGemma(config, gemma_weights(Tensors(path), config), path).eval()
 
 
 def resident_bytes(weights) -> int:
