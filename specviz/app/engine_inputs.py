@@ -1,8 +1,9 @@
 """What the "Your engine" tab reads, below the tab: pasted text (several runs split by '--- label' lines) and
 uploaded files as labelled EngineRuns, or MeanRuns where an input gives means and no counts (grouped into runs,
-temperatures filled in), the cost model from one of three sources, and a specviz run to put beside them. Inputs are
-held to the trace import's size limit; every error is a ValueError that says what to change (the library's, with the
-uploaded files' temporary paths shown as their names)."""
+temperatures filled in; a zipped llama.cpp load recording as its runs with speculation on and off), the cost model
+from one of three sources, and a specviz run to put beside them. Inputs are held to the trace import's size limit
+(a recording's entries, uncompressed, to four times it); every error is a ValueError that says what to change (the
+library's, with the uploaded files' temporary paths shown as their names)."""
 from __future__ import annotations
 
 import re
@@ -12,6 +13,7 @@ from pathlib import Path
 from ..config import EXAMPLE_PROMPTS
 from ..decoder import speculative_generate
 from ..engines import CostModel, EngineRun, MeanRun, cost_from_llama_bench, parse_verify, read_reported, total
+from ..engines.llamacpp_load import read_llamacpp_load_zip
 from ..engines.read import with_temperature
 from ..engines.run import check_k
 from ..engines.specviz_trace import trace_run
@@ -33,6 +35,8 @@ MAX_FIELD_CHARS = 2000  # the temperatures and v boxes: 64 numbers or rows:cost 
 PASTED = "the pasted text"
 SEPARATOR = re.compile(r"^---(?:[ \t][^\r\n]*)?\r?$", re.M)  # '---' or '--- label' alone on a line: another run
 MAX_LABEL = 80  # characters of a run's label
+MAX_RECORDING_ENTRIES = 256  # a zipped llama.cpp load recording: 16 configurations hold under 100 entries
+MAX_RECORDING_BYTES = 4 * MAX_TRACE_BYTES  # its entries uncompressed, all together (the zip itself: MAX_TRACE_BYTES)
 
 
 def file_paths(files) -> list[str]:
@@ -81,7 +85,7 @@ def inputs(text, files) -> list[Input]:
         sizes = ([(PASTED, len(text.encode("utf-8")))] if text else []) + [(Path(p).name, size_of(p)) for p in paths]
         if not sizes:
             raise ValueError("nothing to read: paste a log excerpt, a /metrics scrape or JSON responses, or upload "
-                             "files")
+                             "files (a llama.cpp load recording as a .zip of its folder)")
         for name, size in sizes + [("all the inputs together", sum(size for _, size in sizes))]:
             if size > MAX_TRACE_BYTES:
                 raise ValueError(f"{name} is {size / 2**20:.1f} MiB; at most {MAX_TRACE_BYTES / 2**20:.0f} MiB (the "
@@ -134,12 +138,16 @@ def read_runs(text, files, grouping: str, temperatures: str = "", check=None, k=
     inputs' runs summed per temperature (and format); a paste split into parts by '---' lines is one run per part
     whatever the grouping (the grouping then says how the uploads go). Then the typed temperatures filled in where
     the formats do not say (one for all runs, or one each), and the typed ``k`` where a run does not print its own
-    (``typed_k``). Labels: the user's, else the file's name or the pasted part's; a lone unlabelled run is called
-    by its format. ``check()`` between inputs, log lines and scrapes (the request's budget)."""
+    (``typed_k``). An uploaded zip is a llama.cpp load recording (``recording_runs``): its runs with speculation on
+    and off, after the others, whatever the grouping. Labels: the user's, else the file's name or the pasted part's
+    (a recording's: its zip's name and the mode); a lone unlabelled run is called by its format. ``check()`` between
+    inputs, log lines and scrapes (the request's budget)."""
     temperatures = short_field(temperatures, "the temperatures box")
     if grouping not in GROUPINGS:
         raise ValueError(f"grouping must be one of {GROUPINGS}, got {grouping!r}")
     parts = inputs(text, files)
+    zips = [p for p in parts if not p.pasted and is_zip(p.data)]
+    parts = [p for p in parts if p.pasted or not is_zip(p.data)]
     pasted, uploads = [p for p in parts if p.pasted], [p for p in parts if not p.pasted]
     split = len(pasted) > 1 or any(p.label for p in pasted)
     if grouping == ONE_RUN:
@@ -147,12 +155,31 @@ def read_runs(text, files, grouping: str, temperatures: str = "", check=None, k=
     else:
         groups = [[p] for p in parts]
     named = [(group[0].label or group[0].name if len(group) == 1 else None, read_group(group, check))
-             for group in groups]
+             for group in groups if group]
     if grouping == PER_TEMPERATURE:
         named = by_temperature(named)
+    recorded = [pair for part in zips for pair in recording_runs(part, check)]
+    named += recorded
     runs = typed_k(typed_temperatures([run for _, run in named], temperatures), k)
-    typed = {p.label for p in parts if p.label}
+    typed = {p.label for p in parts if p.label} | {label for label, _ in recorded}
     return list(zip(run_labels([(label, run) for (label, _), run in zip(named, runs)], typed), runs))
+
+
+def is_zip(data: bytes) -> bool:
+    """A zip archive's first bytes (a local file header, or the end record of an empty zip)."""
+    return data[:4] in (b"PK\x03\x04", b"PK\x05\x06")
+
+
+def recording_runs(part: Input, check=None) -> list[tuple[str, MeanRun]]:
+    """A zipped llama.cpp load recording (``record_llamacpp_load.sh``'s folder): its runs with speculation on and
+    off, labelled by the upload's name; a zip that is not one refused naming the upload."""
+    if check is not None:
+        check()
+    try:
+        runs = read_llamacpp_load_zip(part.data, max_members=MAX_RECORDING_ENTRIES, max_bytes=MAX_RECORDING_BYTES)
+    except ValueError as error:
+        raise ValueError(f"{part.name}: {error}") from None
+    return [(f"{part.name}: speculation {mode}", run) for mode, run in runs.items()]
 
 
 def read_group(group: list[Input], check=None) -> EngineRun | MeanRun:

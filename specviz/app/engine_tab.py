@@ -27,6 +27,9 @@ ACCEPTED = "Accepted: " + "; ".join(f.split(" (")[0] for f in FORMATS) + "."
 PLACEHOLDER = ("INFO 12-02 10:00:00 [metrics.py:96] SpecDecoding metrics: Mean acceptance length: 2.40, Accepted "
                "throughput: 28.00 tokens/s, Drafted throughput: 60.00 tokens/s, Accepted: 280 tokens, Drafted: 600 "
                "tokens, Per-position acceptance rate: 0.700, 0.470, 0.230, Avg Draft acceptance rate: 46.7%")
+RECORDING = ("A llama.cpp load recording (the folder `scripts/measure/record_llamacpp_load.sh` writes: np1-on/, "
+             "np1-off/, ...) uploaded as a .zip of that folder shows under load: tokens/s and acceptance against "
+             "requests in flight, where speculation stops paying, and what to serve per range.")
 MAX_SERIES_POINTS = 2000  # intervals the series chart draws over all runs; more are pooled into consecutive groups
 
 
@@ -136,8 +139,19 @@ def load_view(named: list[tuple[str, EngineRun]], k: int | None = None) -> tuple
     findings = diagnose_load(dict(named), k=k)
     cross = next((f.numbers for f in findings if f.code == "load_crossover"), {})
     band = (cross["last_paying_load"], cross["first_losing_load"]) if cross.get("decided") else None
-    text = report.findings_markdown(findings).replace("#### What the doctor finds", "#### Under load", 1)
+    text = report.findings_markdown(findings).replace("#### What the doctor finds", "#### Under load\n"
+                                                      + load_sources(named, frame), 1)
     return text, load_engine_plots.load_figure(frame, band)
+
+
+def load_sources(named: list[tuple[str, EngineRun]], frame: pd.DataFrame) -> str:
+    """One line per run charted against load: its engine, the format it was read as and whether it speculated (how
+    each was read, the version's meaning included, is in the run's notes above)."""
+    sources = dict(named)
+    rows = frame.drop_duplicates("run")
+    shown = [f"{report.md(row.run)}: {report.md(row.engine)}, read as {report.md(sources[row.run].source)}, "
+             f"speculation {row.speculation}" for row in rows.itertuples()]
+    return "Read as: " + "; ".join(shown) + " (how each was read: its notes above).\n\n"
 
 
 def analyse(store: ModelStore, text, files, grouping, temperatures, cost_source, c, v, bench_text, bench_file,
@@ -230,11 +244,12 @@ def build(store: ModelStore) -> None:
     h = handlers(store)
     gr.Markdown("Bring your engine's run: paste a log excerpt, a `/metrics` scrape or JSON responses, or upload "
                 "files. The tab names the format it detected, every rate with its definition, what the doctor "
-                "finds, and the k to run with under a cost model. " + report.md(ACCEPTED))
+                "finds, and the k to run with under a cost model. " + report.md(ACCEPTED) + " " + RECORDING)
     with gr.Row():
         text = gr.Textbox(lines=8, label="Paste engine output", placeholder=PLACEHOLDER, elem_id="engine-text",
                           info="several runs: a line '--- label' above each (before and after an upgrade, two drafts)")
-        files = gr.File(label="...or upload files", file_count="multiple", elem_id="engine-files")
+        files = gr.File(label="...or upload files (a llama.cpp load recording: a .zip of its folder)",
+                        file_count="multiple", elem_id="engine-files")
     grouping, temperatures, engine_k, drafter = _run_inputs()
     cost = _cost_inputs(store)
     beside = _beside_inputs()
