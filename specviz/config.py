@@ -1,8 +1,10 @@
-"""DecodeConfig: every knob of one generation run, checked whenever one is built (replace too), plus named presets."""
+"""DecodeConfig: every knob of one generation run, checked whenever one is built (replace too), plus named presets;
+TreeConfig: the tree a run drafts instead of a chain, checked the same way."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from typing import Annotated, Literal, get_args, get_origin, get_type_hints
+from types import NoneType, UnionType
+from typing import Annotated, Literal, Union, get_args, get_origin, get_type_hints
 
 from pydantic import ConfigDict, Field, InstanceOf, TypeAdapter, ValidationError, with_config
 from pydantic.fields import FieldInfo
@@ -15,7 +17,8 @@ K_POLICIES = get_args(KPolicy)
 Rule = Literal["leviathan", "point_mass", "exact_match", "typical", "optimistic", "lenient"]
 RULES = get_args(Rule)
 LOSSY = frozenset({"typical", "optimistic", "lenient"})
-TREE_CHILDREN = ("auto", "top", "iid", "distinct")
+TreeChildren = Literal["auto", "top", "iid", "distinct"]
+TREE_CHILDREN = get_args(TreeChildren)
 MAX_TREE_NODES = 128  # nodes one verify pass may hold (a 128-token forward still costs a few one-token ones)
 EXAMPLE_PROMPTS = [  # in the style of the bundled models' corpus (Shakespeare and Milton)
     "ROMEO:",
@@ -31,6 +34,17 @@ HELDOUT_PROMPTS = [  # for benchmarks: from the corpus's held-out works (its val
     "The night is cold, and all the stars are out;",
     "APEMANTUS:\nThou art a fool to trust",
 ]
+
+
+class _IntOrFloat:
+    """After a Field's bounds in an annotation: the value must be an int or a float (or a subclass) before pydantic's
+    float check, which alone would take anything with ``__float__`` (a tensor, a numpy float32). In its core, fast."""
+
+    def __get_pydantic_core_schema__(self, source, handler):
+        return core_schema.chain_schema([core_schema.is_instance_schema((int, float)), handler(source)])
+
+
+REAL = _IntOrFloat()
 
 
 @dataclass(frozen=True)
@@ -55,48 +69,45 @@ class TreeConfig:
     the chain decoder would draft, drafted the same way, plus at most ``siblings`` leaves beside it, each the
     draft's best other token at one of the chain's positions (``specviz.trees.chain``).
     A tree of ranks (``choices``, Medusa's ``medusa_choices``): each node the path of ranks from the root, (0, 1) the
-    draft's second most probable token below its most probable one; every prefix of a path is a node too."""
+    draft's second most probable token below its most probable one; every prefix of a path is a node too.
 
-    shape: tuple[int, ...] = (3, 2, 2, 1)
-    budget: int = 0
-    depth: int = 5
-    width: int = 4
-    children: str = "auto"
-    threshold: float = 0.0
-    siblings: int | None = None  # >= 0: a chain of ``depth`` with that many sibling leaves at most
-    choices: tuple[tuple[int, ...], ...] | None = None  # a tree of ranks (Medusa's): each node its path of ranks
+    Each field's annotation is its check, as DecodeConfig's (pydantic, strict: an integer is no bool, a number no
+    string, NaN fails the threshold's bounds), then the checks that relate fields; ``choices`` is checked by hand
+    (``_checked_choices``). A refusal is a ValueError naming the field and its limit, never the value given."""
+
+    shape: Annotated[tuple[Annotated[int, Field(ge=1)], ...], Field(min_length=1, max_length=16)] = (3, 2, 2, 1)
+    budget: Annotated[int, Field(ge=0, description="0 = a static tree of the given shape")] = 0
+    depth: Annotated[int, Field(ge=1, le=16)] = 5
+    width: Annotated[int, Field(ge=1, le=16)] = 4
+    children: TreeChildren = "auto"
+    threshold: Annotated[float, Field(ge=0, lt=1), REAL] = 0.0
+    siblings: Annotated[int, Field(ge=0)] | None = None  # >= 0: a chain of ``depth`` with that many sibling leaves
+    # a tree of ranks (Medusa's): each node its path of ranks. Checked by hand, not by its annotation: a path's
+    # prefixes must be paths too and no path may repeat (relations between entries), and JSON gives lists, which
+    # are read as tuples where a strict tuple check would refuse them
+    choices: tuple[tuple[int, ...], ...] | None = None
 
     def __post_init__(self):
         if isinstance(self.shape, list):
             object.__setattr__(self, "shape", tuple(self.shape))
         if self.choices is not None:
             object.__setattr__(self, "choices", _checked_choices(self))
-        if not isinstance(self.shape, tuple) or not 1 <= len(self.shape) <= 16:
-            raise ValueError(f"tree shape must be 1-16 children counts, one per depth, got {type(self.shape).__name__}")
-        for m in self.shape:
-            _check_int("every tree shape entry", m, low=1)
-        _check_int("tree budget", self.budget, low=0, hint="0 = a static tree of the given shape")
-        _check_int("tree depth", self.depth, low=1)
-        _check_int("tree width", self.width, low=1)
-        if self.children not in TREE_CHILDREN:
-            raise ValueError(f"tree children must be one of {TREE_CHILDREN}")
+        try:
+            _TREE_CHECK.validate_python({name: self.__dict__[name] for name in _TREE_HINTS})
+        except ValidationError as e:
+            said = (_tree_said(err, self.__dict__) for err in e.errors() if not _miscounted(err, self.shape))
+            raise ValueError("; ".join(dict.fromkeys(said))) from None
         if self.dynamic and self.children == "iid":
             raise ValueError("a dynamic tree takes top children or children drawn without replacement: use "
                              "children='top', 'distinct' or 'auto'")
-        if not isinstance(self.threshold, (int, float)) or isinstance(self.threshold, bool) \
-                or not 0 <= self.threshold < 1:
-            raise ValueError(f"tree threshold must be a number in [0, 1), got {type(self.threshold).__name__}")
-        if self.chained:
-            _check_int("tree siblings", self.siblings, low=0)
-            if self.dynamic or self.children == "iid":
-                raise ValueError("a chain with siblings has no node budget and draws its siblings without "
-                                 "replacement: use budget=0 and children 'auto', 'top' or 'distinct'")
+        if self.chained and (self.dynamic or self.children == "iid"):
+            raise ValueError("a chain with siblings has no node budget and draws its siblings without "
+                             "replacement: use budget=0 and children 'auto', 'top' or 'distinct'")
         if self.threshold and not (self.dynamic or self.chained):
             raise ValueError("a tree threshold needs a dynamic tree (a node budget > 0) or a chain with siblings")
-        if self.depth > 16 or self.width > 16:
-            raise ValueError(f"tree depth and width must be <= 16, got {self.depth} and {self.width}")
-        if self.nodes > MAX_TREE_NODES:
-            raise ValueError(f"the tree has {self.nodes} nodes; at most {MAX_TREE_NODES} are verified in one pass")
+        if (nodes := self.nodes) > MAX_TREE_NODES:
+            raise ValueError(f"the tree has {nodes if nodes < 10**6 else 'over a million'} nodes; at most "
+                             f"{MAX_TREE_NODES} are verified in one pass")
 
     @classmethod
     def parse(cls, text: str) -> TreeConfig:
@@ -173,17 +184,6 @@ class TreeConfig:
         return "distinct" if self.children == "auto" else self.children
 
 
-class _IntOrFloat:
-    """After a Field's bounds in an annotation: the value must be an int or a float (or a subclass) before pydantic's
-    float check, which alone would take anything with ``__float__`` (a tensor, a numpy float32). In its core, fast."""
-
-    def __get_pydantic_core_schema__(self, source, handler):
-        return core_schema.chain_schema([core_schema.is_instance_schema((int, float)), handler(source)])
-
-
-REAL = _IntOrFloat()
-
-
 @dataclass(frozen=True)
 class DecodeConfig:
     """Settings shared by speculative and autoregressive generation.
@@ -252,6 +252,9 @@ _HINTS = get_type_hints(DecodeConfig, include_extras=True)
 _CHECK = TypeAdapter(with_config(ConfigDict(strict=True))(TypedDict("DecodeConfigFields", _HINTS)))
 _SIGNS = {"gt": ">", "ge": ">=", "lt": "<", "le": "<="}
 _CROSSED = {"greater_than": "gt", "greater_than_equal": "ge", "less_than": "lt", "less_than_equal": "le"}  # pydantic's
+# TreeConfig's: every field's annotation but the choices' (checked by hand)
+_TREE_HINTS = {k: v for k, v in get_type_hints(TreeConfig, include_extras=True).items() if k != "choices"}
+_TREE_CHECK = TypeAdapter(with_config(ConfigDict(strict=True))(TypedDict("TreeConfigFields", _TREE_HINTS)))
 
 
 def _choice_paths(text: str) -> list[list[int]]:
@@ -291,9 +294,34 @@ def _tree_from(given: dict) -> TreeConfig:
 
 
 def _said(error: dict, values: dict) -> str:
-    """One failed check in words: the field, what it must be, its hint; the type given, never the value."""
+    """One failed check of a DecodeConfig field in words (``_words``)."""
     name = error["loc"][0]
-    value, (base, info) = values[name], _parts(_HINTS[name])
+    return _words(name, values[name], _HINTS[name], error)
+
+
+def _tree_said(error: dict, values: dict) -> str:
+    """One failed check of a TreeConfig field in words (``_words``), named as the tree's: "tree depth", "every
+    tree shape entry"; the shape itself (not a tuple, or not 1-16 entries long) in a sentence of its own."""
+    name, *at = error["loc"]
+    hint = _TREE_HINTS[name]
+    if name == "shape" and not at:
+        return f"tree shape must be 1-16 children counts, one per depth, got {type(values[name]).__name__}"
+    if name == "shape":
+        return _words("every tree shape entry", values[name][at[0]], get_args(_parts(hint)[0])[0], error)
+    if get_origin(hint) in (Union, UnionType):  # "X | None": the words of X (None is admitted, so never the error)
+        hint = next(a for a in get_args(hint) if a is not NoneType)
+    return _words(f"tree {name}", values[name], hint, error)
+
+
+def _miscounted(error: dict, shape) -> bool:
+    """Whether a failed check is pydantic's length check of a shape whose length is right: it counts the entries
+    that passed their own check, so a shape of one bad entry reads as too short besides that entry's own error."""
+    return error["loc"] == ("shape",) and error["type"] in ("too_short", "too_long") and 1 <= len(shape) <= 16
+
+
+def _words(name: str, value, hint, error: dict) -> str:
+    """One failed check in words: the field, what it must be, its hint; the type given, never the value."""
+    base, info = _parts(hint)
     crossed = _CROSSED.get(error["type"])
     if crossed and base is int:  # an integer out of range: the bound it crossed
         what = f"{_SIGNS[crossed]} {_number(error['ctx'][crossed])}"
@@ -340,13 +368,6 @@ def _number(x) -> str:
     if isinstance(x, int) and x >= 2**32 and x & (x - 1) == 0:
         return f"2**{x.bit_length() - 1}"
     return f"{x:g}"
-
-
-def _check_int(name: str, value, low: int, hint: str = "") -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be an integer, got {type(value).__name__}")
-    if value < low:
-        raise ValueError(f"{name} must be >= {low}" + (f" ({hint})" if hint else ""))
 
 
 # the explorer's opening settings (the app's sliders and the /generate API default to them; the benchmark's floor
