@@ -6,14 +6,14 @@ transformers' ``GemmaTokenizer`` held about 270 MB more resident for Gemma-3's 2
 ``tokenizers.Tokenizer`` it wraps (Python-side copies of the vocabulary); ``GgufTokenizer`` wraps that Tokenizer
 alone, with the few methods specviz calls (``tok(text).input_ids``, ``decode``, ``convert_ids_to_tokens``,
 ``get_vocab``, the special tokens' ids), giving the same ids (tests/runtime/test_gguf_tokenizer.py). After parsing,
-the freed parse buffers are handed back to the system (glibc's malloc_trim), so they do not stay resident.
+the freed parse buffers are handed back to the system (``heap``: glibc's malloc_trim), so they do not stay resident.
 """
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import json
 from pathlib import Path
+
+from .heap import give_back_freed_memory
 
 ROLES = ("bos_token", "eos_token", "unk_token", "pad_token", "mask_token")
 
@@ -122,17 +122,3 @@ def load(folder: Path) -> GgufTokenizer:
 def _content(token) -> str | None:
     """A special token as tokenizer_config.json writes it: a string, or an AddedToken's dict."""
     return token.get("content") if isinstance(token, dict) else token
-
-
-def give_back_freed_memory() -> bool:
-    """Return the C heap's free pages to the system (glibc's malloc_trim): a 33 MB tokenizer.json's parse leaves
-    about 200 MB freed but resident otherwise. False where the C library has no malloc_trim (musl, macOS)."""
-    name = ctypes.util.find_library("c")
-    try:
-        trim = ctypes.CDLL(name).malloc_trim if name else None
-    except (OSError, AttributeError):
-        return False
-    if trim is None:
-        return False
-    trim(0)
-    return True

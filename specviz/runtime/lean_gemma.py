@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from . import quant
+from . import heap, quant
 from .lean_common import instrumented, linear, rope_, rope_tables
 from .lean_llama import FIRST_CAPACITY
 from .pruned_head import PrunedHead, scatter
@@ -134,6 +134,16 @@ def like(w: Weights) -> torch.Tensor:
     return w.embed if isinstance(w.embed, torch.Tensor) else w.norm
 
 
+class TrimWhenFreed:
+    """Hands the freed C heap back to the system when it is collected. Held as an object's last attribute, it is
+    collected after that object's other attributes (CPython releases an instance's attributes in the order they were
+    first set): after a lean forward's KV cache, whose ~10 MB (and a run's freed logits) glibc would otherwise keep
+    resident (``heap``)."""
+
+    def __del__(self):
+        heap.give_back_freed_memory()
+
+
 class LeanGemma3:
     """A Gemma-3 forward with its own pre-allocated KV cache, used like ``LeanLlama`` by CachedLM: ``forward``
     appends tokens and returns their logits, ``crop`` moves the write position back."""
@@ -147,6 +157,7 @@ class LeanGemma3:
         self.kinds = {kind == "sliding_attention": kind for kind in cfg.layer_types}  # only the kinds it has
         self.length = self.capacity = 0
         self._reserve(FIRST_CAPACITY)
+        self.trim_when_freed = TrimWhenFreed()  # the last attribute: freed after the cache (see TrimWhenFreed)
 
     def get_seq_length(self) -> int:
         return self.length
