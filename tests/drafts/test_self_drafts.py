@@ -11,6 +11,7 @@ from specviz.drafts.self_drafts import ExitDrafter, FeatureDrafter
 from specviz.runtime.lm import CachedLM
 from tests.helpers.models import reference_greedy, tiny_llama
 from tests.helpers.stats import chi2_pvalue, exact_first_two
+from tests.helpers.tree_seeds import first_two_of_seeds
 
 
 def exits(target):
@@ -129,10 +130,7 @@ def test_feature_draft_greedy_is_the_targets_greedy_and_sampling_keeps_its_law()
     greedy = speculative_generate(target, drafter, prompt, DecodeConfig(k=3, temperature=0, max_new_tokens=30))
     assert greedy.new_tokens == reference_greedy(target, prompt, 30)
     cfg = DecodeConfig(k=2, max_new_tokens=3, temperature=1.0)
-    counts = torch.zeros(8, 8)
-    for seed in range(1500):
-        trace = speculative_generate(target, drafter, prompt, DecodeConfig(**{**cfg.to_dict(), "seed": seed}))
-        counts[trace.new_tokens[0], trace.new_tokens[1]] += 1
+    counts, _ = first_two_of_seeds(target, drafter, prompt, cfg, 1500)  # each seed's run replayed, the first pinned
     assert chi2_pvalue(counts, exact_first_two(target, prompt, cfg)) > 1e-3
 
 
@@ -350,11 +348,9 @@ def test_a_hybrid_tree_drafts_the_runs_own_loops_from_the_lookup():
 
 
 def sampled_trees_keep_the_law(target, drafter) -> bool:
-    """Chi-square of the first two tokens of 1,500 sampled (2, 2)-tree runs against the target's exact law."""
+    """Chi-square of the first two tokens of 1,500 sampled (2, 2)-tree runs against the target's exact law (each
+    seed's run replayed from the models' answers, the first seeds pinned to their full runs)."""
     prompt = torch.tensor([[1, 2, 3, 4]])
     cfg = DecodeConfig(max_new_tokens=3, temperature=1.0, tree=TreeConfig(shape=(2, 2)))
-    counts = torch.zeros(8, 8)
-    for seed in range(1500):
-        trace = speculative_generate(target, drafter, prompt, DecodeConfig(**{**cfg.to_dict(), "seed": seed}))
-        counts[trace.new_tokens[0], trace.new_tokens[1]] += 1
+    counts, _ = first_two_of_seeds(target, drafter, prompt, cfg, 1500)
     return chi2_pvalue(counts, exact_first_two(target, prompt, DecodeConfig(max_new_tokens=3, temperature=1.0))) > 1e-3

@@ -12,7 +12,8 @@ from specviz.runtime.lm import CachedLM
 from specviz.sampling import verify_candidates
 from specviz.trees.tree import ROOT, choose_children
 from tests.helpers.models import perturbed, reference_greedy, tiny_gpt2, tiny_llama
-from tests.helpers.stats import chi2_pvalue, exact_first_two, first_rounds_of_seeds
+from tests.helpers.stats import chi2_pvalue, exact_first_two
+from tests.helpers.tree_seeds import DraftRows, TargetRows, first_two_of_seeds, replay, untimed
 
 SHARP = {"llama": tiny_llama(seed=3, sharpen=30), "gpt2": tiny_gpt2(seed=4, sharpen=30)}
 SHAPES = [TreeConfig(shape=(3, 2, 2, 1)), TreeConfig(shape=(2, 2, 2)), TreeConfig(shape=(4,)),
@@ -125,8 +126,9 @@ N_RUNS = 1500
 
 
 def _first_two_counts(cfg: DecodeConfig, prompt, drafter=LOSSLESS_DRAFT) -> tuple[torch.Tensor, int]:
-    """Counts of the first two tokens over N_RUNS seeds, and in how many runs a second child was tried."""
-    counts, firsts = first_rounds_of_seeds(LOSSLESS_TARGET, drafter, prompt, cfg, N_RUNS)
+    """Counts of the first two tokens over N_RUNS seeds, and in how many runs a second child was tried (each seed's
+    run replayed from the models' answers, its first seeds checked against their full runs)."""
+    counts, firsts = first_two_of_seeds(LOSSLESS_TARGET, drafter, prompt, cfg, N_RUNS)
     tried = [[n for n in r.tree.nodes if n.depth == 0 and n.status != "unvisited"] for r in firsts]
     return counts, sum(len(t) >= 2 for t in tried)
 
@@ -159,6 +161,31 @@ def test_dynamic_sampled_tree_is_lossless(draft, threshold, children):
     counts, second_tries = _first_two_counts(cfg, prompt, drafter)
     assert second_tries > 50  # later children were tried against the adjusted p' in many runs
     assert chi2_pvalue(counts, exact_first_two(LOSSLESS_TARGET, prompt, cfg)) > 1e-3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["static", "dynamic hybrid", "chain"])
+def test_a_replayed_seed_is_the_decoders_own_run(case):
+    """The law tests' replay (tests/helpers/tree_seeds.py) against the decoder: each of 60 seeds' rounds, up to its
+    second token, equal the decoder's own run bit for bit (drafts, q, p, verdicts, u, every node), timings aside; the
+    same replay under the next seed differs from the decoder's run in most seeds, so the comparison can fail."""
+    table = NGramModel.fit(torch.tensor([4, 1, 6, 2, 4, 1, 6, 3, 4, 1, 6, 2, 5, 2, 7]), V, order=2)
+    prompt, drafter, tree = {
+        "static": (torch.tensor([[1, 2, 3]]), LOSSLESS_DRAFT, TreeConfig(shape=(3, 2), children="iid")),
+        "dynamic hybrid": (torch.tensor([[4, 1, 6]]), HybridDrafter(table, LOSSLESS_DRAFT, 0.3, greedy_only=False),
+                           TreeConfig(budget=5, depth=2, width=3, threshold=0.05)),
+        "chain": (torch.tensor([[1, 2, 3]]), LOSSLESS_DRAFT, TreeConfig(depth=2, siblings=2))}[case]
+    cfg, ids = DecodeConfig(max_new_tokens=3, temperature=0.9, tree=tree), prompt[0].tolist()
+    models = TargetRows(LOSSLESS_TARGET, ids), DraftRows(drafter, LOSSLESS_TARGET, ids, cfg)
+    same, shifted = 0, 0
+    for seed in range(60):
+        run = Decoding(LOSSLESS_TARGET, drafter, prompt, DecodeConfig(**{**cfg.to_dict(), "seed": seed}))
+        for _ in run:
+            if len(run.trace.new_tokens) >= 2:
+                break
+        same += untimed(replay(models, ids, cfg, seed)) == untimed(run.trace)
+        shifted += untimed(replay(models, ids, cfg, seed + 1)) == untimed(run.trace)
+    assert same == 60 and shifted < 30
 
 
 @pytest.mark.law

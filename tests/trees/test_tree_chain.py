@@ -7,7 +7,8 @@ from specviz import DecodeConfig, Decoding, NGramModel, PromptLookupDrafter, spe
 from specviz.config import TreeConfig
 from specviz.drafts.hybrid import HybridDrafter
 from tests.helpers.models import perturbed, reference_greedy, tiny_gpt2, tiny_llama
-from tests.helpers.stats import chi2_pvalue, exact_first_two, first_rounds_of_seeds
+from tests.helpers.stats import chi2_pvalue, exact_first_two
+from tests.helpers.tree_seeds import first_two_of_seeds
 
 SHARP = {"llama": tiny_llama(seed=3, sharpen=30), "gpt2": tiny_gpt2(seed=4, sharpen=30)}
 CHAINS = [TreeConfig(depth=4, siblings=2), TreeConfig(depth=6, siblings=3, threshold=0.01),
@@ -77,7 +78,7 @@ LOSSLESS_DRAFT = perturbed(LOSSLESS_TARGET, 0.7)
 
 def _first_two(cfg: DecodeConfig, prompt) -> tuple[torch.Tensor, int]:
     """Counts of the first two tokens over 1500 seeds, and in how many runs a sibling was tried."""
-    counts, firsts = first_rounds_of_seeds(LOSSLESS_TARGET, LOSSLESS_DRAFT, prompt, cfg, 1500)
+    counts, firsts = first_two_of_seeds(LOSSLESS_TARGET, LOSSLESS_DRAFT, prompt, cfg, 1500)
     return counts, sum(any(n.status != "unvisited" for n in _split(r.tree.nodes)[1]) for r in firsts)
 
 
