@@ -4,8 +4,10 @@ against llama-server's on the same GGUF (same threads, same context size) after 
     python scripts/measure/gemma_memory.py --bin /work/ext/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin
 
 Steps, each cumulative: the interpreter started; ``import torch``; ``import specviz``; the decoder and the GGUF
-loader imported (they pull in transformers); the tokenizer loaded from its cache (built there once, first);
-the quantized weights mapped; after the first decode (a greedy completion of --max-new-tokens). Each line shows
+loader imported (no transformers: the quantized model is ``gguf_shell.QuantGemma``); the tokenizer loaded from its
+cache (built there once, first); the quantized weights mapped; after the first decode (a greedy completion of
+--max-new-tokens). Then the heavy libraries the process imported, by name (transformers among them only with
+--tokenizer transformers). Each line shows
 VmRSS (resident now), its anonymous and file-backed parts (RssAnon: the heap; RssFile: mapped files, the GGUF's
 pages among them), VmHWM (the peak so far) and getrusage's ru_maxrss (the same peak, as the kernel counts it).
 --tokenizer transformers loads the same cached tokenizer through transformers' GemmaTokenizer instead, to show
@@ -24,6 +26,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parents[1]), str(HERE)]
 
+HEAVY = ("transformers", "pandas", "scipy", "plotly", "gradio", "sklearn")
 PROMPT = "The history of the city begins with a small fishing village on the river,"
 KEYS = ("VmRSS", "RssAnon", "RssFile", "VmHWM")
 
@@ -122,6 +125,8 @@ def main(argv=None) -> None:
     ours = show(f"after the first decode ({len(trace.new_tokens)} tokens)", seconds=time.perf_counter() - t0)
     held = resident_bytes(model.quantized) / 2 ** 20
     print(f"quantized matrices held: {held:.0f} MB (the GGUF file: {args.gguf.stat().st_size / 2 ** 20:.0f} MB)")
+    heavy = sorted({m.split(".")[0] for m in sys.modules} & set(HEAVY))
+    print(f"heavy libraries imported: {', '.join(heavy) or 'none'} (of {', '.join(HEAVY)})")
     if args.bin and (args.bin / "llama-server").is_file():
         theirs = llama_server(args.bin, args.gguf, ids, args)
         print(f"\nresident now (VmRSS): specviz {ours['VmRSS']:.0f} MB, llama-server {theirs['VmRSS']:.0f} MB "
