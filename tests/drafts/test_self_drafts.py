@@ -1,5 +1,7 @@
 """Drafts made of the target itself (specviz.drafts.self_drafts): an early exit in the target's own cache, and the feature
 draft (specviz.drafts.eagle) over the target's hidden states."""
+import functools
+
 import pytest
 import torch
 
@@ -186,11 +188,11 @@ def test_a_hybrid_of_the_feature_draft_drafts_trees_from_both(tree, monkeypatch)
     from specviz.drafts.hybrid import HybridDrafter
     from specviz.drafts.ngram import NGramModel
 
-    target = tiny_llama(vocab=16, seed=7, sharpen=5)
+    target, head = trained_pair(7)
     ids = torch.tensor([[1, 2, 3, 1, 2, 3]])
     text = target.generate(ids, do_sample=False, max_new_tokens=60, min_new_tokens=60)[0]
     table = NGramModel.fit(text[:22], 16, order=3)  # knows the greedy text's start, not the loop it ends in
-    hybrid = HybridDrafter(table, FeatureDrafter(trained_head(target), target), confidence=0.6)
+    hybrid = HybridDrafter(table, FeatureDrafter(head, target), confidence=0.6)
     calls = {"feature levels": 0, "table": 0}
     levels, lookups = FeatureDrafter.tree_logits, NGramModel.log_distribution
 
@@ -248,6 +250,14 @@ def test_a_feature_drafts_tree_nodes_get_the_q_their_path_drafted_as_a_chain_get
     torch.testing.assert_close(level2[1], q([30, 7]), atol=1e-6, rtol=1e-5)
 
 
+@functools.cache
+def trained_pair(seed: int) -> tuple:
+    """(tiny_llama(vocab=16, seed=seed, sharpen=5), its trained_head): trained once for the module's tests (the
+    training is seeded, so every test gets the head it would train itself; the decoder never changes a head)."""
+    target = tiny_llama(vocab=16, seed=seed, sharpen=5)
+    return target, trained_head(target)
+
+
 def trained_head(target, steps=150):
     """A feature head fitted for a few seconds to the target's own sampled text (two unrolled steps, forward KL):
     it drafts well enough that trees accept."""
@@ -269,8 +279,8 @@ def trained_head(target, steps=150):
 @pytest.mark.slow
 @pytest.mark.parametrize("tree", [TreeConfig(shape=(3, 2, 2, 1)), TreeConfig(shape=(1,), budget=8, depth=4, width=2)])
 def test_feature_draft_trees_decode_the_targets_greedy(tree):
-    target = tiny_llama(vocab=16, seed=11, sharpen=5)
-    drafter = FeatureDrafter(trained_head(target), target)
+    target, head = trained_pair(11)
+    drafter = FeatureDrafter(head, target)
     prompt = torch.tensor([[1, 2, 3, 4]])
     trace = speculative_generate(target, drafter, prompt, DecodeConfig(temperature=0, max_new_tokens=40, tree=tree))
     assert trace.new_tokens == reference_greedy(target, prompt, 40)
@@ -335,12 +345,12 @@ def test_a_hybrid_tree_drafts_the_runs_own_loops_from_the_lookup():
     from specviz.drafts.hybrid import HybridDrafter
     from specviz.drafts.ngram import NGramModel
 
-    target = tiny_llama(vocab=16, seed=7, sharpen=5)  # its greedy text ends in a loop
+    target, head = trained_pair(7)  # its greedy text ends in a loop
     ids = torch.tensor([[1, 2, 3, 1, 2, 3]])
     never_sure = NGramModel.fit(torch.arange(16), 16, order=2)
     tree = TreeConfig(budget=10, depth=6, width=2)
     for lookup, expect_point_masses in ((2, True), (0, False)):
-        hybrid = HybridDrafter(never_sure, FeatureDrafter(trained_head(target), target), confidence=0.99, lookup=lookup)
+        hybrid = HybridDrafter(never_sure, FeatureDrafter(head, target), confidence=0.99, lookup=lookup)
         trace = speculative_generate(target, hybrid, ids, DecodeConfig(temperature=0, max_new_tokens=50, tree=tree))
         assert trace.new_tokens == reference_greedy(target, ids, 50)
         point_masses = [n for r in trace.rounds for n in r.tree.nodes if n.q == 1.0]
