@@ -217,7 +217,9 @@ def best_k_ranges(batches, context: float, ks, acceptance, target: StepCost, dra
 
 
 def fit_step_cost(samples) -> StepCost:
-    """A StepCost from measured passes, (tokens, context, seconds) each, by least squares with every term >= 0.
+    """A StepCost from measured passes, (tokens, context, seconds) each, by least squares on the RELATIVE error with
+    every term >= 0: each pass weighs as 1 / its seconds, so a one-token pass's millisecond counts as much as a large
+    pass's ten (a speedup is a ratio of passes; an absolute fit lets the largest passes set the small ones' cost).
     With one context only, the KV term cannot be told from the per-token one: per_kv = 0 and per_token carries
     both (valid at that context)."""
     data = np.asarray(list(samples), dtype=float)
@@ -229,8 +231,9 @@ def fit_step_cost(samples) -> StepCost:
     if len(set(tokens)) < 2:
         raise ValueError(f"fit a step cost from passes of at least 2 sizes, got only {int(tokens[0])} tokens")
     columns = [np.ones_like(tokens), tokens] + ([tokens * context] if len(set(context)) > 1 else [])
-    scale = np.array([c.max() for c in columns])  # columns of like size: nnls's tolerance is absolute
-    terms, _ = nnls(np.stack(columns, axis=1) / scale, seconds)
+    design = np.stack(columns, axis=1) / seconds[:, None]  # row i over seconds_i: the residuals are relative
+    scale = design.max(axis=0)  # columns of like size: nnls's tolerance is absolute
+    terms, _ = nnls(design / scale, np.ones_like(seconds))
     terms = terms / scale
     fixed, per_token = float(terms[0]), float(terms[1])
     return StepCost(fixed, per_token, float(terms[2]) if len(terms) > 2 else 0.0)

@@ -89,6 +89,18 @@ def test_fit_recovers_a_step_cost_and_folds_kv_into_tokens_at_one_context():
     assert (one.fixed, one.per_token, one.per_kv) == pytest.approx((0.002, 0.0005 + 128e-6, 0.0), rel=1e-6)
 
 
+def test_the_fit_weighs_every_pass_by_its_relative_error():
+    # a machine whose per-token cost doubles past 64 tokens (compute saturates): a straight line cannot follow it.
+    # Fitted on absolute seconds the 256-token pass sets the line and a one-token pass comes out at 0.48x its cost
+    # (a batch-1 speedup priced from it is wrong by 2x); on relative error every pass is within 25% of its own.
+    def cost(n):
+        return 0.001 + 0.00005 * min(n, 64) + 0.0001 * max(n - 64, 0)
+    sizes = (1, 2, 4, 8, 64, 128, 256)
+    fitted = gp.fit_step_cost([(n, 0, cost(n)) for n in sizes])
+    assert all(0.75 < fitted.seconds(n) / cost(n) < 1.25 for n in sizes)
+    assert fitted.seconds(1) / cost(1) == pytest.approx(0.953, abs=0.01)
+
+
 def test_fit_from_an_engines_throughput():
     # 10, 18, 30 tokens/s at batch 1, 2, 4: steps of 0.1, 0.111, 0.1333 s
     samples = gp.passes_from_throughput([1, 2, 4], [10, 18, 30])

@@ -176,11 +176,12 @@ def run_passes(kept: dict, context: int, drafts: bool = True) -> pd.DataFrame:
     the batch rounds): a batch round's target pass carries its live rows x (the longest proposal + 1) tokens (rows
     padded to one width), its draft passes the live rows' newest token each (``draft_s`` over the round's drafts).
     ``kept``: ``run_load``'s traces by (batch, method); rows stay live from round 0 until they finish. ``drafts``
-    False: a model-free drafter, whose lookups are no pass."""
+    False: a model-free drafter, whose lookups are no pass. Round 0 is left out: the prefill's last logits serve its
+    pending token, so its pass carries the drafts alone (none for autoregressive decoding: no pass at all)."""
     samples: dict = {}
     for (batch, method), traces in kept.items():
         for run in _runs_of(traces, batch):
-            for i in range(max(len(t.rounds) for t in run)):
+            for i in range(1, max(len(t.rounds) for t in run)):  # round 0 feeds no pending token: see above
                 live = [t.rounds[i] for t in run if len(t.rounds) > i]
                 width = max(len(r.drafted) for r in live) + 1
                 samples.setdefault(("target", batch, width, len(live) * width), []).append(live[0].target_s)

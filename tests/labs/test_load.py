@@ -91,13 +91,17 @@ def test_rates_bookkeeping_and_lookups_from_a_batch_of_two():
 
 
 def test_the_runs_own_passes_are_what_the_model_is_fitted_on():
-    """One batch-2 speculative run: round 0 both rows draft 2 (target 9 ms over 2 x 3 tokens, draft 4 ms over 2
-    drafts: 2 ms a draft pass of 2 tokens); round 1 only row 0 is live, drafting 1 (target 5 ms over 1 x 2, draft
-    1 ms). Two batch-1 autoregressive runs: passes of 1 token, 3 ms and 5 ms (median 4, range 3-5)."""
-    spec = traces_of([round_of([5, 6], 2, draft_s=0.004, target_s=0.009), round_of([7], 0, draft_s=0.001,
-                                                                                   target_s=0.005)],
-                     [round_of([5, 6], 1, draft_s=0.004, target_s=0.009)])
-    plain = traces_of([round_of([], 0, target_s=0.003)]) + traces_of([round_of([], 0, target_s=0.005)])
+    """One batch-2 speculative run: round 0 is the prefill's (its pending token was fed with the prompt: its pass is
+    not one of k + 1 tokens a row, so it is left out, whatever it took); round 1 both rows draft 2 (target 9 ms over
+    2 x 3 tokens, draft 4 ms over 2 drafts: 2 ms a draft pass of 2 tokens); round 2 only row 0 is live, drafting 1
+    (target 5 ms over 1 x 2, draft 1 ms). Two batch-1 autoregressive runs: round 0 feeds nothing (0.1 ms, left out),
+    then passes of 1 token, 3 ms and 5 ms (median 4, range 3-5)."""
+    first = dict(draft_s=0.0001, target_s=0.0001)
+    spec = traces_of([round_of([5, 6], 2, **first), round_of([5, 6], 2, draft_s=0.004, target_s=0.009),
+                      round_of([7], 0, draft_s=0.001, target_s=0.005)],
+                     [round_of([5, 6], 1, **first), round_of([5, 6], 1, draft_s=0.004, target_s=0.009)])
+    plain = (traces_of([round_of([], 0, **first), round_of([], 0, target_s=0.003)])
+             + traces_of([round_of([], 0, **first), round_of([], 0, target_s=0.005)]))
     got = load.run_passes({(2, "speculative"): spec, (1, "autoregressive"): plain}, context=32)
     rows = {(r.model, r.batch, r.width, r.tokens): (round(r.ms, 6), round(r.ms_min, 6), round(r.ms_max, 6))
             for r in got.itertuples()}
