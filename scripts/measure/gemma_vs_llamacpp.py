@@ -1,20 +1,28 @@
-"""Gemma-3 270M as shipped (the Q4_K_M GGUF from PyPI), decoded autoregressively by specviz's quantized lean forward
-and by llama.cpp, side by side in one run: prompt by prompt, the two sides interleaved (the order alternating), at
-greedy and T = 0.8, on the same threads; then llama-bench's own token-generation rate, and each side's resident memory.
+"""Gemma-3 270M as shipped (the Q4_K_M GGUF from PyPI), decoded autoregressively by specviz and by llama.cpp, side
+by side in one run: prompt by prompt, the two sides interleaved (the order alternating), at greedy and T = 0.8, on the
+same threads; then llama-bench's own token-generation rate, and each side's resident memory.
 
+specviz's side runs its decoder (every sampling decision and record in torch) on one of two forwards of the same
+file (``--forward``): ``lean``, its quantized lean forward, or ``llamacpp``, llama.cpp's own forward of the file as
+shipped through llama-cpp-python (``specviz.runtime.llamacpp``; LLAMA_CPP_LIB_PATH names the build's libraries).
+By default the faster of the two on a few one-row passes here (the one llama-cpp-python can run; printed).
+
+    LLAMA_CPP_LIB_PATH=/work/ext/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin \
     python scripts/measure/gemma_vs_llamacpp.py --bin /work/ext/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin \
-        --threads 2 --max-new-tokens 64
+        --threads 2 --max-new-tokens 64 --forward llamacpp
 
 Prints a header (date, host, threads, load average before and after, the command), one line per call, then a table:
 tokens/s of the decode (new tokens over the decode's wall time: specviz's rounds without the prefill; llama-server's
 own predicted_per_second), median [min-max] over the prompts, and the ratio specviz / llama.cpp of the medians;
 resident memory (VmHWM: the peak) of this process after loading and decoding, and of llama-server; the greedy tokens'
-agreement with llama.cpp's (same GGUF, other kernels) and, where they first differ, specviz's logit margin there
-(top-1 minus top-2: a near-tie or not). Without --bin (or with no llama.cpp build there) only specviz's side runs.
+agreement with llama.cpp's (same GGUF; the same kernels on the llamacpp forward, other ones on the lean forward) and,
+where they first differ, specviz's logit margin there (top-1 minus top-2: a near-tie or not). Without --bin (or with
+no llama.cpp build there) only specviz's side runs.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -48,13 +56,35 @@ def vm(pid="self", key="VmHWM") -> float:
     return float("nan")
 
 
-def ours(model, tok, text: str, temperature: float, n: int, seed: int):
-    """specviz's autoregressive decode: (new tokens, decode tokens/s without the prefill)."""
+FORWARDS = ("lean", "llamacpp")
+
+
+def choose_forward(model, asked: str | None) -> tuple[str, str]:
+    """(the forward specviz's side runs on, why): the one asked for, else the faster of the two on one-row passes
+    (the lean one where llama.cpp's cannot run the model here)."""
+    from specviz.runtime import llamacpp, lm
+
+    if asked is not None:
+        reason = llamacpp.supports(model) if asked == "llamacpp" else None
+        if reason:
+            raise SystemExit(f"--forward llamacpp cannot run here: {reason}")
+        return asked, "asked for"
+    reason = llamacpp.supports(model)
+    if reason:
+        return "lean", f"llama.cpp's forward cannot run here ({reason})"
+    costs = lm.one_row_seconds(model, list(FORWARDS))
+    best = min(FORWARDS, key=costs.get)
+    return best, "the faster one-row pass here: " + ", ".join(f"{f} {costs[f] * 1e3:.1f} ms" for f in FORWARDS)
+
+
+def ours(model, tok, text: str, temperature: float, n: int, seed: int, forward: str = "lean"):
+    """specviz's autoregressive decode on ``forward``: (new tokens, decode tokens/s without the prefill)."""
     from specviz import DecodeConfig, autoregressive_generate
+    from specviz.runtime import lm
 
     ids = tok(text, return_tensors="pt").input_ids
     cfg = DecodeConfig(temperature=temperature, max_new_tokens=n, seed=seed, record=False)
-    tr = autoregressive_generate(model, ids, cfg)
+    tr = lm.on_path(forward, autoregressive_generate, model, ids, cfg)
     decode_s = tr.total_s - tr.prefill_s
     return list(tr.new_tokens), (len(tr.new_tokens) - 1) / decode_s if decode_s > 0 else float("nan")
 
@@ -70,11 +100,12 @@ def theirs(port: int, tok, text: str, temperature: float, n: int, seed: int):
     return list(r["tokens"]), r["timings"]["predicted_per_second"]
 
 
-def margin_at(model, prompt_ids: list[int], tokens: list[int], at: int) -> float:
-    """specviz's top-1 minus top-2 logit after prompt + tokens[:at] (where the two sides first differ)."""
+def margin_at(model, prompt_ids: list[int], tokens: list[int], at: int, forward: str = "lean") -> float:
+    """specviz's top-1 minus top-2 logit on ``forward`` after prompt + tokens[:at] (where the two sides first
+    differ)."""
     from specviz.runtime.lm import CachedLM
 
-    logits = CachedLM(model).feed(prompt_ids + tokens[:at])[-1]
+    logits = CachedLM(model, forward).feed(prompt_ids + tokens[:at])[-1]
     top = logits.topk(2).values
     return float(top[0] - top[1])
 
@@ -97,8 +128,12 @@ def main(argv=None) -> None:
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 0.8])
     ap.add_argument("--port", type=int, default=18517)
+    ap.add_argument("--forward", choices=FORWARDS, default=None,
+                    help="specviz's forward: its quantized lean one or llama.cpp's (default: the faster here)")
     args = ap.parse_args(argv)
 
+    if args.bin and (args.bin / "libllama.so").is_file():  # llama-cpp-python on the same build as llama-server's
+        os.environ.setdefault("LLAMA_CPP_LIB_PATH", str(args.bin))
     import torch
 
     torch.set_num_threads(args.threads)
@@ -114,6 +149,8 @@ def main(argv=None) -> None:
     model, tok = loader.load(args.gguf.parent, args.gguf.name, torch.float32)
     print(f"specviz load: {time.perf_counter() - t0:.1f} s (quantized: {getattr(model, 'quantized', None) is not None}),"
           f" resident {vm(key='VmRSS'):.0f} MB")
+    forward, why = choose_forward(model, args.forward)
+    print(f"specviz forward: {forward} ({why})", flush=True)
     server = None
     if args.bin and (args.bin / "llama-server").is_file():
         from llamacpp_convert import start_server
@@ -122,11 +159,11 @@ def main(argv=None) -> None:
     rows: dict[str, list[float]] = {}
     agree, first_diffs = [0, 0], []
     try:
-        ours(model, tok, PROMPTS[0], 0.0, 8, 0)  # warm-up
+        ours(model, tok, PROMPTS[0], 0.0, 8, 0, forward)  # warm-up
         for temp in args.temperatures:
             for i, text in enumerate(PROMPTS[: args.prompts]):
                 call = (text, temp, args.max_new_tokens, i)
-                sides = [("specviz", ours, (model, tok, *call))]
+                sides = [("specviz", ours, (model, tok, *call, forward))]
                 if server:
                     sides.append(("llama-server", theirs, (args.port, tok, *call)))
                 got = {}
@@ -140,7 +177,7 @@ def main(argv=None) -> None:
                     same = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
                     agree[0], agree[1] = agree[0] + same, agree[1] + min(len(a), len(b))
                     if same < min(len(a), len(b)):
-                        first_diffs.append((i, same, margin_at(model, tok(text).input_ids, a, same)))
+                        first_diffs.append((i, same, margin_at(model, tok(text).input_ids, a, same, forward)))
         server_hwm = vm(server.pid) if server else float("nan")
         has_bench = args.bin is not None and (args.bin / "llama-bench").is_file()
         bench = llama_bench(args.bin, args.gguf, args.threads, args.max_new_tokens) if has_bench else float("nan")
@@ -148,11 +185,12 @@ def main(argv=None) -> None:
         if server:
             server.terminate()
             server.wait()
-    report(rows, args, bench, server_hwm, agree, first_diffs)
+    report(rows, args, bench, server_hwm, agree, first_diffs, forward)
 
 
-def report(rows, args, bench, server_hwm, agree, first_diffs) -> None:
+def report(rows, args, bench, server_hwm, agree, first_diffs, forward: str) -> None:
     print(f"\n# load average after: {load_average()}")
+    print(f"# specviz ran on its {forward} forward" + (" (llama.cpp's, through llama-cpp-python)" * (forward == "llamacpp")))
     print(f"{'side':<24} {'tok/s median [min-max]':>26}  vs llama-server  vs llama-bench")
     for temp in args.temperatures:
         mine = rows.get(f"specviz T={temp:g}", [])
@@ -168,7 +206,8 @@ def report(rows, args, bench, server_hwm, agree, first_diffs) -> None:
     print(f"\nresident (peak): specviz {vm():.0f} MB, llama-server {server_hwm:.0f} MB"
           + (f" ({vm() / server_hwm:.2f}x)" if server_hwm == server_hwm else ""))
     if agree[1]:
-        print(f"greedy agreement with llama.cpp (same GGUF, other kernels): first {agree[0]} of {agree[1]} tokens "
+        kernels = "the same kernels" if forward == "llamacpp" else "other kernels"
+        print(f"greedy agreement with llama.cpp (same GGUF, {kernels}): first {agree[0]} of {agree[1]} tokens "
               f"before the first difference, summed over prompts")
         for i, at, margin in first_diffs:
             print(f"  prompt {i}: first differs at new token {at}; specviz's top-1 minus top-2 logit there {margin:.3f}")

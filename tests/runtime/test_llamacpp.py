@@ -157,7 +157,7 @@ def test_the_apps_baseline_runs_on_llamacpp_and_says_so():
     cfg = DecodeConfig(k=3, temperature=0.0, max_new_tokens=12)
     trace = speculative_generate(model, ModelDrafter(llama(seed=1)), ids, cfg)
     base = runs.baseline(Store(), trace)
-    assert trace.forward == "lean" and base.forward == "llamacpp"
+    assert trace.forward in ("lean", "lean-c") and base.forward == "llamacpp"  # lean-c: its layers in C
     assert base.new_tokens == trace.new_tokens == autoregressive_generate(model, ids, cfg).new_tokens
 
 
