@@ -141,3 +141,29 @@ def test_greedy_speculation_equals_greedy_decoding_on_the_shipped_file(tiny, mon
         assert spec.new_tokens == ar.new_tokens and len(ar.new_tokens) == 24
         rejected += sum(r.n_accepted < len(r.drafted) for r in spec.rounds)
     assert rejected > 0
+
+
+@needs_llamacpp
+def test_a_model_recorded_with_its_file_runs_on_that_file_not_on_a_copy(tmp_path, monkeypatch):
+    """A Llama read from its own GGUF (here one gguf_write wrote: no token list, its vocabulary size in a key), recorded
+    by from_file: the forward opens that file and writes none, with the same logits as the written copy's."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from specviz.runtime import gguf_write
+
+    monkeypatch.setenv(gguf_write.CACHE_ENV, str(tmp_path / "cache"))
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=128, bos_token_id=None, eos_token_id=None,
+                      pad_token_id=None)
+    model = LlamaForCausalLM(cfg).eval()
+    gguf_write.write(model, tmp_path / "own.gguf")
+    assert llamacpp.gguf_identity(tmp_path / "own.gguf") == ("llama", 96)
+    copy = lm.CachedLM(model, "llamacpp").feed([5, 1, 40, 7])
+    written = sorted((tmp_path / "cache").rglob("*.gguf"))
+    assert len(written) == 1
+    llamacpp.from_file(model, tmp_path / "own.gguf")
+    run = lm.CachedLM(model, "llamacpp")
+    assert run.cache.path == str((tmp_path / "own.gguf").resolve())
+    assert torch.equal(run.feed([5, 1, 40, 7]), copy)
+    assert sorted((tmp_path / "cache").rglob("*.gguf")) == written
