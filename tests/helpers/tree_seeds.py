@@ -65,9 +65,10 @@ class DraftRows(Drafter):
     """A drafter's answers to a round's calls, each distinct sequence of calls (after one committed text) answered
     once by a copy of the drafter started on the prompt as ``Decoding`` starts it, making the same calls in the same
     order: a tree round's ``tree_start`` and one ``tree_expand`` per level, or a chain's stepper, one drafted token a
-    call. A later round's copy first makes the first round's opening call and ends its tree with nothing accepted, as
-    the seed's run did (a second round follows a first that emitted one token). Tree rounds after one committed text
-    share a copy: ``tree_start`` drops the tree the copy holds and keeps the logits after the committed text."""
+    call. A second round (``replay`` makes at most two: one follows a first round that emitted one token, nothing
+    accepted) gets a copy that first opened the first round as the seed's run did: ``tree_start`` after the prompt
+    and ``tree_end`` with nothing accepted, or a stepper after the prompt. Tree rounds after one committed text share
+    a copy: ``tree_start`` drops the tree the copy holds and keeps the logits after the committed text."""
 
     def __init__(self, drafter, target, prompt: list[int], cfg: DecodeConfig):
         self.drafter, self.target, self.prompt = as_drafter(drafter), target, list(prompt)
@@ -159,15 +160,15 @@ def _chain_round(models: tuple, committed: list[int], cfg: DecodeConfig, k: int,
     return record_round(cfg, len(trace.rounds), k, x, q, p, verdict, emitted, 0.0, 0.0, 0.0, proposal.draft_view)
 
 
-def replay(models: tuple, prompt: list[int], cfg: DecodeConfig, seed: int, tokens: int = 2) -> Trace:
+def replay(models: tuple, prompt: list[int], cfg: DecodeConfig, seed: int) -> Trace:
     """Seed ``seed``'s run of ``models`` (TargetRows, DraftRows), its rounds as ``Decoding`` makes them, stopped
-    once ``tokens`` tokens are out (a later round cannot change them)."""
+    once two tokens are out (a later round cannot change them)."""
     generator = torch.Generator().manual_seed(seed)
     committed, tree = list(prompt), cfg.tree
     trace = Trace.start(committed, replace(cfg, seed=seed), "target", "draft", eos_ids(models[0].target))
     value = AcceptanceEstimate() if tree is not None and tree.dynamic else None
     siblings = SiblingEstimate() if tree is not None and tree.chained else None
-    while len(trace.new_tokens) < min(tokens, cfg.max_new_tokens) and not trace.stop_reason:
+    while len(trace.new_tokens) < min(2, cfg.max_new_tokens) and not trace.stop_reason:
         left = cfg.max_new_tokens - len(trace.new_tokens)
         if tree is not None:
             r = _tree_round(models, committed, cfg, min(tree.levels, left - 1), generator, trace, (value, siblings))
