@@ -73,7 +73,16 @@ def load(folder: Path, name: str, dtype, quantized: bool = True):
         model = AutoModelForCausalLM.from_pretrained(str(folder), gguf_file=name, dtype=dtype)
     except (OSError, ValueError, KeyError) as e:
         raise ValueError(f"could not load the GGUF {name!r} ({arch}): {str(e).splitlines()[0]}") from e
-    return plain(model), tokenizer
+    return shipped_file(plain(model), folder / name), tokenizer
+
+
+def shipped_file(model, path: Path):
+    """``model`` with the GGUF it was loaded from recorded (``llamacpp.from_file``), so that llama.cpp's forward runs
+    that file as shipped instead of a float32 copy of the dequantized weights; unrecorded where the file's
+    architecture or vocabulary is not the config's (that forward then writes its own file, or refuses)."""
+    from . import llamacpp
+
+    return model if llamacpp.file_refusal(model, path) else llamacpp.from_file(model, path)
 
 
 def quantized_refusal(folder: Path, name: str) -> str | None:

@@ -76,6 +76,20 @@ def test_a_file_that_is_not_the_models_is_refused_before_anything_loads(tmp_path
             llamacpp.LlamaCppForward(shell)
 
 
+@needs_gguf
+def test_a_gguf_loaded_dequantized_keeps_its_file_for_llamacpps_forward(tmp_path, monkeypatch):
+    """The dequantized load (transformers' reader) records the file, so llama.cpp's forward runs it as shipped
+    rather than a float32 copy of the weights; the quantized load's model names its file itself."""
+    from specviz.runtime import gguf as loader
+
+    monkeypatch.setenv("SPECVIZ_GGUF_CACHE", str(tmp_path / "cache"))
+    path = write_tiny_gemma(tmp_path / "t.gguf")
+    dequantized, _ = loader.load(tmp_path, path.name, torch.float32, quantized=False)
+    assert not hasattr(dequantized, "quantized") and llamacpp.source(dequantized) == path.resolve()
+    other = Shell(model_type="gemma3_text", vocab_size=17)  # not this file's vocabulary: nothing recorded
+    assert loader.shipped_file(other, path) is other and llamacpp.source(other) is None
+
+
 def test_architecture_names_follow_llamacpps_converter():
     assert [llamacpp.gguf_architecture(t) for t in ("gemma3_text", "llama", "mistral", "qwen2", "qwen3_moe")] == \
         ["gemma3", "llama", "llama", "qwen2", "qwen3moe"]
