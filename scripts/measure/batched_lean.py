@@ -26,6 +26,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from hostline import host_line, load_average  # noqa: E402
+from timings import spread  # noqa: E402
 
 from specviz import DecodeConfig  # noqa: E402
 from specviz.batch import autoregressive_generate_batch, speculative_generate_batch  # noqa: E402
@@ -112,8 +113,7 @@ def main(argv=None) -> None:
 def table(batches, tps: dict, differ: dict, repeats: int) -> str:
     """The Markdown table: tokens/s medians [min-max] and the ratios, each repeat's own, median over repeats."""
     def cell(key):
-        s = tps[key]
-        return f"{statistics.median(s):.1f} [{min(s):.1f}-{max(s):.1f}]"
+        return spread(tps[key])
 
     def ratio(a, b):
         return f"{statistics.median(x / y for x, y in zip(tps[a], tps[b])):.2f}x"
