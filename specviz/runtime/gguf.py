@@ -82,7 +82,10 @@ def shipped_file(model, path: Path):
     architecture or vocabulary is not the config's (that forward then writes its own file, or refuses)."""
     from . import llamacpp
 
-    return model if llamacpp.file_refusal(model, path) else llamacpp.from_file(model, path)
+    try:
+        return llamacpp.from_file(model, path)  # checks the file against the config once
+    except ValueError:
+        return model
 
 
 def quantized_refusal(folder: Path, name: str) -> str | None:

@@ -79,7 +79,7 @@ def test_a_file_that_is_not_the_models_is_refused_before_anything_loads(tmp_path
 @needs_gguf
 def test_a_gguf_loaded_dequantized_keeps_its_file_for_llamacpps_forward(tmp_path, monkeypatch):
     """The dequantized load (transformers' reader) records the file, so llama.cpp's forward runs it as shipped
-    rather than a float32 copy of the weights; the quantized load's model names its file itself."""
+    rather than a float32 copy of the weights; a model the file does not fit is left unrecorded."""
     from specviz.runtime import gguf as loader
 
     monkeypatch.setenv("SPECVIZ_GGUF_CACHE", str(tmp_path / "cache"))
