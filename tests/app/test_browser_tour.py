@@ -25,6 +25,13 @@ def app_url():
         yield url
 
 
+def run_done(page, outcome) -> None:
+    """Wait for a Run's outcome, then for its button to take clicks again. Not the button alone: on a busy host the
+    button may not yet have left "Run" when the click returns, and the run has not begun."""
+    sync_api.expect(outcome.first).to_be_visible(timeout=LONG)
+    sync_api.expect(page.locator("#run")).to_have_text("Run", timeout=LONG)
+
+
 def no_errors(page) -> None:
     assert page.locator(ERRORS).count() == 0 and not page.get_by_text("internal error").count()
 
@@ -38,8 +45,7 @@ def test_the_readmes_tour_walks_as_written(app_url):
         for field in ("#prompt", "#target", "#draft", "#k", "#temperature", "#run"):
             sync_api.expect(page.locator(field)).to_be_visible(timeout=60_000)
         page.locator("#run").click()
-        sync_api.expect(page.locator("#run")).to_have_text("Run", timeout=LONG)
-        sync_api.expect(page.locator("#summary")).to_contain_text("target forward", timeout=30_000)
+        run_done(page, page.locator("#summary").get_by_text("target forward"))
         token = page.locator("#timeline .sv-round .sv-tok").first
         token.click()  # click or tap: the details panel pinned
         assert "p = " in token.get_attribute("data-tip")
@@ -53,8 +59,7 @@ def test_the_readmes_tour_walks_as_written(app_url):
         page.locator("#shape input").click()
         page.get_by_role("option", name="3,2,2,1").click()
         page.locator("#run").click()
-        sync_api.expect(page.locator("#run")).to_have_text("Run", timeout=LONG)
-        assert page.locator("#timeline .sv-round-tree").count() > 0
+        run_done(page, page.locator("#timeline .sv-round-tree"))
         no_errors(page)
         # 4. the glossary, then What if? and Take alpha, k, c, v from this run (after the tree run of step 3)
         page.locator("#glossary").click()
