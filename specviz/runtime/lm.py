@@ -137,7 +137,8 @@ class CachedLM:
         tokens (in committed, not yet in the cache). Empty only when the cache holds exactly committed
         and its last logits are kept; otherwise at least committed[-1], whose logits the next step needs.
         """
-        keep = common_prefix(self.ids, committed, self._synced)  # committed only grows: the old agreement stands
+        known = self._synced if self.ids[:self._synced] == committed[:self._synced] else 0  # a drafter shared by
+        keep = common_prefix(self.ids, committed, known)  # a batch's rows is synced to another row's text in turn
         if keep == len(committed) and (keep < len(self.ids) or self.last_logits is None):
             keep -= 1  # the logits after committed[-1] are not kept: feed it again
         self.rollback(keep)

@@ -7,7 +7,7 @@ from transformers import PreTrainedTokenizerFast
 from specviz import DecodeConfig, speculative_generate
 from specviz.drafts.cross import CrossTokenizerDrafter, retokenize
 from tests.helpers.models import byte_bpe, reference_greedy, tiny_llama
-from tests.helpers.stats import chi2_pvalue, exact_first_two
+from tests.helpers.stats import chi2_pvalue, exact_first_two, first_two_counts, seeded_runs
 
 
 def words(vocab: list[str]) -> PreTrainedTokenizerFast:
@@ -57,12 +57,8 @@ def test_cross_tokenizer_sampling_keeps_the_targets_law():
     prompt = target_tok("a b c", return_tensors="pt").input_ids
     cfg = DecodeConfig(k=2, max_new_tokens=3, temperature=1.0)
     drafter = CrossTokenizerDrafter(draft, draft_tok, target_tok)
-    counts, drafted = torch.zeros(8, 8), 0
-    for seed in range(1500):
-        trace = speculative_generate(target, drafter, prompt, DecodeConfig(**{**cfg.to_dict(), "seed": seed}))
-        t1, t2 = trace.new_tokens[:2]
-        counts[t1, t2] += 1
-        drafted += len(trace.rounds[0].drafted)
+    traces = seeded_runs(target, drafter, prompt, cfg, 1500)  # one batched run, the drafter shared by its rows
+    counts, drafted = first_two_counts(traces, 8), sum(len(t.rounds[0].drafted) for t in traces)
     assert drafted > 500  # proposals were made and verified
     assert chi2_pvalue(counts, exact_first_two(target, prompt, cfg)) > 1e-3
 
@@ -88,12 +84,8 @@ def test_token_intersection_drafts_a_real_q_and_keeps_the_law():
     shared = {target_tok.get_vocab()[w] for w in ("<unk>", "a", "b", "c", "g")}
     prompt = target_tok("a b c", return_tensors="pt").input_ids
     cfg = DecodeConfig(k=2, max_new_tokens=3, temperature=1.0, top_k=6)
-    counts, drafted = torch.zeros(8, 8), []
-    for seed in range(1500):
-        trace = speculative_generate(target, drafter, prompt, DecodeConfig(**{**cfg.to_dict(), "seed": seed}))
-        t1, t2 = trace.new_tokens[:2]
-        counts[t1, t2] += 1
-        drafted += list(trace.rounds[0].drafted)
+    traces = seeded_runs(target, drafter, prompt, cfg, 1500)
+    counts, drafted = first_two_counts(traces, 8), [x for t in traces for x in t.rounds[0].drafted]
     assert set(drafted) <= shared and len(drafted) > 1000
     assert chi2_pvalue(counts, exact_first_two(target, prompt, cfg)) > 1e-3
     greedy = speculative_generate(target, drafter, prompt, DecodeConfig(k=3, temperature=0, max_new_tokens=20))

@@ -10,7 +10,7 @@ from specviz.drafts.early_exit import early_exit
 from specviz.runtime.lm import CachedLM
 from specviz.runtime.pruned_head import PrunedHead, frequent_tokens
 from tests.helpers.models import reference_greedy, tiny_gpt2, tiny_llama
-from tests.helpers.stats import chi2_pvalue, exact_first_two
+from tests.helpers.stats import chi2_pvalue, exact_first_two, first_two_counts, seeded_runs
 
 
 def test_frequent_tokens_are_the_most_seen_ids_and_the_ones_always_kept():
@@ -94,12 +94,8 @@ def test_sampling_with_a_pruned_exit_keeps_the_targets_exact_law(extra):
     cfg = DecodeConfig(k=2, max_new_tokens=3, **extra)
     exact = exact_first_two(LOSSLESS_TARGET, prompt, cfg)
     drafter = early_exit(LOSSLESS_TARGET, 1, vocab=[0, 2, 3, 5, 6])
-    counts, rejections = torch.zeros(V, V), 0
-    for seed in range(1000):
-        trace = speculative_generate(LOSSLESS_TARGET, drafter, prompt, DecodeConfig(**{**cfg.to_dict(), "seed": seed}))
-        t1, t2 = trace.new_tokens[:2]
-        counts[t1, t2] += 1
-        rejections += trace.rounds[0].rejected
+    traces = seeded_runs(LOSSLESS_TARGET, drafter, prompt, cfg, 1000)  # seeds 0..999 in one batch
+    counts, rejections = first_two_counts(traces, V), sum(trace.rounds[0].rejected for trace in traces)
     assert 10 < rejections < 990
     assert counts[[1, 4, 7]].sum() > 0  # tokens the draft cannot propose were emitted, by the residual
     assert chi2_pvalue(counts, exact) > 1e-3

@@ -10,8 +10,9 @@ from specviz.drafts.trained.coverage import outside_mass, vocab_coverage
 from specviz.drafts.trained.load import TrainedDraft, load_trained
 from specviz.sampling import logits_to_probs
 from tests.helpers.models import reference_greedy
-from tests.helpers.stats import chi2_pvalue
+from tests.helpers.stats import chi2_pvalue, seeded_runs
 from tests.helpers.trained import FIXTURES, edited, fixture_target
+from tests.helpers.tree_seeds import first_two_of_seeds
 
 PROMPTS = [[1, 2, 3, 4, 5], [9, 9, 30, 2], [60, 7]]
 
@@ -85,11 +86,9 @@ def test_sampling_keeps_the_targets_law(name):
     target, prompt = fixture_target(), torch.tensor([[1, 2, 3, 4]])
     drafter = load_trained(FIXTURES / name, target)
     cfg = DecodeConfig(k=2, max_new_tokens=2, temperature=2.0)  # k is capped at 1: one draft before the last token
-    counts, accepted = torch.zeros(64), 0
-    for seed in range(700):
-        trace = speculative_generate(target, drafter, prompt, DecodeConfig(**{**cfg.to_dict(), "seed": seed}))
-        counts[trace.new_tokens[0]] += 1
-        accepted += trace.rounds[0].n_accepted
+    traces = seeded_runs(target, drafter, prompt, cfg, 700)  # seeds 0..699 in one batch, the bound draft row by row
+    counts = torch.bincount(torch.tensor([trace.new_tokens[0] for trace in traces]), minlength=64).float()
+    accepted = sum(trace.rounds[0].n_accepted for trace in traces)
     assert accepted > 100  # the drafts' own tokens were tested, not only the residual's
     with torch.no_grad():
         p1 = logits_to_probs(target(prompt).logits[0, -1], cfg.temperature, cfg.top_k, cfg.top_p)
@@ -248,12 +247,8 @@ def test_a_medusa_choices_tree_keeps_the_targets_law():
     target, prompt = fixture_target(), torch.tensor([[1, 2, 3, 4]])
     drafter, tree = load_trained(FIXTURES / "medusa", target), medusa_tree(FIXTURES / "medusa")
     cfg = DecodeConfig(max_new_tokens=3, temperature=2.0)
-    counts, accepted = torch.zeros(64), 0
-    for seed in range(700):
-        run = DecodeConfig(**{**cfg.to_dict(), "seed": seed, "tree": tree})
-        trace = speculative_generate(target, drafter, prompt, run)
-        counts[trace.new_tokens[0]] += 1
-        accepted += trace.rounds[0].n_accepted
+    pairs, firsts = first_two_of_seeds(target, drafter, prompt, DecodeConfig(**{**cfg.to_dict(), "tree": tree}), 700)
+    counts, accepted = pairs.sum(1), sum(r.n_accepted for r in firsts)  # seeds 0..699: their first tokens
     assert accepted > 20  # the tree's own tokens were tested (37 of 700 here: point masses of ranks 0 and 1)
     with torch.no_grad():
         p1 = logits_to_probs(target(prompt).logits[0, -1], cfg.temperature, cfg.top_k, cfg.top_p)

