@@ -3,11 +3,12 @@ against llama.cpp's speculative decoding of the same file, side by side in one r
 
 Every call of every side is interleaved prompt by prompt (the order rotated each prompt), at greedy and T = 0.8, on
 the same threads. specviz's side: its autoregressive decode and each draft (prompt lookup; an n-gram of Gemma's own
-greedy text with --ngram) on one forward (``--forward``; default: the faster on one-row passes here of
-its lean one and llama.cpp's through llama-cpp-python). llama.cpp's side: one llama-server per speculative setting (``--spec-types``: each type at its own
-defaults and, for the lookup types, matching 3 tokens and drafting k) and one without speculation, all started
-before the first call and idle between theirs. Greedy output of each specviz draft is checked against specviz's
-own autoregressive output on the same prompt (the same forward: equal token for token).
+greedy text with --ngram) on one forward (``--forward``; default: the faster on one-row passes here of its lean one
+and llama.cpp's through llama-cpp-python). llama.cpp's side: one llama-server per speculative setting
+(``--spec-types``: each type at its own defaults and, for the lookup types, matching 3 tokens and drafting k) and one
+without speculation, all started before the first call and idle between theirs. Greedy output of each specviz draft
+is compared with specviz's own autoregressive output on the same prompt (equal token for token on the lean forward;
+on llama.cpp's, a several-row pass can round a near-tie otherwise than one-row passes).
 
     LLAMA_CPP_LIB_PATH=/work/ext/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin \
     python scripts/measure/gemma_drafts_vs_llamacpp.py --bin /work/ext/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin
@@ -15,8 +16,9 @@ own autoregressive output on the same prompt (the same forward: equal token for 
 Prints a header (date, host, load average, command), one line per prompt, then a table: tokens/s of the decode
 (new tokens over the decode's wall time without the prefill; llama-server's own predicted_per_second), median
 [min-max] over the prompts; for specviz's drafts the speedup over specviz's autoregressive decode (median of the
-per-prompt ratios, each over the same prompt's autoregressive call) and the mean accepted tokens a round; and the
-best draft against llama.cpp's best speculative type (medians of tokens/s).
+per-prompt ratios, each over the same prompt's autoregressive call); the last column (tau / accept) is specviz's
+mean new tokens a round, and for llama-server its acceptance (draft_n_accepted / draft_n; nan where it drafted
+nothing); then the best draft against llama.cpp's best speculative setting (medians of tokens/s).
 """
 from __future__ import annotations
 

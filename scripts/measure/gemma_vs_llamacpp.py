@@ -1,6 +1,7 @@
 """Gemma-3 270M as shipped (the Q4_K_M GGUF from PyPI), decoded autoregressively by specviz and by llama.cpp, side
-by side in one run: prompt by prompt, the two sides interleaved (the order alternating), at greedy and T = 0.8, on the
-same threads; then llama-bench's own token-generation rate, and each side's resident memory.
+by side in one run: prompt by prompt, the sides interleaved (the order rotated each prompt), at greedy and T = 0.8,
+on the same threads, with one run of llama-bench's token generation (tg: no sampling) beside each prompt's calls;
+then each side's resident memory.
 
 specviz's side runs its decoder (every sampling decision and record in torch) on one of two forwards of the same
 file (``--forward``): ``lean``, its quantized lean forward, or ``llamacpp``, llama.cpp's own forward of the file as
@@ -100,6 +101,11 @@ def theirs(port: int, tok, text: str, temperature: float, n: int, seed: int):
     return list(r["tokens"]), r["timings"]["predicted_per_second"]
 
 
+def bench_side(bin_dir: Path, gguf: Path, threads: int, n: int):
+    """One llama-bench run as a side of the interleaving: (no tokens, its tokens/s)."""
+    return [], llama_bench(bin_dir, gguf, threads, n)
+
+
 def margin_at(model, prompt_ids: list[int], tokens: list[int], at: int, forward: str = "lean") -> float:
     """specviz's top-1 minus top-2 logit on ``forward`` after prompt + tokens[:at] (where the two sides first
     differ)."""
@@ -110,9 +116,10 @@ def margin_at(model, prompt_ids: list[int], tokens: list[int], at: int, forward:
     return float(top[0] - top[1])
 
 
-def llama_bench(bin_dir: Path, gguf: Path, threads: int, n: int) -> float:
+def llama_bench(bin_dir: Path, gguf: Path, threads: int, n: int, repeats: int = 1) -> float:
+    """llama-bench's token-generation rate (tg n: n tokens decoded one at a time, no sampling), tokens/s."""
     out = subprocess.run([str(bin_dir / "llama-bench"), "-m", str(gguf), "-t", str(threads), "-p", "0", "-n", str(n),
-                          "-r", "3", "-o", "csv"], capture_output=True, text=True, timeout=900).stdout
+                          "-r", str(repeats), "-o", "csv"], capture_output=True, text=True, timeout=900).stdout
     lines = [line for line in out.splitlines() if line.strip()]
     head = lines[0].replace('"', "").split(",")
     row = lines[-1].replace('"', "").split(",")
@@ -157,6 +164,7 @@ def main(argv=None) -> None:
 
         server = start_server(args.bin, args.gguf, args.port, threads=args.threads)
     rows: dict[str, list[float]] = {}
+    has_bench = args.bin is not None and (args.bin / "llama-bench").is_file()
     agree, first_diffs = [0, 0], []
     try:
         ours(model, tok, PROMPTS[0], 0.0, 8, 0, forward)  # warm-up
@@ -166,8 +174,10 @@ def main(argv=None) -> None:
                 sides = [("specviz", ours, (model, tok, *call, forward))]
                 if server:
                     sides.append(("llama-server", theirs, (args.port, tok, *call)))
-                got = {}
-                for name, fn, fn_args in (sides if i % 2 == 0 else sides[::-1]):
+                if has_bench:  # interleaved too: the host's moods fall on it as on the others
+                    sides.append(("llama-bench", bench_side, (args.bin, args.gguf, args.threads, args.max_new_tokens)))
+                got, turn = {}, i % len(sides)
+                for name, fn, fn_args in sides[turn:] + sides[:turn]:
                     got[name] = fn(*fn_args)
                     rows.setdefault(f"{name} T={temp:g}", []).append(got[name][1])
                 line = "  ".join(f"{name} {tps:6.1f} tok/s" for name, (_, tps) in got.items())
@@ -179,8 +189,8 @@ def main(argv=None) -> None:
                     if same < min(len(a), len(b)):
                         first_diffs.append((i, same, margin_at(model, tok(text).input_ids, a, same, forward)))
         server_hwm = vm(server.pid) if server else float("nan")
-        has_bench = args.bin is not None and (args.bin / "llama-bench").is_file()
-        bench = llama_bench(args.bin, args.gguf, args.threads, args.max_new_tokens) if has_bench else float("nan")
+        benches = [v for k, vals in rows.items() if k.startswith("llama-bench") for v in vals]
+        bench = statistics.median(benches) if benches else float("nan")
     finally:
         if server:
             server.terminate()
@@ -202,7 +212,9 @@ def report(rows, args, bench, server_hwm, agree, first_diffs, forward: str) -> N
                 vb = f"{med / bench:.2f}x" if bench == bench and name.startswith("specviz") else ""
                 print(f"{name:<24} {med:8.1f} [{min(vals):.1f}-{max(vals):.1f}]{'':>6} {vs:>14} {vb:>14}")
     if bench == bench:
-        print(f"{'llama-bench tg' + str(args.max_new_tokens):<24} {bench:8.1f}")
+        vals = [v for k, vs in rows.items() if k.startswith("llama-bench") for v in vs]
+        print(f"{'llama-bench tg' + str(args.max_new_tokens):<24} {bench:8.1f} [{min(vals):.1f}-{max(vals):.1f}]"
+              f"  (interleaved: one run beside each prompt's calls)")
     print(f"\nresident (peak): specviz {vm():.0f} MB, llama-server {server_hwm:.0f} MB"
           + (f" ({vm() / server_hwm:.2f}x)" if server_hwm == server_hwm else ""))
     if agree[1]:
