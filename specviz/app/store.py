@@ -196,11 +196,20 @@ def model_free(draft: str) -> bool:
 
 
 def param_bytes(obj) -> int:
-    """Bytes of parameters and buffers of a module, of a (model, tokenizer) pair's model, else 0."""
+    """Bytes a module holds (of a (model, tokenizer) pair's model; else 0): each storage of its parameters and
+    buffers once (a tied head, or a zero-stride placeholder such as a quantized model's, counts what it holds), and a
+    quantized model's matrices (``quantized``: their bytes in the file, the tied table once)."""
     module = obj[0] if isinstance(obj, tuple) else obj
     if not isinstance(module, torch.nn.Module):
         return 0
-    return sum(t.numel() * t.element_size() for t in (*module.parameters(), *module.buffers()))
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+                for t in (*module.parameters(), *module.buffers())}
+    quantized = getattr(module, "quantized", None)
+    if quantized is None:
+        return sum(storages.values())
+    from ..runtime.quant_gguf import resident_bytes  # only a quantized model's load has imported it
+
+    return sum(storages.values()) + resident_bytes(quantized)
 
 
 def load_bytes(name: str, device: str | None = None) -> int:

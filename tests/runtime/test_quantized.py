@@ -229,3 +229,18 @@ def test_the_config_and_tokenizer_come_back_from_the_cache(tiny, tmp_path, monke
     monkeypatch.undo()
     monkeypatch.setenv("SPECVIZ_GGUF_CACHE", str(tmp_path))
     assert loader.described(folder, name) == first and (first / "config.json").read_text() != "{}"
+
+
+def test_the_store_counts_a_quantized_models_matrices_not_its_placeholder(tiny):
+    """The tied embedding and head's zero-stride placeholder holds 4 bytes, not rows x d floats: the model store
+    counts each storage once and the quantized matrices at their bytes in the file."""
+    from specviz.app.store import param_bytes
+    from specviz.runtime.quant_gguf import resident_bytes
+
+    model = tiny[2]
+    placeholder = model.get_output_embeddings().weight
+    assert placeholder.numel() * placeholder.element_size() > 4 and placeholder.untyped_storage().nbytes() == 4
+    floats = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in model.parameters()}
+    floats.update({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in model.buffers()})
+    assert param_bytes(model) == sum(floats.values()) + resident_bytes(model.quantized)
+    assert param_bytes((model, tiny[3])) == param_bytes(model)  # a (model, tokenizer) pair: the model's
