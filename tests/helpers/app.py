@@ -1,6 +1,7 @@
 """Shared by the app tests: a ModelStore of tiny random models, a free port, serving a demo, the settings and
 the /generate call the API tests use, and for the browser tests where chromium is, how to launch it, and
 whether a missing browser skips (locally) or fails (SPECVIZ_REQUIRE_BROWSER=1, CI). Import from here."""
+import atexit
 import json
 import os
 import socket
@@ -100,14 +101,36 @@ def serve(demo):
         demo.close()
 
 
+_BROWSER: dict = {}  # this test process's one chromium (launched at its first page, closed at exit)
+
+
+def _browser():
+    if "browser" not in _BROWSER or not _BROWSER["browser"].is_connected():
+        playwright = _BROWSER.get("playwright") or sync_api.sync_playwright().start()
+        _BROWSER.update(playwright=playwright,
+                        browser=playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS))
+        if "closer" not in _BROWSER:
+            _BROWSER["closer"] = atexit.register(_close_browser)
+    return _BROWSER["browser"]
+
+
+def _close_browser() -> None:
+    browser, playwright = _BROWSER.pop("browser", None), _BROWSER.pop("playwright", None)
+    if browser is not None and browser.is_connected():
+        browser.close()
+    if playwright is not None:
+        playwright.stop()
+
+
 @contextmanager
 def chromium_page(**page_options):
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield browser.new_page(**page_options)
-        finally:
-            browser.close()
+    """A page in a context of its own (no cookies, storage or cache shared with another test's), in the process's
+    one chromium: a launch costs about a second a test, a context a few milliseconds."""
+    context = _browser().new_context(**page_options)
+    try:
+        yield context.new_page()
+    finally:
+        context.close()
 
 
 def forbid_model_work(monkeypatch) -> None:
