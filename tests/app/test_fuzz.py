@@ -3,12 +3,11 @@
 message that says what is wrong (never an internal error, never an empty message), and the server keeps serving."""
 import json
 
-import httpx
 import pytest
 
 from specviz.app import build_demo
 from tests.helpers.app import serve, tiny_store
-from tests.helpers.http import fn_index, session, stream, until, upload
+from tests.helpers.http import fn_index, session, shared_client, stream, until, upload
 
 pytestmark = pytest.mark.slow
 CLIENT = "198.51.100.50"
@@ -17,6 +16,7 @@ HOSTILE = [None, "", "abc", -1, 0, 1.5, 10**30, -(2**63), 2**64, 1e308, True, []
 GENERATE = ["ROMEO:", "tiny-target", "tiny", 2, 0.8, 0, 1.0, 2, 0, 0.0, "chain", "auto"]
 RUN = ["ROMEO:", "tiny-target", "tiny", 2, "fixed", 0.8, 0, 1.0, 2, 0, False, None, 0.0, "chain", "auto", "leviathan"]
 TREE_LAB = ["tiny-target", "tiny", "ROMEO:", "2", "", 0.0, 0, 1.0, 2, 1, 0]
+HTTP = shared_client()  # about 1,500 requests: one SSL context, not one each
 
 
 @pytest.fixture(scope="module")
@@ -33,11 +33,11 @@ def outcome(url: str, index: int, data: list) -> tuple[bool, str]:
         body = json.dumps({"data": data, "fn_index": index, "session_hash": sh, "event_data": None, "trigger_id": None})
     except (ValueError, TypeError) as e:  # not even JSON: the client cannot send it
         return False, f"unsendable: {e}"
-    joined = httpx.post(f"{url}gradio_api/queue/join", content=body.encode("utf-8", "surrogatepass"),
+    joined = HTTP.post(f"{url}gradio_api/queue/join", content=body.encode("utf-8", "surrogatepass"),
                         headers={"x-forwarded-for": CLIENT, "content-type": "application/json"}, timeout=30)
     if joined.status_code != 200:
         return False, str(joined.json().get("detail", joined.text)) if joined.text else ""
-    with stream(url, sh, CLIENT) as messages:
+    with stream(url, sh, CLIENT, client=HTTP) as messages:
         done = until(messages, "process_completed")
     return done["success"], "" if done["success"] else str(done["output"].get("error") or "")
 
