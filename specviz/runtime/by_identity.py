@@ -3,6 +3,8 @@
 Built on torch's own ``WeakIdKeyDictionary``."""
 from __future__ import annotations
 
+import threading
+
 from torch.utils.weak import WeakIdKeyDictionary
 
 
@@ -11,6 +13,7 @@ class IdentityCache:
 
     def __init__(self):
         self._entries = WeakIdKeyDictionary()  # obj (by identity, weakly) -> value
+        self._making = threading.RLock()  # one maker at a time (a maker may fill another cache)
 
     def __contains__(self, obj) -> bool:
         return obj in self._entries
@@ -27,8 +30,12 @@ class IdentityCache:
         return value
 
     def cached(self, obj, make):
-        """obj's value, made by ``make()`` the first time (None is a value too)."""
-        return self._entries[obj] if obj in self._entries else self.put(obj, make())
+        """obj's value, made by ``make()`` the first time (None is a value too), and once however many threads ask at
+        once: the C layers keep pointers into a cached value, which a second thread's value must never replace."""
+        if obj in self._entries:
+            return self._entries[obj]
+        with self._making:
+            return self._entries[obj] if obj in self._entries else self.put(obj, make())
 
     def pop(self, obj) -> None:
         self._entries.pop(obj, None)

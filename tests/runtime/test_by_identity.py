@@ -1,6 +1,9 @@
 """The identity cache under the packed weights: keyed by the object itself (equal tensors are two entries), made
 once (None included), and gone with its object."""
 import gc
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
@@ -28,3 +31,23 @@ def test_an_entry_goes_with_its_object_and_pop_forgets_it():
     del a
     gc.collect()
     assert len(cache) == 0
+
+
+def test_threads_asking_at_once_get_one_value_made_once():
+    """Eight threads ask for the same object's value while the first is still making it: one make, one value for
+    all (a second value put over the first would free what C structs built from the first point into)."""
+    cache, made, ready = IdentityCache(), [], threading.Barrier(8)
+    key = torch.zeros(2)
+
+    def make():
+        made.append(1)
+        time.sleep(0.05)  # the others arrive while this one makes
+        return object()
+
+    def ask():
+        ready.wait()
+        return cache.cached(key, make)
+
+    with ThreadPoolExecutor(8) as pool:
+        values = list(pool.map(lambda _: ask(), range(8)))
+    assert len(made) == 1 and all(v is values[0] for v in values)
