@@ -116,10 +116,10 @@ def margin_at(model, prompt_ids: list[int], tokens: list[int], at: int, forward:
     return float(top[0] - top[1])
 
 
-def llama_bench(bin_dir: Path, gguf: Path, threads: int, n: int, repeats: int = 1) -> float:
-    """llama-bench's token-generation rate (tg n: n tokens decoded one at a time, no sampling), tokens/s."""
+def llama_bench(bin_dir: Path, gguf: Path, threads: int, n: int) -> float:
+    """One llama-bench run's token-generation rate (tg n: n tokens decoded one at a time, no sampling), tokens/s."""
     out = subprocess.run([str(bin_dir / "llama-bench"), "-m", str(gguf), "-t", str(threads), "-p", "0", "-n", str(n),
-                          "-r", str(repeats), "-o", "csv"], capture_output=True, text=True, timeout=900).stdout
+                          "-r", "1", "-o", "csv"], capture_output=True, text=True, timeout=900).stdout
     lines = [line for line in out.splitlines() if line.strip()]
     head = lines[0].replace('"', "").split(",")
     row = lines[-1].replace('"', "").split(",")
@@ -190,15 +190,15 @@ def main(argv=None) -> None:
                         first_diffs.append((i, same, margin_at(model, tok(text).input_ids, a, same, forward)))
         server_hwm = vm(server.pid) if server else float("nan")
         benches = [v for k, vals in rows.items() if k.startswith("llama-bench") for v in vals]
-        bench = statistics.median(benches) if benches else float("nan")
     finally:
         if server:
             server.terminate()
             server.wait()
-    report(rows, args, bench, server_hwm, agree, first_diffs, forward)
+    report(rows, args, benches, server_hwm, agree, first_diffs, forward)
 
 
-def report(rows, args, bench, server_hwm, agree, first_diffs, forward: str) -> None:
+def report(rows, args, benches, server_hwm, agree, first_diffs, forward: str) -> None:
+    bench = statistics.median(benches) if benches else float("nan")
     print(f"\n# load average after: {load_average()}")
     print(f"# specviz ran on its {forward} forward" + (" (llama.cpp's, through llama-cpp-python)" * (forward == "llamacpp")))
     print(f"{'side':<24} {'tok/s median [min-max]':>26}  vs llama-server  vs llama-bench")
@@ -212,8 +212,7 @@ def report(rows, args, bench, server_hwm, agree, first_diffs, forward: str) -> N
                 vb = f"{med / bench:.2f}x" if bench == bench and name.startswith("specviz") else ""
                 print(f"{name:<24} {med:8.1f} [{min(vals):.1f}-{max(vals):.1f}]{'':>6} {vs:>14} {vb:>14}")
     if bench == bench:
-        vals = [v for k, vs in rows.items() if k.startswith("llama-bench") for v in vs]
-        print(f"{'llama-bench tg' + str(args.max_new_tokens):<24} {bench:8.1f} [{min(vals):.1f}-{max(vals):.1f}]"
+        print(f"{'llama-bench tg' + str(args.max_new_tokens):<24} {bench:8.1f} [{min(benches):.1f}-{max(benches):.1f}]"
               f"  (interleaved: one run beside each prompt's calls)")
     print(f"\nresident (peak): specviz {vm():.0f} MB, llama-server {server_hwm:.0f} MB"
           + (f" ({vm() / server_hwm:.2f}x)" if server_hwm == server_hwm else ""))
