@@ -27,6 +27,7 @@ from __future__ import annotations
 import ctypes
 import os
 import struct
+import threading
 import time
 import weakref
 from pathlib import Path
@@ -43,7 +44,8 @@ MAX_UBATCH = 512      # rows llama.cpp computes at once (its default): a longer 
 _MODELS: dict[str, object] = {}  # GGUF path -> llama_model pointer, loaded once per process
 _POOLS: dict[tuple, list] = {}   # (GGUF path, KV type) -> free llama_context pointers
 KV_ENV, KV_TYPES = "SPECVIZ_LLAMACPP_KV", ("f16", "f32")  # the KV cache's precision (f16: llama.cpp's default)
-_state: dict = {}
+_state: dict = {}  # the loaded library, or why it could not load
+_LOCK = threading.Lock()
 
 
 def available() -> str | None:
@@ -185,14 +187,24 @@ def _skip_array_rest(f, item: int, n: int) -> None:
 
 
 def _lib():
-    if "lib" not in _state:
-        import llama_cpp
+    """llama-cpp-python, its backend started once per process. ImportError, saying why, where it cannot load (not
+    installed, or installed without its shared library): the first failure is remembered, so threads asking at once
+    or later get the same answer, never a half-imported module."""
+    with _LOCK:
+        if "lib" not in _state:
+            if "error" in _state:
+                raise ImportError(_state["error"])
+            try:
+                import llama_cpp
 
-        llama_cpp.llama_backend_init()
-        _state["quiet"] = llama_cpp.llama_log_callback(lambda level, text, data: None)  # kept: ctypes calls it
-        llama_cpp.llama_log_set(_state["quiet"], ctypes.c_void_p())
-        _state["lib"] = llama_cpp
-    return _state["lib"]
+                llama_cpp.llama_backend_init()
+            except (ImportError, OSError, AttributeError) as e:
+                _state["error"] = f"{type(e).__name__}: {e}"
+                raise ImportError(_state["error"]) from e
+            _state["quiet"] = llama_cpp.llama_log_callback(lambda level, text, data: None)  # kept: ctypes calls it
+            llama_cpp.llama_log_set(_state["quiet"], ctypes.c_void_p())
+            _state["lib"] = llama_cpp
+        return _state["lib"]
 
 
 def _model(path: str):

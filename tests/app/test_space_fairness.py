@@ -1,10 +1,12 @@
 """Another visitor is served while one visitor's costliest request runs, and a request whose visitor left frees its
-slot: the demo served in this process, spoken to over HTTP. No wall-clock bound: the loaded request is compared with
-the same request unloaded in the same run (a ratio), and what happened first is read from the order of events.
+slot: the demo served in this process, spoken to over HTTP. No wall-clock bound: a request beside the paste is
+compared with the same request beside a plain Python thread in the same run (a ratio; a multiple of its idle time
+follows the host's speed), and what happened first is read from the order of events.
 
 Before the engine readers were made linear, a 384 KB paste made another visitor's request wait 52 s; Batch's
 benchmark ran 244 s while another visitor's lab waited 234 s (docs/RELIABILITY.md)."""
 import functools
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -20,7 +22,12 @@ from tests.helpers.models import ui_models
 pytestmark = pytest.mark.slow
 PASTER, VISITOR, LEAVER, OTHER = "203.0.113.21", "198.51.100.21", "203.0.113.22", "198.51.100.22"
 LAB = "estimate"  # the k sweep's Estimate at its defaults: an event of the labs' slot, short beside the paste
-SLOWDOWN = 6  # generous: beside the paste (sharing the interpreter) each took 2 to 3.5x at load 18; behind it, 25x
+SLICE_S = 2e-4  # the reference load offers the interpreter every 0.2 ms of its CPU, as the paste's reading does
+# the events' seconds in all beside the paste over the same beside that reference: 0.9 to 1.2x quiet, 0.6 to 2.9x
+# beside two busy loops (2026-12-04, 12 runs); a reading made to hold the interpreter 2.5 s at once gave 4x, under
+# the bound: what the bound catches is a reading that holds it for most of the events' time
+SLOWDOWN = 6
+PAIRS = 3  # a lab event and a /generate sent at once, so many times one after another beside each load
 GENERATE = ["ROMEO:", "tiny-target", "tiny", 3, 0.8, 0, 1.0, 4, 0, 0.0, "chain", "auto"]  # /generate's 12 inputs
 BENCH = ["tiny-target", "tiny", "ROMEO:", 2]  # Batch's benchmark: target, draft, prompts, k
 MEASUREMENTS = 2 + 2 * len(batch_tab.BENCH_SIZES)  # its warm-ups, then both methods at each size
@@ -90,12 +97,51 @@ def timed_send(url, demo, api_name, data, ip) -> tuple[float, float]:
     return t.seconds, time.perf_counter()
 
 
+class PythonLoad:
+    """A thread of plain Python that offers the interpreter to waiting threads every SLICE_S of its CPU, until
+    stopped: work that shares the interpreter as the paste's reading must (it offers it at each line's check, and
+    a line of the costliest paste costs about 0.2 ms). What the paste does to another event is compared with what
+    this does, measured in the same run on the same host."""
+
+    def __enter__(self):
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.spin, daemon=True)
+        self.thread.start()
+        return self
+
+    def spin(self):
+        while not self.stop.is_set():
+            until = time.thread_time() + SLICE_S
+            while time.thread_time() < until:
+                pass
+            time.sleep(0)
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+
+
+def lab_and_generate_at_once(url, demo, lab) -> tuple[tuple[float, float], tuple[float, float]]:
+    """A second visitor's lab event and a third's /generate sent at once: (seconds, end) of each."""
+    with ThreadPoolExecutor(2) as pool:
+        lab_run = pool.submit(timed_send, url, demo, LAB, lab, VISITOR)
+        gen_run = pool.submit(timed_send, url, demo, "generate", GENERATE, OTHER)
+        return lab_run.result(), gen_run.result()
+
+
+def in_all(pairs) -> tuple[float, float]:
+    """The lab events' seconds in all, and the /generate events'."""
+    return sum(lab for (lab, _), _ in pairs), sum(gen for _, (gen, _) in pairs)
+
+
 def test_another_visitors_lab_and_generate_are_not_held_behind_the_costliest_paste(served):
     """Engine reads have a slot of their own: while the costliest 4 MiB paste is read, a second visitor's lab event
-    at its defaults and a third's /generate start at once, finish before the paste's reading does, and take within a
-    generous multiple of their own unloaded times measured just before (the paste's reading shares the interpreter
-    with them, so they slow down; they never queue behind it). In the labs' shared slot the lab event waited for
-    the paste's whole reading first."""
+    at its defaults and a third's /generate start at once and finish before the paste's reading does (in the labs'
+    shared slot the lab event waited for the paste's whole reading first). The paste's reading shares the
+    interpreter with them, so they slow down, but no more than a plain Python thread that shares it fairly: sent
+    PAIRS times beside each, in the same run, they take within SLOWDOWN times as long in all beside the paste. (A
+    multiple of their idle time is not that bound: the slowdown comes from hand-offs of the interpreter, whose count
+    does not shrink with the host's speed, so a quiet host crossed 6x.)"""
     url, demo, cpu, _ = served
     lab = hostile.inputs_by_label(demo, LAB)
     idle_lab = min(timed_send(url, demo, LAB, lab, VISITOR)[0] for _ in range(2))
@@ -103,21 +149,24 @@ def test_another_visitors_lab_and_generate_are_not_held_behind_the_costliest_pas
     sh = session()
     assert join(url, fn_index(demo, "read_engine"), hostile.engine_read(demo, hostile.costliest_paste()), sh,
                 PASTER).status_code == 200
-    with stream(url, sh, PASTER) as messages, ThreadPoolExecutor(3) as pool:
+    with stream(url, sh, PASTER) as messages, ThreadPoolExecutor(1) as pool:
         until(messages, "process_starts")
         paste_start = time.perf_counter()
         paste = pool.submit(lambda: (until(messages, "process_completed"), time.perf_counter()))
-        lab_run = pool.submit(timed_send, url, demo, LAB, lab, VISITOR)
-        gen_run = pool.submit(timed_send, url, demo, "generate", GENERATE, OTHER)
-        (lab_s, lab_end), (gen_s, gen_end) = lab_run.result(), gen_run.result()
+        beside = [lab_and_generate_at_once(url, demo, lab) for _ in range(PAIRS)]
         (done, paste_end) = paste.result()
     assert done["success"], done
-    paste_s = paste_end - paste_start
-    print(f"\nbeside the costliest paste (read in {paste_s:.2f} s, {cpu[-1]:.2f} CPU-s): the lab {lab_s:.2f} s "
-          f"(x{lab_s / idle_lab:.1f} its idle {idle_lab:.2f} s), /generate {gen_s:.2f} s (x{gen_s / idle_gen:.1f} its "
-          f"idle {idle_gen:.2f} s)")
-    assert lab_end < paste_end and gen_end < paste_end
-    assert lab_s < SLOWDOWN * idle_lab and gen_s < SLOWDOWN * idle_gen
+    assert all(end < paste_end for _, end in beside[0])  # served while the paste was being read
+    with PythonLoad():
+        fair = [lab_and_generate_at_once(url, demo, lab) for _ in beside]
+    lab_s, gen_s = in_all(beside)
+    fair_lab, fair_gen = in_all(fair)
+    idle_lab, idle_gen = PAIRS * idle_lab, PAIRS * idle_gen
+    print(f"\nbeside the costliest paste (read in {paste_end - paste_start:.2f} s, {cpu[-1]:.2f} CPU-s), {PAIRS} "
+          f"each in all: the lab {lab_s:.2f} s (x{lab_s / fair_lab:.1f} its {fair_lab:.2f} s beside a Python "
+          f"thread, x{lab_s / idle_lab:.1f} its idle {idle_lab:.2f} s), /generate {gen_s:.2f} s (x{gen_s / fair_gen:.1f} "
+          f"its {fair_gen:.2f} s beside a Python thread, x{gen_s / idle_gen:.1f} its idle {idle_gen:.2f} s)")
+    assert lab_s < SLOWDOWN * fair_lab and gen_s < SLOWDOWN * fair_gen
 
 
 def test_a_benchmark_whose_visitor_leaves_stops_between_measurements_and_frees_the_lab_slot(served):

@@ -190,3 +190,19 @@ def test_the_kv_cache_precision_is_llamacpps_default_unless_asked(monkeypatch):
     monkeypatch.setenv(llamacpp.KV_ENV, "q8_0")
     with pytest.raises(ValueError, match="SPECVIZ_LLAMACPP_KV must be one of"):
         llamacpp.kv_type()
+
+
+def test_a_llama_cpp_without_its_library_is_refused_with_its_reason_by_every_thread(monkeypatch):
+    """llama-cpp-python installed without its shared library (its import raises on the library) or half imported:
+    ``available`` says why, every time and in every thread asking at once, and never raises (once the second
+    import found a half-initialised module and the 'auto' forward failed a visitor's run with AttributeError)."""
+    import sys
+    import types
+    from concurrent.futures import ThreadPoolExecutor
+
+    monkeypatch.setattr(llamacpp, "_state", {})
+    monkeypatch.setitem(sys.modules, "llama_cpp", types.ModuleType("llama_cpp"))  # no llama_backend_init
+    with ThreadPoolExecutor(8) as pool:
+        reasons = list(pool.map(lambda _: llamacpp.available(), range(32)))
+    assert all(r is not None and "llama_backend_init" in r and "pip install llama-cpp-python" in r for r in reasons)
+    assert llamacpp.supports(llama()) == reasons[0]
