@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from specviz.app import build_demo
-from tests.helpers.app import serve, tiny_store
+from tests.helpers.app import count_checks, serve, steps_of, tiny_store
 from tests.helpers.http import call, fn_index, join, session, stream, until, upload
 from tests.helpers.traces import sample_trace
 
@@ -97,30 +97,34 @@ def test_forty_sessions_of_one_client_cannot_lock_out_another_visitor(served, tm
     trace = json.loads(done["output"]["data"][0])
     assert len([t for r in trace["rounds"] for t in r["emitted"]]) == 4
     print(f"\nanother visitor beside a 40-session client: page load + import in {light_s:.2f} s, "
-          f"/generate in {time.perf_counter() - t0 - light_s:.2f} s")
-    assert light_s < 30
+          f"/generate in {time.perf_counter() - t0 - light_s:.2f} s")  # printed: the bound is the count held above
 
 
-def _freed_after_leaving(url, demo, job: tuple, probe: tuple) -> float:
-    """Start ``job`` (api name, data) as ATTACKER, leave once it runs, and return the seconds until VISITOR's
-    ``probe`` starts (it shares the job's slot)."""
+def _steps_around_leaving(url, demo, job: tuple, probe: tuple, checks: list) -> tuple[int, int]:
+    """Start ``job`` (api name, data) as ATTACKER, leave once it has run a while, run VISITOR's ``probe`` (it shares
+    the job's slot, so it starts once the job has stopped) and return the job's steps (``count_checks``) while its
+    visitor stayed and after it left."""
     sh = session()
     assert join(url, fn_index(demo, job[0]), job[1], sh, ATTACKER).status_code == 200
     with stream(url, sh, ATTACKER) as messages:
         until(messages, "process_starts")
+        started = len(checks)
+        deadline = time.monotonic() + 120  # a wait, not a bound: a job that fails at once never checks a step
+        while not any(e is not None for e in checks[started:]):
+            assert time.monotonic() < deadline, f"{job[0]} ran no step (did it fail at once?)"
+            time.sleep(0.01)
         time.sleep(1.0)  # well into the run
-    left = time.perf_counter()
+        left = len(checks)
+    event = next(e for e in reversed(checks[:left]) if e is not None)
     sh2 = session()
     assert join(url, fn_index(demo, probe[0]), probe[1], sh2, VISITOR).status_code == 200
     with stream(url, sh2, VISITOR) as messages:
-        until(messages, "process_starts")
-        freed = time.perf_counter() - left
         assert until(messages, "process_completed")["success"]
-    return freed
+    return steps_of(checks, event, started, left), steps_of(checks, event, left)
 
 
-LONG_TREE = "dynamic:128,16,16"  # 512 tokens of it: about 15 s of the tiny models' work on a shared 2-core host
-RUN = ["ROMEO:", "tiny-target", "tiny", 8, "fixed", 0.8, 0, 1.0, 512, 0, False, None, 0.0, LONG_TREE, "auto",
+LONG_TREE = "dynamic:128,16,16"  # 512 tokens of it (the explorer takes 256): about 15 s of the tiny models' work
+RUN = ["ROMEO:", "tiny-target", "tiny", 8, "fixed", 0.8, 0, 1.0, 256, 0, False, None, 0.0, LONG_TREE, "auto",
        "leviathan"]  # the explorer's Run: 16 inputs
 SWEEP = ["tiny-target", ["tiny", "prompt-lookup"], "ROMEO:\n\nJULIET:\n\nTo be, or not to be", 1, 16, 0.8, 0, 1.0, 64, 0,
          False, 4, 0.4]
@@ -133,11 +137,14 @@ TREE_LAB = ["tiny-target", "tiny", "ROMEO:", "2", "", 0.0, 0, 1.0, 8, 1, 0]
     (("run", RUN), ("generate", generate_args(4))),
     (("run_sweep", SWEEP), ("run_tree_lab", TREE_LAB)),
 ], ids=["generate", "explorer-run", "k-sweep"])
-def test_leaving_mid_run_frees_the_slot_within_about_a_second(long_served, job, probe):
+def test_leaving_mid_run_stops_the_job_within_its_next_steps_and_frees_the_slot(long_served, job, probe, monkeypatch):
+    """A job whose visitor leaves stops at its next steps: after leaving it runs no more steps than it ran in the
+    second before (counted, not timed), though it had many more to go; then the slot serves another visitor."""
     url, demo = long_served
-    freed = _freed_after_leaving(url, demo, job, probe)
-    print(f"\n{job[0]}: the slot freed {freed:.2f} s after its visitor left")
-    assert freed < 5.0
+    checks = count_checks(monkeypatch)
+    stayed, after = _steps_around_leaving(url, demo, job, probe, checks)
+    print(f"\n{job[0]}: {stayed} steps while its visitor stayed about a second, {after} after it left")
+    assert stayed >= 1 and after <= stayed
     again = call(url, fn_index(demo, "generate"), generate_args(4), ATTACKER)  # and the visitor may run again
     assert again["success"], again
 
@@ -161,8 +168,8 @@ def test_a_closed_page_frees_its_state_at_once(served, tmp_path):
         next(lines)  # the page is open
         _import_in(url, demo, sh, path)
         assert demo.state_holder.session_data[sh].state_data  # its trace, kept for its slider
-    deadline = time.time() + 10
-    while sh in demo.state_holder.session_data and time.time() < deadline:
+    deadline = time.monotonic() + 120  # a wait, not a bound: unfreed, a page's state stays for its time to live
+    while sh in demo.state_holder.session_data and time.monotonic() < deadline:
         time.sleep(0.1)
     assert sh not in demo.state_holder.session_data
 

@@ -157,3 +157,24 @@ def count_pass_timings(monkeypatch) -> list:
     calls, timed = [], pilot_cache.pass_now
     monkeypatch.setattr(pilot_cache, "pass_now", lambda *a, **k: calls.append(1) or timed(*a, **k))
     return calls
+
+
+def count_checks(monkeypatch) -> list:
+    """Every ``Budget.check`` from here on, in any thread, appended to the list returned as the queue event of the
+    job it checked (None outside a served job): the steps of each run and lab, counted (a loaded host slows each
+    step, and cannot move how many ran)."""
+    from specviz.app import budget, sessions
+
+    calls, check = [], budget.Budget.check
+
+    def counted(self):
+        calls.append(getattr(sessions._job, "event", None))  # list.append is atomic: threads may check at once
+        return check(self)
+
+    monkeypatch.setattr(budget.Budget, "check", counted)
+    return calls
+
+
+def steps_of(calls: list, event, start: int = 0, end: int | None = None) -> int:
+    """How many of ``calls[start:end]`` (``count_checks``) were steps of ``event``."""
+    return sum(e is event for e in calls[start:end])
