@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 
 import torch
 
@@ -98,15 +99,16 @@ class Decoding:
         t0 = time.perf_counter()
         with self._clock.running():
             proposal = self._draft(k)
-        draft_s = self._clock.take()
+        draft_head_s, draft_s = self._clock.take_head(), self._clock.take()
         with self._clock.running():
             p, logits = self._verify_pass(proposal.tokens)
-        target_s = self._clock.take()
+        target_head_s, target_s = self._clock.take_head(), self._clock.take()
         q, x = verified_q(self.cfg, proposal, p.shape[-1], p.dtype), proposal.tokens
         verdict = accept(self.cfg, p, logits, q, x, self.generator)
         emitted = commit(self.committed, x[: verdict.n_accepted].tolist() + [verdict.next_token], self.trace)
-        return record_round(self.cfg, index, k, x, q, p, verdict, emitted, draft_s, target_s, time.perf_counter() - t0,
+        done = record_round(self.cfg, index, k, x, q, p, verdict, emitted, draft_s, target_s, time.perf_counter() - t0,
                             proposal.draft_view)
+        return with_heads(done, draft_head_s, target_head_s)
 
     def _tree_round(self, index: int, levels: int) -> Round:
         """draft a tree (one draft pass per level) -> verify every node in one target pass -> walk -> commit."""
@@ -117,11 +119,11 @@ class Decoding:
                                   self.sibling_value)
             else:
                 tree = grow(self.drafter, self.committed, cfg.tree, cfg, levels, self.generator, self.tree_value)
-        draft_s = self._clock.take()
+        draft_head_s, draft_s = self._clock.take_head(), self._clock.take()
         with self._clock.running():
             logits = verify_tree(self.target, self.committed, tree)
             p = logits_to_probs(logits, cfg.temperature, cfg.top_k, cfg.top_p)
-        target_s = self._clock.take()
+        target_head_s, target_s = self._clock.take_head(), self._clock.take()
         verdict = walk(tree, p, logits, cfg, self.generator)
         if self.tree_value is not None:
             self.tree_value.observe_round(tree, verdict.tries)
@@ -129,8 +131,9 @@ class Decoding:
             self.sibling_value.observe_round(tree, verdict, None if cfg.greedy else p)
         keep_path(self.target, self.drafter, tree, verdict.path, logits)
         emitted = commit(self.committed, tree.path_tokens(verdict.path) + [verdict.next_token], self.trace)
-        return record_tree_round(cfg, index, tree, p, verdict, emitted, draft_s, target_s, time.perf_counter() - t0,
+        done = record_tree_round(cfg, index, tree, p, verdict, emitted, draft_s, target_s, time.perf_counter() - t0,
                                  cfg.tree.children_for(cfg.greedy))
+        return with_heads(done, draft_head_s, target_head_s)
 
     def _draft(self, k: int) -> Proposal:
         if k == 0:
@@ -175,6 +178,13 @@ def commit(committed: list[int], tokens: list[int], trace: Trace) -> list[int]:
             break
     committed.extend(tokens)
     return tokens
+
+
+def with_heads(done: Round, draft_head_s: float | None, target_head_s: float | None) -> Round:
+    """The round with its passes' LM-head shares, where its forwards timed them (``timing.head_clock``)."""
+    if draft_head_s is None and target_head_s is None:
+        return done
+    return replace(done, draft_head_s=draft_head_s, target_head_s=target_head_s)
 
 
 def record_round(cfg: DecodeConfig, index, k, x, q, p, verdict, emitted, draft_s, target_s, wall_s,

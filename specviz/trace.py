@@ -52,6 +52,10 @@ class Round:
     # config.rule other than Leviathan's, per verified position: its P(accept) (specviz.rules), a lossy one's TV(law, p)
     rule_accept: tuple[float | None, ...] = ()
     rule_tv: tuple[float | None, ...] = ()
+    # the LM head's share of draft_s and target_s (with the final norm where the forward runs them together): None
+    # where the forward cannot time its head apart from its layers (llama.cpp's one decode call, old traces)
+    draft_head_s: float | None = None
+    target_head_s: float | None = None
 
     @classmethod
     def unrecorded(cls, *, index, k, drafted, n_accepted, emitted, resampled, bonus, draft_s, target_s,

@@ -84,8 +84,10 @@ VIEW_FIELDS = dict(ids="ids", texts="strings")
 ROUND_FIELDS = dict(index="count", k="count", drafted="ids", q="numbers", p="numbers", accept_prob="numbers",
                     u="numbers?", beta="numbers?", n_accepted="count", emitted="ids", resampled="id?", bonus="id?",
                     next_p="number", residual_top="residual_top", draft_s="number", target_s="number", wall_s="number",
-                    tree="tree?", draft_view="view?", rule_accept="numbers?", rule_tv="numbers?")
-OPTIONAL_ROUND_FIELDS = ("tree", "draft_view", "rule_accept", "rule_tv")  # traces from before they were recorded
+                    tree="tree?", draft_view="view?", rule_accept="numbers?", rule_tv="numbers?",
+                    draft_head_s="number?", target_head_s="number?")
+OPTIONAL_ROUND_FIELDS = ("tree", "draft_view", "rule_accept", "rule_tv", "draft_head_s",
+                         "target_head_s")  # traces from before they were recorded
 TRACE_FIELDS = dict(prompt_ids="prompt", config="object", mode="mode", target_name="string", draft_name="string",
                     eos_token_ids="ids", rounds="rounds", prefill_s="number", total_s="number",
                     stop_reason="stop_reason", token_text="token_text",
@@ -186,6 +188,10 @@ def round_fields(d: dict, where: str, cfg: DecodeConfig) -> dict:
     if n > m or m > k:
         what = f"n_accepted ({n}) exceeds the drafted tokens ({m})" if n > m else f"drafted ({m}) exceeds k ({k})"
         raise ValueError(f"malformed trace JSON: {where}{what}")
+    for part in ("draft", "target"):  # a share of its pass: between 0 and the pass's time
+        head, total = d.get(f"{part}_head_s"), d[f"{part}_s"]
+        if head is not None and not 0 <= head <= total:
+            raise ValueError(f"malformed trace JSON: {where}{part}_head_s ({head}) is not within 0..{part}_s ({total})")
     tree, view = d.get("tree"), d.get("draft_view")
     d = {key: tuple(v) if isinstance(v, list) else v for key, v in d.items()}
     d["residual_top"] = tuple(tuple(t) for t in d["residual_top"])

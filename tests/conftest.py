@@ -9,7 +9,7 @@ os.environ.setdefault("SPECVIZ_TRUSTED_PROXIES", "1")  # served tests speak as c
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from tests.helpers.app import free_port, tiny_store, wait_idle  # noqa: E402
+from tests.helpers.app import serve, tiny_store  # noqa: E402
 from tests.helpers.models import DEVICE, tiny_gpt2, tiny_llama, ui_models  # noqa: E402
 
 torch.set_num_threads(1)  # tiny models: one thread is fastest, and never oversubscribes a shared CPU
@@ -77,16 +77,10 @@ def store(pair):
 
 @pytest.fixture(scope="module")
 def client(store):
-    """A gradio_client Client of the demo served in this process on a free port."""
+    """A gradio_client Client of the demo served in this process on a free port (as the app serves it)."""
     from gradio_client import Client
 
     from specviz.app import build_demo
 
-    demo = build_demo(store)
-    port = free_port()
-    demo.queue().launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
-    try:
-        yield Client(f"http://127.0.0.1:{port}/", verbose=False)
-    finally:
-        wait_idle(demo)
-        demo.close()
+    with serve(build_demo(store)) as url:
+        yield Client(url, verbose=False)

@@ -5,6 +5,7 @@ first run."""
 from __future__ import annotations
 
 import os
+import sys
 
 import gradio as gr
 
@@ -115,17 +116,44 @@ PRESENTER_JS = ("(on) => { document.querySelectorAll('.gradio-container .contain
                 ".forEach(e => e.classList.toggle('sv-presenter', on)); return []; }")
 QUEUE_SIZE = 32  # model jobs waiting beyond this are turned away (per-client limits: clients.Limits)
 MAX_UPLOAD = "4mb"  # a trace file larger than this is refused before it is read (MAX_TRACE_BYTES in core)
+SERVE_WAIT_S = 120.0  # how long launch waits for the page it serves to answer
 
 
 def launch(demo: gr.Blocks, **kwargs):
-    """Serve the app; GRADIO_SERVER_NAME / GRADIO_SERVER_PORT choose where (gradio's defaults otherwise)."""
+    """Serve the app; GRADIO_SERVER_NAME / GRADIO_SERVER_PORT choose where (gradio's defaults otherwise). Blocks
+    as gradio's launch does (not with prevent_thread_lock, nor in an interactive session), once the page answers."""
     options = dict(theme=gr.themes.Soft(), css=CSS, max_file_size=MAX_UPLOAD)
     if os.environ.get("GRADIO_SERVER_NAME"):
         options["server_name"] = os.environ["GRADIO_SERVER_NAME"]
     if os.environ.get("GRADIO_SERVER_PORT"):
         options["server_port"] = int(os.environ["GRADIO_SERVER_PORT"])
     options.update(kwargs)
+    block = not options.get("prevent_thread_lock") and not bool(getattr(sys, "ps1", sys.flags.interactive))
+    options.update(prevent_thread_lock=True, **internals.without_launch_probe())
     demo = demo.queue(max_size=QUEUE_SIZE)
+    served = demo.launch(**options)
+    wait_serving(demo.local_url)
     if getattr(demo, "store", None) is not None:  # the labs' default forms priced ahead (SPECVIZ_WARM=0: not)
         demo.warming = warm.start(demo.store)
-    return demo.launch(**options)
+    if block:
+        demo.block_thread()
+    return served
+
+
+def wait_serving(url: str, wait_s: float = SERVE_WAIT_S) -> None:
+    """Returns once ``url`` answers; RuntimeError naming it if it does not within ``wait_s`` (a busy host may take
+    seconds to answer its first request: gradio's own probe gave up after 3)."""
+    import time
+
+    import httpx
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            if httpx.head(url, timeout=10).status_code < 400:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the app does not answer at {url} after {wait_s:.0f} s: is the port reachable here?")
+        time.sleep(0.25)

@@ -3,7 +3,9 @@
 gradio publishes no hook for what the per-client limits need, so specviz reads and wraps five things it keeps to
 itself: a Blocks' queue (``Blocks._queue``); the queue's ``push`` (to refuse an event before it joins); the events the
 queue holds (waiting, per concurrency id, and running, in its active jobs); a queued event's fields (``request``,
-``session_hash``, ``concurrency_id``, ``alive``); and the ``StateHolder`` (to forget a closed page's state). They were
+``session_hash``, ``concurrency_id``, ``alive``); and the ``StateHolder`` (to forget a closed page's state). A sixth
+is launch's ``_frontend``: off, launch skips its probe of the page it serves (one 3-second HEAD, which a busy host
+missed, and launch then refused to start), and ``demo.launch`` waits for the page itself. They were
 read from gradio ``PINNED`` (requirements.txt pins it); ``check`` verifies each against the installed gradio and
 raises ``InternalsMoved`` naming the version and what moved, so that a gradio release that moves one cannot turn the
 limits off in silence. No other module touches a private name of gradio's."""
@@ -50,6 +52,10 @@ def _problems() -> list[str]:
     if "self._queue" not in inspect.getsource(blocks.Blocks.queue) or "self.fns" not in inspect.getsource(
             blocks.BlocksConfig.__init__):
         problems.append("Blocks._queue / BlocksConfig.fns")
+    launch = blocks.Blocks.launch
+    if "_frontend" not in inspect.signature(launch).parameters or "_frontend and not networking.url_ok" not in \
+            inspect.getsource(launch):
+        problems.append("Blocks.launch(_frontend=...) guarding its url_ok probe")
     return problems
 
 
@@ -73,6 +79,11 @@ def check() -> None:
             log.warning("gradio %s is installed; specviz's use of its internals was read from %s (checked: present)",
                         gradio.__version__, PINNED)
         _checked.append(True)
+
+
+def without_launch_probe() -> dict:
+    """Blocks.launch's keyword that skips its probe of the served page (the caller waits for the page instead)."""
+    return {"_frontend": False}
 
 
 # -- the queue --------------------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 from ..runtime.lean_llama import LeanLlama, Weights, head_logits, layer_weights, lean_weights, linear, rms_norm
 from ..runtime.lm import CachedLM, common_prefix
+from ..runtime.timing import head_clock
 from ..runtime.tree_mask import tree_attention
 from ..trees.tree import ROOT
 from .drafter import Drafter, ModelDrafter, draft_loop, draft_q
@@ -95,7 +96,8 @@ class ExitDrafter(ModelDrafter):
         x = lean.layers(x, start, stack)
         del self.ids[start:]
         self.ids += tokens
-        return head_logits(self.own, rms_norm(x, lean.w.norm, lean.eps))
+        with head_clock.timing():
+            return head_logits(self.own, rms_norm(x, lean.w.norm, lean.eps))
 
     def _reserve(self, n: int) -> None:
         self.lean.reserve(n)

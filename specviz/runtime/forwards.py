@@ -4,7 +4,26 @@ the path of every model the lean forwards (``lean_llama``, ``lean_gemma``) do no
 """
 from __future__ import annotations
 
+import threading
+import time
+import weakref
+
 import torch
+
+from .timing import head_clock
+
+_TIMED_HEADS: weakref.WeakSet = weakref.WeakSet()  # output embeddings whose forward adds to head_clock
+_started = threading.local()
+
+
+def time_head(model) -> None:
+    """Hooks that add the wall time of ``model``'s LM head (its output embeddings) to ``head_clock``, once per head."""
+    head = model.get_output_embeddings()
+    if head is None or head in _TIMED_HEADS:
+        return
+    _TIMED_HEADS.add(head)
+    head.register_forward_pre_hook(lambda module, args: setattr(_started, "t0", time.perf_counter()))
+    head.register_forward_hook(lambda module, args, out: head_clock.add(time.perf_counter() - _started.t0))
 
 
 class DynamicForward:
@@ -15,6 +34,7 @@ class DynamicForward:
         from transformers import DynamicCache  # imported here: the lean and llama.cpp paths never need it
 
         self.model, self.cache_kw = model, cache_kw
+        time_head(model)
         self.kv = DynamicCache(config=model.config)
         self.kv.activate_past_recording()  # sliding-window layers keep what a rollback may need (else crop fails)
 

@@ -31,6 +31,7 @@ from . import heap, quant
 from .lean_common import instrumented, linear, rope_, rope_tables
 from .lean_llama import FIRST_CAPACITY
 from .pruned_head import PrunedHead, scatter
+from .timing import head_clock
 
 KINDS = ("sliding_attention", "full_attention")
 
@@ -179,8 +180,9 @@ class LeanGemma3:
         for blk, kv in zip(self.w.blocks, self.kv):
             x = self._layer(x, blk, kv, start, masks[blk.sliding])
         self.length = end
-        logits = linear(gemma_norm(x, self.w.norm, self.eps), self.w.head_t, None)
-        return logits if self.w.head_ids is None else scatter(logits, self.w.head_ids, self.w.vocab)
+        with head_clock.timing():
+            logits = linear(gemma_norm(x, self.w.norm, self.eps), self.w.head_t, None)
+            return logits if self.w.head_ids is None else scatter(logits, self.w.head_ids, self.w.vocab)
 
     def _masks(self, start: int, end: int) -> dict:
         """{sliding: mask} for the new rows (g n, end), packed as ``_attend`` packs the query heads; None where a

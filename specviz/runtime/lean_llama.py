@@ -37,6 +37,7 @@ from .lean_common import linear, modules, rms_norm, rope_, rope_for, row_exact_a
 from .lean_families import FAMILIES as LLAMA_LIKE  # noqa: F401 (part of this API)
 from .lean_families import Block, layer_weights, refusal
 from .pruned_head import PrunedHead, scatter
+from .timing import head_clock
 
 FIRST_CAPACITY = 256  # cached positions allocated up front; doubled whenever a feed needs more
 
@@ -197,8 +198,10 @@ class LeanLlama:
             if out is not None:
                 h, logits = out
                 return h, (logits if w.head_ids is None else scatter(logits, w.head_ids, w.vocab))
-        h = rms_norm(self._torch_layers(x, start, stack, positions, visible), self.w.norm, self.eps)
-        return h, self.logits(h[first:])
+        x = self._torch_layers(x, start, stack, positions, visible)
+        with head_clock.timing():
+            h = rms_norm(x, self.w.norm, self.eps)
+            return h, self.logits(h[first:])
 
     def layers(self, x: torch.Tensor, start: int, stack, positions: torch.Tensor | None = None,
                visible: torch.Tensor | None = None) -> torch.Tensor:

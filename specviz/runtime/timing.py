@@ -1,12 +1,39 @@
-"""A run's own timing: wall time that waits for queued GPU work, on the CPU threads ``threads.policy`` gives it."""
+"""A run's own timing: wall time that waits for queued GPU work, on the CPU threads ``threads.policy`` gives it; and
+the share of it the LM head took, where a forward can tell (``head_clock``)."""
 from __future__ import annotations
 
+import threading
 import time
 from contextlib import contextmanager, nullcontext
 
 import torch
 
 from .threads import policy
+
+
+class HeadClock(threading.local):
+    """The LM head's wall seconds, added by each forward that can time its head apart from its layers (the lean
+    forwards, in C or torch, and transformers' through a hook on the output embeddings), per thread: a Stopwatch
+    reads what its block added. llama.cpp computes its head inside one decode call and adds nothing."""
+
+    seconds = 0.0
+    passes = 0
+
+    def add(self, seconds: float) -> None:
+        self.seconds += seconds
+        self.passes += 1
+
+    @contextmanager
+    def timing(self):
+        """Adds the with-block's wall time as one head pass."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add(time.perf_counter() - t0)
+
+
+head_clock = HeadClock()
 
 
 class Stopwatch:
@@ -18,23 +45,31 @@ class Stopwatch:
         self.sync = {"cuda": torch.cuda.synchronize, "mps": torch.mps.synchronize}.get(device.type, _no_sync)
         self.team = policy.team if device.type == "cpu" else nullcontext
         self.seconds = 0.0
+        self.head_seconds: float | None = None  # the LM head's share of ``seconds``; None: no forward timed one
 
     @contextmanager
     def running(self):
-        """Adds the wall time of the with-block to ``seconds``."""
+        """Adds the wall time of the with-block to ``seconds``, and what its forwards' heads took to
+        ``head_seconds``."""
         self.sync()
-        t0 = time.perf_counter()
+        t0, head0, passes0 = time.perf_counter(), head_clock.seconds, head_clock.passes
         try:
             with self.team():
                 yield self
         finally:
             self.sync()
             self.seconds += time.perf_counter() - t0
+            if head_clock.passes > passes0:
+                self.head_seconds = (self.head_seconds or 0.0) + head_clock.seconds - head0
 
     def take(self) -> float:
-        """Returns the accumulated seconds and starts again from zero."""
-        seconds, self.seconds = self.seconds, 0.0
+        """Returns the accumulated seconds and starts again from zero (the head's too: ``take_head`` first)."""
+        seconds, self.seconds, self.head_seconds = self.seconds, 0.0, None
         return seconds
+
+    def take_head(self) -> float | None:
+        """The head's share of the accumulated seconds (None where no forward timed its head); ``take`` resets it."""
+        return self.head_seconds
 
 
 def _no_sync() -> None:

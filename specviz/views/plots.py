@@ -11,12 +11,16 @@ import plotly.graph_objects as go
 from ..theory import expected_speedup, expected_tokens
 from .style import COLOURS, INK, layout
 
-ROUND_COLUMNS = ["round", "k", "drafted", "n_accepted", "emitted", "draft_s", "target_s", "wall_s"]
+ROUND_COLUMNS = ["round", "k", "drafted", "n_accepted", "emitted", "draft_s", "target_s", "wall_s", "draft_head_s",
+                 "target_head_s"]
 
 
 def rounds_frame(trace) -> pd.DataFrame:
-    """One row per round: k requested, tokens drafted, accepted and emitted, and its timings."""
-    rows = [[r.index, r.k, len(r.drafted), r.n_accepted, len(r.emitted), r.draft_s, r.target_s, r.wall_s]
+    """One row per round: k requested, tokens drafted, accepted and emitted, and its timings (the LM heads' shares
+    NaN where the forward could not time its head apart)."""
+    nan = float("nan")
+    rows = [[r.index, r.k, len(r.drafted), r.n_accepted, len(r.emitted), r.draft_s, r.target_s, r.wall_s,
+             nan if r.draft_head_s is None else r.draft_head_s, nan if r.target_head_s is None else r.target_head_s]
             for r in trace.rounds]
     return pd.DataFrame(rows, columns=ROUND_COLUMNS)
 
@@ -70,13 +74,22 @@ def p_vs_q(tokens: pd.DataFrame) -> go.Figure:
 
 
 def round_times(rounds: pd.DataFrame) -> go.Figure:
-    """Stacked bars: time per round spent drafting and verifying (one target forward)."""
+    """Stacked bars: time per round spent drafting and verifying (one target forward), each split into its layers
+    and its LM head where the forward timed the head apart (columns draft_head_s, target_head_s; NaN: not split)."""
     fig = go.Figure()
-    for col, name, colour in (("draft_s", "draft", "#a855f7"), ("target_s", "target", "#0ea5e9")):
-        fig.add_trace(go.Bar(x=rounds["round"] + 1, y=rounds[col] * 1e3, name=name, marker_color=colour,
-                             hovertemplate="round %{x}: %{y:.1f} ms<extra>" + name + "</extra>"))
+    for part, colour, head_colour in (("draft", "#a855f7", "#d8b4fe"), ("target", "#0ea5e9", "#7dd3fc")):
+        total = rounds[f"{part}_s"]
+        head = rounds[f"{part}_head_s"] if f"{part}_head_s" in rounds else total * float("nan")
+        split = head.notna().any()
+        bars = [(total.where(head.isna(), total - head), f"{part} layers" if split else part, colour)]
+        if split:
+            bars.append((head, f"{part} LM head", head_colour))
+        for y, name, c in bars:
+            fig.add_trace(go.Bar(x=rounds["round"] + 1, y=y * 1e3, name=name, marker_color=c,
+                                 hovertemplate="round %{x}: %{y:.2f} ms<extra>" + name + "</extra>"))
     fig.update_layout(barmode="stack")
-    return layout(fig, "Time per round: draft vs target", "round", "ms")
+    split = any(f"{p}_head_s" in rounds and rounds[f"{p}_head_s"].notna().any() for p in ("draft", "target"))
+    return layout(fig, "Time per round: draft vs target" + (", layers vs LM head" if split else ""), "round", "ms")
 
 
 def accept_line(round_tokens: pd.DataFrame) -> go.Figure:

@@ -349,9 +349,14 @@ def replay_html(trace: Trace | None, index: int) -> str:
         size = f"k = {esc(r.k)}, " + (f"{len(r.drafted)} drafted, {esc(r.n_accepted)} accepted" if r.drafted
                                       else "nothing drafted")
     return (f'<div class="sv-replay-wrap"><p><b>Round {esc(r.index + 1)}</b> of {len(trace.rounds)}: {size}; '
-            f"draft {r.draft_s * 1e3:.1f} ms, target {r.target_s * 1e3:.1f} ms.</p>"
+            f"draft {_ms(r.draft_s, r.draft_head_s)}, target {_ms(r.target_s, r.target_head_s)}.</p>"
             f'{_stopped_early(trace, r)}{table}<p>Appended: <span class="sv-timeline">{appended}</span> '
             f'({plural(len(r.emitted), "token")})</p></div>')
+
+
+def _ms(total: float, head: float | None) -> str:
+    """A pass's time, with its LM head's share where the forward timed it."""
+    return f"{total * 1e3:.1f} ms" + ("" if head is None else f" (its LM head {head * 1e3:.1f} ms)")
 
 
 def plural(n: int, noun: str) -> str:

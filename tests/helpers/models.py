@@ -6,6 +6,8 @@ import os
 import pytest
 import torch
 from transformers import (
+    Gemma3ForCausalLM,
+    Gemma3TextConfig,
     GPT2Config,
     GPT2LMHeadModel,
     LlamaConfig,
@@ -24,6 +26,23 @@ if DEVICE.type == "cuda" and not torch.cuda.is_available():
     pytest.exit(f"SPECVIZ_TEST_DEVICE={DEVICE} but torch {torch.__version__} sees no CUDA device", returncode=2)
 if DEVICE.type == "mps" and not torch.backends.mps.is_available():
     pytest.exit(f"SPECVIZ_TEST_DEVICE={DEVICE} but MPS is not available", returncode=2)
+
+
+def tiny_gemma(seed=0, window=6, layers=4, heads=4, kv_heads=1, kinds=None):
+    """A tiny Gemma-3 (sliding-window layers of ``window``, then a full one, unless ``kinds`` says), its norms given
+    some shape."""
+    torch.manual_seed(seed)
+    cfg = Gemma3TextConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
+                           num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=16,
+                           max_position_embeddings=256, sliding_window=window, query_pre_attn_scalar=16,
+                           layer_types=kinds or ["sliding_attention"] * (layers - 1) + ["full_attention"],
+                           bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    model = Gemma3ForCausalLM(cfg).eval()
+    with torch.no_grad():  # Gemma's norms start at zero (scale 1): give them some shape
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.normal_(0, 0.3)
+    return model
 
 
 def tiny_llama(vocab=64, seed=0, layers=2, hidden=32, window=256, sharpen=1.0):

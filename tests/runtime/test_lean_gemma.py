@@ -3,26 +3,11 @@ one token at a time past the sliding window, and of a verify pass after a rollba
 to the model's own greedy output on the lean path."""
 import pytest
 import torch
-from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
 from specviz import DecodeConfig, PromptLookupDrafter, autoregressive_generate, speculative_generate
 from specviz.runtime import lean_gemma
 from specviz.runtime.lm import CachedLM
-
-
-def tiny_gemma(seed=0, window=6, layers=4, heads=4, kv_heads=1, kinds=None):
-    torch.manual_seed(seed)
-    cfg = Gemma3TextConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
-                           num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=16,
-                           max_position_embeddings=256, sliding_window=window, query_pre_attn_scalar=16,
-                           layer_types=kinds or ["sliding_attention"] * (layers - 1) + ["full_attention"],
-                           bos_token_id=None, eos_token_id=None, pad_token_id=None)
-    model = Gemma3ForCausalLM(cfg).eval()
-    with torch.no_grad():  # Gemma's norms start at zero (scale 1): give them some shape
-        for name, p in model.named_parameters():
-            if "norm" in name:
-                p.normal_(0, 0.3)
-    return model
+from tests.helpers.models import tiny_gemma
 
 
 def reference_logits(model, ids: list[int]) -> torch.Tensor:

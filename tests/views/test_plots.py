@@ -34,7 +34,7 @@ def test_acceptance_by_position_hand_computed():
 
 def test_tokens_per_round_histogram():
     rounds = pd.DataFrame([[0, 3, 3, 1, 2, 0, 0, 0], [1, 3, 3, 3, 4, 0, 0, 0], [2, 3, 3, 1, 2, 0, 0, 0],
-                           [3, 3, 3, 0, 1, 0, 0, 0]], columns=plots.ROUND_COLUMNS)
+                           [3, 3, 3, 0, 1, 0, 0, 0]], columns=plots.ROUND_COLUMNS[:8])
     bar = plots.tokens_per_round(rounds).data[0]
     assert dict(zip(bar.x, bar.y)) == {1: 1, 2: 2, 4: 1}
 
@@ -50,7 +50,7 @@ def test_p_vs_q_one_trace_per_decision():
 
 def test_round_times_stacks_draft_and_target_in_ms():
     rounds = pd.DataFrame([[0, 2, 2, 1, 2, 0.01, 0.05, 0.07], [1, 2, 2, 2, 3, 0.02, 0.04, 0.07]],
-                          columns=plots.ROUND_COLUMNS)
+                          columns=plots.ROUND_COLUMNS[:8])  # no head shares: unsplit
     fig = plots.round_times(rounds)
     assert fig.layout.barmode == "stack"
     assert [t.name for t in fig.data] == ["draft", "target"]

@@ -61,7 +61,8 @@ class QMat(ctypes.Structure):
 
 class Head(ctypes.Structure):
     _fields_ = [("norm", ctypes.c_void_p), ("w", ctypes.c_void_p), ("b", ctypes.c_void_p), ("vocab", ctypes.c_int),
-                ("first", ctypes.c_int), ("h", ctypes.c_void_p), ("logits", ctypes.c_void_p)]
+                ("first", ctypes.c_int), ("h", ctypes.c_void_p), ("logits", ctypes.c_void_p),
+                ("seconds", ctypes.c_double)]  # out: the final norm's and the head's wall time
 
 
 def unavailable() -> str | None:

@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #if defined(__AVX512F__)
 #define VL 16
@@ -182,6 +183,7 @@ typedef struct {
     int vocab, first;          /* the head's width; logits for rows [first, n) only */
     float *h;                  /* (n, d) out: every row normed (what the head reads, a feature draft's input) */
     float *logits;             /* (n - first, vocab) out */
+    double seconds;            /* out: the final norm's and the head's wall time in this call */
 } sv_head;
 
 /* The structs' sizes, so that the ctypes side is checked against them when the library loads. */
@@ -202,7 +204,14 @@ struct stack_job {
     const int64_t *slots, *first; /* (n,) each row's slot and the first slot it sees (sv_layers_rows), or NULL */
     int nblocks, *block_p0, *block_np; /* the attention's blocks of (row, query head) pairs (plan_blocks) */
     float *h[MAXT], *qkv, *attn, *act, *scores[MAXT];
+    double head_t0; /* when every thread had left the last layer (thread 0's clock): the head's start */
 };
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + 1e-9 * t.tv_nsec;
+}
 
 /* e^x to within about 2 ulp (Cephes' expf: x = n ln2 + r with |r| <= ln2 / 2, a degree-6 polynomial in r, times
  * 2^n), branch-free so that the loops calling it vectorize (libm's expf does not); 0 below -87.3, so exp(-inf) = 0. */
@@ -421,6 +430,7 @@ static void stack_job(void *ctx, int tid, int nt) {
     }
     const sv_head *H = j->head;
     if (H) { /* the final norm (each thread its own copy of the rows), then the head's panels shared */
+        if (tid == 0) j->head_t0 = now(); /* every thread is past the last layer's barrier */
         for (int i = 0; i < n; i++) rms_norm(j->x + (size_t)i * d, H->norm, d, m->eps, h + (size_t)i * d);
         if (tid == 0) memcpy(H->h, h, sizeof(float) * (size_t)n * d);
         share(tid, nt, (H->vocab + PW - 1) / PW, &lo, &hi);
@@ -493,6 +503,7 @@ static int run_stack(struct stack_job *j, int span, int nt) {
     j->block_np = blocks + (size_t)n * group + 1;
     j->nblocks = plan_blocks(j, group, j->block_p0, j->block_np);
     run(stack_job, j, nt);
+    if (j->head) ((sv_head *)j->head)->seconds = now() - j->head_t0; /* the threads have joined: the head is done */
     free(buf);
     free(blocks);
     return 0;

@@ -8,6 +8,7 @@ import torch
 
 from ..by_identity import IdentityCache
 from ..threads import policy
+from ..timing import head_clock
 from .library import MAX_HEAD_DIM, Dims, Head, Layer, check_tensor, fits, lib, need, ptr
 from .ops import packed
 
@@ -185,7 +186,7 @@ def _fitting(stack, dims: Dims):
 def _called(name: str, stack, x: torch.Tensor, n: int, dims: Dims, head, refused: str, call):
     """One C call of the stack on ``n`` rows, on the threads the policy gives the call's shape (with ``head``, the
     final norm and LM head too): the rows (or the head's outputs); ValueError where C refused, saying ``refused``."""
-    out, shape = None, (name, stack.count, n, dims.d, dims.inter)  # the call's shape, as its timings are kept
+    out, shape, struct = None, (name, stack.count, n, dims.d, dims.inter), None  # its shape, as its timings are kept
     if head is not None:
         struct, out = _head(head, n, dims)
         head = ctypes.byref(struct)
@@ -195,6 +196,8 @@ def _called(name: str, stack, x: torch.Tensor, n: int, dims: Dims, head, refused
     need(done != -2, f"the native layer stack refused {refused}")
     if done != 0:
         raise MemoryError("the native layer stack could not allocate its scratch memory")
+    if struct is not None:
+        head_clock.add(struct.seconds)  # the final norm and the head, timed in C inside the one call
     return x if out is None else out
 
 
