@@ -228,6 +228,28 @@ def test_gradios_internals_are_where_the_adapter_reads_them(monkeypatch):
     gradio_internals._checked.clear()
 
 
+def test_launch_waits_for_a_slow_first_answer_and_names_a_page_that_never_answers(monkeypatch):
+    """gradio's own probe gave up after one 3-second HEAD (a busy host missed it and launch refused to start): the
+    app's launch waits for the page, and refuses, naming it, only after its wait."""
+    from specviz.app import demo
+
+    answers = iter([httpx.ReadTimeout("busy"), httpx.ReadTimeout("busy"), SimpleNamespace(status_code=200)])
+
+    def head(url, timeout):
+        answer = next(answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(httpx, "head", head)
+    monkeypatch.setattr(time, "sleep", lambda s: None)
+    demo.wait_serving("http://127.0.0.1:1/")  # two timeouts, then an answer
+    assert next(answers, None) is None
+    monkeypatch.setattr(httpx, "head", lambda url, timeout: SimpleNamespace(status_code=502))
+    with pytest.raises(RuntimeError, match=r"does not answer at http://127.0.0.1:1/ after 0 s"):
+        demo.wait_serving("http://127.0.0.1:1/", wait_s=0.0)
+
+
 def test_no_module_but_the_adapter_touches_gradios_private_names():
     import pathlib
     import re
