@@ -6,24 +6,40 @@ from __future__ import annotations
 
 import threading
 import time
-import weakref
+from contextlib import contextmanager
 
 import torch
 
 from .timing import head_clock
 
-_TIMED_HEADS: weakref.WeakSet = weakref.WeakSet()  # output embeddings whose forward adds to head_clock
 _started = threading.local()
 
 
-def time_head(model) -> None:
-    """Hooks that add the wall time of ``model``'s LM head (its output embeddings) to ``head_clock``, once per head."""
+def specviz_head_started(module, args) -> None:
+    _started.t0 = time.perf_counter()
+
+
+def specviz_head_done(module, args, out) -> None:
+    head_clock.add(time.perf_counter() - _started.t0)
+
+
+HEAD_HOOKS = (specviz_head_started.__name__, specviz_head_done.__name__)  # lean_common.instrumented ignores them
+
+
+@contextmanager
+def timing_head(model):
+    """For the with-block: hooks on ``model``'s LM head (its output embeddings) that add each of its forwards' wall
+    time to ``head_clock``; removed after, so the model is left as it was."""
     head = model.get_output_embeddings()
-    if head is None or head in _TIMED_HEADS:
+    if head is None:
+        yield
         return
-    _TIMED_HEADS.add(head)
-    head.register_forward_pre_hook(lambda module, args: setattr(_started, "t0", time.perf_counter()))
-    head.register_forward_hook(lambda module, args, out: head_clock.add(time.perf_counter() - _started.t0))
+    hooks = head.register_forward_pre_hook(specviz_head_started), head.register_forward_hook(specviz_head_done)
+    try:
+        yield
+    finally:
+        for hook in hooks:
+            hook.remove()
 
 
 class DynamicForward:
@@ -34,7 +50,6 @@ class DynamicForward:
         from transformers import DynamicCache  # imported here: the lean and llama.cpp paths never need it
 
         self.model, self.cache_kw = model, cache_kw
-        time_head(model)
         self.kv = DynamicCache(config=model.config)
         self.kv.activate_past_recording()  # sliding-window layers keep what a rollback may need (else crop fails)
 
@@ -54,7 +69,8 @@ class DynamicForward:
             mask = torch.zeros(visible.shape, dtype=dtype, device=visible.device)
             mask = mask.masked_fill_(~visible, torch.finfo(dtype).min)[None, None]
             kw = dict(position_ids=positions[None], attention_mask=mask)
-        out = self.model(input_ids=ids[None], use_cache=True, **kw, **{self.cache_kw: self.kv})
+        with timing_head(self.model):
+            out = self.model(input_ids=ids[None], use_cache=True, **kw, **{self.cache_kw: self.kv})
         self.kv = getattr(out, "cache", None) or out.past_key_values
         return out.logits[0]
 

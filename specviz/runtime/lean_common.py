@@ -11,8 +11,12 @@ import torch.nn.functional as F
 from torch.nn.modules import module as nn_module
 
 from . import native, packed_linear, quant
+from .forwards import HEAD_HOOKS
 
 _MODULES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> (its modules' children, its modules)
+
+
+QUIET_HOOKS = ("output_capturing_hook", *HEAD_HOOKS)  # transformers' own, and the head's timer while it runs
 
 
 def instrumented(model) -> bool:
@@ -24,7 +28,7 @@ def instrumented(model) -> bool:
     for m in modules(model):
         if m._forward_hooks or m._forward_pre_hooks:
             hooks += [*m._forward_hooks.values(), *m._forward_pre_hooks.values()]
-    return "forward" in vars(model) or any(getattr(h, "__name__", "") != "output_capturing_hook" for h in hooks)
+    return "forward" in vars(model) or any(getattr(h, "__name__", "") not in QUIET_HOOKS for h in hooks)
 
 
 def modules(model) -> list:

@@ -180,7 +180,7 @@ def replay(models: tuple, prompt: list[int], cfg: DecodeConfig, seed: int) -> Tr
 
 def untimed(trace: Trace) -> list[Round]:
     """A trace's rounds without their timings: every draft, q, p, verdict, u and node, bit for bit."""
-    return [replace(r, draft_s=0.0, target_s=0.0, wall_s=0.0) for r in trace.rounds]
+    return [replace(r, draft_s=0.0, target_s=0.0, wall_s=0.0, draft_head_s=None, target_head_s=None) for r in trace.rounds]
 
 
 def first_two_of_seeds(target, drafter, prompt: torch.Tensor, cfg: DecodeConfig, runs: int):

@@ -104,3 +104,20 @@ def test_the_timing_chart_splits_each_pass_where_its_head_was_timed():
     unsplit = plots.round_times(plots.rounds_frame(sample_trace()))
     assert {t.name for t in unsplit.data} == {"draft", "target"}
     assert not any(math.isnan(y) for t in unsplit.data for y in t.y)
+
+
+def test_timing_transformers_head_leaves_the_model_as_it_was(pair):
+    """The head's hooks live only while transformers' forward runs: after a run on that path the model has no hook,
+    and the next run takes the lean forward (a hook left behind made every later run take transformers' path). While
+    they are on, the lean path does not count them as the model's own instrumentation."""
+    from specviz.runtime import lean_common
+    from specviz.runtime.forwards import timing_head
+
+    target, draft, prompt = pair
+    on_path("dynamic", speculative_generate, target, draft, prompt, CFG)
+    head = target.get_output_embeddings()
+    assert not head._forward_hooks and not head._forward_pre_hooks
+    assert speculative_generate(target, draft, prompt, CFG).forward == "lean"
+    with timing_head(target):
+        assert head._forward_hooks and not lean_common.instrumented(target)
+    assert not head._forward_hooks
