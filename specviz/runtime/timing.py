@@ -45,7 +45,9 @@ class Stopwatch:
         self.sync = {"cuda": torch.cuda.synchronize, "mps": torch.mps.synchronize}.get(device.type, _no_sync)
         self.team = policy.team if device.type == "cpu" else nullcontext
         self.seconds = 0.0
-        self.head_seconds: float | None = None  # the LM head's share of ``seconds``; None: no forward timed one
+        # the LM head's share of ``seconds``; None where no forward timed one, and on a GPU (the head's kernels run
+        # asynchronously, after the timer around their launch has stopped)
+        self.head_seconds: float | None = None
 
     @contextmanager
     def running(self):
@@ -59,7 +61,7 @@ class Stopwatch:
         finally:
             self.sync()
             self.seconds += time.perf_counter() - t0
-            if head_clock.passes > passes0:
+            if head_clock.passes > passes0 and self.sync is _no_sync:  # on a GPU the head's kernels run after
                 self.head_seconds = (self.head_seconds or 0.0) + head_clock.seconds - head0
 
     def take(self) -> float:
