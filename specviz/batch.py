@@ -35,7 +35,7 @@ from collections.abc import Iterator
 import torch
 
 from .config import DecodeConfig, eos_ids
-from .decoder import accept, check_window, commit, prompt_list, record_round, run_names, verified_q, with_heads
+from .decoder import accept, check_window, commit, prompt_list, record_round, run_names, verified_q
 from .drafts.drafter import Drafter, ModelDrafter, Proposal, as_drafter, draft_step, draft_view
 from .drafts.pairing import check_fits
 from .runtime.batch_lm import BatchLM
@@ -132,10 +132,10 @@ class BatchDecoding:
         ks = {b: min(cfg.k, self.left(b) - 1) if self.drafter else 0 for b in self.live}  # never past the budget
         with self._clock.running():
             proposals = self._draft(ks)
-        heads, draft_s = [self._clock.take_head()], self._clock.take()
+        draft_head_s, draft_s = self._clock.take_head(), self._clock.take()
         with self._clock.running():
             ps, logits = self._verify_pass(proposals)
-        heads, target_s = heads + [self._clock.take_head()], self._clock.take()
+        target_head_s, target_s = self._clock.take_head(), self._clock.take()
         decided = {}  # row -> what record_round() needs
         for b in self.live:
             q, x = verified_q(cfg, proposals[b], ps[b].shape[-1], ps[b].dtype), proposals[b].tokens
@@ -144,8 +144,8 @@ class BatchDecoding:
             decided[b] = (index, ks[b], x, q, ps[b], verdict, emitted)
         self._drop_finished()
         wall_s = time.perf_counter() - t0
-        return [with_heads(record_round(cfg, *decided[b], draft_s, target_s, wall_s), *heads) if b in decided else None
-                for b in range(len(self.traces))]
+        return [record_round(cfg, *decided[b], draft_s, target_s, wall_s, draft_head_s=draft_head_s,
+                             target_head_s=target_head_s) if b in decided else None for b in range(len(self.traces))]
 
     def _drop_finished(self) -> None:
         """Rows that finished leave both models' batches; columns no row uses any more are cropped."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import replace
 
 import torch
 
@@ -106,9 +105,8 @@ class Decoding:
         q, x = verified_q(self.cfg, proposal, p.shape[-1], p.dtype), proposal.tokens
         verdict = accept(self.cfg, p, logits, q, x, self.generator)
         emitted = commit(self.committed, x[: verdict.n_accepted].tolist() + [verdict.next_token], self.trace)
-        done = record_round(self.cfg, index, k, x, q, p, verdict, emitted, draft_s, target_s, time.perf_counter() - t0,
-                            proposal.draft_view)
-        return with_heads(done, draft_head_s, target_head_s)
+        return record_round(self.cfg, index, k, x, q, p, verdict, emitted, draft_s, target_s, time.perf_counter() - t0,
+                            proposal.draft_view, draft_head_s=draft_head_s, target_head_s=target_head_s)
 
     def _tree_round(self, index: int, levels: int) -> Round:
         """draft a tree (one draft pass per level) -> verify every node in one target pass -> walk -> commit."""
@@ -131,9 +129,9 @@ class Decoding:
             self.sibling_value.observe_round(tree, verdict, None if cfg.greedy else p)
         keep_path(self.target, self.drafter, tree, verdict.path, logits)
         emitted = commit(self.committed, tree.path_tokens(verdict.path) + [verdict.next_token], self.trace)
-        done = record_tree_round(cfg, index, tree, p, verdict, emitted, draft_s, target_s, time.perf_counter() - t0,
-                                 cfg.tree.children_for(cfg.greedy))
-        return with_heads(done, draft_head_s, target_head_s)
+        return record_tree_round(cfg, index, tree, p, verdict, emitted, draft_s, target_s, time.perf_counter() - t0,
+                                 cfg.tree.children_for(cfg.greedy), draft_head_s=draft_head_s,
+                                 target_head_s=target_head_s)
 
     def _draft(self, k: int) -> Proposal:
         if k == 0:
@@ -180,18 +178,13 @@ def commit(committed: list[int], tokens: list[int], trace: Trace) -> list[int]:
     return tokens
 
 
-def with_heads(done: Round, draft_head_s: float | None, target_head_s: float | None) -> Round:
-    """The round with its passes' LM-head shares, where its forwards timed them (``timing.head_clock``)."""
-    if draft_head_s is None and target_head_s is None:
-        return done
-    return replace(done, draft_head_s=draft_head_s, target_head_s=target_head_s)
-
-
 def record_round(cfg: DecodeConfig, index, k, x, q, p, verdict, emitted, draft_s, target_s, wall_s,
-                 draft_view=None) -> Round:
+                 draft_view=None, *, draft_head_s=None, target_head_s=None) -> Round:
     """The Round record of one verified proposal x (m,) with its q (m, V) and p (m+1, V), and (a draft with another
     tokenizer) the draft's own tokens; shared by the single-prompt and the batched decoders. Without cfg.record
-    only what generation needs is kept."""
+    only what generation needs is kept. The heads' shares: where the passes' forwards timed them (``head_clock``)."""
+    times = dict(draft_s=draft_s, target_s=target_s, wall_s=wall_s, draft_head_s=draft_head_s,
+                 target_head_s=target_head_s)
     n, m = verdict.n_accepted, len(x)
     resampled = verdict.next_token if verdict.rejected else None
     bonus = verdict.next_token if not verdict.rejected else None
@@ -199,7 +192,7 @@ def record_round(cfg: DecodeConfig, index, k, x, q, p, verdict, emitted, draft_s
         resampled = bonus = None
     if not cfg.record:
         return Round.unrecorded(index=index, k=k, drafted=tuple(x.tolist()), n_accepted=n, emitted=tuple(emitted),
-                                resampled=resampled, bonus=bonus, draft_s=draft_s, target_s=target_s, wall_s=wall_s)
+                                resampled=resampled, bonus=bonus, **times)
     idx = torch.arange(m, device=x.device)
     verified = min(n + 1, m)  # positions the verify step actually looked at
     if cfg.greedy:
@@ -213,8 +206,7 @@ def record_round(cfg: DecodeConfig, index, k, x, q, p, verdict, emitted, draft_s
         index=index, k=k, drafted=tuple(x.tolist()), q=tuple(q[idx, x].tolist()), p=tuple(p[idx, x].tolist()),
         accept_prob=tuple(verdict.accept_prob.tolist()), u=_pad(u, m), beta=_pad(b, m), n_accepted=n,
         emitted=tuple(emitted), resampled=resampled, bonus=bonus, next_p=float(p[n, verdict.next_token]),
-        residual_top=residual_top(verdict.residual, p[n], q[n] if n < m else None), draft_s=draft_s,
-        target_s=target_s, wall_s=wall_s,
+        residual_top=residual_top(verdict.residual, p[n], q[n] if n < m else None), **times,
         draft_view=draft_view, rule_accept=_pad(rule_accept, m) if rule_accept else (),
         rule_tv=_pad(rule_tv, m) if rule_tv else (),
     )

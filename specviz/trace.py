@@ -59,11 +59,12 @@ class Round:
 
     @classmethod
     def unrecorded(cls, *, index, k, drafted, n_accepted, emitted, resampled, bonus, draft_s, target_s,
-                   wall_s) -> Round:
+                   wall_s, draft_head_s=None, target_head_s=None) -> Round:
         """A round with its outcome and times but no per-draft p, q, u or beta (nothing recorded)."""
         return cls(index=index, k=k, drafted=drafted, q=(), p=(), accept_prob=(), u=(), beta=(),
                    n_accepted=n_accepted, emitted=emitted, resampled=resampled, bonus=bonus, next_p=0.0,
-                   residual_top=(), draft_s=draft_s, target_s=target_s, wall_s=wall_s)
+                   residual_top=(), draft_s=draft_s, target_s=target_s, wall_s=wall_s, draft_head_s=draft_head_s,
+                   target_head_s=target_head_s)
 
     @property
     def proposed(self) -> int:

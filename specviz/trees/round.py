@@ -71,9 +71,12 @@ def keep_path(target: CachedLM, drafter, tree: DraftTree, path: tuple[int, ...],
 
 
 def record_tree_round(cfg: DecodeConfig, index: int, tree: DraftTree, p: torch.Tensor, verdict: TreeVerdict,
-                      emitted: list[int], draft_s: float, target_s: float, wall_s: float, rule: str) -> Round:
+                      emitted: list[int], draft_s: float, target_s: float, wall_s: float, rule: str, *,
+                      draft_head_s: float | None = None, target_head_s: float | None = None) -> Round:
     """The Round of a tree round: chain fields along the accepted path (plus the stop node's first rejected
-    child), ``tree`` with every node's fate."""
+    child), ``tree`` with every node's fate; the heads' shares where the passes' forwards timed them."""
+    times = dict(draft_s=draft_s, target_s=target_s, wall_s=wall_s, draft_head_s=draft_head_s,
+                 target_head_s=target_head_s)
     path, tries = list(verdict.path), verdict.tries
     stop = path[-1] if path else ROOT
     rejected = [c for c, _ in tree.candidates.get(stop, []) if c in tries and c not in path][:1]
@@ -85,7 +88,7 @@ def record_tree_round(cfg: DecodeConfig, index: int, tree: DraftTree, p: torch.T
     tokens = [tree.tokens[c] for c in chain]
     if not cfg.record:
         return Round.unrecorded(index=index, k=len(tree), drafted=tuple(tokens), n_accepted=n, emitted=tuple(emitted),
-                                resampled=resampled, bonus=bonus, draft_s=draft_s, target_s=target_s, wall_s=wall_s)
+                                resampled=resampled, bonus=bonus, **times)
     rows = torch.tensor([parent + 1 for parent in tree.parents], dtype=torch.long)
     p_at = p[rows, torch.tensor(tree.tokens, dtype=torch.long)].tolist() if len(tree) else []
     nodes = tuple(_node(tree, i, p_at[i], tries.get(i), path) for i in range(len(tree)))
@@ -96,8 +99,8 @@ def record_tree_round(cfg: DecodeConfig, index: int, tree: DraftTree, p: torch.T
         p=tuple(p_at[c] for c in chain), accept_prob=tuple(tries[c].accept_prob for c in chain),
         u=tuple(tries[c].u for c in chain), beta=tuple(beta), n_accepted=n, emitted=tuple(emitted),
         resampled=resampled, bonus=bonus, next_p=float(p[stop + 1, verdict.next_token]),
-        residual_top=residual_top(verdict.residual, p[stop + 1], tree.q_rows.get(stop)), draft_s=draft_s,
-        target_s=target_s, wall_s=wall_s, tree=TreeRecord(nodes, tuple(path), rule),
+        residual_top=residual_top(verdict.residual, p[stop + 1], tree.q_rows.get(stop)), **times,
+        tree=TreeRecord(nodes, tuple(path), rule),
     )
 
 

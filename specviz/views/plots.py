@@ -76,19 +76,18 @@ def p_vs_q(tokens: pd.DataFrame) -> go.Figure:
 def round_times(rounds: pd.DataFrame) -> go.Figure:
     """Stacked bars: time per round spent drafting and verifying (one target forward), each split into its layers
     and its LM head where the forward timed the head apart (columns draft_head_s, target_head_s; NaN: not split)."""
-    fig = go.Figure()
+    fig, split = go.Figure(), False
     for part, colour, head_colour in (("draft", "#a855f7", "#d8b4fe"), ("target", "#0ea5e9", "#7dd3fc")):
         total = rounds[f"{part}_s"]
         head = rounds[f"{part}_head_s"] if f"{part}_head_s" in rounds else total * float("nan")
-        split = head.notna().any()
-        bars = [(total.where(head.isna(), total - head), f"{part} layers" if split else part, colour)]
-        if split:
-            bars.append((head, f"{part} LM head", head_colour))
+        bars = [(total, part, colour)]
+        if head.notna().any():
+            bars, split = [(total.where(head.isna(), total - head), f"{part} layers", colour),
+                           (head, f"{part} LM head", head_colour)], True
         for y, name, c in bars:
             fig.add_trace(go.Bar(x=rounds["round"] + 1, y=y * 1e3, name=name, marker_color=c,
                                  hovertemplate="round %{x}: %{y:.2f} ms<extra>" + name + "</extra>"))
     fig.update_layout(barmode="stack")
-    split = any(f"{p}_head_s" in rounds and rounds[f"{p}_head_s"].notna().any() for p in ("draft", "target"))
     return layout(fig, "Time per round: draft vs target" + (", layers vs LM head" if split else ""), "round", "ms")
 
 
