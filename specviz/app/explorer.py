@@ -390,7 +390,8 @@ def _run_charts() -> Charts:
         hist = chart("Tokens a round emits: 1 if the first draft is rejected, up to k + 1 if all pass.")
     with gr.Row():
         pq = chart("Above the diagonal (p ≥ q) a draft is always accepted; below it, with probability p/q.")
-        times = chart("Where the time goes: k cheap draft steps, then one target forward per round.")
+        times = chart("Where the time goes: k cheap draft steps, then one target forward per round; each split into "
+                      "its layers and its LM head where the forward times the head apart.")
     return Charts(by_position=by_pos, per_round=hist, p_vs_q=pq, times=times)
 
 
