@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from specviz import DecodeConfig, autoregressive_generate, speculative_generate
-from specviz.runtime import llamacpp, lm, native
+from specviz.runtime import llamacpp, llamacpp_seq, lm, native
 from tests.helpers.tiny_gguf import write_tiny_gemma
 
 needs_gguf = pytest.mark.skipif(importlib.util.find_spec("gguf") is None, reason="the gguf package is not installed")
@@ -58,7 +58,7 @@ def test_the_files_architecture_and_vocabulary_are_read_from_its_header(tmp_path
 @needs_gguf
 def test_a_file_that_is_not_the_models_is_refused_before_anything_loads(tmp_path, monkeypatch):
     path = write_tiny_gemma(tmp_path / "t.gguf")
-    monkeypatch.setattr(llamacpp, "_model", lambda p: pytest.fail("llama.cpp loaded a refused file"))
+    monkeypatch.setattr(llamacpp_seq, "_model", lambda p: pytest.fail("llama.cpp loaded a refused file"))
     with pytest.raises(ValueError, match="architecture 'gemma3'; the model's config says 'llama'"):
         llamacpp.from_file(Shell(model_type="llama", vocab_size=16), path)
     with pytest.raises(ValueError, match="vocabulary of 16 tokens; the model's config says 17"):
@@ -130,7 +130,7 @@ def test_a_sequence_that_outgrows_its_context_continues_in_a_larger_one(tiny, mo
     _, model, _, _ = tiny
     ids = [2, 6, 7, 6, 7, 6, 9, 10, 11, 4, 5, 12, 13]
     reference = lm.CachedLM(model, "llamacpp").feed(ids)
-    monkeypatch.setattr(llamacpp, "FIRST_CONTEXT", 4)
+    monkeypatch.setattr(llamacpp_seq, "FIRST_CONTEXT", 4)
     run = lm.CachedLM(model, "llamacpp")
     grown = torch.cat([run.feed(ids[:3]), run.feed(ids[3:6]), run.feed(ids[6:])])
     assert run.cache.capacity >= len(ids) and run.cache.get_seq_length() == len(ids)
