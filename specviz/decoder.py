@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 import torch
 
+from .commit import commit  # noqa: F401 (batch.py takes the steps from here)
 from .config import DecodeConfig, eos_ids
 from .drafts.drafter import Drafter, Proposal, as_drafter, model_name
 from .drafts.pairing import check_fits
@@ -164,18 +165,6 @@ def accept(cfg: DecodeConfig, p: torch.Tensor, logits: torch.Tensor, q: torch.Te
     if cfg.greedy:
         return verify_greedy(logits, x)
     return verify(p, q, x, generator)
-
-
-def commit(committed: list[int], tokens: list[int], trace: Trace) -> list[int]:
-    """The commit step: append the round's tokens to committed, cut after an EOS (which ends the run:
-    trace.stop_reason = "eos"); returns what was kept. Caches roll back to committed on their next sync."""
-    for i, t in enumerate(tokens):
-        if t in trace.eos_token_ids:
-            tokens = tokens[: i + 1]
-            trace.stop_reason = "eos"
-            break
-    committed.extend(tokens)
-    return tokens
 
 
 def record_round(cfg: DecodeConfig, index, k, x, q, p, verdict, emitted, draft_s, target_s, wall_s,

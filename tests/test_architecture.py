@@ -44,13 +44,13 @@ def imports(path: Path) -> tuple[tuple[str, tuple[str, ...]], ...]:
 MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
-FOLDERS = ("runtime", "trees", "drafts")  # the core's folders, one idea each
+FOLDERS = ("runtime", "trees", "drafts", "slim")  # the core's folders, one idea each
 BASE = {"config", "sampling", "rules", "theory", "goodput", "texts", "records", "trace_schema", "trace"}  # the math, its records
-LOOP = {"kpolicy", "decoder", "batch", "reference", "models", "serve"}  # the algorithm's loop over drafts and trees
+LOOP = {"kpolicy", "commit", "decoder", "batch", "reference", "models", "serve"}  # the algorithm's loop over drafts and trees
 
 
 def wing(module: str) -> str:
-    """The part a module belongs to: a core layer ('runtime', 'base', 'trees', 'drafts', 'loop'), a wing
+    """The part a module belongs to: a core layer ('runtime', 'base', 'trees', 'drafts', 'loop', 'slim'), a wing
     ('labs', 'views', 'app') or 'api' (the package's __init__, the public face)."""
     parts = module.split(".")
     if module == "specviz":
@@ -72,7 +72,7 @@ def internal_edges() -> frozenset[tuple[str, str]]:
     return frozenset(edges)
 
 
-CORE = ("runtime", "base", "trees", "drafts", "loop")  # bottom to top
+CORE = ("runtime", "base", "trees", "drafts", "loop", "slim")  # bottom to top (slim: the loop in numpy)
 ALLOWED = {part: set(CORE[: i + 1]) for i, part in enumerate(CORE)}
 ALLOWED["base"] = {"base"}  # the math and records stand on their own
 ALLOWED.update({"engines": {*CORE, "engines"}, "labs": {*CORE, "engines", "labs"},

@@ -22,6 +22,7 @@ from ..runtime.lm import CachedLM, context_window
 from ..sampling import align_vocab, logits_to_probs, point_mass, sample
 from ..trees.round import check_tree_model
 from ..trees.value import SiblingEstimate
+from .lookup import lookup_continuation
 
 
 @dataclass(frozen=True)
@@ -210,20 +211,6 @@ class PromptLookupDrafter(Drafter):
     def propose(self, committed, k, generator):
         tokens = lookup_continuation(committed, k, self.max_ngram, self.min_ngram)
         return Proposal(torch.tensor(tokens, dtype=torch.long, device=self.device), None)
-
-
-def lookup_continuation(ids: list[int], k: int, max_ngram: int, min_ngram: int) -> list[int]:
-    """Up to k tokens that followed the latest earlier occurrence of ids' last n-gram."""
-    if k <= 0:
-        return []
-    t = torch.tensor(ids)
-    for n in range(min(max_ngram, len(ids) - 1), min_ngram - 1, -1):
-        windows = t[:-1].unfold(0, n, 1)  # (len-n, n): every n-gram that has a token after it
-        hits = (windows == t[-n:]).all(dim=1).nonzero()
-        if len(hits):
-            start = int(hits[-1]) + n
-            return ids[start:start + k]
-    return []
 
 
 def model_name(model) -> str:

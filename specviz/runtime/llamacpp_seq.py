@@ -185,7 +185,8 @@ class Sequence:
         n, start = len(tokens), self.length
         if n == 0:
             return np.zeros((0, self.vocab), dtype=np.float32)
-        if not 0 <= (lo := int(tokens.min())) <= (hi := int(tokens.max())) < self.vocab:
+        lo, hi = int(tokens.min()), int(tokens.max())
+        if lo < 0 or hi >= self.vocab:
             raise ValueError(f"token ids must lie in [0, {self.vocab}), got {lo}..{hi}")
         self._reserve(start + n)
         self.tokens[start: start + n] = tokens

@@ -1,0 +1,171 @@
+"""The decoder of ``specviz.decoder`` in numpy: rounds of draft -> verify -> accept -> commit on a forward that returns
+numpy logits, recorded as the same ``Round`` and ``Trace``. The forward holds every committed token but the last
+round's final one, which the next round's one pass takes first (as ``runtime.lm.CachedLM`` does)."""
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import numpy as np
+
+from ..commit import commit
+from ..config import DecodeConfig
+from ..drafts.lookup import lookup_continuation
+from ..kpolicy import make_policy
+from ..trace import Round, Trace
+from . import sampling as S
+
+
+class Lookup:
+    """Prompt lookup (``specviz.PromptLookupDrafter``'s match, named as it): what followed the latest earlier match of
+    the context's last n-gram, n from max_ngram down to min_ngram. Deterministic, so q is a point mass."""
+
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
+        if not 1 <= min_ngram <= max_ngram:
+            raise ValueError(f"need 1 <= min_ngram <= max_ngram, got min_ngram={min_ngram}, max_ngram={max_ngram}")
+        self.max_ngram, self.min_ngram = max_ngram, min_ngram
+        self.name = f"prompt-lookup (n={min_ngram}..{max_ngram})"
+
+    def propose(self, committed: list[int], k: int) -> list[int]:
+        return lookup_continuation(committed, k, self.max_ngram, self.min_ngram)
+
+
+class SlimDecoding:
+    """One run on ``forward`` (``decode``, ``crop``, ``length``, ``vocab`` and, optionally, ``limit``): iterate it for
+    rounds as they happen; ``trace`` fills in as it goes. ``draft``: None (autoregressive) or a ``Lookup``."""
+
+    def __init__(self, forward, prompt, cfg: DecodeConfig | None = None, draft: Lookup | None = None, *,
+                 target_name: str = "", eos=(), forward_name: str = "llamacpp"):
+        cfg = cfg or DecodeConfig()
+        check_run(forward, prompt, cfg, draft)
+        self.fwd, self.cfg, self.draft = forward, cfg, draft
+        self.rng = np.random.default_rng(cfg.seed)
+        self.committed = [int(t) for t in prompt]
+        self.trace = Trace.start(self.committed, cfg, target_name, None if draft is None else draft.name,
+                                 [int(e) for e in eos])
+        self.trace.forward = forward_name
+        self.todo: list[int] = []  # committed tokens the forward has not taken yet (the last round's final one)
+        self.last: np.ndarray | None = None  # the logits after the forward's last token, while todo is empty
+
+    def __iter__(self) -> Iterator[Round]:
+        cfg, trace, policy = self.cfg, self.trace, make_policy(self.cfg)
+        t0 = time.perf_counter()
+        self._prefill()
+        while len(trace.new_tokens) < cfg.max_new_tokens and not trace.stop_reason:
+            left = cfg.max_new_tokens - len(trace.new_tokens)
+            k = 0 if self.draft is None else min(policy.k, left - 1)  # never draft past the budget
+            r = self._round(len(trace.rounds), k)
+            trace.rounds.append(r)
+            policy.update(r)
+            trace.total_s = time.perf_counter() - t0
+            yield r
+            t0 = time.perf_counter() - trace.total_s  # the consumer's time between rounds is not the run's
+        trace.stop_reason = trace.stop_reason or "length"
+
+    def run(self) -> Trace:
+        for _ in self:
+            pass
+        return self.trace
+
+    def _prefill(self) -> None:
+        t0 = time.perf_counter()
+        self.fwd.crop(0)
+        self.last = np.array(self.fwd.decode(np.asarray(self.committed, dtype=np.int32))[-1:])  # p_1's logits
+        self.trace.prefill_s = time.perf_counter() - t0
+
+    def _round(self, index: int, k: int) -> Round:
+        """draft -> verify -> accept -> commit, timed; the round's record."""
+        t0 = time.perf_counter()
+        x = np.asarray(self.draft.propose(self.committed, k) if k else [], dtype=np.int64)
+        t1 = time.perf_counter()
+        logits = self._verify_pass(x)
+        cfg = self.cfg
+        p = S.logits_to_probs(logits, cfg.temperature, cfg.top_k, cfg.top_p)
+        t2 = time.perf_counter()
+        q = S.point_mass(x, p.shape[-1])
+        verdict = S.verify_greedy(logits, x) if cfg.greedy else S.verify(p, q, x, self.rng)
+        self.fwd.crop(len(self.committed) + verdict.n_accepted)  # the drafts kept stay in the forward's cache
+        emitted = commit(self.committed, x[: verdict.n_accepted].tolist() + [verdict.next_token], self.trace)
+        self.todo = [emitted[-1]]
+        return record_round(cfg, index, k, x, q, p, verdict, emitted, t1 - t0, t2 - t1, time.perf_counter() - t0)
+
+    def _verify_pass(self, x: np.ndarray) -> np.ndarray:
+        """ONE forward over the token not yet taken and every draft: the logits at p_1..p_{m+1}, (m+1, V)."""
+        rows = np.asarray(self.todo + x.tolist(), dtype=np.int32)
+        if not self.todo:  # the first round: p_1 came with the prompt
+            out = self.last if len(rows) == 0 else np.concatenate([self.last, self.fwd.decode(rows)])
+        else:
+            out = np.array(self.fwd.decode(rows))
+        self.todo, self.last = [], None
+        return out
+
+
+def record_round(cfg: DecodeConfig, index, k, x, q, p, verdict: S.Verdict, emitted, draft_s, target_s, wall_s) -> Round:
+    """The Round of one verified proposal x (m,), as ``specviz.decoder.record_round`` records it."""
+    times = dict(draft_s=draft_s, target_s=target_s, wall_s=wall_s)
+    n, m = verdict.n_accepted, len(x)
+    resampled = verdict.next_token if verdict.rejected else None
+    bonus = verdict.next_token if not verdict.rejected else None
+    if len(emitted) <= n:  # an accepted draft ended the run: nothing drawn after it is kept
+        resampled = bonus = None
+    drafted = tuple(int(t) for t in x)
+    if not cfg.record:
+        return Round.unrecorded(index=index, k=k, drafted=drafted, n_accepted=n, emitted=tuple(emitted),
+                                resampled=resampled, bonus=bonus, **times)
+    idx, verified = np.arange(m), min(n + 1, m)
+    if cfg.greedy:
+        b = (p[:m].argmax(-1) == q.argmax(-1)).astype(np.float32)[:verified].tolist()
+    else:
+        b = S.beta(p[:verified], q[:verified]).tolist()
+    u = verdict.u[:verified].tolist() if verdict.u is not None else []
+    return Round(
+        index=index, k=k, drafted=drafted, q=tuple(q[idx, x].tolist()), p=tuple(p[idx, x].tolist()),
+        accept_prob=tuple(verdict.accept_prob.tolist()), u=_pad(u, m), beta=_pad(b, m), n_accepted=n,
+        emitted=tuple(emitted), resampled=resampled, bonus=bonus, next_p=float(p[n, verdict.next_token]),
+        residual_top=S.residual_top(verdict.residual, p[n], q[n] if n < m else None), **times)
+
+
+def _pad(values: list, m: int) -> tuple:
+    return tuple(values) + (None,) * (m - len(values))
+
+
+def check_run(forward, prompt, cfg: DecodeConfig, draft) -> None:
+    """What slim runs, checked before any work: a DecodeConfig without a tree or another accept rule, a model-free
+    draft, a prompt of ids in the forward's vocabulary that fits its limit with max_new_tokens."""
+    if not isinstance(cfg, DecodeConfig):
+        raise ValueError(f"cfg must be a specviz.DecodeConfig, got {type(cfg).__name__}")
+    if draft is not None and not isinstance(draft, Lookup):
+        raise ValueError(f"specviz.slim drafts by prompt lookup (slim.Lookup), got {type(draft).__name__}: a model "
+                         "draft needs the torch decoder (specviz.speculative_generate)")
+    if cfg.tree is not None or cfg.rule != "leviathan":
+        raise ValueError("specviz.slim runs chains with Leviathan's accept rule: a token tree or another rule needs "
+                         "the torch decoder")
+    ids = list(prompt)
+    if not ids or not all(isinstance(t, (int, np.integer)) and 0 <= t < forward.vocab for t in ids):
+        raise ValueError(f"the prompt must be a non-empty list of token ids in [0, {forward.vocab})")
+    limit = getattr(forward, "limit", None)
+    if limit is not None and len(ids) + cfg.max_new_tokens > limit:
+        raise ValueError(f"prompt ({len(ids)} tokens) + max_new_tokens ({cfg.max_new_tokens}) exceeds the forward's "
+                         f"{limit} positions: shorten the prompt or lower max_new_tokens")
+
+
+def autoregressive(forward, prompt, cfg: DecodeConfig | None = None, **names) -> Trace:
+    """The baseline on ``forward``: one target token per pass, the same transforms and records."""
+    return SlimDecoding(forward, prompt, cfg, None, **names).run()
+
+
+def speculative(forward, draft: Lookup, prompt, cfg: DecodeConfig | None = None, **names) -> Trace:
+    if draft is None:
+        raise ValueError("speculative needs a draft (slim.Lookup); use autoregressive for none")
+    return SlimDecoding(forward, prompt, cfg, draft, **names).run()
+
+
+def fill_texts(trace: Trace, vocab) -> Trace:
+    """Every id the trace mentions, its text and bytes from ``vocab.piece`` (``llamacpp_seq.Vocab``). The trace."""
+    ids = set(trace.prompt_ids)
+    for r in trace.rounds:
+        ids.update(r.drafted, r.emitted, (t[0] for t in r.residual_top))
+    for i in ids - trace.token_text.keys():
+        piece = vocab.piece(i)
+        trace.token_text[i], trace.token_bytes[i] = piece.decode("utf-8", "replace"), piece.hex()
+    return trace

@@ -1,0 +1,118 @@
+"""The sampling math of ``specviz.sampling`` in numpy, for one position at a time (p target, q draft, u uniform,
+beta = sum min(p, q)); tests pin each function to its torch twin on the same inputs."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+RESIDUAL_TOP = 8  # as specviz.sampling: how many residual tokens a round records for the replay
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    """softmax over the last axis, in float32 as torch's CPU softmax of float32 logits (-inf entries: 0)."""
+    z = logits - logits.max(axis=-1, keepdims=True)
+    e = np.exp(z, dtype=np.float32)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def process_logits(logits: np.ndarray, temperature: float, top_k: int = 0, top_p: float = 1.0) -> np.ndarray:
+    """Temperature, then top-k, then top-p (as transformers' warpers); removed entries become -inf. (..., V)."""
+    logits = logits.astype(np.float32) / np.float32(temperature)
+    if 0 < top_k < logits.shape[-1]:
+        kth = np.partition(logits, -top_k, axis=-1)[..., -top_k:].min(axis=-1, keepdims=True)
+        logits = np.where(logits < kth, np.float32(-np.inf), logits)
+    if top_p < 1.0:
+        order = np.argsort(logits, axis=-1, kind="stable")
+        cumulative = np.cumsum(softmax(np.take_along_axis(logits, order, axis=-1)), axis=-1)
+        remove_sorted = cumulative <= (1 - top_p)
+        remove_sorted[..., -1:] = False  # always keep the most likely token
+        remove = np.empty_like(remove_sorted)
+        np.put_along_axis(remove, order, remove_sorted, axis=-1)
+        logits = np.where(remove, np.float32(-np.inf), logits)
+    return logits
+
+
+def logits_to_probs(logits: np.ndarray, temperature: float, top_k: int = 0, top_p: float = 1.0) -> np.ndarray:
+    """The distribution generation samples from; greedy (temperature 0) reports the plain softmax."""
+    if temperature == 0:
+        return softmax(logits.astype(np.float32))
+    return softmax(process_logits(logits, temperature, top_k, top_p))
+
+
+def invert_cdf(probs: np.ndarray, u: float) -> int:
+    """The first id of probs (V,) whose cumulative probability (float64) exceeds u * total."""
+    cdf = np.cumsum(probs, dtype=np.float64)
+    return min(int(np.searchsorted(cdf, u * cdf[-1], side="right")), probs.shape[-1] - 1)
+
+
+def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
+    return invert_cdf(probs, float(rng.random()))
+
+
+def point_mass(tokens, vocab_size: int) -> np.ndarray:
+    """q of a model-free drafter: one-hot rows, (m,) -> (m, V)."""
+    q = np.zeros((len(tokens), vocab_size), dtype=np.float32)
+    q[np.arange(len(tokens)), np.asarray(tokens, dtype=np.int64)] = 1.0
+    return q
+
+
+def beta(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """sum_v min(p, q) per position: (m, V) -> (m,)."""
+    return np.minimum(p, q).sum(axis=-1)
+
+
+def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """norm(max(0, p - q)) over the full vocabulary; where it has no mass, p itself."""
+    r = np.maximum(p - q, 0)
+    total = r.sum()
+    return r / total if total > 0 else p
+
+
+def residual_top(r: np.ndarray | None, p: np.ndarray, q: np.ndarray | None) -> tuple:
+    """The residual's top tokens as (token, residual, p, q), those with residual > 0, largest first."""
+    if r is None:
+        return ()
+    n = min(RESIDUAL_TOP, r.shape[-1])
+    top = np.argpartition(-r, n - 1)[:n]  # the n largest, then in order: no sort of the whole vocabulary
+    top = top[np.argsort(-r[top], kind="stable")]
+    return tuple((int(t), float(r[t]), float(p[t]), float(q[t]) if q is not None else 0.0) for t in top if r[t] > 0)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One round's accept step: drafts before n_accepted kept, the one at it rejected (if any), then next_token."""
+
+    n_accepted: int
+    next_token: int
+    accept_prob: np.ndarray  # (m,) min(1, p/q) at each draft (greedy: 1.0 or 0.0)
+    u: np.ndarray | None  # (m,) the uniform draws (None: greedy)
+    residual: np.ndarray | None  # (V,) norm(max(0, p_n - q_n)) at the rejection, else None
+
+    @property
+    def rejected(self) -> bool:
+        return self.n_accepted < len(self.accept_prob)
+
+
+def verify(p: np.ndarray, q: np.ndarray, drafted: np.ndarray, rng: np.random.Generator) -> Verdict:
+    """Speculative sampling (Leviathan et al. 2023, Algorithm 1): p (m+1, V), q (m, V), drafted (m,)."""
+    m = len(drafted)
+    idx = np.arange(m)
+    accept_prob = np.minimum(p[idx, drafted] / q[idx, drafted], np.float32(1.0))
+    u = rng.random(m, dtype=np.float32)
+    rejected = np.flatnonzero(~(u < accept_prob))
+    n = int(rejected[0]) if len(rejected) else m
+    if n == m:  # every draft kept: a bonus token from the target's last distribution
+        return Verdict(n, sample(p[m], rng), accept_prob, u, None)
+    r = residual(p[n], q[n])
+    return Verdict(n, sample(r, rng), accept_prob, u, r)
+
+
+def verify_greedy(logits: np.ndarray, drafted: np.ndarray) -> Verdict:
+    """Keep drafts while each is the target's argmax, then append the target's argmax. logits (m+1, V)."""
+    m = len(drafted)
+    best = logits.argmax(axis=-1)
+    match = (best[:m] == drafted).astype(np.float32)
+    misses = np.flatnonzero(match == 0)
+    n = int(misses[0]) if len(misses) else m
+    return Verdict(n, int(best[n]), match, None, None)

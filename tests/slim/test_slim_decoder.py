@@ -1,0 +1,140 @@
+"""specviz.slim's decoder: the target's own greedy text, speculative equal to autoregressive, the exact law of
+speculative sampling, the records and their JSON, its refusals, and a process that never imports torch."""
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from specviz import DecodeConfig, TreeConfig
+from specviz import sampling as T
+from specviz.slim import Lookup, SlimDecoding, autoregressive, speculative
+from specviz.trace import Trace
+from tests.helpers.numpy_lm import ToyForward
+
+PROMPTS = ([1, 2, 3, 1, 2, 3, 1, 2], [5, 4, 9, 4, 9, 4], [7], [3, 8, 2, 11, 0, 6, 3, 8])
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_greedy_text_is_the_targets_own_and_speculation_does_not_change_it(prompt):
+    cfg = DecodeConfig(temperature=0.0, max_new_tokens=24, k=4)
+    reference = ToyForward().greedy(prompt, 24)
+    assert autoregressive(ToyForward(), prompt, cfg).new_tokens == reference
+    fwd = ToyForward()
+    trace = speculative(fwd, Lookup(), prompt, cfg)
+    assert trace.new_tokens == reference
+    assert fwd.passes == 1 + len(trace.rounds) - (len(trace.rounds[0].drafted) == 0)  # one pass a round
+    assert fwd.length == len(prompt) + 24 - 1  # rolled back to the committed text (the last token still pending)
+
+
+def test_a_run_with_accepted_drafts_records_each_decision():
+    prompt = [1, 2, 3, 1, 2, 3, 1, 2]
+    trace = speculative(ToyForward(), Lookup(), prompt, DecodeConfig(temperature=0.0, max_new_tokens=24, k=4))
+    accepted = [r for r in trace.rounds if r.n_accepted]
+    assert accepted, "the toy's greedy text should repeat enough for lookup drafts to be kept"
+    for r in trace.rounds:
+        assert r.emitted == tuple(r.drafted[: r.n_accepted]) + ((r.resampled if r.rejected else r.bonus),)
+        assert all(q == 1.0 for q in r.q) and len(r.p) == len(r.drafted)
+        assert r.accept_prob[: r.n_accepted] == (1.0,) * r.n_accepted and r.accept_prob[r.n_accepted:][:1] in ((), (0.0,))
+        assert r.beta[: r.n_accepted + 1] == r.accept_prob[: r.n_accepted + 1]  # greedy: did x match the argmax
+    again = Trace.from_json(trace.to_json())
+    assert again.rounds == trace.rounds and again.new_tokens == trace.new_tokens
+
+
+LAW_PROMPT, LAW_SHARPEN = [2, 0, 2], 1.5  # lookup drafts 0, which the target gives p = 0.46 there
+
+
+def exact_law(prompt, n, temperature, top_k):
+    """P(first n tokens) of the toy at these settings, enumerated through specviz.sampling's torch transforms."""
+    fwd, out = ToyForward(sharpen=LAW_SHARPEN), {(): 1.0}
+    for _ in range(n):
+        nxt = {}
+        for seq, prob in out.items():
+            ids = list(prompt) + list(seq)
+            p = T.logits_to_probs(torch.from_numpy(fwd.logits_at(ids, len(ids) - 1)), temperature, top_k).numpy()
+            nxt.update({seq + (v,): prob * float(p[v]) for v in np.flatnonzero(p)})
+        out = nxt
+    return out
+
+
+def law_statistic(temperature, top_k, runs=6000):
+    """(chi-square of the emitted pairs' frequencies against the law enumerated from the target alone, its 99.99th
+    percentile): two tokens after a prompt whose lookup always drafts one, over ``runs`` seeds."""
+    from scipy.stats import chi2 as dist
+
+    prompt, cfg = LAW_PROMPT, dict(temperature=temperature, top_k=top_k, max_new_tokens=2, k=1)
+    seen: dict = {}
+    for seed in range(runs):
+        pair = tuple(speculative(ToyForward(sharpen=LAW_SHARPEN), Lookup(), prompt, DecodeConfig(seed=seed, **cfg)).new_tokens)
+        seen[pair] = seen.get(pair, 0) + 1
+    law = exact_law(prompt, 2, temperature, top_k)
+    assert set(seen) <= set(law)
+    big = [s for s in law if law[s] * runs >= 5]  # cells too rare for the statistic are pooled
+    expected = [law[s] * runs for s in big] + [runs * (1 - sum(law[s] for s in big))]
+    observed = [seen.get(s, 0) for s in big] + [runs - sum(seen.get(s, 0) for s in big)]
+    return sum((o - e) ** 2 / e for o, e in zip(observed, expected) if e > 0), dist.ppf(0.9999, len(big))
+
+
+@pytest.mark.parametrize("temperature, top_k", [(1.0, 0), (0.8, 4)])
+def test_speculative_sampling_emits_the_targets_law(temperature, top_k):
+    chi2, bound = law_statistic(temperature, top_k)
+    assert chi2 < bound, (chi2, bound)
+
+
+def test_the_law_test_refuses_a_rejection_that_resamples_from_p_itself(monkeypatch):
+    """The same statistic on a decoder whose rejection draws from p instead of norm(max(0, p - q)): the drafted token
+    comes out too often, and the test sees it."""
+    from specviz.slim import sampling as S
+
+    monkeypatch.setattr(S, "residual", lambda p, q: p)
+    chi2, bound = law_statistic(1.0, 0)
+    assert chi2 > bound, (chi2, bound)
+
+
+def test_what_slim_does_not_run_is_refused_before_any_work():
+    fwd = ToyForward()
+    with pytest.raises(ValueError, match="prompt lookup"):
+        SlimDecoding(fwd, [1, 2], DecodeConfig(), draft="a model")
+    with pytest.raises(ValueError, match="token tree or another rule"):
+        SlimDecoding(fwd, [1, 2], DecodeConfig(tree=TreeConfig()), Lookup())
+    with pytest.raises(ValueError, match="token tree or another rule"):
+        SlimDecoding(fwd, [1, 2], DecodeConfig(rule="typical"), Lookup())
+    for prompt in ([], [1, 12], [-1], [1.5]):
+        with pytest.raises(ValueError, match="non-empty list of token ids in \\[0, 12\\)"):
+            SlimDecoding(fwd, prompt)
+    with pytest.raises(ValueError, match="exceeds the forward's 256 positions"):
+        SlimDecoding(fwd, [1] * 200, DecodeConfig(max_new_tokens=64))
+    with pytest.raises(ValueError, match="DecodeConfig"):
+        SlimDecoding(fwd, [1], {"temperature": 0})
+    with pytest.raises(ValueError, match="min_ngram"):
+        Lookup(2, 3)
+    assert fwd.passes == 0
+
+
+def test_eos_ends_the_run_and_the_budget_is_kept():
+    prompt = [1, 2, 3, 1, 2, 3, 1, 2]
+    text = ToyForward().greedy(prompt, 24)
+    stop = text[5]
+    trace = speculative(ToyForward(), Lookup(), prompt, DecodeConfig(temperature=0.0, max_new_tokens=24, k=4),
+                        eos=[stop])
+    assert trace.stop_reason == "eos" and trace.new_tokens == text[: text.index(stop) + 1]
+    for k in (1, 3, 8):
+        trace = speculative(ToyForward(), Lookup(), prompt, DecodeConfig(temperature=1.0, max_new_tokens=7, k=k))
+        assert len(trace.new_tokens) == 7 and trace.stop_reason == "length"
+
+
+def test_a_slim_process_never_imports_torch():
+    root = Path(__file__).resolve().parents[2]
+    code = (f"import sys; sys.path.insert(0, {str(root)!r})\n"
+            "from specviz.slim import Lookup, speculative; from specviz.config import DecodeConfig\n"
+            "from specviz.runtime import llamacpp_seq\n"
+            "from tests.helpers.numpy_lm import ToyForward\n"
+            "t = speculative(ToyForward(), Lookup(), [1, 2, 3, 1, 2], DecodeConfig(temperature=0.8, max_new_tokens=9))\n"
+            "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'pandas',"
+            " 'tokenizers'))\n"
+            "print(len(t.new_tokens), heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=root)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["9", "[]"]
