@@ -80,9 +80,10 @@ class SlimDecoding:
         t1 = time.perf_counter()
         logits = self._verify_pass(x)
         cfg = self.cfg
-        p = S.logits_to_probs(logits, cfg.temperature, cfg.top_k, cfg.top_p)
+        unseen = cfg.greedy and not cfg.record  # greedy decides on the logits: p only for the record
+        p = None if unseen else S.logits_to_probs(logits, cfg.temperature, cfg.top_k, cfg.top_p)
         t2 = time.perf_counter()
-        q = S.point_mass(x, p.shape[-1])
+        q = S.point_mass(x, logits.shape[-1])
         verdict = S.verify_greedy(logits, x) if cfg.greedy else S.verify(p, q, x, self.rng)
         self.fwd.crop(len(self.committed) + verdict.n_accepted)  # the drafts kept stay in the forward's cache
         emitted = commit(self.committed, x[: verdict.n_accepted].tolist() + [verdict.next_token], self.trace)

@@ -17,9 +17,10 @@ from tests.helpers.numpy_lm import ToyForward
 PROMPTS = ([1, 2, 3, 1, 2, 3, 1, 2], [5, 4, 9, 4, 9, 4], [7], [3, 8, 2, 11, 0, 6, 3, 8])
 
 
+@pytest.mark.parametrize("record", [True, False])
 @pytest.mark.parametrize("prompt", PROMPTS)
-def test_greedy_text_is_the_targets_own_and_speculation_does_not_change_it(prompt):
-    cfg = DecodeConfig(temperature=0.0, max_new_tokens=24, k=4)
+def test_greedy_text_is_the_targets_own_and_speculation_does_not_change_it(prompt, record):
+    cfg = DecodeConfig(temperature=0.0, max_new_tokens=24, k=4, record=record)
     reference = ToyForward().greedy(prompt, 24)
     assert autoregressive(ToyForward(), prompt, cfg).new_tokens == reference
     fwd = ToyForward()
