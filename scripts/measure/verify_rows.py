@@ -17,7 +17,9 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path[:0] = [str(Path(__file__).resolve().parents[2]), str(Path(__file__).resolve().parent)]
+
+from hostline import host_line, load_average  # noqa: E402
 
 from specviz import DecodeConfig, autoregressive_generate, load_model  # noqa: E402
 from specviz.runtime import lm as lm_module  # noqa: E402
@@ -58,6 +60,8 @@ def main() -> None:
     ap.add_argument("--check-tokens", type=int, default=32)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    print(f"# {host_line()}")
+    print(f"# python {' '.join(sys.argv)}")
     print(f"model={args.model} rows={args.rows} paths={args.paths} dtypes={args.dtypes} repeats={args.repeats} "
           f"threads={args.threads}")
     for dtype in args.dtypes:
@@ -81,6 +85,7 @@ def main() -> None:
                 lm_module.DEFAULT_PATH = before
         same = all(t == texts[args.paths[0]] for t in texts.values())
         print(f"{dtype}: greedy text of every path the same: {same}")
+    print(f"# load average after: {load_average()}")
 
 
 if __name__ == "__main__":
