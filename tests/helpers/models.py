@@ -183,3 +183,16 @@ def tiny(family: str, seed: int = 0, sharpen: float = 1.0):
 def reference_logits(model, ids: list[int]) -> torch.Tensor:
     with torch.no_grad():
         return model(torch.tensor([ids])).logits[0]
+
+
+def llamacpp_llama(heads=4, kv_heads=2, tied=False, seed=0, vocab=96, layers=2):
+    """A small Llama that llama.cpp runs (written by gguf_write), its head sharpened so that greedy choices are not
+    near-ties between forwards."""
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=64, intermediate_size=96, num_hidden_layers=layers,
+                      num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=128,
+                      bos_token_id=None, eos_token_id=None, pad_token_id=None, tie_word_embeddings=tied)
+    model = LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():  # sharper than random init, so that greedy choices are not near-ties
+        model.lm_head.weight.mul_(8.0)
+    return model

@@ -5,27 +5,17 @@ from dataclasses import replace
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+from transformers import AutoModelForCausalLM
 
 from specviz import DecodeConfig, TreeConfig, autoregressive_generate, speculative_generate
 from specviz.drafts.drafter import ModelDrafter
 from specviz.runtime import gguf_write, llamacpp, llamacpp_seq, lm
+from tests.helpers.models import llamacpp_llama as llama
 from tests.helpers.models import tiny_gpt2
 
 needs_gguf = pytest.mark.skipif(importlib.util.find_spec("gguf") is None, reason="the gguf package is not installed")
 needs_llamacpp = pytest.mark.skipif(llamacpp.available() is not None,
                                     reason="llama-cpp-python is not installed (pip install llama-cpp-python gguf)")
-
-
-def llama(heads=4, kv_heads=2, tied=False, seed=0, vocab=96, layers=2):
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=64, intermediate_size=96, num_hidden_layers=layers,
-                      num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=128,
-                      bos_token_id=None, eos_token_id=None, pad_token_id=None, tie_word_embeddings=tied)
-    model = LlamaForCausalLM(cfg).eval()
-    with torch.no_grad():  # sharper than random init, so that greedy choices are not near-ties
-        model.lm_head.weight.mul_(8.0)
-    return model
 
 
 @pytest.fixture(autouse=True)

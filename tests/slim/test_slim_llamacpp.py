@@ -10,7 +10,7 @@ from specviz import DecodeConfig, autoregressive_generate
 from specviz.runtime import gguf_write, llamacpp, lm
 from specviz.runtime.llamacpp_seq import Sequence, Vocab
 from specviz.slim import Lookup, autoregressive, speculative
-from tests.runtime.test_llamacpp import llama
+from tests.helpers.models import llamacpp_llama as llama
 
 needs_llamacpp = pytest.mark.skipif(llamacpp.available() is not None,
                                     reason="llama-cpp-python is not installed (pip install llama-cpp-python gguf)")
