@@ -195,7 +195,7 @@ def load_tokenizer(name_or_path: str):
     """The model's tokenizer; a bundled model stored without one uses the family's (``assets/models/tokenizer``)."""
     from transformers import AutoTokenizer
 
-    if (found := gguf.locate(name_or_path)) is not None:
+    if (found := gguf.locate(resolve(name_or_path))) is not None:  # a file, or an operator's local model named
         return gguf.tokenizer(*found)  # built once from the file, cached by its hash
     path, options = _source(name_or_path)
     if Path(path).parent == ASSETS and not (Path(path) / "tokenizer.json").is_file():
@@ -217,7 +217,7 @@ def load_model(name_or_path: str, device: str | None = None, dtype=None):
 
     if name_or_path in list_ngrams():
         raise ValueError(f"{name_or_path!r} is an n-gram drafter, not a causal LM: load it with load_drafter")
-    if (found := gguf.locate(name_or_path)) is not None:  # llama.cpp's format: dequantized, its own tokenizer
+    if (found := gguf.locate(resolve(name_or_path))) is not None:  # llama.cpp's format, its own tokenizer
         model, tokenizer = gguf.load(*found, torch.float32 if dtype is None else dtype)
         return _ready(model.to(device) if device else model, tokenizer, name_or_path, device)
     tokenizer = load_tokenizer(name_or_path)

@@ -123,3 +123,25 @@ def test_every_tabs_draft_picker_follows_the_target(tmp_path, monkeypatch):
     assert fitting_update(store, "target", "target@6")["value"] == "target@6"
     mine = fitting_update(store, "words", "prompt-lookup", {"my-draft": object()})
     assert mine["choices"][-1] == "my-draft" and mine["value"] == "prompt-lookup"
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("gguf") is None, reason="the gguf package is not installed")
+@pytest.mark.parametrize("named", ["folder", "file"])
+def test_the_app_serves_an_operators_gguf_by_name(tmp_path, monkeypatch, named):
+    """SPECVIZ_EXTRA_MODELS=name=<a folder holding a GGUF, or the .gguf>: the name loads the file (its own tokenizer,
+    quantized where the loader can), never the name as a hub ID; greedy speculation keeps its own greedy text."""
+    from specviz import autoregressive_generate
+    from specviz.app.store import ModelStore
+    from tests.helpers.tiny_gguf import write_tiny_gemma
+
+    monkeypatch.setenv("SPECVIZ_GGUF_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "shipped").mkdir()
+    path = write_tiny_gemma(tmp_path / "shipped" / "tiny-gemma3.gguf")
+    monkeypatch.setenv("SPECVIZ_EXTRA_MODELS", f"tiny-gemma={path.parent if named == 'folder' else path}")
+    store = ModelStore()
+    assert "tiny-gemma" in store.list_targets()
+    target, tok, drafter = store.pair("tiny-gemma", "prompt-lookup")
+    ids = torch.tensor([[2, 6, 7, 6, 7, 6]])
+    cfg = DecodeConfig(k=3, temperature=0, max_new_tokens=12)
+    assert speculative_generate(target, drafter, ids, cfg).new_tokens == autoregressive_generate(target, ids, cfg).new_tokens
+    assert tok.decode([6, 7]) and store.target("tiny-gemma")[0] is target
