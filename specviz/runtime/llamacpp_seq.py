@@ -114,7 +114,7 @@ class Sequence:
         self.vocab = int(vocab or lc.llama_vocab_n_tokens(lc.llama_model_get_vocab(model)))
         self.d = int(d or lc.llama_model_n_embd(model))
         self.limit = int(limit or lc.llama_model_n_ctx_train(model))
-        self.threads = int(threads or min(os.cpu_count() or 1, 4))
+        self.threads = int(threads or len(os.sched_getaffinity(0)))  # default: every CPU this process may use
         if min(self.vocab, self.d, self.limit, self.threads) <= 0:
             raise ValueError(f"{os.path.basename(self.path)!r}: vocabulary {self.vocab}, width {self.d}, "
                              f"limit {self.limit} and threads {self.threads} must all be positive")

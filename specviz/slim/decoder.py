@@ -3,6 +3,7 @@ numpy logits, recorded as the same ``Round`` and ``Trace``. The forward holds ev
 round's final one, which the next round's one pass takes first (as ``runtime.lm.CachedLM`` does)."""
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 
@@ -32,15 +33,18 @@ class Lookup:
 
 class SlimDecoding:
     """One run on ``forward`` (``decode``, ``crop``, ``length``, ``vocab`` and, optionally, ``limit``): iterate it for
-    rounds as they happen; ``trace`` fills in as it goes. ``draft``: None (autoregressive) or a ``Lookup``."""
+    rounds as they happen; ``trace`` fills in as it goes. ``draft``: None (autoregressive) or a ``Lookup``. The trace
+    names the target ``target_name`` (default: the forward's file name, else its class) and ends at ``eos``'s ids
+    (``llamacpp_seq.Vocab.eog`` for a GGUF's own)."""
 
     def __init__(self, forward, prompt, cfg: DecodeConfig | None = None, draft: Lookup | None = None, *,
-                 target_name: str = "", eos=(), forward_name: str = "llamacpp"):
+                 target_name: str | None = None, eos=(), forward_name: str = "llamacpp"):
         cfg = cfg or DecodeConfig()
         check_run(forward, prompt, cfg, draft)
         self.fwd, self.cfg, self.draft = forward, cfg, draft
         self.rng = np.random.default_rng(cfg.seed)
         self.committed = [int(t) for t in prompt]
+        target_name = target_name or os.path.basename(str(getattr(forward, "path", ""))) or type(forward).__name__
         self.trace = Trace.start(self.committed, cfg, target_name, None if draft is None else draft.name,
                                  [int(e) for e in eos])
         self.trace.forward = forward_name

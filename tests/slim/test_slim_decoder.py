@@ -40,6 +40,7 @@ def test_a_run_with_accepted_drafts_records_each_decision():
         assert all(q == 1.0 for q in r.q) and len(r.p) == len(r.drafted)
         assert r.accept_prob[: r.n_accepted] == (1.0,) * r.n_accepted and r.accept_prob[r.n_accepted:][:1] in ((), (0.0,))
         assert r.beta[: r.n_accepted + 1] == r.accept_prob[: r.n_accepted + 1]  # greedy: did x match the argmax
+    assert (trace.target_name, trace.draft_name, trace.mode) == ("ToyForward", "prompt-lookup (n=1..3)", "speculative")
     again = Trace.from_json(trace.to_json())
     assert again.rounds == trace.rounds and again.new_tokens == trace.new_tokens
 

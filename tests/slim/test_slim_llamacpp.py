@@ -1,6 +1,7 @@
 """specviz.slim on llama.cpp's forward (skipped where llama-cpp-python is not installed): the torch decoder's greedy
 text on the same forward, speculation that keeps it, refused ids, and the GGUF's own tokenizer."""
 import importlib.util
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -33,6 +34,7 @@ def test_slim_on_llamacpp_gives_the_torch_decoders_text_on_the_same_forward(writ
     cfg = DecodeConfig(temperature=temperature, max_new_tokens=20, k=3, seed=5)
     seq = Sequence(path, limit=128, threads=1)
     ours = autoregressive(seq, PROMPT, cfg)
+    assert ours.target_name == Path(path).name and ours.forward == "llamacpp" and ours.mode == "autoregressive"
     if temperature == 0:
         theirs = lm.on_path("llamacpp", autoregressive_generate, model, torch.tensor([PROMPT]), cfg)
         assert ours.new_tokens == theirs.new_tokens
