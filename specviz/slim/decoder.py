@@ -11,29 +11,16 @@ import numpy as np
 
 from ..commit import commit
 from ..config import DecodeConfig
-from ..drafts.lookup import lookup_continuation
 from ..kpolicy import make_policy
 from ..trace import Round, Trace
 from . import sampling as S
-
-
-class Lookup:
-    """Prompt lookup (``specviz.PromptLookupDrafter``'s match, named as it): what followed the latest earlier match of
-    the context's last n-gram, n from max_ngram down to min_ngram. Deterministic, so q is a point mass."""
-
-    def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
-        if not 1 <= min_ngram <= max_ngram:
-            raise ValueError(f"need 1 <= min_ngram <= max_ngram, got min_ngram={min_ngram}, max_ngram={max_ngram}")
-        self.max_ngram, self.min_ngram = max_ngram, min_ngram
-        self.name = f"prompt-lookup (n={min_ngram}..{max_ngram})"
-
-    def propose(self, committed: list[int], k: int) -> list[int]:
-        return lookup_continuation(committed, k, self.max_ngram, self.min_ngram)
+from .drafts import Lookup, ModelDraft
 
 
 class SlimDecoding:
     """One run on ``forward`` (``decode``, ``crop``, ``length``, ``vocab`` and, optionally, ``limit``): iterate it for
-    rounds as they happen; ``trace`` fills in as it goes. ``draft``: None (autoregressive) or a ``Lookup``. The trace
+    rounds as they happen; ``trace`` fills in as it goes. ``draft``: None (autoregressive), a ``Lookup`` or a
+    ``ModelDraft``. The trace
     names the target ``target_name`` (default: the forward's file name, else its class) and ends at ``eos``'s ids
     (``llamacpp_seq.Vocab.eog`` for a GGUF's own)."""
 
@@ -79,15 +66,16 @@ class SlimDecoding:
 
     def _round(self, index: int, k: int) -> Round:
         """draft -> verify -> accept -> commit, timed; the round's record."""
-        t0 = time.perf_counter()
-        x = np.asarray(self.draft.propose(self.committed, k) if k else [], dtype=np.int64)
+        t0, cfg = time.perf_counter(), self.cfg
+        drafted, q = self.draft.propose(self.committed, k, cfg, self.rng) if k else ([], None)
+        x = np.asarray(drafted, dtype=np.int64)
         t1 = time.perf_counter()
         logits = self._verify_pass(x)
-        cfg = self.cfg
         unseen = cfg.greedy and not cfg.record  # greedy decides on the logits: p only for the record
         p = None if unseen else S.logits_to_probs(logits, cfg.temperature, cfg.top_k, cfg.top_p)
         t2 = time.perf_counter()
-        q = S.point_mass(x, logits.shape[-1])
+        if q is None or (cfg.draft_greedy and not cfg.greedy):  # a point mass at each draft: what it was drawn from
+            q = S.point_mass(x, logits.shape[-1])
         verdict = S.verify_greedy(logits, x) if cfg.greedy else S.verify(p, q, x, self.rng)
         self.fwd.crop(len(self.committed) + verdict.n_accepted)  # the drafts kept stay in the forward's cache
         emitted = commit(self.committed, x[: verdict.n_accepted].tolist() + [verdict.next_token], self.trace)
@@ -135,13 +123,16 @@ def _pad(values: list, m: int) -> tuple:
 
 
 def check_run(forward, prompt, cfg: DecodeConfig, draft) -> None:
-    """What slim runs, checked before any work: a DecodeConfig without a tree or another accept rule, a model-free
-    draft, a prompt of ids in the forward's vocabulary that fits its limit with max_new_tokens."""
+    """What slim runs, checked before any work: a DecodeConfig without a tree or another accept rule, a draft of its
+    own kinds that fits the target's vocabulary, a prompt of ids in the forward's vocabulary that fits its limit
+    with max_new_tokens."""
     if not isinstance(cfg, DecodeConfig):
         raise ValueError(f"cfg must be a specviz.DecodeConfig, got {type(cfg).__name__}")
-    if draft is not None and not isinstance(draft, Lookup):
-        raise ValueError(f"specviz.slim drafts by prompt lookup (slim.Lookup), got {type(draft).__name__}: a model "
-                         "draft needs the torch decoder (specviz.speculative_generate)")
+    if draft is not None and not isinstance(draft, (Lookup, ModelDraft)):
+        raise ValueError(f"specviz.slim drafts with slim.Lookup or slim.ModelDraft, got {type(draft).__name__}: "
+                         "any other draft needs the torch decoder (specviz.speculative_generate)")
+    if draft is not None and (why := draft.fits(int(forward.vocab))):
+        raise ValueError(why)
     if cfg.tree is not None or cfg.rule != "leviathan":
         raise ValueError("specviz.slim runs chains with Leviathan's accept rule: a token tree or another rule needs "
                          "the torch decoder")
@@ -159,9 +150,9 @@ def autoregressive(forward, prompt, cfg: DecodeConfig | None = None, **names) ->
     return SlimDecoding(forward, prompt, cfg, None, **names).run()
 
 
-def speculative(forward, draft: Lookup, prompt, cfg: DecodeConfig | None = None, **names) -> Trace:
+def speculative(forward, draft: Lookup | ModelDraft, prompt, cfg: DecodeConfig | None = None, **names) -> Trace:
     if draft is None:
-        raise ValueError("speculative needs a draft (slim.Lookup); use autoregressive for none")
+        raise ValueError("speculative needs a draft (slim.Lookup or slim.ModelDraft); use autoregressive for none")
     return SlimDecoding(forward, prompt, cfg, draft, **names).run()
 
 

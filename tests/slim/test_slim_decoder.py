@@ -10,7 +10,7 @@ import torch
 
 from specviz import DecodeConfig, TreeConfig
 from specviz import sampling as T
-from specviz.slim import Lookup, SlimDecoding, autoregressive, speculative
+from specviz.slim import Lookup, ModelDraft, SlimDecoding, autoregressive, speculative
 from specviz.trace import Trace
 from tests.helpers.numpy_lm import ToyForward
 
@@ -61,15 +61,17 @@ def exact_law(prompt, n, temperature, top_k):
     return out
 
 
-def law_statistic(temperature, top_k, runs=6000):
+def law_statistic(temperature, top_k, runs=6000, draft=None, k=1, **extra):
     """(chi-square of the emitted pairs' frequencies against the law enumerated from the target alone, its 99.99th
-    percentile): two tokens after a prompt whose lookup always drafts one, over ``runs`` seeds."""
+    percentile): two tokens after a prompt, over ``runs`` seeds, drafted by ``draft()`` (default: prompt lookup,
+    which drafts one token there)."""
     from scipy.stats import chi2 as dist
 
-    prompt, cfg = LAW_PROMPT, dict(temperature=temperature, top_k=top_k, max_new_tokens=2, k=1)
+    prompt, cfg = LAW_PROMPT, dict(temperature=temperature, top_k=top_k, max_new_tokens=2, k=k, **extra)
     seen: dict = {}
     for seed in range(runs):
-        pair = tuple(speculative(ToyForward(sharpen=LAW_SHARPEN), Lookup(), prompt, DecodeConfig(seed=seed, **cfg)).new_tokens)
+        pair = tuple(speculative(ToyForward(sharpen=LAW_SHARPEN), (draft or Lookup)(), prompt,
+                                 DecodeConfig(seed=seed, **cfg)).new_tokens)
         seen[pair] = seen.get(pair, 0) + 1
     law = exact_law(prompt, 2, temperature, top_k)
     assert set(seen) <= set(law)
@@ -79,26 +81,63 @@ def law_statistic(temperature, top_k, runs=6000):
     return sum((o - e) ** 2 / e for o, e in zip(observed, expected) if e > 0), dist.ppf(0.9999, len(big))
 
 
-@pytest.mark.parametrize("temperature, top_k", [(1.0, 0), (0.8, 4)])
-def test_speculative_sampling_emits_the_targets_law(temperature, top_k):
-    chi2, bound = law_statistic(temperature, top_k)
+def toy_draft():
+    return ModelDraft(ToyForward(seed=1, sharpen=LAW_SHARPEN))
+
+
+@pytest.mark.parametrize("temperature, top_k, draft, extra", [
+    (1.0, 0, None, {}), (0.8, 4, None, {}),
+    (1.0, 0, toy_draft, {}), (0.8, 4, toy_draft, {}), (1.0, 0, toy_draft, {"draft_greedy": True}),
+    (1.0, 0, toy_draft, {"draft_stop": 0.3})])
+def test_speculative_sampling_emits_the_targets_law(temperature, top_k, draft, extra):
+    """Prompt lookup (a point mass) and a draft model (a real q, its residual over the whole vocabulary, the bonus
+    token after an accepted draft), its argmax drafted, or its drafting cut by a confidence threshold."""
+    chi2, bound = law_statistic(temperature, top_k, draft=draft, **extra)
     assert chi2 < bound, (chi2, bound)
 
 
-def test_the_law_test_refuses_a_rejection_that_resamples_from_p_itself(monkeypatch):
+@pytest.mark.parametrize("draft", [None, toy_draft])
+def test_the_law_test_refuses_a_rejection_that_resamples_from_p_itself(monkeypatch, draft):
     """The same statistic on a decoder whose rejection draws from p instead of norm(max(0, p - q)): the drafted token
     comes out too often, and the test sees it."""
     from specviz.slim import sampling as S
 
     monkeypatch.setattr(S, "residual", lambda p, q: p)
-    chi2, bound = law_statistic(1.0, 0)
+    chi2, bound = law_statistic(1.0, 0, draft=draft)
     assert chi2 > bound, (chi2, bound)
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_a_draft_model_keeps_the_targets_greedy_text_and_its_cache_in_step(prompt):
+    cfg = DecodeConfig(temperature=0.0, max_new_tokens=30, k=4)
+    reference = ToyForward().greedy(prompt, 30)
+    for draft_fwd in (ToyForward(seed=1), ToyForward(seed=0), ToyForward(seed=2, vocab=14)):  # the last padded
+        draft = ModelDraft(draft_fwd)
+        trace = speculative(ToyForward(), draft, prompt, cfg)
+        assert trace.new_tokens == reference
+        assert draft.ids == draft_fwd.ids and len(draft.ids) <= len(prompt) + 30  # what it holds, it knows
+        shared = (list(prompt) + reference)[: len(draft_fwd.ids)]
+        assert draft_fwd.ids[: len(prompt)] == list(prompt) and (draft_fwd.ids == shared or trace.rounds[-1].rejected)
+    same = speculative(ToyForward(), ModelDraft(ToyForward(seed=0)), prompt, cfg)
+    assert all(not r.rejected for r in same.rounds)  # the target as its own draft: every draft accepted
+
+
+def test_draft_stop_ends_a_rounds_drafting_below_the_drafts_confidence():
+    prompt = [1, 2, 3, 1, 2, 3, 1, 2]
+    cfg = DecodeConfig(temperature=1.0, max_new_tokens=40, k=6, draft_stop=0.6, seed=3)
+    trace = speculative(ToyForward(sharpen=1.0), ModelDraft(ToyForward(seed=1, sharpen=1.0)), prompt, cfg)
+    for r in trace.rounds:
+        assert all(q >= 0.6 for q in r.q[:-1])  # every draft but the last was sure enough to go on
+        assert len(r.drafted) == r.k or r.q[-1] < 0.6
+    assert any(len(r.drafted) < r.k for r in trace.rounds)
 
 
 def test_what_slim_does_not_run_is_refused_before_any_work():
     fwd = ToyForward()
-    with pytest.raises(ValueError, match="prompt lookup"):
+    with pytest.raises(ValueError, match="slim.Lookup or slim.ModelDraft"):
         SlimDecoding(fwd, [1, 2], DecodeConfig(), draft="a model")
+    with pytest.raises(ValueError, match="vocabulary of 300 tokens and the target 12"):
+        SlimDecoding(fwd, [1, 2], DecodeConfig(), ModelDraft(ToyForward(vocab=300)))
     with pytest.raises(ValueError, match="token tree or another rule"):
         SlimDecoding(fwd, [1, 2], DecodeConfig(tree=TreeConfig()), Lookup())
     with pytest.raises(ValueError, match="token tree or another rule"):

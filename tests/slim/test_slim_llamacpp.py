@@ -10,7 +10,7 @@ import torch
 from specviz import DecodeConfig, autoregressive_generate
 from specviz.runtime import gguf_write, llamacpp, lm
 from specviz.runtime.llamacpp_seq import Sequence, Vocab
-from specviz.slim import Lookup, autoregressive, speculative
+from specviz.slim import Lookup, ModelDraft, autoregressive, speculative
 from tests.helpers.models import llamacpp_llama as llama
 
 needs_llamacpp = pytest.mark.skipif(llamacpp.available() is not None,
@@ -70,3 +70,17 @@ def test_the_gguf_tokenizer_is_llama_cpps_own():
     assert {1, 106} <= set(vocab.eog)
     with pytest.raises(ValueError, match="outside this vocabulary"):
         vocab.piece(vocab.size)
+
+
+@needs_llamacpp
+def test_a_draft_gguf_on_llamacpp_keeps_the_targets_greedy_text(written):
+    """Target and draft both GGUFs on llama.cpp's forward, in one process without torch's decoder: greedy speculative
+    text equals the target's own autoregressive text there, and each accepted draft was the target's argmax."""
+    _, path = written
+    draft_path = str(gguf_write.gguf_for_cached(llama(seed=1)))
+    target = Sequence(path, limit=128, threads=1)
+    cfg = DecodeConfig(temperature=0.0, max_new_tokens=30, k=4)
+    own = autoregressive(target, PROMPT, cfg).new_tokens
+    trace = speculative(target, ModelDraft(Sequence(draft_path, limit=128, threads=1)), PROMPT, cfg)
+    assert trace.new_tokens == own and trace.draft_name == Path(draft_path).name
+    assert sum(len(r.drafted) for r in trace.rounds) > 0 and all(0 <= q <= 1 for r in trace.rounds for q in r.q)
