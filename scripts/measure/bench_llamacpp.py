@@ -25,7 +25,9 @@ specviz.labs.bench's "all"), interleaved prompt by prompt and repeat by repeat i
                    llama-cpp-python (specviz.runtime.llamacpp: the same libllama as the servers, LLAMA_CPP_LIB_PATH
                    set to their build), specviz keeping every decision; the feature draft reads llama.cpp's hidden
                    states
-  *-t0.8           (--temperatures 0.8) ours and lcfwd rows at T = 0.8 (plain temperature sampling, seed per call)
+  slim-*           slim-ar and slim-lite-k6: specviz.slim (the decoder in numpy) on llama.cpp's forward of the same two
+                   GGUF files, lite a slim.ModelDraft on its own llama.cpp sequence, the target file's EOS ids
+  *-t0.8           (--temperatures 0.8) ours, lcfwd and slim rows at T = 0.8 (plain temperature sampling, seed per call)
 All greedy unless marked, the same prompt ids (the bundled tokenizer's, BOS included, sent to llama.cpp as token ids), the same
 token budget, EOS honoured by both, the same threads (torch.set_num_threads; llama.cpp -t and -td). Ours run with
 DecodeConfig(record=False) (what generation needs; llama.cpp records nothing either). A call's tokens/s is its
@@ -33,7 +35,7 @@ tokens over its wall time: for llama.cpp the HTTP round trip of one /completion 
 timings are printed beside it), for ours the call of the decoder (prefill + decode), as specviz.labs.bench does.
 
 It also checks that every greedy output equals ours-ar's (the target's own greedy text, through specviz; lcfwd-*
-rows: lcfwd-ar's, the target's own greedy text on llama.cpp's forward) and prints
+rows: lcfwd-ar's, the target's own greedy text on llama.cpp's forward; slim-* rows: slim-ar's) and prints
 per-position acceptance at greedy for lite at k = 6: llama.cpp's (its /metrics counter of accepted tokens per draft
 position, over its drafts), specviz's on the same prompts, and specviz's with its rounds aligned as llama.cpp's
 (llama.cpp's first new token comes from the prompt pass, without a draft; specviz's first round drafts it).
@@ -54,6 +56,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parents[1]), str(HERE)]
 
+from hostline import host_line, load_average  # noqa: E402
 from llamacpp_convert import default_llama_cpp, post, server_command, start_server  # noqa: E402
 
 
@@ -146,6 +149,8 @@ def main(argv=None) -> None:
     ap.add_argument("--temperatures", type=float, nargs="*", default=[0.8],
                     help="sampled runs of ours and lcfwd beside the greedy ones (none: greedy only)")
     args = ap.parse_args(argv)
+    print(f"# {host_line()}")
+    print(f"# python {' '.join(sys.argv)}")
     if 6 not in args.ks:
         args.ks.append(6)
 
@@ -213,6 +218,25 @@ def main(argv=None) -> None:
             return list(tr.new_tokens), s, None, (c.drafted, c.accepted)
         return run
 
+    from specviz import slim
+    from specviz.runtime.llamacpp_seq import Sequence, Vocab
+
+    slim_target, slim_eos = Sequence(str(tgt), threads=args.threads), Vocab(str(tgt)).eog
+    slim_lite = slim.ModelDraft(Sequence(str(dft), threads=args.threads))
+
+    def slim_run(draft, k, temperature=0.0):
+        cfg = DecodeConfig(k=k, temperature=temperature, max_new_tokens=n, record=False)
+
+        def run(ids):
+            t0 = time.perf_counter()
+            prompt = ids[0].tolist()
+            tr = slim.autoregressive(slim_target, prompt, cfg, eos=slim_eos) if draft is None else \
+                slim.speculative(slim_target, draft, prompt, cfg, eos=slim_eos)
+            s = time.perf_counter() - t0
+            c = tr.counts()
+            return list(tr.new_tokens), s, None, (c.drafted, c.accepted)
+        return run
+
     fns = {name: lc(name) for name in servers}
     fns["torch-ar"] = ours(None, k_default, torch_layers=True)
     sampled: set[str] = set()  # rows at T > 0: not compared with the greedy text
@@ -222,7 +246,8 @@ def main(argv=None) -> None:
             fns[f"{pre}-ar{tag}"] = ours(None, k_default, forward, temp)
             fns |= {f"{pre}-default-k{k}{tag}": ours(default_draft, k, forward, temp) for k in default_ks}
             fns[f"{pre}-lite-k6{tag}"] = ours(lite, 6, forward, temp)
-            sampled |= {name for name in fns if tag and name.endswith(tag)}
+        fns[f"slim-ar{tag}"], fns[f"slim-lite-k6{tag}"] = slim_run(None, k_default, temp), slim_run(slim_lite, 6, temp)
+        sampled |= {name for name in fns if tag and name.endswith(tag)}
     rows = {name: Row() for name in fns}
     lc_per_prompt: list[tuple[int, int]] = []  # lc-spec-k6's (drafted, accepted) per prompt, first repeat
     try:
@@ -255,7 +280,7 @@ def main(argv=None) -> None:
                     if rep == 0 and name == "lc-spec-k6":
                         lc_per_prompt.append((d, a))
                 for name, toks in outs.items():  # lcfwd-*: against lcfwd-ar, the target's own greedy text there
-                    ref = "lcfwd-ar" if name.startswith("lcfwd-") else "ours-ar"
+                    ref = next((f"{pre}-ar" for pre in ("lcfwd", "slim") if name.startswith(pre + "-")), "ours-ar")
                     if name != ref and name not in sampled:
                         rows[name].compared += 1
                         rows[name].differing += toks != outs[ref]
@@ -275,7 +300,7 @@ def main(argv=None) -> None:
         eng = f"{statistics.median(r.engine):8.1f}" if r.engine else f"{'':>8}"
         acc = f"{r.accepted / r.drafted:8.3f}" if r.drafted else f"{'':>8}"
         same = f"{r.compared - r.differing}/{r.compared}" if r.compared else "(reference)" if name in (
-            "ours-ar", "lcfwd-ar") else "(sampled)"
+            "ours-ar", "lcfwd-ar", "slim-ar") else "(sampled)"
         print(f"{name:<17}{r.median:8.1f}{min(r.per_call):8.1f}{max(r.per_call):8.1f}{r.tok_s:8.1f}{eng}{acc}  {same}")
     print("(engine: llama.cpp's own timings, tokens / (prompt_ms + predicted_ms), median; accept: accepted / drafted)")
 
@@ -288,6 +313,9 @@ def main(argv=None) -> None:
     ratio("ours-ar", "lc-ar", "specviz AR (lean, C) / llama.cpp AR")
     ratio("torch-ar", "lc-ar", "specviz AR (lean, torch) / llama.cpp AR")
     ratio("lcfwd-ar", "lc-ar", "specviz AR (llama.cpp forward) / llama.cpp AR")
+    ratio("slim-ar", "lc-ar", "specviz.slim AR (llama.cpp forward) / llama.cpp AR")
+    ratio("slim-lite-k6", "lc-spec-k6", "specviz.slim spec lite k6 / llama.cpp spec lite k6")
+    ratio("slim-lite-k6", "slim-ar", "specviz.slim spec lite k6 / specviz.slim AR")
     best = max((nm for nm in servers if nm != "lc-ar"), key=lambda nm: rows[nm].median)
     for pre, what in (("ours", "lean"), ("lcfwd", "llama.cpp forward")):
         ratio(f"{pre}-lite-k6", "lc-spec-k6", f"specviz spec lite k6 ({what}) / llama.cpp spec lite k6")
@@ -301,10 +329,11 @@ def main(argv=None) -> None:
     print(f"speedups over the fastest autoregressive baseline of this run, greedy or sampled ({fastest}, "
           f"{rows[fastest].median:.1f} tok/s by medians; {', '.join(f'{nm} {rows[nm].median:.1f}' for nm in bases)}):")
     for temp_tag in [""] + sorted({"-t" + nm.rsplit("-t", 1)[1] for nm in sampled}):
-        for pre in ("ours", "lcfwd"):
-            for what in ("lite-k6", *dks):
+        for pre in ("ours", "lcfwd", "slim"):
+            for what in ("lite-k6", *dks) if pre != "slim" else ("lite-k6",):
                 ratio(f"{pre}-{what}{temp_tag}", fastest, f"{pre}-{what}{temp_tag} / {fastest}")
     floors(rows, best, fastest, dks)
+    print(f"# load average after the timed calls: {load_average()}")
 
     # per-position acceptance at greedy, lite, k = 6
     b, a = before["lc-spec-k6"], after["lc-spec-k6"]

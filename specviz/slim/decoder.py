@@ -20,11 +20,10 @@ from .drafts import Lookup, ModelDraft
 class SlimDecoding:
     """One run on ``forward`` (``decode``, ``crop``, ``length``, ``vocab`` and, optionally, ``limit``): iterate it for
     rounds as they happen; ``trace`` fills in as it goes. ``draft``: None (autoregressive), a ``Lookup`` or a
-    ``ModelDraft``. The trace
-    names the target ``target_name`` (default: the forward's file name, else its class) and ends at ``eos``'s ids
-    (``llamacpp_seq.Vocab.eog`` for a GGUF's own)."""
+    ``ModelDraft`` (one run at a time: its cache follows the run). The trace names the target ``target_name``
+    (default: the forward's file name, else its class) and ends at ``eos``'s ids (``Vocab.eog`` for a GGUF's own)."""
 
-    def __init__(self, forward, prompt, cfg: DecodeConfig | None = None, draft: Lookup | None = None, *,
+    def __init__(self, forward, prompt, cfg: DecodeConfig | None = None, draft: Lookup | ModelDraft | None = None, *,
                  target_name: str | None = None, eos=(), forward_name: str = "llamacpp"):
         cfg = cfg or DecodeConfig()
         check_run(forward, prompt, cfg, draft)
