@@ -158,6 +158,9 @@ class Sequence:
         return self.length
 
     def crop(self, keep: int) -> None:
+        """Roll back to the first ``keep`` positions (a no-op where the sequence is no longer)."""
+        if keep < 0:
+            raise ValueError(f"a sequence keeps 0 or more positions, not {keep}")
         if keep < self.length:
             self.lc.llama_memory_seq_rm(self.mem, 0, keep, -1)
             self.length = keep
@@ -239,8 +242,9 @@ class Vocab:
         self.lc = _lib()
         self.vocab = self.lc.llama_model_get_vocab(_model(str(path)))
         self.size = int(self.lc.llama_vocab_n_tokens(self.vocab))
-        if self.size <= 0:
-            raise ValueError(f"{os.path.basename(str(path))!r} carries no tokenizer")
+        if self.size <= 0 or self.lc.llama_vocab_type(self.vocab) == self.lc.LLAMA_VOCAB_TYPE_NONE:
+            # llama.cpp aborts the process when it is asked to tokenize with none: refused here
+            raise ValueError(f"{os.path.basename(str(path))!r} carries no tokenizer (feed it token ids)")
         self._eog: tuple[int, ...] | None = None
 
     def encode(self, text: str, add_special: bool = True) -> list[int]:

@@ -48,12 +48,21 @@ def test_slim_on_llamacpp_gives_the_torch_decoders_text_on_the_same_forward(writ
 
 
 @needs_llamacpp
-def test_the_sequence_refuses_ids_outside_its_vocabulary(written):
+def test_the_sequence_refuses_ids_outside_its_vocabulary_and_what_llama_cpp_cannot_read(written, tmp_path):
+    for bad in (tmp_path / "missing.gguf", tmp_path, Path(__file__)):
+        for cls in (Sequence, Vocab):
+            with pytest.raises(ValueError, match="llama.cpp could not load"):
+                cls(str(bad))
+    with pytest.raises(ValueError, match="carries no tokenizer"):  # llama.cpp would abort the process on encode
+        Vocab(written[1])
     seq = Sequence(written[1], limit=128, threads=1)
     for bad in ([96], [-1], [1.5]):
         with pytest.raises(ValueError, match="token ids|integer ids"):
             seq.decode(np.asarray(bad))
     assert seq.length == 0 and seq.decode(np.asarray([1, 2])).shape == (2, 96)
+    with pytest.raises(ValueError, match="0 or more positions"):
+        seq.crop(-1)
+    assert seq.length == 2
     with pytest.raises(ValueError, match="holds 128 positions"):
         seq.decode(np.zeros(127, dtype=np.int32))
 
