@@ -138,10 +138,11 @@ def check_run(forward, prompt, cfg: DecodeConfig, draft) -> None:
     ids = list(prompt)
     if not ids or not all(isinstance(t, (int, np.integer)) and 0 <= t < forward.vocab for t in ids):
         raise ValueError(f"the prompt must be a non-empty list of token ids in [0, {forward.vocab})")
-    limit = getattr(forward, "limit", None)
-    if limit is not None and len(ids) + cfg.max_new_tokens > limit:
-        raise ValueError(f"prompt ({len(ids)} tokens) + max_new_tokens ({cfg.max_new_tokens}) exceeds the forward's "
-                         f"{limit} positions: shorten the prompt or lower max_new_tokens")
+    for who, fwd in (("target", forward), ("draft", getattr(draft, "fwd", None))):
+        limit = getattr(fwd, "limit", None)
+        if limit is not None and len(ids) + cfg.max_new_tokens > limit:
+            raise ValueError(f"prompt ({len(ids)} tokens) + max_new_tokens ({cfg.max_new_tokens}) exceeds the "
+                             f"{who}'s {limit} positions: shorten the prompt or lower max_new_tokens")
 
 
 def autoregressive(forward, prompt, cfg: DecodeConfig | None = None, **names) -> Trace:

@@ -145,8 +145,10 @@ def test_what_slim_does_not_run_is_refused_before_any_work():
     for prompt in ([], [1, 12], [-1], [1.5]):
         with pytest.raises(ValueError, match="non-empty list of token ids in \\[0, 12\\)"):
             SlimDecoding(fwd, prompt)
-    with pytest.raises(ValueError, match="exceeds the forward's 256 positions"):
+    with pytest.raises(ValueError, match="exceeds the target's 256 positions"):
         SlimDecoding(fwd, [1] * 200, DecodeConfig(max_new_tokens=64))
+    with pytest.raises(ValueError, match="exceeds the draft's 64 positions"):
+        SlimDecoding(fwd, [1] * 20, DecodeConfig(max_new_tokens=64), ModelDraft(ToyForward(seed=1, limit=64)))
     with pytest.raises(ValueError, match="DecodeConfig"):
         SlimDecoding(fwd, [1], {"temperature": 0})
     with pytest.raises(ValueError, match="min_ngram"):
