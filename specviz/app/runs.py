@@ -3,6 +3,7 @@ autoregressive baseline and the speedup's interleaved pairs, the theory explorer
 values, and traces exported to and imported from files."""
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -14,6 +15,7 @@ from .. import theory
 from ..config import DEFAULTS, DecodeConfig
 from ..decoder import Decoding
 from ..labs.sweep import baseline_run
+from ..runtime import llamacpp, lm
 from ..trace import Trace
 from ..views import plots
 from .budget import GRACE, Budget
@@ -33,7 +35,8 @@ def stream_run(store: ModelStore, prompt: str, target: str, draft: str, cfg: Dec
     tokens so far kept, ``stop_reason`` "budget"."""
     budget = Budget()
     model, tok, drafter = user_pair(store, target, draft, user_drafts)
-    run = Decoding(model, drafter, encode(tok, prompt), cfg, target_name=target, draft_name=draft)
+    run = Decoding(model, drafter, encode(tok, prompt), cfg, target_name=target, draft_name=draft,
+                   forward=run_forward(model, cfg))
     last = started = time.perf_counter()
     before = budget.elapsed  # loading the models: spent once, not per token
     for _ in run:
@@ -48,6 +51,16 @@ def stream_run(store: ModelStore, prompt: str, target: str, draft: str, cfg: Dec
             yield run.trace.fill_texts(tok)
     yield run.trace.fill_texts(tok)
 
+
+
+def run_forward(model, cfg: DecodeConfig) -> str | None:
+    """The forward a run of the explorer (and /generate) takes: for a model loaded from a GGUF file (``llamacpp.source``)
+    where the operator named no forward (SPECVIZ_FORWARD) and the run is a chain, the faster one-row forward here,
+    the one its baseline takes (``lm.baseline_path``: llama.cpp's own forward of that file where llama-cpp-python
+    runs it faster); else the default one, as the library's. A token tree needs the torch forward's masks."""
+    if cfg.tree is not None or os.environ.get(lm.PATH_ENV) or llamacpp.source(model) is None:
+        return None
+    return "llamacpp" if lm.baseline_path(model) == "llamacpp" else None
 
 
 def generate(store: ModelStore, prompt: str, target: str, draft: str, cfg: DecodeConfig,
@@ -86,7 +99,8 @@ def speed_pairs(store: ModelStore, trace: Trace, base: Trace, user_drafts: dict 
     model, _, drafter = user_pair(store, trace.target_name, trace.draft_name, user_drafts)
     ids = torch.tensor([trace.prompt_ids])
     for _ in range(PAIRS - 1):
-        again = Decoding(model, drafter, ids, trace.config, target_name=trace.target_name).run()
+        again = Decoding(model, drafter, ids, trace.config, target_name=trace.target_name,
+                         forward=run_forward(model, trace.config)).run()
         slow = baseline(store, trace)
         speedups.append(again.summary().tokens_per_s / slow.summary().tokens_per_s)
     return speedups, None

@@ -2,6 +2,7 @@
 torch's, its rollback, greedy equality of speculative decoding on it, and its refusals."""
 import importlib.util
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -10,6 +11,7 @@ from transformers import AutoModelForCausalLM
 from specviz import DecodeConfig, TreeConfig, autoregressive_generate, speculative_generate
 from specviz.drafts.drafter import ModelDrafter
 from specviz.runtime import gguf_write, llamacpp, llamacpp_seq, lm
+from specviz.trace import Trace
 from tests.helpers.models import llamacpp_llama as llama
 from tests.helpers.models import tiny_gpt2
 
@@ -141,6 +143,9 @@ def test_the_apps_baseline_runs_on_llamacpp_and_says_so(monkeypatch):
     monkeypatch.setattr(lm, "one_row_seconds", lambda model, paths, passes=12: {p: 0.5 if p == "llamacpp" else 1.0
                                                                                  for p in paths})
     model = llama()
+    cfg = DecodeConfig(k=3, temperature=0.0, max_new_tokens=8)
+    assert runs.run_forward(model, cfg) is None  # not loaded from a GGUF: the default, as the library's
+    monkeypatch.setattr(runs, "llamacpp", SimpleNamespace(source=lambda m: "model.gguf"))  # as a GGUF's model
 
     class Store:
         def target(self, name):
@@ -199,3 +204,38 @@ def test_a_llama_cpp_without_its_library_is_refused_with_its_reason_by_every_thr
         reasons = list(pool.map(lambda _: llamacpp.available(), range(32)))
     assert all(r is not None and "llama_backend_init" in r and "pip install llama-cpp-python" in r for r in reasons)
     assert llamacpp.supports(llama()) == reasons[0]
+
+
+@needs_llamacpp
+def test_an_explorer_run_takes_the_faster_forward_as_its_baseline_does(monkeypatch):
+    """The explorer's chains (and /generate) of a model loaded from a GGUF run on llama.cpp's forward where its
+    one-row pass was timed the faster (the timing is fixed here), their trace saying so; any other model, a token
+    tree, or a forward the operator named (SPECVIZ_FORWARD) keeps the default; so does a slower llama.cpp."""
+    from specviz.app import runs
+    from specviz.drafts.drafter import PromptLookupDrafter
+
+    model = llama()
+    cfg = DecodeConfig(k=3, temperature=0.0, max_new_tokens=8)
+    assert runs.run_forward(model, cfg) is None  # not loaded from a GGUF: the default, as the library's
+    monkeypatch.setattr(runs, "llamacpp", SimpleNamespace(source=lambda m: "model.gguf"))  # as a GGUF's model
+
+    class Store:
+        def pair(self, target, draft):
+            return model, None, PromptLookupDrafter()
+
+    monkeypatch.delenv(lm.PATH_ENV, raising=False)
+    monkeypatch.setattr(lm, "one_row_seconds", lambda model, paths, passes=12: {p: 0.5 if p == "llamacpp" else 1.0
+                                                                                 for p in paths})
+    monkeypatch.setattr(runs, "encode", lambda tok, prompt: torch.tensor([[3, 17, 5, 60, 3, 17, 5]]))
+    monkeypatch.setattr(Trace, "fill_texts", lambda self, tok: self)
+    assert runs.run_forward(model, cfg) == "llamacpp"
+    trace = runs.generate(Store(), "a prompt", "tiny", "prompt-lookup", cfg)
+    assert trace.forward == "llamacpp" and len(trace.new_tokens) == 8
+    assert runs.run_forward(model, replace(cfg, tree=TreeConfig(shape=(2, 1)))) is None
+    monkeypatch.setenv(lm.PATH_ENV, "lean")
+    assert runs.run_forward(model, cfg) is None
+    monkeypatch.delenv(lm.PATH_ENV)
+    model = llama()  # a fresh model: its own timing
+    monkeypatch.setattr(lm, "one_row_seconds", lambda model, paths, passes=12: {p: 2.0 if p == "llamacpp" else 1.0
+                                                                                 for p in paths})
+    assert runs.run_forward(model, cfg) is None
