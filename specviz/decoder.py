@@ -22,7 +22,7 @@ from .kpolicy import make_policy
 from .rules import closed_forms, rule_of, verify_rule
 from .runtime.lm import CachedLM, Stopwatch, context_window
 from .sampling import Verdict, beta, logits_to_probs, point_mass, residual_top, verify, verify_greedy
-from .trace import Round, Trace
+from .trace import Round, Trace, drawn, pad
 from .trees.chain import grow_chain
 from .trees.round import check_tree_model, keep_path, record_tree_round, verify_tree
 from .trees.tree import grow, walk
@@ -175,10 +175,7 @@ def record_round(cfg: DecodeConfig, index, k, x, q, p, verdict, emitted, draft_s
     times = dict(draft_s=draft_s, target_s=target_s, wall_s=wall_s, draft_head_s=draft_head_s,
                  target_head_s=target_head_s)
     n, m = verdict.n_accepted, len(x)
-    resampled = verdict.next_token if verdict.rejected else None
-    bonus = verdict.next_token if not verdict.rejected else None
-    if len(emitted) <= n:  # an accepted draft was EOS: nothing drawn after it is kept
-        resampled = bonus = None
+    resampled, bonus = drawn(verdict.rejected, verdict.next_token, n, emitted)
     if not cfg.record:
         return Round.unrecorded(index=index, k=k, drafted=tuple(x.tolist()), n_accepted=n, emitted=tuple(emitted),
                                 resampled=resampled, bonus=bonus, **times)
@@ -193,16 +190,12 @@ def record_round(cfg: DecodeConfig, index, k, x, q, p, verdict, emitted, draft_s
                                                                                  q[:verified], cfg.greedy)
     return Round(
         index=index, k=k, drafted=tuple(x.tolist()), q=tuple(q[idx, x].tolist()), p=tuple(p[idx, x].tolist()),
-        accept_prob=tuple(verdict.accept_prob.tolist()), u=_pad(u, m), beta=_pad(b, m), n_accepted=n,
+        accept_prob=tuple(verdict.accept_prob.tolist()), u=pad(u, m), beta=pad(b, m), n_accepted=n,
         emitted=tuple(emitted), resampled=resampled, bonus=bonus, next_p=float(p[n, verdict.next_token]),
         residual_top=residual_top(verdict.residual, p[n], q[n] if n < m else None), **times,
-        draft_view=draft_view, rule_accept=_pad(rule_accept, m) if rule_accept else (),
-        rule_tv=_pad(rule_tv, m) if rule_tv else (),
+        draft_view=draft_view, rule_accept=pad(rule_accept, m) if rule_accept else (),
+        rule_tv=pad(rule_tv, m) if rule_tv else (),
     )
-
-
-def _pad(values: list, m: int) -> tuple:
-    return tuple(values) + (None,) * (m - len(values))
 
 
 def _sibling_estimate(drafter: Drafter | None, cfg: DecodeConfig) -> SiblingEstimate | None:

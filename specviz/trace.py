@@ -22,6 +22,20 @@ SCHEMA = "specviz.trace/1"
 MAX_TRACE_BYTES = 4 * 2**20  # a trace JSON longer than this is refused before it is parsed
 
 
+def drawn(rejected: bool, next_token: int, n_accepted: int, emitted) -> tuple[int | None, int | None]:
+    """(resampled, bonus) of a round: the token drawn after the accepted drafts is the resample at a rejection, else
+    the bonus; neither where an accepted draft was EOS (nothing drawn after it is kept: emitted holds n_accepted
+    tokens or fewer)."""
+    if len(emitted) <= n_accepted:
+        return None, None
+    return (next_token, None) if rejected else (None, next_token)
+
+
+def pad(values: list, m: int) -> tuple:
+    """A per-position field of m drafts: the values for the positions verified, None for those after."""
+    return tuple(values) + (None,) * (m - len(values))
+
+
 @dataclass(frozen=True, kw_only=True)
 class Round:
     """One draft -> verify -> accept -> commit round (autoregressive runs: k = 0, one target token). Built by

@@ -12,7 +12,7 @@ import numpy as np
 from ..commit import commit
 from ..config import DecodeConfig
 from ..kpolicy import make_policy
-from ..trace import Round, Trace
+from ..trace import Round, Trace, drawn, pad
 from . import sampling as S
 from .drafts import Lookup, ModelDraft
 
@@ -96,10 +96,7 @@ def record_round(cfg: DecodeConfig, index, k, x, q, p, verdict: S.Verdict, emitt
     """The Round of one verified proposal x (m,), as ``specviz.decoder.record_round`` records it."""
     times = dict(draft_s=draft_s, target_s=target_s, wall_s=wall_s)
     n, m = verdict.n_accepted, len(x)
-    resampled = verdict.next_token if verdict.rejected else None
-    bonus = verdict.next_token if not verdict.rejected else None
-    if len(emitted) <= n:  # an accepted draft ended the run: nothing drawn after it is kept
-        resampled = bonus = None
+    resampled, bonus = drawn(verdict.rejected, verdict.next_token, n, emitted)
     drafted = tuple(int(t) for t in x)
     if not cfg.record:
         return Round.unrecorded(index=index, k=k, drafted=drafted, n_accepted=n, emitted=tuple(emitted),
@@ -112,13 +109,9 @@ def record_round(cfg: DecodeConfig, index, k, x, q, p, verdict: S.Verdict, emitt
     u = verdict.u[:verified].tolist() if verdict.u is not None else []
     return Round(
         index=index, k=k, drafted=drafted, q=tuple(q[idx, x].tolist()), p=tuple(p[idx, x].tolist()),
-        accept_prob=tuple(verdict.accept_prob.tolist()), u=_pad(u, m), beta=_pad(b, m), n_accepted=n,
+        accept_prob=tuple(verdict.accept_prob.tolist()), u=pad(u, m), beta=pad(b, m), n_accepted=n,
         emitted=tuple(emitted), resampled=resampled, bonus=bonus, next_p=float(p[n, verdict.next_token]),
         residual_top=S.residual_top(verdict.residual, p[n], q[n] if n < m else None), **times)
-
-
-def _pad(values: list, m: int) -> tuple:
-    return tuple(values) + (None,) * (m - len(values))
 
 
 def check_run(forward, prompt, cfg: DecodeConfig, draft) -> None:

@@ -13,7 +13,7 @@ from ..records import TreeNode, TreeRecord
 from ..runtime.forwards import cache_layers
 from ..runtime.lm import CachedLM
 from ..sampling import residual_top
-from ..trace import Round
+from ..trace import Round, drawn
 from .tree import ROOT, DraftTree, TreeVerdict
 
 ALIBI = ("bloom", "mpt")  # model types whose attention biases are built from a 2-D padding mask
@@ -81,10 +81,7 @@ def record_tree_round(cfg: DecodeConfig, index: int, tree: DraftTree, p: torch.T
     stop = path[-1] if path else ROOT
     rejected = [c for c, _ in tree.candidates.get(stop, []) if c in tries and c not in path][:1]
     chain, n = path + rejected, len(path)
-    resampled = verdict.next_token if verdict.rejected else None
-    bonus = None if verdict.rejected else verdict.next_token
-    if len(emitted) <= n:  # an accepted node was EOS: nothing drawn after it is kept
-        resampled = bonus = None
+    resampled, bonus = drawn(verdict.rejected, verdict.next_token, n, emitted)
     tokens = [tree.tokens[c] for c in chain]
     if not cfg.record:
         return Round.unrecorded(index=index, k=len(tree), drafted=tuple(tokens), n_accepted=n, emitted=tuple(emitted),
