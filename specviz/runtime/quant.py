@@ -15,6 +15,7 @@ check the types and block sizes once more).
 from __future__ import annotations
 
 import ctypes
+import os
 from dataclasses import dataclass
 
 import torch
@@ -24,6 +25,8 @@ from .native.library import QMat, check_tensor, lib, need, ptr
 from .threads import policy
 
 # GGML type name -> (id, weights per block, bytes per block), as ggml-common.h lays the blocks out
+ACTIVATIONS_ENV = "SPECVIZ_QUANT_ACTIVATIONS"
+INT8_TYPES = ("Q5_0", "Q8_0", "Q4_K", "Q6_K")  # the types sv_qlinear8 unpacks (its input width a multiple of 64)
 TYPES = {"F32": (0, 1, 4), "F16": (1, 1, 2), "Q5_0": (6, 32, 22), "Q8_0": (8, 32, 34), "Q4_K": (12, 256, 144),
          "Q6_K": (14, 256, 210)}
 
@@ -75,6 +78,7 @@ class QuantLinear:
         widths = {p.cols for p in self.parts}
         need(len(widths) == 1, f"the parts of a QuantLinear share one input width, not {sorted(widths)}")
         object.__setattr__(self, "_structs", (QMat * len(self.parts))(*[p.qmat() for p in self.parts]))
+        object.__setattr__(self, "int8", self.cols % 64 == 0 and all(p.kind in INT8_TYPES for p in self.parts))
 
     @property
     def cols(self) -> int:
@@ -105,11 +109,23 @@ def linear(x: torch.Tensor, w: QuantLinear, b: torch.Tensor | None = None,
         residual = residual.contiguous()
     x = x.contiguous()
     out = torch.empty(m, n, dtype=torch.float32, device="cpu")
-    with policy.timed(("qlinear", m, w.cols, n)) as threads:
-        done = lib().sv_qlinear(x.data_ptr(), m, w.cols, w._structs, len(w.parts), ptr(b), ptr(residual),
-                                out.data_ptr(), threads)
+    int8 = activations() == "int8" and w.int8
+    kernel = lib().sv_qlinear8 if int8 else lib().sv_qlinear
+    with policy.timed(("qlinear8" if int8 else "qlinear", m, w.cols, n)) as threads:
+        done = kernel(x.data_ptr(), m, w.cols, w._structs, len(w.parts), ptr(b), ptr(residual), out.data_ptr(), threads)
     need(done == 0, "the C matmul refused its quantized weights (a type or block size it does not read)")
     return out
+
+
+def activations() -> str:
+    """How the quantized matmuls take x: "int8" (rounded to 8 bits per block of 32, as llama.cpp does; AVX-512 VNNI)
+    or "float" (float32, exact up to the order of additions). ``SPECVIZ_QUANT_ACTIVATIONS`` chooses; by default
+    int8 where the CPU has VNNI, else float."""
+    asked = os.environ.get(ACTIVATIONS_ENV, "").strip().lower()
+    need(asked in ("", "int8", "float"), f"{ACTIVATIONS_ENV} is int8 or float, not {asked!r}")
+    if asked == "float" or not native.enabled() or not lib().sv_qlinear8_available():
+        return "float"
+    return "int8"
 
 
 def rows(w: QuantMatrix, ids: torch.Tensor) -> torch.Tensor:

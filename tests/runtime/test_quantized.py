@@ -63,18 +63,62 @@ def test_each_block_type_expands_as_the_gguf_reference_does(kind):
     assert torch.equal(quant.dequantize(m), ref)  # the very same floats: the kernels use the file's arithmetic
 
 
-@pytest.mark.parametrize("rows", [1, 5, 11])  # 11: more than the 8 rows that share each expanded chunk
-def test_a_matmul_over_parts_side_by_side_is_x_times_their_floats(rows):
+def rounded_activations(x: torch.Tensor) -> torch.Tensor:
+    """x as sv_qlinear8 takes it: each block of 32 rounded to int8 with scale max|x| / 127 (half away from zero, in
+    float32, as roundf), back as float64."""
+    blocks = x.reshape(x.shape[0], -1, 32)
+    d = blocks.abs().amax(-1, keepdim=True) / 127
+    inv = torch.where(d > 0, 1 / d, torch.zeros_like(d))
+    v = blocks * inv
+    q = (torch.sign(v) * torch.floor(v.abs() + 0.5)).clamp(-127, 127)
+    return (q.double() * d.double()).reshape(x.shape)
+
+
+needs_int8 = pytest.mark.skipif(native.unavailable() is not None or not native.lib().sv_qlinear8_available(),
+                                reason="8-bit activations need AVX-512 VNNI")
+
+
+@pytest.mark.parametrize("activations", ["float", pytest.param("int8", marks=needs_int8)])
+@pytest.mark.parametrize("rows", [1, 5, 11, 17])  # 11 and 17: more rows than share each expanded chunk
+def test_a_matmul_over_parts_side_by_side_is_x_times_their_floats(rows, activations, monkeypatch):
+    monkeypatch.setenv(quant.ACTIVATIONS_ENV, activations)
     g = torch.Generator().manual_seed(rows)
     parts = (quant.quantize_q8_0(torch.randn(40, 512, generator=g)),
              quant.QuantMatrix(torch.from_numpy(random_blocks("Q4_K", 24, 512, 3)), "Q4_K", 24, 512),
-             quant.QuantMatrix(torch.from_numpy(random_blocks("Q6_K", 9, 512, 4)), "Q6_K", 9, 512))
-    x, b, res = torch.randn(rows, 512, generator=g), torch.randn(73, generator=g), torch.randn(rows, 73, generator=g)
+             quant.QuantMatrix(torch.from_numpy(random_blocks("Q6_K", 9, 512, 4)), "Q6_K", 9, 512),
+             quant.QuantMatrix(torch.from_numpy(random_blocks("Q5_0", 7, 512, 5)), "Q5_0", 7, 512))
+    x, b, res = torch.randn(rows, 512, generator=g), torch.randn(80, generator=g), torch.randn(rows, 80, generator=g)
     w = torch.cat([quant.dequantize(p) for p in parts]).double()
-    want = res.double() + x.double() @ w.T + b.double()
+    xs = x.double() if activations == "float" else rounded_activations(x)
+    want = res.double() + xs @ w.T + b.double()
     got = quant.linear(x, quant.QuantLinear(parts), b, res)
-    assert got.dtype == torch.float32 and got.shape == (rows, 73)
-    torch.testing.assert_close(got.double(), want, atol=1e-4, rtol=1e-5)
+    assert got.dtype == torch.float32 and got.shape == (rows, 80)
+    torch.testing.assert_close(got.double(), want, atol=1e-4 * want.abs().max().item(), rtol=1e-5)
+    if activations == "int8":  # and not what float activations give: the rounding is there
+        assert (got.double() - (res.double() + x.double() @ w.T + b.double())).abs().max() > 1e-3
+
+
+@needs_int8
+def test_with_int8_activations_a_row_gets_what_it_gets_alone(monkeypatch):
+    """A verify pass of n rows gives each row the very floats a one-row pass gives it (greedy exactness on this
+    forward rests on it)."""
+    monkeypatch.setenv(quant.ACTIVATIONS_ENV, "int8")
+    g = torch.Generator().manual_seed(0)
+    w = quant.QuantLinear((quant.quantize_q8_0(torch.randn(33, 640, generator=g)),
+                           quant.QuantMatrix(torch.from_numpy(random_blocks("Q5_0", 21, 640, 2)), "Q5_0", 21, 640)))
+    x = torch.randn(19, 640, generator=g)
+    together = quant.linear(x, w)
+    assert torch.equal(together, torch.cat([quant.linear(x[i: i + 1], w) for i in range(19)]))
+
+
+def test_the_activations_setting_is_read_and_checked(monkeypatch):
+    monkeypatch.setenv(quant.ACTIVATIONS_ENV, "float")
+    assert quant.activations() == "float"
+    monkeypatch.setenv(quant.ACTIVATIONS_ENV, "fp8")
+    with pytest.raises(ValueError, match="SPECVIZ_QUANT_ACTIVATIONS is int8 or float, not 'fp8'"):
+        quant.activations()
+    monkeypatch.delenv(quant.ACTIVATIONS_ENV)
+    assert quant.activations() == ("int8" if native.lib().sv_qlinear8_available() else "float")
 
 
 def test_q8_0_quantized_here_is_the_gguf_packages_q8_0():
@@ -141,9 +185,10 @@ def test_a_truncated_or_foreign_file_is_refused_in_words(tiny, tmp_path):
 
 
 @pytest.mark.slow
-def test_logits_match_transformers_float32_forward_of_the_same_file(tiny, reference):
+def test_logits_match_transformers_float32_forward_of_the_same_file(tiny, reference, monkeypatch):
     from specviz.runtime.lm import CachedLM
 
+    monkeypatch.setenv(quant.ACTIVATIONS_ENV, "float")
     _, _, model, _ = tiny
     ids = [2, 9, 5, 13, 7, 4, 4, 11, 6, 14, 5]  # longer than the sliding window
     lm = CachedLM(model)
@@ -153,6 +198,23 @@ def test_logits_match_transformers_float32_forward_of_the_same_file(tiny, refere
         theirs = reference(torch.tensor([ids])).logits[0]
     torch.testing.assert_close(ours, theirs, atol=2e-4, rtol=1e-4)
     assert torch.equal(ours.argmax(-1), theirs.argmax(-1))
+
+
+@needs_int8
+def test_int8_activations_stay_near_the_float_forward_and_say_how_near(tiny, monkeypatch):
+    """The 8-bit activations change the logits by rounding only: within a tenth of their spread of the float32
+    forward's here, the same top token at every position."""
+    from specviz.runtime.lm import CachedLM
+
+    _, _, model, _ = tiny
+    ids, logits = [2, 9, 5, 13, 7, 4, 4, 11, 6, 14, 5], {}
+    for mode in ("float", "int8"):
+        monkeypatch.setenv(quant.ACTIVATIONS_ENV, mode)
+        lm = CachedLM(model)
+        logits[mode] = torch.cat([lm.feed(ids[:3]), lm.feed(ids[3:4]), lm.feed(ids[4:])])
+    gap = (logits["int8"] - logits["float"]).abs().max()
+    assert 0 < gap < 0.1 * logits["float"].std()
+    assert torch.equal(logits["int8"].argmax(-1), logits["float"].argmax(-1))
 
 
 @pytest.mark.slow

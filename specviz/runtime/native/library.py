@@ -98,10 +98,10 @@ def _load():
     so.sv_rms_norm.argtypes = [p, i, i, p, ctypes.c_float, p]
     so.sv_layers_rows.argtypes = [ctypes.POINTER(Dims), p, p, i, p, i, p, p, i, p, p, p, ctypes.POINTER(Head), i]
     so.sv_set_pin.argtypes = [i]
-    so.sv_qlinear.argtypes = [p, i, i, ctypes.POINTER(QMat), i, p, p, p, i]
+    so.sv_qlinear.argtypes = so.sv_qlinear8.argtypes = [p, i, i, ctypes.POINTER(QMat), i, p, p, p, i]
     so.sv_qrows.argtypes = [p, i, i, i, p, i, p]
     so.sv_quant_block.argtypes = [i, ctypes.POINTER(i), ctypes.POINTER(i)]
-    so.sv_qlinear.restype = so.sv_qrows.restype = i
+    so.sv_qlinear.restype = so.sv_qlinear8.restype = so.sv_qrows.restype = so.sv_qlinear8_available.restype = i
     so.sv_set_pin(os.environ.get(PIN_ENV, "1").strip().lower() not in ("0", "off", "no", "false"))
     so.sv_layers.restype = so.sv_layers_rows.restype = so.sv_panel_width.restype = so.sv_max_head_dim.restype = i
     for name in ("sv_sizeof_dims", "sv_sizeof_layer", "sv_sizeof_head", "sv_sizeof_qmat"):

@@ -717,3 +717,214 @@ int sv_qrows(const uint8_t *data, int type, int rows, int K, const int64_t *ids,
                        out + (size_t)i * K + k0);
     return 0;
 }
+
+/* -- the same matmuls on 8-bit activations, as llama.cpp computes them: each row of x rounded to int8 per block of
+ * 32 with its own scale (quantize_row_q8_0's rule), each chunk of 64 weights unpacked once to int8 in registers with
+ * its per-lane scales, and dotted with up to MR rows by AVX-512 VNNI (u8 x s8 -> int32, exact), then scaled in float.
+ * Where the CPU lacks VNNI, sv_qlinear8_available() is 0 and the float path above is the one used. A row's result
+ * does not depend on the other rows of the call (the same additions in the same order), so a verify pass of k + 1
+ * rows gives each row what a one-row pass gives it. */
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__) && \
+    defined(__F16C__)
+#include <immintrin.h>
+#define QX 1
+#else
+#define QX 0
+#endif
+
+int sv_qlinear8_available(void) { return QX; }
+
+#if QX
+/* x rounded: u = q + 128 (K bytes a row); per row and chunk of 64 columns, 16 lanes (a lane is 4 columns) of the
+ * block's scale d and of d times the lane's sum of q (for the K-quants' mins) */
+#define MR8 16 /* rows that share each unpacked chunk: 16 accumulators of the 32 registers */
+struct q8_job { const uint8_t *u; const float *d, *s, *b, *res; const sv_qmat *parts; float *y; int M, K, nparts, N; };
+
+static void quantize_rows(const float *x, int M, int K, uint8_t *u, float *d, float *s) {
+    int C = K / 64;
+    for (int r = 0; r < M; r++)
+        for (int blk = 0; blk < K / 32; blk++) {
+            const float *xb = x + (size_t)r * K + blk * 32;
+            float amax = 0.0f;
+            for (int l = 0; l < 32; l++) amax = fmaxf(amax, fabsf(xb[l]));
+            float dd = amax / 127.0f, id = dd > 0.0f ? 1.0f / dd : 0.0f;
+            float *dl = d + ((size_t)r * C + blk / 2) * 16 + (blk % 2) * 8, *sl = s + (dl - d);
+            for (int lane = 0; lane < 8; lane++) {
+                int sum = 0;
+                for (int l = lane * 4; l < lane * 4 + 4; l++) {
+                    int q = (int)roundf(xb[l] * id);
+                    q = q > 127 ? 127 : q < -127 ? -127 : q;
+                    u[(size_t)r * K + blk * 32 + l] = (uint8_t)(q + 128);
+                    sum += q;
+                }
+                dl[lane] = dd, sl[lane] = dd * (float)sum;
+            }
+        }
+}
+
+static inline float f16(const uint8_t *p) { return _cvtsh_ss((unsigned short)(p[0] | p[1] << 8)); }
+
+/* chunk c (64 weights) of a row as int8 values w with per-lane scale sc and offset off: weight = sc * w - off */
+static inline __attribute__((always_inline)) int unpack(const int type, const uint8_t *row, int c, __m512i *w,
+                                                        __m512 *sc, __m512 *off) {
+    const __m512i nib = _mm512_set1_epi8(0x0F);
+    if (type == SV_Q8_0) { /* two blocks: d (f16), 32 int8 */
+        const uint8_t *b = row + (size_t)2 * c * 34;
+        *w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const void *)(b + 2))),
+                                _mm256_loadu_si256((const void *)(b + 36)), 1);
+        *sc = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(f16(b)), _mm512_set1_ps(f16(b + 34)));
+        return 0;
+    }
+    if (type == SV_Q5_0) { /* two blocks: d (f16), 32 high bits, 16 bytes of low nibbles; weight d (q - 16) */
+        const uint8_t *b = row + (size_t)2 * c * 22;
+        __m256i half[2];
+        for (int i = 0; i < 2; i++, b += 22) {
+            uint32_t qh;
+            memcpy(&qh, b + 2, 4);
+            __m128i qs = _mm_loadu_si128((const void *)(b + 6)), m = _mm_set1_epi8(0x0F);
+            __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(qs, m)),
+                                                _mm_and_si128(_mm_srli_epi16(qs, 4), m), 1);
+            v = _mm256_mask_add_epi8(v, (__mmask32)qh, v, _mm256_set1_epi8(0x10)); /* bit 4: nibbles are < 16 */
+            half[i] = _mm256_sub_epi8(v, _mm256_set1_epi8(16));
+        }
+        *w = _mm512_inserti64x4(_mm512_castsi256_si512(half[0]), half[1], 1);
+        b = row + (size_t)2 * c * 22;
+        *sc = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(f16(b)), _mm512_set1_ps(f16(b + 22)));
+        return 0;
+    }
+    if (type == SV_Q4_K) { /* group c % 4 of a super-block: 32 bytes of nibbles, low then high, two sub-blocks */
+        const uint8_t *b = row + (size_t)(c / 4) * 144;
+        int j = c % 4, s1, m1, s2, m2;
+        __m256i q = _mm256_loadu_si256((const void *)(b + 16 + 32 * j)), m = _mm256_set1_epi8(0x0F);
+        *w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(q, m)),
+                                _mm256_and_si256(_mm256_srli_epi16(q, 4), m), 1);
+        scale_min_k4(2 * j, b + 4, &s1, &m1);
+        scale_min_k4(2 * j + 1, b + 4, &s2, &m2);
+        float d = f16(b), dmin = f16(b + 2);
+        *sc = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(d * s1), _mm512_set1_ps(d * s2));
+        *off = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(dmin * m1), _mm512_set1_ps(dmin * m2));
+        return 1;
+    }
+    /* SV_Q6_K: chunk c % 4 of a super-block: half h of ql/qh/scales, low (sub 0) or high (sub 1) nibbles */
+    const uint8_t *b = row + (size_t)(c / 4) * 210;
+    int h = (c % 4) / 2, sub = c % 2;
+    __m512i ql = _mm512_loadu_si512((const void *)(b + 64 * h));
+    __m512i low = sub ? _mm512_and_si512(_mm512_srli_epi16(ql, 4), nib) : _mm512_and_si512(ql, nib);
+    __m256i qh = _mm256_loadu_si256((const void *)(b + 128 + 32 * h));
+    __m512i qh2 = _mm512_inserti64x4(_mm512_castsi256_si512(qh), qh, 1);
+    __m512i shift = _mm512_inserti64x4(_mm512_set1_epi16(sub ? 4 : 0), _mm256_set1_epi16(sub ? 6 : 2), 1);
+    __m512i high = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh2, shift), _mm512_set1_epi8(3)), 4);
+    *w = _mm512_sub_epi8(_mm512_or_si512(low, high), _mm512_set1_epi8(32));
+    int32_t four;
+    memcpy(&four, b + 192 + 8 * h + 4 * sub, 4);
+    __m512 scales = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_cvtsi32_si128(four)));
+    const __m512i lane4 = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    *sc = _mm512_mul_ps(_mm512_set1_ps(f16(b + 208)), _mm512_permutexvar_ps(lane4, scales));
+    return 0;
+}
+
+/* y[r, n] for rows r0..r0+R-1 and output columns [lo, hi) of one part starting at column c0 of y */
+static inline __attribute__((always_inline)) void q8rows_r(const int R, const int type, const struct q8_job *j,
+                                                           const sv_qmat *p, int c0, int lo, int hi, int r0) {
+    int K = j->K, C = K / 64, e, bytes;
+    sv_quant_block(type, &e, &bytes);
+    size_t row_bytes = (size_t)(K / e) * bytes;
+    const __m512i c128 = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();
+    for (int n = lo; n < hi; n++) {
+        const uint8_t *row = p->data + (size_t)n * row_bytes;
+        __m512 acc[MR8];
+        for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
+        for (int c = 0; c < C; c++) {
+            __m512i w;
+            __m512 sc, off = _mm512_setzero_ps();
+            int has_off = unpack(type, row, c, &w, &sc, &off);
+            /* u = q + 128, so u . w = q . w + 128 sum(w): start each lane at -128 sum(w) */
+            __m512i start = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, c128, w));
+            for (int r = 0; r < R; r++) {
+                size_t at = (size_t)(r0 + r) * C + c;
+                __m512i dot = _mm512_dpbusd_epi32(start, _mm512_loadu_si512((const void *)(j->u + at * 64)), w);
+                __m512 scale = _mm512_mul_ps(sc, _mm512_loadu_ps(j->d + at * 16));
+                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[r]);
+                if (has_off) acc[r] = _mm512_fnmadd_ps(off, _mm512_loadu_ps(j->s + at * 16), acc[r]);
+            }
+        }
+        for (int r = 0; r < R; r++) {
+            float v = _mm512_reduce_add_ps(acc[r]);
+            size_t at = (size_t)(r0 + r) * j->N + c0 + n;
+            if (j->b) v += j->b[c0 + n];
+            if (j->res) v += j->res[at];
+            j->y[at] = v;
+        }
+    }
+}
+
+#define Q8_ROWS(T) \
+    switch (R) { \
+    case 1: q8rows_r(1, T, j, p, c0, lo, hi, r0); break; \
+    case 2: q8rows_r(2, T, j, p, c0, lo, hi, r0); break; \
+    case 3: q8rows_r(3, T, j, p, c0, lo, hi, r0); break; \
+    case 4: q8rows_r(4, T, j, p, c0, lo, hi, r0); break; \
+    case 5: q8rows_r(5, T, j, p, c0, lo, hi, r0); break; \
+    case 6: q8rows_r(6, T, j, p, c0, lo, hi, r0); break; \
+    case 7: q8rows_r(7, T, j, p, c0, lo, hi, r0); break; \
+    case 8: q8rows_r(8, T, j, p, c0, lo, hi, r0); break; \
+    case 9: q8rows_r(9, T, j, p, c0, lo, hi, r0); break; \
+    case 10: q8rows_r(10, T, j, p, c0, lo, hi, r0); break; \
+    case 11: q8rows_r(11, T, j, p, c0, lo, hi, r0); break; \
+    case 12: q8rows_r(12, T, j, p, c0, lo, hi, r0); break; \
+    case 13: q8rows_r(13, T, j, p, c0, lo, hi, r0); break; \
+    case 14: q8rows_r(14, T, j, p, c0, lo, hi, r0); break; \
+    case 15: q8rows_r(15, T, j, p, c0, lo, hi, r0); break; \
+    default: q8rows_r(MR8, T, j, p, c0, lo, hi, r0); break; \
+    }
+
+static void q8rows(const struct q8_job *j, const sv_qmat *p, int c0, int lo, int hi, int r0, int R) {
+    switch (p->type) {
+    case SV_Q8_0: Q8_ROWS(SV_Q8_0) break;
+    case SV_Q5_0: Q8_ROWS(SV_Q5_0) break;
+    case SV_Q4_K: Q8_ROWS(SV_Q4_K) break;
+    default: Q8_ROWS(SV_Q6_K) break;
+    }
+}
+
+static void q8_job_fn(void *ctx, int tid, int nt) {
+    const struct q8_job *j = ctx;
+    int lo, hi;
+    share(tid, nt, j->N, &lo, &hi);
+    for (int pi = 0, c0 = 0; pi < j->nparts; c0 += j->parts[pi].rows, pi++) {
+        int a = lo > c0 ? lo - c0 : 0, z = hi - c0 < j->parts[pi].rows ? hi - c0 : j->parts[pi].rows;
+        for (int r0 = 0; a < z && r0 < j->M; r0 += MR8)
+            q8rows(j, &j->parts[pi], c0, a, z, r0, j->M - r0 < MR8 ? j->M - r0 : MR8);
+    }
+}
+#endif
+
+/* sv_qlinear's y on 8-bit activations. Returns 0, or -2 where the CPU lacks VNNI, K is not whole chunks of 64, or a
+ * part is not Q8_0, Q5_0, Q4_K or Q6_K (of whole blocks). */
+int sv_qlinear8(const float *x, int M, int K, const sv_qmat *parts, int nparts, const float *b, const float *res,
+                float *y, int nt) {
+#if QX
+    int N = 0, e, bytes;
+    if (M < 1 || K < 64 || K % 64 || nparts < 1) return -2;
+    for (int i = 0; i < nparts; i++) {
+        int t = parts[i].type;
+        sv_quant_block(t, &e, &bytes);
+        if ((t != SV_Q8_0 && t != SV_Q5_0 && t != SV_Q4_K && t != SV_Q6_K) || K % e || parts[i].rows < 1 ||
+            !parts[i].data)
+            return -2;
+        N += parts[i].rows;
+    }
+    size_t lanes = (size_t)M * (K / 64) * 16;
+    uint8_t *u = aligned_alloc(64, ((size_t)M * K + 63) / 64 * 64);
+    float *d = aligned_alloc(64, lanes * sizeof(float)), *s = aligned_alloc(64, lanes * sizeof(float));
+    if (!u || !d || !s) { free(u), free(d), free(s); return -1; }
+    quantize_rows(x, M, K, u, d, s);
+    struct q8_job j = {u, d, s, b, res, parts, y, M, K, nparts, N};
+    run(q8_job_fn, &j, nt < 1 ? 1 : nt > MAXT ? MAXT : nt);
+    free(u), free(d), free(s);
+    return 0;
+#else
+    (void)x, (void)M, (void)K, (void)parts, (void)nparts, (void)b, (void)res, (void)y, (void)nt;
+    return -2;
+#endif
+}
