@@ -30,6 +30,8 @@ import torch.nn.functional as F
 from . import heap, quant
 from .lean_common import instrumented, linear, rope_, rope_tables
 from .lean_llama import FIRST_CAPACITY
+from .native import gemma as native_gemma
+from .native.library import MAX_HEAD_DIM, Dims
 from .pruned_head import PrunedHead, scatter
 from .timing import head_clock
 
@@ -125,6 +127,14 @@ def _relayout(model) -> Weights:
     return Weights(embed, scale, tuple(blocks), _one_plus(inner.norm), head_t)
 
 
+def in_c(w: Weights, hd: int) -> bool:
+    """Whether a pass of these weights runs as one C call (``native.gemma``): quantized, every matrix of a type and
+    width the 8-bit kernels read, 8-bit activations chosen (``quant.activations``) and built here."""
+    mats = [m for blk in w.blocks for m in (blk.qkv_t, blk.o_t, blk.gu_t, blk.down_t)] + [w.head_t]
+    return (isinstance(w.embed, quant.QuantMatrix) and all(isinstance(m, quant.QuantLinear) and m.int8 for m in mats)
+            and hd <= MAX_HEAD_DIM and native_gemma.available() and quant.activations() == "int8")
+
+
 def embed(w: Weights, ids: torch.Tensor) -> torch.Tensor:
     """The embedding rows of ids (n,), unscaled: looked up in C where the table is quantized."""
     return quant.rows(w.embed, ids) if isinstance(w.embed, quant.QuantMatrix) else F.embedding(ids, w.embed)
@@ -155,6 +165,7 @@ class LeanGemma3:
         self.nh, self.nkv, self.hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         self.eps, self.scale, self.inter = cfg.rms_norm_eps, cfg.query_pre_attn_scalar ** -0.5, cfg.intermediate_size
         self.window = cfg.sliding_window
+        self.dims = Dims(cfg.hidden_size, self.nh, self.nkv, self.hd, self.inter, self.hd, self.eps, self.scale)
         self.kinds = {kind == "sliding_attention": kind for kind in cfg.layer_types}  # only the kinds it has
         self.length = self.capacity = 0
         self._reserve(FIRST_CAPACITY)
@@ -176,6 +187,10 @@ class LeanGemma3:
         start, end = self.length, self.length + ids.shape[-1]
         self._reserve(end)
         x = embed(self.w, ids) * self.w.scale
+        if in_c(self.w, self.hd):  # every layer and the head in one C call
+            logits = native_gemma.layers(self.w, self.dims, x, self.kv, start, self.rope, self.window)
+            self.length = end
+            return logits if self.w.head_ids is None else scatter(logits, self.w.head_ids, self.w.vocab)
         masks = self._masks(start, end)
         for blk, kv in zip(self.w.blocks, self.kv):
             x = self._layer(x, blk, kv, start, masks[blk.sliding])

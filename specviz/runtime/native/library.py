@@ -65,6 +65,19 @@ class Head(ctypes.Structure):
                 ("seconds", ctypes.c_double)]  # out: the final norm's and the head's wall time
 
 
+class GLayer(ctypes.Structure):
+    """A Gemma-3 layer as sv_gemma_layers reads it: its norms' (1 + w) and its quantized matrices' parts (QMat arrays)."""
+    _fields_ = [(name, ctypes.c_void_p) for name in
+                ("ln_in", "q_norm", "k_norm", "ln_post_attn", "ln_pre_mlp", "ln_post_mlp", "qkv", "o", "gu", "down")] + \
+               [(name, ctypes.c_int) for name in ("nqkv", "no", "ngu", "ndown", "sliding")]
+
+
+class GHead(ctypes.Structure):
+    _fields_ = [("parts", ctypes.c_void_p), ("norm", ctypes.c_void_p), ("nparts", ctypes.c_int),
+                ("vocab", ctypes.c_int), ("first", ctypes.c_int), ("h", ctypes.c_void_p), ("logits", ctypes.c_void_p),
+                ("seconds", ctypes.c_double)]  # out: the final norm's and the head's wall time
+
+
 def unavailable() -> str | None:
     """None where the C stack is built and loaded (building it the first time), else why not, in words."""
     lib()
@@ -101,10 +114,13 @@ def _load():
     so.sv_qlinear.argtypes = so.sv_qlinear8.argtypes = [p, i, i, ctypes.POINTER(QMat), i, p, p, p, i]
     so.sv_qrows.argtypes = [p, i, i, i, p, i, p]
     so.sv_quant_block.argtypes = [i, ctypes.POINTER(i), ctypes.POINTER(i)]
+    so.sv_gemma_layers.argtypes = [ctypes.POINTER(Dims), p, p, i, p, i, i, i, p, p, p, p, i, p, i]
+    so.sv_gemma_layers.restype = i
     so.sv_qlinear.restype = so.sv_qlinear8.restype = so.sv_qrows.restype = so.sv_qlinear8_available.restype = i
     so.sv_set_pin(os.environ.get(PIN_ENV, "1").strip().lower() not in ("0", "off", "no", "false"))
     so.sv_layers.restype = so.sv_layers_rows.restype = so.sv_panel_width.restype = so.sv_max_head_dim.restype = i
-    for name in ("sv_sizeof_dims", "sv_sizeof_layer", "sv_sizeof_head", "sv_sizeof_qmat"):
+    for name in ("sv_sizeof_dims", "sv_sizeof_layer", "sv_sizeof_head", "sv_sizeof_qmat", "sv_sizeof_glayer",
+                 "sv_sizeof_ghead"):
         getattr(so, name).restype = ctypes.c_size_t
     why = disagreement(so)
     return (None, why) if why else (so, None)
@@ -118,6 +134,8 @@ def disagreement(so) -> str | None:
              ("sizeof(Layer)", ctypes.sizeof(Layer), so.sv_sizeof_layer()),
              ("sizeof(Head)", ctypes.sizeof(Head), so.sv_sizeof_head()),
              ("sizeof(QMat)", ctypes.sizeof(QMat), so.sv_sizeof_qmat())]
+    pairs += [("sizeof(GLayer)", ctypes.sizeof(GLayer), so.sv_sizeof_glayer()),
+              ("sizeof(GHead)", ctypes.sizeof(GHead), so.sv_sizeof_ghead())]
     wrong = [f"{name} is {here} here, {there} in stack.c" for name, here, there in pairs if here != there]
     if not wrong:
         return None

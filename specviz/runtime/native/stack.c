@@ -10,7 +10,8 @@
  * per-head q/k norms (Qwen3), RoPE from the caller's tables (partial rotary where rot < hd), attention over the
  * cache's visible slots, the output projection, SiLU(gate) * up, down; only the order of float additions differs.
  * Written with GCC/Clang vector extensions (no intrinsics): compiled with -march=native they become AVX-512,
- * AVX2 or NEON. Built at first use by specviz/runtime/native/__init__.py. */
+ * AVX2 or NEON; only the 8-bit-activation matmuls (sv_qlinear8, and the quantized Gemma-3 stack) use AVX-512 VNNI
+ * intrinsics, compiled where the CPU has them. Built at first use by specviz/runtime/native/__init__.py. */
 #define _GNU_SOURCE
 #include <math.h>
 #include <sched.h>
@@ -205,6 +206,7 @@ struct stack_job {
     int nblocks, *block_p0, *block_np; /* the attention's blocks of (row, query head) pairs (plan_blocks) */
     float *h[MAXT], *qkv, *attn, *act, *scores[MAXT];
     double head_t0; /* when every thread had left the last layer (thread 0's clock): the head's start */
+    int window;     /* > 0: a row sees only the last `window` positions (Gemma-3's sliding layers) */
 };
 
 static double now(void) {
@@ -285,7 +287,7 @@ static void attend_block(struct stack_job *j, const float *kv, int g, int p0, in
     int hd = m->hd, group = m->nh / m->nkv, width = (m->nh + 2 * m->nkv) * hd, total = j->start + j->n;
     const float *keys = kv + (size_t)g * j->cap * hd, *vals = kv + (size_t)(m->nkv + g) * j->cap * hd;
     float qt[MAX_HD * VL], last[VL], top[VL], sum[VL];
-    int lastmax = 0, from = j->first ? (int)j->first[p0 / group] : 0; /* a block's rows share their first slot */
+    int lastmax = 0, lastmin = 1 << 30, from = j->first ? (int)j->first[p0 / group] : 0; /* rows share a first */
     for (int lane = 0; lane < VL; lane++) { /* lane -> pair p0 + lane: row (p / group), head g group + p % group */
         int p = p0 + lane, i = p / group, head = g * group + p % group;
         const float *q = j->qkv + (size_t)i * width + (size_t)head * hd;
@@ -293,7 +295,9 @@ static void attend_block(struct stack_job *j, const float *kv, int g, int p0, in
         int seen_last = lane >= np ? -1 : j->slots ? (int)j->slots[i] : j->visible ? total - 1 : j->start + i;
         last[lane] = (float)seen_last;
         lastmax = seen_last > lastmax ? seen_last : lastmax;
+        if (lane < np) lastmin = seen_last < lastmin ? seen_last : lastmin;
     }
+    if (j->window > 0 && lastmin - j->window + 1 > from) from = lastmin - j->window + 1; /* no lane sees before */
     vf lastv = *(const vf *)last, slotv, neg = (vf){0} - INFINITY, topv = neg;
     for (int slot = from; slot <= lastmax; slot++) {
         const float *k = keys + (size_t)slot * hd;
@@ -301,6 +305,7 @@ static void attend_block(struct stack_job *j, const float *kv, int g, int p0, in
         for (int e = 0; e < hd; e++) acc += k[e] * *(const vf *)(qt + e * VL);
         slotv = (vf){0} + (float)slot;
         acc = vsel(slotv > lastv, neg, acc); /* past a lane's row (causal) or an unused lane */
+        if (j->window > 0) acc = vsel(slotv <= lastv - (float)j->window, neg, acc); /* out of its window */
         *(vf *)(S + (size_t)(slot - from) * VL) = acc;
         topv = vmax(acc, topv);
     }
@@ -740,11 +745,11 @@ int sv_qlinear8_available(void) { return QX; }
 #define MR8 16 /* rows that share each unpacked chunk: 16 accumulators of the 32 registers */
 struct q8_job { const uint8_t *u; const float *d, *s, *b, *res; const sv_qmat *parts; float *y; int M, K, nparts, N; };
 
-static void quantize_rows(const float *x, int M, int K, uint8_t *u, float *d, float *s) {
+static void quantize_rows(const float *x, int ldx, int M, int K, uint8_t *u, float *d, float *s) {
     int C = K / 64;
     for (int r = 0; r < M; r++)
         for (int blk = 0; blk < K / 32; blk++) {
-            const float *xb = x + (size_t)r * K + blk * 32;
+            const float *xb = x + (size_t)r * ldx + blk * 32;
             float amax = 0.0f;
             for (int l = 0; l < 32; l++) amax = fmaxf(amax, fabsf(xb[l]));
             float dd = amax / 127.0f, id = dd > 0.0f ? 1.0f / dd : 0.0f;
@@ -918,13 +923,206 @@ int sv_qlinear8(const float *x, int M, int K, const sv_qmat *parts, int nparts, 
     uint8_t *u = aligned_alloc(64, ((size_t)M * K + 63) / 64 * 64);
     float *d = aligned_alloc(64, lanes * sizeof(float)), *s = aligned_alloc(64, lanes * sizeof(float));
     if (!u || !d || !s) { free(u), free(d), free(s); return -1; }
-    quantize_rows(x, M, K, u, d, s);
+    quantize_rows(x, K, M, K, u, d, s);
     struct q8_job j = {u, d, s, b, res, parts, y, M, K, nparts, N};
     run(q8_job_fn, &j, nt < 1 ? 1 : nt > MAXT ? MAXT : nt);
     free(u), free(d), free(s);
     return 0;
 #else
     (void)x, (void)M, (void)K, (void)parts, (void)nparts, (void)b, (void)res, (void)y, (void)nt;
+    return -2;
+#endif
+}
+
+/* -- Gemma-3's layer stack on quantized weights and 8-bit activations: one call runs every layer of a pass and its
+ * head, as specviz.runtime.lean_gemma computes them (transformers' modeling_gemma3): RMSNorms scaling by (1 + w)
+ * (the caller passes 1 + w), q/k norms before RoPE, attention scaled by query_pre_attn_scalar^-1/2, sliding layers
+ * seeing the last `window` positions with their own RoPE tables, the attention's and the MLP's outputs normed before
+ * their residual adds, GELU-tanh(gate) * up. Each matmul's input is rounded by each thread into its own buffers (a
+ * few KB), so no thread waits for another to round it. */
+typedef struct {
+    const float *ln_in, *q_norm, *k_norm, *ln_post_attn, *ln_pre_mlp, *ln_post_mlp; /* (1 + w) each */
+    const sv_qmat *qkv, *o, *gu, *down; /* quantized parts side by side: q, k, v | o | gate, up | down */
+    int nqkv, no, ngu, ndown, sliding;
+} sv_glayer;
+
+typedef struct {
+    const sv_qmat *parts; /* the LM head (Gemma's: the embedding table, tied), quantized */
+    const float *norm;    /* the final norm's (1 + w) */
+    int nparts, vocab, first;
+    float *h, *logits; /* out: (n, d) every row normed; (n - first, vocab) */
+    double seconds;    /* out: the final norm's and the head's wall time */
+} sv_ghead;
+
+size_t sv_sizeof_glayer(void) { return sizeof(sv_glayer); }
+size_t sv_sizeof_ghead(void) { return sizeof(sv_ghead); }
+
+#if QX
+struct gemma_job {
+    struct stack_job full, slide; /* the attention's view of the pass: the same buffers, each kind its RoPE and window */
+    const sv_glayer *layers;
+    sv_ghead *head;
+    float *tmp;                                    /* (n, d): a projection before its norm */
+    uint8_t *u[MAXT];                              /* each thread's rounded copy of a matmul's input */
+    float *qd[MAXT], *qs[MAXT];
+};
+
+/* This thread's columns of y (M, N) = res + x (M, K; rows ldx apart) @ [parts].T, x rounded into its own buffers */
+static void gmatmul(struct gemma_job *g, int tid, int nt, const float *x, int ldx, int M, int K, const sv_qmat *parts,
+                    int nparts, const float *res, float *y, int N) {
+    quantize_rows(x, ldx, M, K, g->u[tid], g->qd[tid], g->qs[tid]);
+    struct q8_job j = {g->u[tid], g->qd[tid], g->qs[tid], NULL, res, parts, y, M, K, nparts, N};
+    q8_job_fn(&j, tid, nt);
+}
+
+/* x[i] += norm(t[i]) for this thread's share of the rows */
+static void add_normed(float *x, float *t, int n, int d, const float *w, float eps, int tid, int nt) {
+    int lo, hi;
+    share(tid, nt, n, &lo, &hi);
+    for (int i = lo; i < hi; i++) {
+        float *ti = t + (size_t)i * d, *xi = x + (size_t)i * d;
+        rms_norm(ti, w, d, eps, ti);
+        for (int c = 0; c < d; c++) xi[c] += ti[c];
+    }
+}
+
+static inline float gelu_tanh(float v) { /* 0.5 v (1 + tanh(sqrt(2 / pi) (v + 0.044715 v^3))) */
+    float z = 0.7978845608028654f * (v + 0.044715f * v * v * v);
+    return 0.5f * v * (1.0f + (1.0f - 2.0f / (1.0f + vexp(2.0f * z))));
+}
+
+static void gemma_layer(struct gemma_job *g, const sv_glayer *L, float *kv, int tid, int nt) {
+    struct stack_job *a = L->sliding ? &g->slide : &g->full;
+    const sv_dims *m = a->m;
+    int n = a->n, d = m->d, I = m->inter, width = (m->nh + 2 * m->nkv) * m->hd, lo, hi;
+    float *h = a->h[tid];
+    sv_layer qk = {0};
+    qk.q_norm = L->q_norm, qk.k_norm = L->k_norm;
+    for (int i = 0; i < n; i++) rms_norm(a->x + (size_t)i * d, L->ln_in, d, m->eps, h + (size_t)i * d);
+    gmatmul(g, tid, nt, h, d, n, d, L->qkv, L->nqkv, NULL, a->qkv, width);
+    barrier(nt);
+    if (n * (m->nh / m->nkv) <= VL) {
+        prepare_and_attend(a, &qk, kv, tid, nt);
+    } else {
+        prepare_heads(a, &qk, kv, tid, nt);
+        barrier(nt);
+        attend(a, kv, tid, nt);
+    }
+    barrier(nt);
+    gmatmul(g, tid, nt, a->attn, m->nh * m->hd, n, m->nh * m->hd, L->o, L->no, NULL, g->tmp, d);
+    barrier(nt);
+    add_normed(a->x, g->tmp, n, d, L->ln_post_attn, m->eps, tid, nt);
+    barrier(nt);
+    for (int i = 0; i < n; i++) rms_norm(a->x + (size_t)i * d, L->ln_pre_mlp, d, m->eps, h + (size_t)i * d);
+    gmatmul(g, tid, nt, h, d, n, d, L->gu, L->ngu, NULL, a->act, 2 * I);
+    barrier(nt);
+    share(tid, nt, n * I, &lo, &hi); /* GELU-tanh(gate) * up, into the gate's columns */
+    for (int t = lo; t < hi; t++) {
+        float *gate = a->act + (size_t)(t / I) * 2 * I + t % I;
+        *gate = gelu_tanh(*gate) * gate[I];
+    }
+    barrier(nt);
+    gmatmul(g, tid, nt, a->act, 2 * I, n, I, L->down, L->ndown, NULL, g->tmp, d);
+    barrier(nt);
+    add_normed(a->x, g->tmp, n, d, L->ln_post_mlp, m->eps, tid, nt);
+    barrier(nt);
+}
+
+static void gemma_job_fn(void *ctx, int tid, int nt) {
+    struct gemma_job *g = ctx;
+    struct stack_job *a = &g->full;
+    for (int l = 0; l < a->nlayers; l++) gemma_layer(g, &g->layers[l], a->kv[l], tid, nt);
+    sv_ghead *H = g->head;
+    if (!H) return;
+    int n = a->n, d = a->m->d;
+    float *h = a->h[tid];
+    if (tid == 0) a->head_t0 = now(); /* every thread is past the last layer's barrier */
+    for (int i = 0; i < n; i++) rms_norm(a->x + (size_t)i * d, H->norm, d, a->m->eps, h + (size_t)i * d);
+    if (tid == 0) memcpy(H->h, h, sizeof(float) * (size_t)n * d);
+    gmatmul(g, tid, nt, h + (size_t)H->first * d, d, n - H->first, d, H->parts, H->nparts, NULL, H->logits, H->vocab);
+}
+
+static int int8_parts(const sv_qmat *parts, int nparts, int K, int rows) { /* whole chunks, read types, these rows */
+    int total = 0, e, bytes;
+    if (!parts || nparts < 1 || K < 64 || K % 64) return 0;
+    for (int i = 0; i < nparts; i++) {
+        int t = parts[i].type;
+        sv_quant_block(t, &e, &bytes);
+        if ((t != SV_Q8_0 && t != SV_Q5_0 && t != SV_Q4_K && t != SV_Q6_K) || K % e || parts[i].rows < 1 ||
+            !parts[i].data)
+            return 0;
+        total += parts[i].rows;
+    }
+    return rows < 0 || total == rows;
+}
+
+static int gemma_fits(const sv_dims *m, const sv_glayer *layers, int nlayers, const sv_ghead *head, int n) {
+    int width = (m->nh + 2 * m->nkv) * m->hd;
+    if (m->hd < 1 || m->hd > MAX_HD || m->rot != m->hd || m->rot % 2 || m->nkv < 1 || m->nh % m->nkv || nlayers < 1)
+        return 0;
+    for (int l = 0; l < nlayers; l++) {
+        const sv_glayer *L = &layers[l];
+        if (!int8_parts(L->qkv, L->nqkv, m->d, width) || !int8_parts(L->o, L->no, m->nh * m->hd, m->d) ||
+            !int8_parts(L->gu, L->ngu, m->d, 2 * m->inter) || !int8_parts(L->down, L->ndown, m->inter, m->d) ||
+            !L->ln_in || !L->q_norm || !L->k_norm || !L->ln_post_attn || !L->ln_pre_mlp || !L->ln_post_mlp)
+            return 0;
+    }
+    return !head || (head->first >= 0 && head->first < n && head->norm && head->h && head->logits &&
+                     int8_parts(head->parts, head->nparts, m->d, head->vocab));
+}
+#endif
+
+/* Rows x (n, d), already embedded and scaled, at cache slots start..start+n-1 through Gemma-3's layers (each writing
+ * its keys and values there: kv[l] is (2 nkv, cap, hd)), then (head not NULL) the final norm and the head. cos/sin:
+ * the full layers' RoPE tables, cos_s/sin_s the sliding layers' ((cap, hd) each, sin signed). Returns 0, -1 where
+ * scratch memory could not be had, -2 where the arguments cannot be right or the CPU lacks VNNI. */
+int sv_gemma_layers(const sv_dims *m, const sv_glayer *layers, float *const *kv, int nlayers, float *x, int n, int start,
+                    int cap, const float *cos, const float *sin, const float *cos_s, const float *sin_s, int window,
+                    sv_ghead *head, int nt) {
+#if QX
+    if (n < 1 || start < 0 || (long)start + n > cap || window < 1 || !gemma_fits(m, layers, nlayers, head, n))
+        return -2;
+    if (nt < 1) nt = 1;
+    if (nt > MAXT) nt = MAXT;
+    int width = (m->nh + 2 * m->nkv) * m->hd, group = m->nh / m->nkv, span = start + n;
+    int K = m->inter > m->d ? m->inter : m->d;
+    K = m->nh * m->hd > K ? m->nh * m->hd : K;
+    size_t floats = (size_t)n * width + (size_t)n * m->nh * m->hd + 2 * (size_t)n * m->inter + (size_t)n * m->d;
+    size_t per_thread = (size_t)n * m->d + (size_t)span * VL + 2 * (size_t)n * (K / 64) * 16 + ((size_t)n * K + 3) / 4;
+    float *buf = malloc(sizeof(float) * (floats + nt * per_thread));
+    int *blocks = malloc(sizeof(int) * 2 * ((size_t)n * group + 1));
+    if (!buf || !blocks) {
+        free(buf);
+        free(blocks);
+        return -1;
+    }
+    struct gemma_job g = {.layers = layers, .head = head};
+    struct stack_job *a = &g.full;
+    *a = (struct stack_job){m, NULL, NULL, kv, nlayers, n, start, cap, x, cos, sin, NULL, NULL};
+    a->qkv = buf;
+    a->attn = a->qkv + (size_t)n * width;
+    a->act = a->attn + (size_t)n * m->nh * m->hd;
+    g.tmp = a->act + 2 * (size_t)n * m->inter;
+    for (int t = 0; t < nt; t++) {
+        a->h[t] = buf + floats + t * per_thread;
+        a->scores[t] = a->h[t] + (size_t)n * m->d;
+        g.qd[t] = a->scores[t] + (size_t)span * VL;
+        g.qs[t] = g.qd[t] + (size_t)n * (K / 64) * 16;
+        g.u[t] = (uint8_t *)(g.qs[t] + (size_t)n * (K / 64) * 16);
+    }
+    a->block_p0 = blocks;
+    a->block_np = blocks + (size_t)n * group + 1;
+    a->nblocks = plan_blocks(a, group, a->block_p0, a->block_np);
+    g.slide = g.full;
+    g.slide.cos = cos_s, g.slide.sin = sin_s, g.slide.window = window;
+    run(gemma_job_fn, &g, nt);
+    if (head) head->seconds = now() - a->head_t0;
+    free(buf);
+    free(blocks);
+    return 0;
+#else
+    (void)m, (void)layers, (void)kv, (void)nlayers, (void)x, (void)n, (void)start, (void)cap, (void)cos, (void)sin;
+    (void)cos_s, (void)sin_s, (void)window, (void)head, (void)nt;
     return -2;
 #endif
 }
