@@ -31,7 +31,7 @@ def c_build(tmp_path_factory):
     user's cache), into a fresh private folder where ``stale``, a build of other sources, lay before it."""
     import shutil
 
-    from specviz.runtime.native import library
+    from specviz.runtime.native import build, library
 
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
@@ -41,7 +41,7 @@ def c_build(tmp_path_factory):
     stale.write_bytes(b"")
     with pytest.MonkeyPatch.context() as env:
         env.setenv(library.CACHE_ENV, str(folder))
-        return folder, library._build(cc), stale
+        return folder, build.compile_library(cc), stale
 
 
 @pytest.fixture

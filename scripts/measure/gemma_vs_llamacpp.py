@@ -10,6 +10,8 @@ By default the faster of the two on a few one-row passes here (the one llama-cpp
 ``--forward slim`` runs ``specviz.slim`` instead: the same decoder and records in numpy, on llama.cpp's forward, the
 prompts tokenized by the GGUF's own tokenizer as llama.cpp reads it; this process then never imports torch, so
 its resident memory is what that decode holds (printed with the heavy libraries the process imported: none).
+``--forward slim-c``: ``specviz.slim`` on specviz's own C stack (``runtime.gemma_sequence``: 8-bit activations,
+AVX-512 VNNI), the prompts tokenized by the ``tokenizers`` library from the GGUF's cached tokenizer.json; no torch.
 
     LLAMA_CPP_LIB_PATH=/work/ext/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin \
     python scripts/measure/gemma_vs_llamacpp.py --bin /work/ext/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin \
@@ -61,7 +63,8 @@ def vm(pid="self", key="VmHWM") -> float:
 
 
 FORWARDS = ("lean", "llamacpp")
-SIDES = (*FORWARDS, "slim")  # slim: specviz.slim, the decoder in numpy on llama.cpp's forward
+SIDES = (*FORWARDS, "slim", "slim-c")  # specviz.slim, the decoder in numpy: on llama.cpp's forward, or on specviz's C
+# stack (runtime.gemma_sequence), no torch in the process either way
 
 
 def choose_forward(model, asked: str | None) -> tuple[str, str]:
@@ -125,7 +128,7 @@ def bench_side(bin_dir: Path, gguf: Path, threads: int, n: int):
 def margin_at(model, prompt_ids: list[int], tokens: list[int], at: int, forward: str = "lean") -> float:
     """specviz's top-1 minus top-2 logit on ``forward`` after prompt + tokens[:at] (where the two sides first
     differ). ``forward`` slim: ``model`` is the llama.cpp Sequence, fed one token at a time as its decode was."""
-    if forward == "slim":
+    if forward in ("slim", "slim-c"):
         import numpy as np
 
         model.crop(0)
@@ -152,6 +155,15 @@ def load_side(args):
         print(f"specviz load (slim: llama.cpp's forward and tokenizer, numpy): {time.perf_counter() - t0:.1f} s, "
               f"resident {vm(key='VmRSS'):.0f} MB")
         return (seq, vocab), vocab.encode, "slim", "asked for"
+    if args.forward == "slim-c":
+        from specviz.runtime import gguf as loader
+        from specviz.runtime.gemma_sequence import GemmaSequence
+
+        seq, tok = GemmaSequence.from_gguf(args.gguf, threads=args.threads), loader.tokenizer(args.gguf.parent, args.gguf.name)
+        encoder = Encoder(tok)
+        print(f"specviz load (slim on its C stack, the tokenizer on `tokenizers`): {time.perf_counter() - t0:.1f} s, "
+              f"resident {vm(key='VmRSS'):.0f} MB")
+        return (seq, encoder), encoder.encode, "slim-c", "asked for"
     import torch
 
     torch.set_num_threads(args.threads)
@@ -162,6 +174,16 @@ def load_side(args):
           f" resident {vm(key='VmRSS'):.0f} MB")
     forward, why = choose_forward(model, args.forward)
     return (model, tok), (lambda text: tok(text).input_ids), forward, why
+
+
+class Encoder:
+    """A tokenizers-based tokenizer called as slim calls llama.cpp's Vocab (``encode``)."""
+
+    def __init__(self, tok):
+        self.tok = tok
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tok(text).input_ids)
 
 
 def llama_bench(bin_dir: Path, gguf: Path, threads: int, n: int) -> float:
@@ -185,7 +207,8 @@ def main(argv=None) -> None:
     ap.add_argument("--port", type=int, default=18517)
     ap.add_argument("--forward", choices=SIDES, default=None,
                     help="specviz's forward: its quantized lean one or llama.cpp's (default: the faster here); slim: "
-                         "specviz.slim's numpy decoder on llama.cpp's forward, no torch in the process")
+                         "specviz.slim's numpy decoder on llama.cpp's forward, slim-c on specviz's C stack, no torch in "
+                         "the process")
     args = ap.parse_args(argv)
 
     if args.bin and (args.bin / "libllama.so").is_file():  # llama-cpp-python on the same build as llama-server's
@@ -198,7 +221,7 @@ def main(argv=None) -> None:
     print(f"# python {' '.join(sys.argv)}")
     side, encode, forward, why = load_side(args)
     print(f"specviz forward: {forward} ({why})", flush=True)
-    run = ours_slim if forward == "slim" else ours
+    run = ours_slim if forward in ("slim", "slim-c") else ours
     model = side[0]
     server = None
     if args.bin and (args.bin / "llama-server").is_file():
@@ -243,7 +266,8 @@ def report(rows, args, benches, server_hwm, agree, first_diffs, forward: str) ->
     bench = statistics.median(benches) if benches else float("nan")
     print(f"\n# load average after: {load_average()}")
     on = {"llamacpp": " (llama.cpp's, through llama-cpp-python)",
-          "slim": " (specviz.slim: the decoder in numpy on llama.cpp's forward, through llama-cpp-python)"}
+          "slim": " (specviz.slim: the decoder in numpy on llama.cpp's forward, through llama-cpp-python)",
+          "slim-c": " (specviz.slim: the decoder in numpy on specviz's C stack, runtime.gemma_sequence)"}
     print(f"# specviz ran on its {forward} forward" + on.get(forward, ""))
     heavy = sorted({m.split(".")[0] for m in sys.modules} & {"torch", "transformers", "tokenizers", "pandas"})
     print(f"# heavy libraries this process imported: {', '.join(heavy) or 'none'}")

@@ -21,7 +21,7 @@ import tempfile
 from importlib.util import find_spec
 from pathlib import Path
 
-from .private_cache import digest, private_folder, record, trusted
+from .private_cache import cache_folder, digest, private_folder, record, trusted
 
 INSTALL = "pip install gguf"  # transformers' GGUF reader needs it (>= 0.10)
 MODE_ENV = "SPECVIZ_GGUF"  # "dequantize": load every GGUF dequantized to float (transformers' reader)
@@ -137,8 +137,6 @@ def described(folder: Path, name: str) -> Path:
     """The cache folder holding this GGUF's config and tokenizer as transformers builds them from it, named by the
     file's SHA-256: built here the first time (a minute or more for a 262,144-token vocabulary), then read back in
     seconds. A folder whose files changed since they were written is built again."""
-    from .gguf_write import cache_folder
-
     root = private_folder(cache_folder() / "tokenizers")
     out = root / digest(folder / name)[:32]
     files = [p for p in out.glob("*") if not p.name.endswith(".sha256")] if out.is_dir() else []

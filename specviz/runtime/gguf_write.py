@@ -9,14 +9,12 @@ llama.cpp's own ``convert_hf_to_gguf.py`` does. Written once per set of weights 
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 
 import torch
 
-from .private_cache import private_folder, record, trusted
-
-CACHE_ENV = "SPECVIZ_GGUF_CACHE"
+from .private_cache import GGUF_CACHE_ENV as CACHE_ENV  # noqa: F401 (where the cache is, for callers)
+from .private_cache import cache_folder, private_folder, record, trusted
 
 
 def supports(model) -> str | None:
@@ -41,10 +39,6 @@ def fingerprint(model) -> str:
         h.update(name.encode())
         h.update(t.detach().to(torch.float32).contiguous().numpy().tobytes())
     return h.hexdigest()
-
-
-def cache_folder() -> Path:
-    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "specviz" / "gguf")
 
 
 def gguf_for(model) -> Path:

@@ -174,6 +174,10 @@ class LeanGemma3:
     def get_seq_length(self) -> int:
         return self.length
 
+    def in_c(self) -> bool:
+        """Whether its passes run as one C call each (``in_c`` of its weights)."""
+        return in_c(self.w, self.hd)
+
     def crop(self, keep: int) -> None:
         self.length = min(self.length, keep)
 

@@ -101,7 +101,7 @@ def _give_back(key: tuple, ctx, size: int) -> None:
     _POOLS.setdefault(key, []).append((ctx, size))
 
 
-def _usable_cpus() -> int:
+def usable_cpus() -> int:
     """The CPUs this process may run on (its affinity, where the system says), the default thread count."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
@@ -119,7 +119,7 @@ class Sequence:
         self.vocab = int(vocab or lc.llama_vocab_n_tokens(lc.llama_model_get_vocab(model)))
         self.d = int(d or lc.llama_model_n_embd(model))
         self.limit = int(limit or lc.llama_model_n_ctx_train(model))
-        self.threads = int(threads or _usable_cpus())
+        self.threads = int(threads or usable_cpus())
         if min(self.vocab, self.d, self.limit, self.threads) <= 0:
             raise ValueError(f"{os.path.basename(self.path)!r}: vocabulary {self.vocab}, width {self.d}, "
                              f"limit {self.limit} and threads {self.threads} must all be positive")

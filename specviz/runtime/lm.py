@@ -58,7 +58,7 @@ class CachedLM:
     @property
     def forward_name(self) -> str:
         """The forward as a trace records it: ``path``, or "lean-c" where the lean forward's layers run in C."""
-        in_c = self.path == "lean" and isinstance(self.cache, lean_llama.LeanLlama) and self.cache.in_c()
+        in_c = self.path == "lean" and callable(getattr(self.cache, "in_c", None)) and self.cache.in_c()
         return "lean-c" if in_c else self.path
 
     @property

@@ -12,6 +12,13 @@ from pathlib import Path
 
 _written: dict[Path, str] = {}  # path -> the sha256 this process recorded when it wrote it
 
+GGUF_CACHE_ENV = "SPECVIZ_GGUF_CACHE"
+
+
+def cache_folder() -> Path:
+    """Where GGUFs written from a model's weights, and each GGUF's config and tokenizer, are cached."""
+    return Path(os.environ.get(GGUF_CACHE_ENV) or Path.home() / ".cache" / "specviz" / "gguf")
+
 
 def private_folder(folder: Path) -> Path:
     """``folder``, created with mode 0700 where missing; ValueError where it is not a folder this user owns and only

@@ -24,7 +24,7 @@ class SlimDecoding:
     (default: the forward's file name, else its class) and ends at ``eos``'s ids (``Vocab.eog`` for a GGUF's own)."""
 
     def __init__(self, forward, prompt, cfg: DecodeConfig | None = None, draft: Lookup | ModelDraft | None = None, *,
-                 target_name: str | None = None, eos=(), forward_name: str = "llamacpp"):
+                 target_name: str | None = None, eos=(), forward_name: str | None = None):
         cfg = cfg or DecodeConfig()
         check_run(forward, prompt, cfg, draft)
         self.fwd, self.cfg, self.draft = forward, cfg, draft
@@ -33,7 +33,7 @@ class SlimDecoding:
         target_name = target_name or os.path.basename(str(getattr(forward, "path", ""))) or type(forward).__name__
         self.trace = Trace.start(self.committed, cfg, target_name, None if draft is None else draft.name,
                                  [int(e) for e in eos])
-        self.trace.forward = forward_name
+        self.trace.forward = forward_name or getattr(forward, "forward_name", "llamacpp")
         self.todo: list[int] = []  # committed tokens the forward has not taken yet (the last round's final one)
         self.last: np.ndarray | None = None  # the logits after the forward's last token, while todo is empty
 

@@ -10,7 +10,7 @@ from specviz import DecodeConfig, PromptLookupDrafter, speculative_generate
 from specviz.runtime import lean_llama, native
 from specviz.runtime import threads as thread_policy
 from specviz.runtime.lm import CachedLM
-from specviz.runtime.native import library
+from specviz.runtime.native import build, library
 from tests.helpers.models import gqa_llama, reference_greedy, reference_logits, tiny
 
 pytestmark = pytest.mark.skipif(native.unavailable() is not None, reason=f"{native.unavailable()}")
@@ -109,11 +109,11 @@ def test_greedy_speculation_in_c_is_the_targets_own_greedy_decode():
 
 def test_a_missing_compiler_or_the_switch_leaves_the_torch_layers_with_the_reason(monkeypatch):
     monkeypatch.setenv(library.ENV, "0")
-    lib, why = library._load()
+    lib, why = build.load_library()
     assert lib is None and library.ENV in why
     monkeypatch.delenv(library.ENV)
     monkeypatch.setenv("CC", "/nonexistent/cc")
-    lib, why = library._load()
+    lib, why = build.load_library()
     assert lib is None and "did not build" in why and "torch" in why
 
 
@@ -149,4 +149,4 @@ def test_a_build_lands_in_its_cache_named_by_what_made_it_and_clears_other_build
     monkeypatch.setenv(library.CACHE_ENV, str(folder))
     cc = shutil.which("cc") or shutil.which("gcc")
     assert path.parent == folder and path.exists() and not stale.exists()
-    assert library._build(cc) == path  # built once
+    assert build.compile_library(cc) == path  # built once

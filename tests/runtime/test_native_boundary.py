@@ -202,20 +202,23 @@ def test_outputs_are_float32_whatever_torchs_default_dtype(lean, default_dtype):
     assert torch.equal(h, want_h) and torch.equal(logits, want_logits)
 
 
-def test_a_limit_or_struct_that_disagrees_with_stack_c_leaves_the_library_unavailable(monkeypatch):
-    assert library.disagreement(library.lib()) is None  # as shipped, they agree
-    monkeypatch.setattr(library, "_state", {})
-    monkeypatch.setattr(library, "MAX_HEAD_DIM", 256)
-    assert native.unavailable() == library.unavailable()
+@pytest.mark.parametrize("struct", ["Layer", "GLayer", "GHead"])
+def test_a_limit_or_struct_that_disagrees_with_stack_c_leaves_the_library_unavailable(monkeypatch, struct):
+    from specviz.runtime.native import build
+
+    assert build.disagreement(build.lib()) is None  # as shipped, they agree
+    monkeypatch.setattr(build, "_state", {})
+    monkeypatch.setattr(build, "MAX_HEAD_DIM", 256)
+    assert native.unavailable() == library.unavailable() == build.unavailable()
     assert "MAX_HEAD_DIM is 256 here, 512 in stack.c" in library.unavailable() and library.lib() is None
 
-    class Layer(ctypes.Structure):  # one pointer short
-        _fields_ = library.Layer._fields_[:-1]
+    class Short(ctypes.Structure):  # one field short
+        _fields_ = getattr(build, struct)._fields_[:-1]
 
-    monkeypatch.setattr(library, "_state", {})
-    monkeypatch.setattr(library, "MAX_HEAD_DIM", 512)
-    monkeypatch.setattr(library, "Layer", Layer)
-    assert "sizeof(Layer)" in library.unavailable() and not native.enabled()
+    monkeypatch.setattr(build, "_state", {})
+    monkeypatch.setattr(build, "MAX_HEAD_DIM", 512)
+    monkeypatch.setattr(build, struct, Short)
+    assert f"sizeof({struct})" in library.unavailable() and not native.enabled()
 
 
 # -- the quantized matmul and lookup (specviz.runtime.quant): the torch side refuses, and so does C -------------------

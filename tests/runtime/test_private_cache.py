@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from specviz.runtime import private_cache
-from specviz.runtime.native import library
+from specviz.runtime.native import build, library
 
 
 def test_a_folder_others_can_write_or_a_link_is_refused(tmp_path):
@@ -47,12 +47,12 @@ def test_a_library_planted_under_the_predictable_name_is_built_again_not_loaded(
     shutil.copy(shared.with_name(shared.name + ".sha256"), path.with_name(path.name + ".sha256"))
     monkeypatch.setenv(library.CACHE_ENV, str(tmp_path))
     cc = shutil.which("cc") or shutil.which("gcc")
-    assert library._build(cc) == path  # the copy is trusted: its digest is beside it
+    assert build.compile_library(cc) == path  # the copy is trusted: its digest is beside it
     built = path.read_bytes()
     private_cache._written.clear()
     path.with_name(path.name + ".sha256").unlink()
     path.write_bytes(b"\x7fELF planted")  # another user's (or a stale) file under the same name
-    assert library._build(cc) == path and path.read_bytes() == built  # built again over it
+    assert build.compile_library(cc) == path and path.read_bytes() == built  # built again over it
 
 
 def test_a_gguf_changed_after_it_was_written_is_written_again(monkeypatch, tmp_path):

@@ -1,0 +1,135 @@
+"""specviz.slim on specviz's own C stack (runtime.gemma_sequence.GemmaSequence): a Gemma-3 GGUF decoded from numpy,
+no torch, on a tiny GGUF written here. Its logits are the torch side's C stack's (the same kernels; RoPE tables
+rounded from float64 here), a row's floats do not depend on the rows sharing its pass, greedy speculative text equals
+its own greedy text, its trace names the forward, a process decoding on it never imports torch, and what it cannot
+run is refused in words before any work."""
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from specviz.config import DecodeConfig
+from specviz.runtime import quant
+from specviz.runtime.native import gemma as native_gemma
+from specviz.slim import Lookup, autoregressive, speculative
+from tests.helpers.tiny_gguf import write_tiny_gemma
+
+gguf = pytest.importorskip("gguf")
+pytestmark = pytest.mark.skipif(not native_gemma.available(), reason="the C Gemma-3 pass needs AVX-512 VNNI")
+
+IDS = [2, 9, 5, 13, 7, 4, 4, 11, 6, 14, 5, 3, 8, 9, 10, 12, 6, 7, 8, 9, 4, 5, 6]
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    """(the GGUF's path, the torch side's quantized model of it), the config cached as the loader builds it."""
+    from specviz.runtime import gguf as loader
+
+    folder, cache = tmp_path_factory.mktemp("gguf"), tmp_path_factory.mktemp("cache")
+    path = write_tiny_gemma(folder / "tiny-gemma3.gguf", kinds=("Q8_0", "Q5_0"))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SPECVIZ_GGUF_CACHE", str(cache))
+        mp.setenv(quant.ACTIVATIONS_ENV, "int8")
+        model, _ = loader.load(folder, path.name, torch.float32)
+        yield path, model, cache
+
+
+@pytest.fixture
+def seq(written, monkeypatch):
+    from specviz.runtime.gemma_sequence import GemmaSequence
+
+    monkeypatch.setenv("SPECVIZ_GGUF_CACHE", str(written[2]))
+    return GemmaSequence.from_gguf(written[0])
+
+
+def test_its_logits_are_the_torch_sides_c_stacks(written, monkeypatch):
+    """On the torch side's own RoPE tables the same floats (the same kernels, one call a pass either way); its own
+    tables (float64, rounded once) lie within float32 rounding of transformers' (float32 throughout)."""
+    from specviz.runtime import gemma_sequence
+    from specviz.runtime.lean_gemma import LeanGemma3
+    from specviz.runtime.lm import CachedLM
+
+    monkeypatch.setenv("SPECVIZ_GGUF_CACHE", str(written[2]))
+    lean = LeanGemma3(written[1])
+    tables = {("sliding_attention" if sliding else "full_attention"): tuple(t.numpy() for t in pair)
+              for sliding, pair in lean.rope.items()}
+    own = gemma_sequence.GemmaSequence.from_gguf(written[0])
+    for kind, (cos, sin) in tables.items():
+        np.testing.assert_allclose(own.rope[kind][0], cos[: own.capacity], atol=1e-4)
+        np.testing.assert_allclose(own.rope[kind][1], sin[: own.capacity], atol=1e-4)
+    bases = {kind: base for kind, base in own.bases.items()}
+    monkeypatch.setattr(gemma_sequence, "rope_tables", lambda base, hd, n: next(
+        (c[:n].copy(), s[:n].copy()) for kind, (c, s) in tables.items() if bases[kind] == base))
+    seq = gemma_sequence.GemmaSequence.from_gguf(written[0])
+    lm = CachedLM(written[1])
+    assert lm.forward_name == "lean-c"
+    theirs = torch.cat([lm.feed(IDS[:5]), lm.feed(IDS[5:6]), lm.feed(IDS[6:])]).numpy()
+    ours = np.concatenate([seq.decode(IDS[:5]), seq.decode(IDS[5:6]), seq.decode(IDS[6:])])
+    np.testing.assert_allclose(ours, theirs, atol=1e-5, rtol=1e-5)
+
+
+def test_a_row_gets_the_same_floats_whatever_rows_share_its_pass(seq):
+    together = seq.decode(IDS)
+    seq.crop(0)
+    alone = np.concatenate([seq.decode(IDS[i: i + 1]) for i in range(len(IDS))])
+    assert np.array_equal(together, alone)
+    seq.crop(3)  # rolled back: the same rows again
+    assert np.array_equal(seq.decode(IDS[3:9]), together[3:9])
+
+
+@pytest.mark.parametrize("k", [1, 3, 6])
+def test_greedy_speculative_equals_its_own_greedy_decode(seq, k):
+    prompt = [2, 6, 7, 8, 6, 7, 8, 6]
+    cfg = DecodeConfig(k=k, temperature=0, max_new_tokens=24)
+    own = autoregressive(seq, prompt, cfg)
+    trace = speculative(seq, Lookup(), prompt, cfg)
+    assert trace.new_tokens == own.new_tokens and trace.forward == own.forward == "gemma-c"
+    assert sum(r.n_accepted for r in trace.rounds) > 0
+
+
+def test_what_it_cannot_run_is_refused_in_words(written, seq, tmp_path, monkeypatch):
+    import json
+
+    from specviz.runtime.gemma_sequence import GemmaSequence
+
+    with pytest.raises(ValueError, match=r"token ids must lie in \[0, 16\)"):
+        seq.decode([3, 16])
+    with pytest.raises(ValueError, match="integer ids"):
+        seq.decode(np.array([1.0]))
+    with pytest.raises(ValueError, match="0 or more positions"):
+        seq.crop(-1)
+    with pytest.raises(ValueError, match="holds 20 positions; 21 asked"):
+        GemmaSequence.from_gguf(written[0], limit=20).decode(list(range(1, 15)) + list(range(1, 8)))
+    from specviz.runtime.gguf import described
+
+    monkeypatch.setenv("SPECVIZ_GGUF_CACHE", str(written[2]))
+    config = json.loads((described(written[0].parent, written[0].name) / "config.json").read_text())
+    for change, message in (({"model_type": "llama"}, "runs Gemma-3 text models, not 'llama'"),
+                            ({"final_logit_softcapping": 30.0}, "soft-capping"),
+                            ({"rope_parameters": {**config["rope_parameters"], "full_attention": {
+                                "rope_type": "linear", "factor": 8.0, "rope_theta": 1e6}}}, "RoPE is scaled"),
+                            ({"intermediate_size": 512}, "ffn_gate.weight, blk.0.ffn_up.weight hold 512 rows, not 1024")):
+        with pytest.raises(ValueError, match=message):
+            GemmaSequence(written[0], {**config, **change})
+    other = write_tiny_gemma(tmp_path / "f16.gguf", kinds=("Q8_0", "F16"))
+    with pytest.raises(ValueError, match="stored as GGML type F16; the C stack reads Q8_0, Q5_0, Q4_K, Q6_K"):
+        GemmaSequence(other, config)
+
+
+def test_a_process_decoding_on_it_never_imports_torch(written):
+    root = Path(__file__).resolve().parents[2]
+    code = (f"import sys; sys.path.insert(0, {str(root)!r})\n"
+            "from specviz.slim import Lookup, speculative; from specviz.config import DecodeConfig\n"
+            "from specviz.runtime.gemma_sequence import GemmaSequence\n"
+            f"seq = GemmaSequence.from_gguf({str(written[0])!r})\n"
+            "t = speculative(seq, Lookup(), [2, 6, 7, 6, 7], DecodeConfig(temperature=0.8, max_new_tokens=9))\n"
+            "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'pandas',"
+            " 'tokenizers'))\n"
+            "print(len(t.new_tokens), heavy)")
+    env = {"SPECVIZ_GGUF_CACHE": str(written[2]), "PATH": "/usr/bin:/bin", "HOME": str(Path.home())}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=root, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["9", "[]"]
