@@ -50,12 +50,23 @@ def spec_settings(types, k: int) -> list[tuple[str, list[str]]]:
 
 
 def specviz_call(model, tok, drafter, text: str, temperature: float, n: int, seed: int, k: int, forward: str):
-    """One specviz decode on ``forward`` (autoregressive where drafter is None): (new tokens, tokens/s, tau)."""
-    from specviz import DecodeConfig, autoregressive_generate, speculative_generate
+    """One specviz decode on ``forward`` (autoregressive where drafter is None): (new tokens, tokens/s, tau).
+    slim-c: ``model`` is a ``GemmaSequence`` and the decoder ``specviz.slim``."""
+    from specviz.config import DecodeConfig
+
+    cfg = DecodeConfig(temperature=temperature, max_new_tokens=n, seed=seed, k=k, record=False)
+    if forward == "slim-c":
+        from specviz import slim
+
+        ids = list(tok(text).input_ids)
+        tr = slim.autoregressive(model, ids, cfg) if drafter is None else slim.speculative(model, drafter, ids, cfg)
+        decode_s = tr.total_s - tr.prefill_s
+        tau = len(tr.new_tokens) / max(len(tr.rounds), 1)
+        return list(tr.new_tokens), (len(tr.new_tokens) - 1) / decode_s if decode_s > 0 else float("nan"), tau
+    from specviz import autoregressive_generate, speculative_generate
     from specviz.runtime import lm
 
     ids = tok(text, return_tensors="pt").input_ids
-    cfg = DecodeConfig(temperature=temperature, max_new_tokens=n, seed=seed, k=k, record=False)
     if drafter is None:
         tr = lm.on_path(forward, autoregressive_generate, model, ids, cfg)
     else:
@@ -93,6 +104,12 @@ def start_servers(args) -> dict[str, tuple[int, object]]:
 
 
 def drafts(args) -> dict[str, object]:
+    if args.forward == "slim-c":
+        from specviz import slim
+
+        if args.ngram:
+            raise SystemExit("--ngram runs on the torch decoder: specviz.slim drafts by prompt lookup or a model")
+        return {"prompt lookup": slim.Lookup()}
     from specviz import NGramDrafter, NGramModel, PromptLookupDrafter
 
     out = {"prompt lookup": PromptLookupDrafter()}
@@ -131,13 +148,11 @@ def main(argv=None) -> None:
     ap.add_argument("--spec-types", nargs="*", default=list(SPEC_TYPES))
     ap.add_argument("--ngram", type=Path, default=None, help="an n-gram folder (scripts/train/fit_ngram.py)")
     ap.add_argument("--port", type=int, default=18617)
-    ap.add_argument("--forward", choices=("lean", "llamacpp"), default=None)
+    ap.add_argument("--forward", choices=("lean", "llamacpp", "slim-c"), default=None,
+                    help="slim-c: specviz.slim (numpy) on specviz's C stack (runtime.gemma_sequence), no torch")
     args = ap.parse_args(argv)
     if args.bin and (args.bin / "libllama.so").is_file():
         os.environ.setdefault("LLAMA_CPP_LIB_PATH", str(args.bin))
-    import torch
-
-    torch.set_num_threads(args.threads)
     from specviz.runtime import gguf as loader
 
     if args.gguf is None:
@@ -146,8 +161,7 @@ def main(argv=None) -> None:
         args.gguf = Path(assemble())
     print(f"# {host_line()}; llama.cpp {args.threads} threads\n# python {' '.join(sys.argv)}")
     t0 = time.perf_counter()
-    model, tok = loader.load(args.gguf.parent, args.gguf.name, torch.float32)
-    forward, why = choose_forward(model, args.forward)
+    model, tok, forward, why = load(args, loader)
     print(f"specviz load {time.perf_counter() - t0:.1f} s; forward: {forward} ({why})", flush=True)
     mine = drafts(args)
     servers = start_servers(args) if args.bin else {}
@@ -162,6 +176,21 @@ def main(argv=None) -> None:
             proc.terminate()
             proc.wait()
     report(rows, checks, args)
+
+
+def load(args, loader):
+    """(model, tokenizer, forward, why) of specviz's side: slim-c's sequence and tokenizer without torch, else the
+    quantized model on the forward asked for (or the faster here)."""
+    if args.forward == "slim-c":
+        from specviz.runtime.gemma_sequence import GemmaSequence
+
+        seq = GemmaSequence.from_gguf(args.gguf, threads=args.threads)
+        return seq, loader.tokenizer(args.gguf.parent, args.gguf.name), "slim-c", "asked for"
+    import torch
+
+    torch.set_num_threads(args.threads)
+    model, tok = loader.load(args.gguf.parent, args.gguf.name, torch.float32)
+    return (model, tok, *choose_forward(model, args.forward))
 
 
 def report(rows, checks, args) -> None:

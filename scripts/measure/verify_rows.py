@@ -3,6 +3,9 @@
 
     python scripts/measure/verify_rows.py --model target [--rows 1 2 5 9] [--paths lean dynamic] [--repeats 7]
     python scripts/measure/verify_rows.py --model gemma-3-270m/ --rows 1 5 --dtypes float32 bfloat16
+    python scripts/measure/verify_rows.py --model gemma-3-270m-q4_k_m.gguf --paths llamacpp lean gemma-c
+
+``gemma-c``: a Gemma-3 GGUF on specviz.slim's C stack (``runtime.gemma_sequence``), --model the file.
 
 Each measurement: the cache holds a 64-token context, then one pass appends n rows and is rolled back (what a verify
 pass does). Prints one line per (path, dtype, n): median ms, min-max, and the ratio to that path's one-row pass.
@@ -15,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[2]), str(Path(__file__).resolve().parent)]
@@ -32,11 +36,30 @@ def pass_seconds(cached, context: list[int], rows: int) -> float:
     return time.perf_counter() - start
 
 
-def measure(model, paths, rows, repeats, context_len=64):
+class SeqRows:
+    """A numpy sequence (``runtime.gemma_sequence.GemmaSequence``: specviz.slim's C stack, no torch in its passes)
+    measured as a CachedLM is: ``cache.crop``, ``cache.forward``, ``feed``."""
+
+    path = "gemma-c"
+
+    def __init__(self, seq):
+        self.seq = self.cache = seq
+        seq.forward = lambda ids: seq.decode(np.asarray(ids))
+
+    def feed(self, ids):
+        return self.seq.decode(np.asarray(ids))
+
+
+def measure(model, paths, rows, repeats, context_len=64, gguf=None):
     context = [(i * 37) % 90 + 5 for i in range(context_len)]
     caches = {}
     for path in paths:
-        cached = lm_module.CachedLM(model, path=path)
+        if path == "gemma-c":
+            from specviz.runtime.gemma_sequence import GemmaSequence
+
+            cached = SeqRows(GemmaSequence.from_gguf(gguf, threads=torch.get_num_threads()))
+        else:
+            cached = lm_module.CachedLM(model, path=path)
         cached.feed(context)
         caches[path] = cached
         for n in rows:
@@ -66,7 +89,7 @@ def main() -> None:
           f"threads={args.threads}")
     for dtype in args.dtypes:
         model, tok = load_model(args.model, dtype=getattr(torch, dtype))
-        stats, caches = measure(model, args.paths, args.rows, args.repeats)
+        stats, caches = measure(model, args.paths, args.rows, args.repeats, gguf=args.model)
         for path in args.paths:
             chosen = caches[path].path
             one = stats[(path, args.rows[0])][0]
@@ -77,9 +100,14 @@ def main() -> None:
         ids = tok("The capital of France is", return_tensors="pt").input_ids
         texts = {}
         for path in args.paths:
+            cfg = DecodeConfig(temperature=0, max_new_tokens=args.check_tokens)
+            if path == "gemma-c":
+                from specviz import slim
+
+                texts[path] = slim.autoregressive(caches[path].seq, ids[0].tolist(), cfg).new_tokens
+                continue
             before, lm_module.DEFAULT_PATH = lm_module.DEFAULT_PATH, path
             try:
-                cfg = DecodeConfig(temperature=0, max_new_tokens=args.check_tokens)
                 texts[path] = autoregressive_generate(model, ids, cfg).new_tokens
             finally:
                 lm_module.DEFAULT_PATH = before
