@@ -482,6 +482,17 @@ int sv_layers_rows(const sv_dims *m, const sv_layer *const *layers, float *const
     return run_stack(&j, span, nt);
 }
 
+/* A pass's scratch floats and the attention's blocks for `pairs` (row, query head) pairs: 0, or -1 (nothing held)
+ * where the memory could not be had. */
+static int scratch(size_t floats, int pairs, float **buf, int **blocks) {
+    *buf = malloc(sizeof(float) * floats);
+    *blocks = malloc(sizeof(int) * 2 * ((size_t)pairs + 1));
+    if (*buf && *blocks) return 0;
+    free(*buf);
+    free(*blocks);
+    return -1;
+}
+
 /* A pass's scratch (scores for ``span`` slots a thread) and its blocks, then the pass on nt threads. */
 static int run_stack(struct stack_job *j, int span, int nt) {
     const sv_dims *m = j->m;
@@ -490,13 +501,9 @@ static int run_stack(struct stack_job *j, int span, int nt) {
     size_t per_thread = (size_t)n * m->d + (size_t)span * VL;
     if (nt < 1) nt = 1;
     if (nt > MAXT) nt = MAXT;
-    float *buf = malloc(sizeof(float) * (floats + nt * per_thread));
-    int *blocks = malloc(sizeof(int) * 2 * ((size_t)n * group + 1));
-    if (!buf || !blocks) {
-        free(buf);
-        free(blocks);
-        return -1;
-    }
+    float *buf;
+    int *blocks;
+    if (scratch(floats + nt * per_thread, n * group, &buf, &blocks)) return -1;
     j->qkv = buf;
     j->attn = j->qkv + (size_t)n * width;
     j->act = j->attn + (size_t)n * m->nh * m->hd;
@@ -1089,13 +1096,9 @@ int sv_gemma_layers(const sv_dims *m, const sv_glayer *layers, float *const *kv,
     K = m->nh * m->hd > K ? m->nh * m->hd : K;
     size_t floats = (size_t)n * width + (size_t)n * m->nh * m->hd + 2 * (size_t)n * m->inter + (size_t)n * m->d;
     size_t per_thread = (size_t)n * m->d + (size_t)span * VL + 2 * (size_t)n * (K / 64) * 16 + ((size_t)n * K + 3) / 4;
-    float *buf = malloc(sizeof(float) * (floats + nt * per_thread));
-    int *blocks = malloc(sizeof(int) * 2 * ((size_t)n * group + 1));
-    if (!buf || !blocks) {
-        free(buf);
-        free(blocks);
-        return -1;
-    }
+    float *buf;
+    int *blocks;
+    if (scratch(floats + nt * per_thread, n * group, &buf, &blocks)) return -1;
     struct gemma_job g = {.layers = layers, .head = head};
     struct stack_job *a = &g.full;
     *a = (struct stack_job){m, NULL, NULL, kv, nlayers, n, start, cap, x, cos, sin, NULL, NULL};
