@@ -130,6 +130,10 @@ def test_c_refuses_shapes_and_types_it_does_not_read(tiny):
                                   None, 1)
 
     assert call(n=0) == call(window=0) == call(start=lm.capacity - 2) == -2
+    held = caches[1]
+    caches[1] = None  # a layer without its cache
+    assert call() == -2
+    caches[1] = held
     wrong = native.Dims(lm.dims.d, lm.dims.nh, lm.dims.nkv, lm.dims.hd, lm.dims.inter * 2, lm.dims.rot, lm.dims.eps,
                         lm.dims.scale)
     assert call(dims=wrong) == -2  # gate/up and down of other widths than the dims say

@@ -1087,8 +1087,11 @@ int sv_gemma_layers(const sv_dims *m, const sv_glayer *layers, float *const *kv,
                     int cap, const float *cos, const float *sin, const float *cos_s, const float *sin_s, int window,
                     sv_ghead *head, int nt) {
 #if QX
-    if (n < 1 || start < 0 || (long)start + n > cap || window < 1 || !gemma_fits(m, layers, nlayers, head, n))
+    if (n < 1 || start < 0 || (long)start + n > cap || window < 1 || !x || !kv || !cos || !sin || !cos_s || !sin_s ||
+        !gemma_fits(m, layers, nlayers, head, n))
         return -2;
+    for (int l = 0; l < nlayers; l++)
+        if (!kv[l]) return -2;
     if (nt < 1) nt = 1;
     if (nt > MAXT) nt = MAXT;
     int width = (m->nh + 2 * m->nkv) * m->hd, group = m->nh / m->nkv, span = start + n;
