@@ -22,7 +22,7 @@ import numpy as np
 from .gguf_header import GGUF_TYPES, Header
 from .native import build
 
-INT8 = {"Q8_0": (32, 34), "Q5_0": (32, 22), "Q4_K": (256, 144), "Q6_K": (256, 210)}  # weights, bytes a block
+INT8 = {"Q4_0": (32, 18), "Q8_0": (32, 34), "Q5_0": (32, 22), "Q4_K": (256, 144), "Q6_K": (256, 210)}  # weights, bytes a block
 FIRST_CAPACITY = 256
 STALL, STALLS = 4.0, 3  # a pass this many times its fastest, this many times: one thread from then on
 

@@ -1,6 +1,6 @@
 """GGUF files (llama.cpp's format): found, loaded quantized as shipped (Gemma-3) or dequantized, saved plain.
 
-A Gemma-3 GGUF whose matrices are of the types ``quant`` reads (F32, F16, Q5_0, Q8_0, Q4_K, Q6_K: Gemma-3 270M's
+A Gemma-3 GGUF whose matrices are of the types ``quant`` reads (F32, F16, Q4_0, Q5_0, Q8_0, Q4_K, Q6_K: Gemma-3 270M's
 Q4_K_M file) loads quantized (``load_quantized``): its tensors stay the file's bytes, memory-mapped, and the lean
 forward computes on them in C; its config and tokenizer are built once by transformers from the GGUF and kept in a
 private cache folder named by the file's SHA-256 (``SPECVIZ_GGUF_CACHE``/tokenizers/), so a second load takes

@@ -8,7 +8,7 @@ and dotted with every row of x, so the weights a pass uses are exactly the file'
 additions differs from ``x @ dequantize(W).T``. A ``QuantLinear`` lays several matrices of one input width side by
 side (q, k and v; gate and up), each in its own type, as one call.
 
-Types read (GGML's ids): F32, F16, Q5_0, Q8_0 (blocks of 32), Q4_K and Q6_K (blocks of 256): those Gemma-3 270M's
+Types read (GGML's ids): F32, F16, Q4_0, Q5_0, Q8_0 (blocks of 32), Q4_K and Q6_K (blocks of 256): those Gemma-3 270M's
 Q4_K_M GGUF ships. Every argument is checked here before a pointer reaches C (``stack.c``'s sv_qlinear and sv_qrows
 check the types and block sizes once more).
 """
@@ -26,9 +26,9 @@ from .threads import policy
 
 # GGML type name -> (id, weights per block, bytes per block), as ggml-common.h lays the blocks out
 ACTIVATIONS_ENV = "SPECVIZ_QUANT_ACTIVATIONS"
-INT8_TYPES = ("Q5_0", "Q8_0", "Q4_K", "Q6_K")  # the types sv_qlinear8 unpacks (its input width a multiple of 64)
-TYPES = {"F32": (0, 1, 4), "F16": (1, 1, 2), "Q5_0": (6, 32, 22), "Q8_0": (8, 32, 34), "Q4_K": (12, 256, 144),
-         "Q6_K": (14, 256, 210)}
+INT8_TYPES = ("Q4_0", "Q5_0", "Q8_0", "Q4_K", "Q6_K")  # the types sv_qlinear8 unpacks (its input width a multiple of 64)
+TYPES = {"F32": (0, 1, 4), "F16": (1, 1, 2), "Q4_0": (2, 32, 18), "Q5_0": (6, 32, 22), "Q8_0": (8, 32, 34),
+         "Q4_K": (12, 256, 144), "Q6_K": (14, 256, 210)}
 
 
 def row_bytes(kind: str, cols: int) -> int:

@@ -278,7 +278,7 @@ def test_c_refuses_a_type_or_block_size_it_does_not_read():
     write nothing."""
     m = q8()
     so, x, y = native.lib(), torch.randn(1, 64, **F32), torch.full((1, 5), 7.0, **F32)
-    for kind, cols in ((2, 64), (99, 64), (12, 64), (8, 48)):  # Q4_0, unknown, Q4_K of 64, Q8_0 of 48
+    for kind, cols in ((3, 64), (99, 64), (12, 64), (8, 48)):  # Q4_1, unknown, Q4_K of 64, Q8_0 of 48
         part = library.QMat(m.data.data_ptr(), kind, 5)
         assert so.sv_qlinear(x.data_ptr(), 1, cols, ctypes.byref(part), 1, None, None, y.data_ptr(), 1) == -2
         assert so.sv_qrows(m.data.data_ptr(), kind, 5, cols, torch.zeros(1, dtype=torch.int64).data_ptr(), 1,
@@ -292,12 +292,12 @@ def test_c_refuses_a_type_or_block_size_it_does_not_read():
 
 
 def test_c_int8_matmul_refuses_what_it_does_not_unpack():
-    """sv_qlinear8 (8-bit activations) reads Q8_0, Q5_0, Q4_K and Q6_K of a width a multiple of 64: anything else,
+    """sv_qlinear8 (8-bit activations) reads Q4_0, Q5_0, Q8_0, Q4_K and Q6_K of a width a multiple of 64: anything else,
     or a CPU without VNNI, returns -2 and writes nothing."""
     m = q8(5, 96)
     so, x, y = native.lib(), torch.randn(1, 128, **F32), torch.full((1, 5), 7.0, **F32)
-    cases = [(0, 64, 1), (1, 64, 1), (2, 64, 1), (99, 64, 1), (12, 64, 1), (8, 96, 1), (8, 32, 1), (8, 64, 0)]
-    for kind, cols, rows in cases:  # F32, F16, Q4_0, unknown, Q4_K of 64, widths 96 and 32, no rows
+    cases = [(0, 64, 1), (1, 64, 1), (3, 64, 1), (99, 64, 1), (12, 64, 1), (8, 96, 1), (8, 32, 1), (8, 64, 0)]
+    for kind, cols, rows in cases:  # F32, F16, Q4_1, unknown, Q4_K of 64, widths 96 and 32, no rows
         part = library.QMat(m.data.data_ptr(), kind, 5)
         assert so.sv_qlinear8(x.data_ptr(), rows, cols, ctypes.byref(part), 1, None, None, y.data_ptr(), 1) == -2
     assert torch.equal(y, torch.full((1, 5), 7.0))

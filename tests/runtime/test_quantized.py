@@ -49,13 +49,13 @@ def random_blocks(kind: str, rows: int, cols: int, seed: int) -> np.ndarray:
     _, block, size = quant.TYPES[kind]
     data = rng.integers(0, 256, size=(rows, cols // block, size), dtype=np.uint8)
     scales = rng.uniform(0.001, 0.02, size=(rows, cols // block, 2)).astype(np.float16).view(np.uint8)
-    at = {"Q8_0": [0], "Q5_0": [0], "Q4_K": [0, 2], "Q6_K": [208]}[kind]  # where the block's float16 scales sit
+    at = {"Q4_0": [0], "Q8_0": [0], "Q5_0": [0], "Q4_K": [0, 2], "Q6_K": [208]}[kind]  # where the block's float16 scales sit
     for i, offset in enumerate(at):
         data[:, :, offset: offset + 2] = scales[:, :, 2 * (i % 1): 2 * (i % 1) + 2]
     return data.reshape(rows, -1)
 
 
-@pytest.mark.parametrize("kind", ["Q8_0", "Q5_0", "Q4_K", "Q6_K"])
+@pytest.mark.parametrize("kind", ["Q4_0", "Q8_0", "Q5_0", "Q4_K", "Q6_K"])
 def test_each_block_type_expands_as_the_gguf_reference_does(kind):
     raw = random_blocks(kind, 13, 512, seed=len(kind))
     m = quant.QuantMatrix(torch.from_numpy(raw), kind, 13, 512)
@@ -86,13 +86,14 @@ def test_a_matmul_over_parts_side_by_side_is_x_times_their_floats(rows, activati
     parts = (quant.quantize_q8_0(torch.randn(40, 512, generator=g)),
              quant.QuantMatrix(torch.from_numpy(random_blocks("Q4_K", 24, 512, 3)), "Q4_K", 24, 512),
              quant.QuantMatrix(torch.from_numpy(random_blocks("Q6_K", 9, 512, 4)), "Q6_K", 9, 512),
-             quant.QuantMatrix(torch.from_numpy(random_blocks("Q5_0", 7, 512, 5)), "Q5_0", 7, 512))
-    x, b, res = torch.randn(rows, 512, generator=g), torch.randn(80, generator=g), torch.randn(rows, 80, generator=g)
+             quant.QuantMatrix(torch.from_numpy(random_blocks("Q5_0", 7, 512, 5)), "Q5_0", 7, 512),
+             quant.QuantMatrix(torch.from_numpy(random_blocks("Q4_0", 5, 512, 6)), "Q4_0", 5, 512))
+    x, b, res = torch.randn(rows, 512, generator=g), torch.randn(85, generator=g), torch.randn(rows, 85, generator=g)
     w = torch.cat([quant.dequantize(p) for p in parts]).double()
     xs = x.double() if activations == "float" else rounded_activations(x)
     want = res.double() + xs @ w.T + b.double()
     got = quant.linear(x, quant.QuantLinear(parts), b, res)
-    assert got.dtype == torch.float32 and got.shape == (rows, 80)
+    assert got.dtype == torch.float32 and got.shape == (rows, 85)
     torch.testing.assert_close(got.double(), want, atol=1e-4 * want.abs().max().item(), rtol=1e-5)
     if activations == "int8":  # and not what float activations give: the rounding is there
         assert (got.double() - (res.double() + x.double() @ w.T + b.double())).abs().max() > 1e-3

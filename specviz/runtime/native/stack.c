@@ -526,7 +526,7 @@ static int run_stack(struct stack_job *j, int span, int nt) {
  * chunk of up to 256 weights of a row is expanded into floats in L1 (dequantize_row_* of ggml-quants.c, the same
  * arithmetic) and dotted with every row of x (float32), so the weights used are exactly the file's and only the
  * order of additions differs from x @ dequantize(W).T. */
-enum { SV_F32 = 0, SV_F16 = 1, SV_Q5_0 = 6, SV_Q8_0 = 8, SV_Q4_K = 12, SV_Q6_K = 14 }; /* GGML type ids */
+enum { SV_F32 = 0, SV_F16 = 1, SV_Q4_0 = 2, SV_Q5_0 = 6, SV_Q8_0 = 8, SV_Q4_K = 12, SV_Q6_K = 14 }; /* GGML ids */
 #define QCHUNK 256
 
 /* (elements, bytes) of one block of a type; 0 elements for a type not read here */
@@ -535,6 +535,7 @@ void sv_quant_block(int type, int *elements, int *bytes) {
     switch (type) {
     case SV_F32: e = 1, b = 4; break;
     case SV_F16: e = 1, b = 2; break;
+    case SV_Q4_0: e = 32, b = 18; break;
     case SV_Q5_0: e = 32, b = 22; break;
     case SV_Q8_0: e = 32, b = 34; break;
     case SV_Q4_K: e = 256, b = 144; break;
@@ -564,6 +565,13 @@ static void deq_q8_0(const uint8_t *b, float *y) { /* d (f16), 32 int8 */
     const int8_t *q = (const int8_t *)(b + 2);
 #pragma omp simd
     for (int l = 0; l < 32; l++) y[l] = q[l] * d;
+}
+
+static void deq_q4_0(const uint8_t *b, float *y) { /* d (f16), 16 bytes of nibbles: low ones first */
+    float d = half(b);
+    const uint8_t *qs = b + 2;
+#pragma omp simd
+    for (int j = 0; j < 16; j++) y[j] = ((qs[j] & 0x0F) - 8) * d, y[j + 16] = ((qs[j] >> 4) - 8) * d;
 }
 
 static void deq_q5_0(const uint8_t *b, float *y) { /* d (f16), 32 high bits, 16 bytes of low nibbles */
@@ -619,6 +627,7 @@ static void dequantize(int type, const uint8_t *row, int k0, int len, float *y) 
     case SV_F32: memcpy(y, b, sizeof(float) * len); break;
     case SV_F16: for (int i = 0; i < len; i++) y[i] = half(b + 2 * i); break;
     case SV_Q8_0: for (int i = 0; i < len; i += 32, b += 34) deq_q8_0(b, y + i); break;
+    case SV_Q4_0: for (int i = 0; i < len; i += 32, b += 18) deq_q4_0(b, y + i); break;
     case SV_Q5_0: for (int i = 0; i < len; i += 32, b += 22) deq_q5_0(b, y + i); break;
     case SV_Q4_K: deq_q4_k(b, y); break;
     case SV_Q6_K: deq_q6_k(b, y); break;
@@ -746,6 +755,10 @@ int sv_qrows(const uint8_t *data, int type, int rows, int K, const int64_t *ids,
 
 int sv_qlinear8_available(void) { return QX; }
 
+static int int8_type(int t) { /* the types unpack() reads */
+    return t == SV_Q4_0 || t == SV_Q5_0 || t == SV_Q8_0 || t == SV_Q4_K || t == SV_Q6_K;
+}
+
 #if QX
 /* x rounded: u = q + 128 (K bytes a row); per row and chunk of 64 columns, 16 lanes (a lane is 4 columns) of the
  * block's scale d and of d times the lane's sum of q (for the K-quants' mins) */
@@ -785,6 +798,19 @@ static inline __attribute__((always_inline)) int unpack(const int type, const ui
         *w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const void *)(b + 2))),
                                 _mm256_loadu_si256((const void *)(b + 36)), 1);
         *sc = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(f16(b)), _mm512_set1_ps(f16(b + 34)));
+        return 0;
+    }
+    if (type == SV_Q4_0) { /* two blocks: d (f16), 16 bytes of nibbles (low ones first); weight d (q - 8) */
+        const uint8_t *b = row + (size_t)2 * c * 18;
+        __m256i half[2];
+        for (int i = 0; i < 2; i++) {
+            __m128i qs = _mm_loadu_si128((const void *)(b + 18 * i + 2)), m = _mm_set1_epi8(0x0F);
+            __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(qs, m)),
+                                                _mm_and_si128(_mm_srli_epi16(qs, 4), m), 1);
+            half[i] = _mm256_sub_epi8(v, _mm256_set1_epi8(8));
+        }
+        *w = _mm512_inserti64x4(_mm512_castsi256_si512(half[0]), half[1], 1);
+        *sc = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(f16(b)), _mm512_set1_ps(f16(b + 18)));
         return 0;
     }
     if (type == SV_Q5_0) { /* two blocks: d (f16), 32 high bits, 16 bytes of low nibbles; weight d (q - 16) */
@@ -893,6 +919,7 @@ static inline __attribute__((always_inline)) void q8rows_r(const int R, const in
 static void q8rows(const struct q8_job *j, const sv_qmat *p, int c0, int lo, int hi, int r0, int R) {
     switch (p->type) {
     case SV_Q8_0: Q8_ROWS(SV_Q8_0) break;
+    case SV_Q4_0: Q8_ROWS(SV_Q4_0) break;
     case SV_Q5_0: Q8_ROWS(SV_Q5_0) break;
     case SV_Q4_K: Q8_ROWS(SV_Q4_K) break;
     default: Q8_ROWS(SV_Q6_K) break;
@@ -912,7 +939,7 @@ static void q8_job_fn(void *ctx, int tid, int nt) {
 #endif
 
 /* sv_qlinear's y on 8-bit activations. Returns 0, or -2 where the CPU lacks VNNI, K is not whole chunks of 64, or a
- * part is not Q8_0, Q5_0, Q4_K or Q6_K (of whole blocks). */
+ * part is not Q4_0, Q5_0, Q8_0, Q4_K or Q6_K (of whole blocks). */
 int sv_qlinear8(const float *x, int M, int K, const sv_qmat *parts, int nparts, const float *b, const float *res,
                 float *y, int nt) {
 #if QX
@@ -921,7 +948,7 @@ int sv_qlinear8(const float *x, int M, int K, const sv_qmat *parts, int nparts, 
     for (int i = 0; i < nparts; i++) {
         int t = parts[i].type;
         sv_quant_block(t, &e, &bytes);
-        if ((t != SV_Q8_0 && t != SV_Q5_0 && t != SV_Q4_K && t != SV_Q6_K) || K % e || parts[i].rows < 1 ||
+        if (!int8_type(t) || K % e || parts[i].rows < 1 ||
             !parts[i].data)
             return -2;
         N += parts[i].rows;
@@ -1055,7 +1082,7 @@ static int int8_parts(const sv_qmat *parts, int nparts, int K, int rows) { /* wh
     for (int i = 0; i < nparts; i++) {
         int t = parts[i].type;
         sv_quant_block(t, &e, &bytes);
-        if ((t != SV_Q8_0 && t != SV_Q5_0 && t != SV_Q4_K && t != SV_Q6_K) || K % e || parts[i].rows < 1 ||
+        if (!int8_type(t) || K % e || parts[i].rows < 1 ||
             !parts[i].data)
             return 0;
         total += parts[i].rows;
