@@ -4,7 +4,8 @@ per block, pointing at the blocks' ``QuantLinear`` parts) are built once per wei
 dimensions; every argument is checked here before a pointer reaches C, and C checks the shapes and types once more.
 
 The arithmetic is ``lean_gemma.LeanGemma3``'s on the same activations setting: only the order of float additions
-differs (tests/runtime/test_gemma_stack.py)."""
+differs, which can tip a rounding of x to 8 bits the other way, and from there the two drift apart by such
+roundings (tests/runtime/test_gemma_stack.py)."""
 from __future__ import annotations
 
 import ctypes
@@ -62,7 +63,8 @@ def layers(w, dims: Dims, x: torch.Tensor, kv: torch.Tensor, start: int, rope: d
     need(checked == (dims.d, dims.nh, dims.nkv, dims.hd, dims.inter),
          f"the stack was built for dims {checked}, not those given")
     n, cap = _check_call(w, dims, x, kv, start, window)
-    tables = [rope.get(False) or rope[True], rope.get(True) or rope[False]]
+    tables = [rope.get(False) or rope[True], rope.get(True) or rope[False]]  # the full layers', the sliding ones'
+
     for cos, sin in tables:
         check_tensor("cos", cos, (None, dims.hd))
         check_tensor("sin", sin, tuple(cos.shape))
