@@ -133,3 +133,18 @@ def test_a_process_decoding_on_it_never_imports_torch(written):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=root, env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["9", "[]"]
+
+
+def test_it_drops_to_one_thread_once_its_passes_stall(seq):
+    """Other work holding a core makes OpenMP threads spin at barriers: after three passes of a row count at over
+    four times its fastest, the sequence runs on one thread (and stays there)."""
+    seq.threads = 2
+    seq._watch(3, 0.010)
+    for _ in range(2):
+        seq._watch(3, 0.050)
+    assert seq.threads == 2  # two stalls are not yet three
+    seq._watch(3, 0.011)  # an ordinary pass between does not reset the count
+    seq._watch(3, 0.060)
+    assert seq.threads == 1
+    seq._watch(3, 0.001)
+    assert seq.threads == 1
