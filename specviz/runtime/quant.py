@@ -8,6 +8,14 @@ and dotted with every row of x, so the weights a pass uses are exactly the file'
 additions differs from ``x @ dequantize(W).T``. A ``QuantLinear`` lays several matrices of one input width side by
 side (q, k and v; gate and up), each in its own type, as one call.
 
+Where the CPU has AVX-512 VNNI, ``linear`` takes x as llama.cpp does (``activations``): each row rounded to int8 per
+block of 32 with its own scale, each chunk of 64 weights unpacked once to int8 and dotted with up to 16 rows in exact
+integer arithmetic (``stack.c``'s sv_qlinear8), then scaled in float. The weights are still exactly the file's; the
+rounding of x moves a matmul's output by about half a percent (tests/runtime/test_quantized.py bounds it), and a
+row's result is the same whatever other rows share its call, so a verify pass gives each row what a one-row pass
+gives it. Gemma-3 270M's head: 6.5 ms for one row, 11.2 for five (float32 activations: 14.2 and 37.6;
+scripts/measure/gemma_int8.py). ``SPECVIZ_QUANT_ACTIVATIONS=float`` keeps x in float32.
+
 Types read (GGML's ids): F32, F16, Q4_0, Q5_0, Q8_0 (blocks of 32), Q4_K and Q6_K (blocks of 256): those Gemma-3 270M's
 Q4_K_M GGUF ships. Every argument is checked here before a pointer reaches C (``stack.c``'s sv_qlinear and sv_qrows
 check the types and block sizes once more).
