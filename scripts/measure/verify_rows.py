@@ -43,8 +43,13 @@ class SeqRows:
     path = "gemma-c"
 
     def __init__(self, seq):
-        self.seq = self.cache = seq
-        seq.forward = lambda ids: seq.decode(np.asarray(ids))
+        self.seq, self.cache = seq, self
+
+    def crop(self, keep: int) -> None:
+        self.seq.crop(keep)
+
+    def forward(self, ids):
+        return self.seq.decode(np.asarray(ids))
 
     def feed(self, ids):
         return self.seq.decode(np.asarray(ids))

@@ -19,17 +19,13 @@ from pathlib import Path
 
 import numpy as np
 
-from .gguf_header import GGUF_TYPES, Header
+from .cpus import StallWatch, usable_cpus
+from .gguf_header import BLOCKS, GGUF_TYPES, Header
 from .native import build
+from .native.build import need
 
-INT8 = {"Q4_0": (32, 18), "Q8_0": (32, 34), "Q5_0": (32, 22), "Q4_K": (256, 144), "Q6_K": (256, 210)}  # weights, bytes a block
 FIRST_CAPACITY = 256
 STALL, STALLS = 4.0, 3  # a pass this many times its fastest, this many times: one thread from then on
-
-
-def _need(ok: bool, message: str) -> None:
-    if not ok:
-        raise ValueError(message)
 
 
 class Weights:
@@ -40,7 +36,7 @@ class Weights:
         self.keep: list = []
         d, nh, nkv, hd, inter = (config[k] for k in ("hidden_size", "num_attention_heads", "num_key_value_heads",
                                                      "head_dim", "intermediate_size"))
-        _need("output.weight" not in self.header.tensors, "this Gemma-3 GGUF has an untied output matrix; the C "
+        need("output.weight" not in self.header.tensors, "this Gemma-3 GGUF has an untied output matrix; the C "
                                                           "stack reads tied ones")
         width = (nh + 2 * nkv) * hd
         layers = (build.GLayer * len(config["layer_types"]))()
@@ -64,33 +60,33 @@ class Weights:
 
     def matrix(self, name: str, rows: int | None, cols: int) -> tuple[str, np.ndarray]:
         """(type, its bytes as (rows, row bytes)), checked: a type the 8-bit kernels read, these rows and columns."""
-        _need(name in self.header.tensors, f"{self.header.path.name} has no tensor {name!r}")
+        need(name in self.header.tensors, f"{self.header.path.name} has no tensor {name!r}")
         t, shape, offset = self.header.tensors[name]
         kind = GGUF_TYPES.get(t)
-        _need(kind in INT8, f"{name} is stored as GGML type {kind or t}; the C stack reads {', '.join(INT8)}")
-        block, size = INT8[kind]
-        _need(len(shape) == 2 and shape[0] == cols and (rows is None or shape[1] == rows) and cols % 64 == 0,
+        need(kind in build.INT8_TYPES, f"{name} is stored as GGML type {kind or t}; the C stack reads "
+                                        f"{', '.join(build.INT8_TYPES)}")
+        _, block, size = BLOCKS[kind]
+        need(len(shape) == 2 and shape[0] == cols and (rows is None or shape[1] == rows) and cols % 64 == 0,
               f"{name} is {tuple(reversed(shape))}, not ({rows if rows is not None else 'rows'}, {cols}) of whole "
               f"chunks of 64")
         row_bytes = cols // block * size
         data = self.map[offset: offset + shape[1] * row_bytes]
-        _need(data.size == shape[1] * row_bytes, f"{name} runs past the end of the file")
+        need(data.size == shape[1] * row_bytes, f"{name} runs past the end of the file")
         return kind, data.reshape(shape[1], row_bytes)
 
     def parts(self, names: list[str], rows: int, cols: int):
         """A QMat array of these matrices side by side (their rows adding to ``rows``)."""
         mats = [self.matrix(n, None, cols) for n in names]
-        _need(sum(m.shape[0] for _, m in mats) == rows, f"{', '.join(names)} hold "
+        need(sum(m.shape[0] for _, m in mats) == rows, f"{', '.join(names)} hold "
                                                         f"{sum(m.shape[0] for _, m in mats)} rows, not {rows}")
-        ids = {v: k for k, v in GGUF_TYPES.items()}
-        arr = (build.QMat * len(mats))(*[build.QMat(m.ctypes.data, ids[kind], m.shape[0]) for kind, m in mats])
+        arr = (build.QMat * len(mats))(*[build.QMat(m.ctypes.data, BLOCKS[kind][0], m.shape[0]) for kind, m in mats])
         self.keep.append(arr)
         return ctypes.addressof(arr)
 
     def vector(self, name: str, size: int) -> np.ndarray:
-        _need(name in self.header.tensors, f"{self.header.path.name} has no tensor {name!r}")
+        need(name in self.header.tensors, f"{self.header.path.name} has no tensor {name!r}")
         t, shape, offset = self.header.tensors[name]
-        _need(t == 0 and tuple(shape) == (size,), f"{name} must be an F32 vector of {size}, not type {t} {shape}")
+        need(t == 0 and tuple(shape) == (size,), f"{name} must be an F32 vector of {size}, not type {t} {shape}")
         v = np.array(self.map[offset: offset + 4 * size].view(np.float32))
         self.keep.append(v)
         return v
@@ -108,15 +104,15 @@ def rope_tables(base: float, hd: int, positions: int) -> tuple[np.ndarray, np.nd
 def check_config(config: dict) -> None:
     """What the C stack computes: Gemma-3 text layers of GELU-tanh, default RoPE, no soft-capping, causal."""
     rope = config.get("rope_parameters") or {}
-    _need(config.get("model_type") == "gemma3_text", f"the C stack runs Gemma-3 text models, not "
+    need(config.get("model_type") == "gemma3_text", f"the C stack runs Gemma-3 text models, not "
                                                      f"{config.get('model_type')!r}")
-    _need(config.get("hidden_activation") == "gelu_pytorch_tanh" and not config.get("final_logit_softcapping")
+    need(config.get("hidden_activation") == "gelu_pytorch_tanh" and not config.get("final_logit_softcapping")
           and not config.get("attn_logit_softcapping") and not config.get("use_bidirectional_attention"),
           "this Gemma-3's activation, soft-capping or attention is not what the C stack computes")
-    _need(set(config["layer_types"]) <= set(rope) <= {"sliding_attention", "full_attention"} and
+    need(set(config["layer_types"]) <= set(rope) <= {"sliding_attention", "full_attention"} and
           all(rope[k].get("rope_type", "default") == "default" for k in rope),
           "this Gemma-3's RoPE is scaled or its layer kinds unknown: the C stack computes default RoPE")
-    _need(config["head_dim"] <= build.MAX_HEAD_DIM, f"a head of {config['head_dim']} is over the C stack's "
+    need(config["head_dim"] <= build.MAX_HEAD_DIM, f"a head of {config['head_dim']} is over the C stack's "
                                                     f"{build.MAX_HEAD_DIM}")
 
 
@@ -126,11 +122,9 @@ class GemmaSequence:
     forward_name = "gemma-c"  # as a trace names the forward its target ran on
 
     def __init__(self, path, config: dict, *, threads: int | None = None, limit: int | None = None):
-        from .llamacpp_seq import usable_cpus
-
         so = build.lib()
-        _need(so is not None, f"the C stack is not built here: {build.unavailable()}")
-        _need(bool(so.sv_qlinear8_available()), "the C stack's Gemma-3 pass needs AVX-512 VNNI, which this CPU lacks")
+        need(so is not None, f"the C stack is not built here: {build.unavailable()}")
+        need(bool(so.sv_qlinear8_available()), "the C stack's Gemma-3 pass needs AVX-512 VNNI, which this CPU lacks")
         check_config(config)
         self.so, self.path = so, Path(path)
         self.w = Weights(self.path, config)
@@ -143,10 +137,9 @@ class GemmaSequence:
         self.bases = {k: float(v["rope_theta"]) for k, v in config["rope_parameters"].items()}
         self.limit = int(limit or config.get("max_position_embeddings") or 8192)
         self.threads = int(threads or usable_cpus())
-        _need(min(self.limit, self.threads) > 0, "limit and threads must be positive")
+        need(min(self.limit, self.threads) > 0, "limit and threads must be positive")
         self.length = self.capacity = 0
-        self.fastest: dict[int, float] = {}
-        self.stalls = 0
+        self.stalls = StallWatch(STALL, STALLS)
         self._reserve(min(self.limit, FIRST_CAPACITY))
 
     @classmethod
@@ -162,11 +155,11 @@ class GemmaSequence:
         return self.length
 
     def crop(self, keep: int) -> None:
-        _need(keep >= 0, f"a sequence keeps 0 or more positions, not {keep}")
+        need(keep >= 0, f"a sequence keeps 0 or more positions, not {keep}")
         self.length = min(self.length, keep)
 
     def _reserve(self, n: int) -> None:
-        _need(n <= self.limit, f"this sequence holds {self.limit} positions; {n} asked")
+        need(n <= self.limit, f"this sequence holds {self.limit} positions; {n} asked")
         if n <= self.capacity:
             return
         cap = min(self.limit, max(n, 2 * self.capacity, FIRST_CAPACITY))
@@ -180,11 +173,11 @@ class GemmaSequence:
     def decode(self, tokens) -> np.ndarray:
         """Append tokens (n,); the logits after each, (n, V) float32, from one pass of the C stack."""
         tokens = np.asarray(tokens).reshape(-1)
-        _need(tokens.dtype.kind in "iu", f"tokens must be integer ids, got {tokens.dtype}")
+        need(tokens.dtype.kind in "iu", f"tokens must be integer ids, got {tokens.dtype}")
         n, start = len(tokens), self.length
         if n == 0:
             return np.zeros((0, self.vocab), dtype=np.float32)
-        _need(int(tokens.min()) >= 0 and int(tokens.max()) < self.vocab,
+        need(int(tokens.min()) >= 0 and int(tokens.max()) < self.vocab,
               f"token ids must lie in [0, {self.vocab}), got {int(tokens.min())}..{int(tokens.max())}")
         self._reserve(start + n)
         x = self._embed(tokens.astype(np.int64))
@@ -197,7 +190,7 @@ class GemmaSequence:
                                        x.ctypes.data, n, start, self.capacity, full[0].ctypes.data, full[1].ctypes.data,
                                        local[0].ctypes.data, local[1].ctypes.data, self.window, ctypes.byref(head),
                                        self.threads)
-        _need(done != -2, "the C stack refused this Gemma-3's shapes or types")
+        need(done != -2, "the C stack refused this Gemma-3's shapes or types")
         if done != 0:
             raise MemoryError("the C stack could not allocate its scratch memory")
         self._watch(n, time.perf_counter() - t0)
@@ -206,16 +199,12 @@ class GemmaSequence:
 
     def _embed(self, ids: np.ndarray) -> np.ndarray:
         out = np.empty((len(ids), self.d), dtype=np.float32)
-        ids_type = {v: k for k, v in GGUF_TYPES.items()}[self.w.embed_kind]
-        done = self.so.sv_qrows(self.w.embed.ctypes.data, ids_type, self.vocab, self.d, ids.ctypes.data, len(ids),
-                                out.ctypes.data)
-        _need(done == 0, "the C lookup refused the embedding table")
+        done = self.so.sv_qrows(self.w.embed.ctypes.data, BLOCKS[self.w.embed_kind][0], self.vocab, self.d,
+                                ids.ctypes.data, len(ids), out.ctypes.data)
+        need(done == 0, "the C lookup refused the embedding table")
         return out * self.scale
 
     def _watch(self, rows: int, seconds: float) -> None:
         """One thread once passes stall (threads spinning at barriers while one waits for a core held by other work)."""
-        best = self.fastest.get(rows)
-        self.fastest[rows] = seconds if best is None else min(best, seconds)
-        self.stalls += best is not None and seconds > STALL * best
-        if self.stalls >= STALLS and self.threads > 1:
+        if self.stalls.stalled(rows, seconds) and self.threads > 1:
             self.threads = 1

@@ -10,7 +10,10 @@ from pathlib import Path
 
 import numpy as np
 
-GGUF_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 6: "Q5_0", 8: "Q8_0", 12: "Q4_K", 14: "Q6_K"}  # those read here, by GGML id
+# GGML type name -> (id, weights per block, bytes per block), as ggml-common.h lays the blocks out: those read here
+BLOCKS = {"F32": (0, 1, 4), "F16": (1, 1, 2), "Q4_0": (2, 32, 18), "Q5_0": (6, 32, 22), "Q8_0": (8, 32, 34),
+          "Q4_K": (12, 256, 144), "Q6_K": (14, 256, 210)}
+GGUF_TYPES = {ggml_id: name for name, (ggml_id, _, _) in BLOCKS.items()}  # the same, by GGML id
 _SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
 
 

@@ -20,6 +20,8 @@ import weakref
 
 import numpy as np
 
+from .cpus import StallWatch, usable_cpus
+
 STALL = 8.0  # a decode this many times slower than the fastest of its row count: its threads waited on each other
 STALLS = 2   # so many such decodes in a run, and it goes on one thread (one alone can be any scheduler's hiccup)
 FIRST_CONTEXT = 1024  # positions of a sequence's first context (doubled, up to the sequence's limit, as it grows)
@@ -101,11 +103,6 @@ def _give_back(key: tuple, ctx, size: int) -> None:
     _POOLS.setdefault(key, []).append((ctx, size))
 
 
-def usable_cpus() -> int:
-    """The CPUs this process may run on (its affinity, where the system says), the default thread count."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
 class Sequence:
     """One sequence in a llama.cpp context over the GGUF at ``path``. ``vocab``, ``d`` and ``limit`` (positions)
     default to the file's own (its token count, embedding width and training context). ``hidden`` (kept once
@@ -128,8 +125,7 @@ class Sequence:
         self.length = self.capacity = 0
         self.hidden: np.ndarray | None = None
         self.features_from = 0
-        self.fastest: dict[int, float] = {}  # rows -> the fastest decode of that many rows seen
-        self.stalls = 0
+        self.stalls = StallWatch(STALL, STALLS)
         self._logits_at, self._logits = 0, np.zeros((0, self.vocab), dtype=np.float32)
         self._open(min(self.limit, FIRST_CONTEXT))
 
@@ -230,10 +226,7 @@ class Sequence:
         """One thread once decodes stall: where other work holds a core, llama.cpp's threads spin at their barriers
         while one of them waits for the CPU, and a decode costs 10-50x (the bundled target on 2 threads under a load
         of 4: 3 tokens/s against 171 on one thread, docs/LLAMACPP.md)."""
-        best = self.fastest.get(rows)
-        self.fastest[rows] = seconds if best is None else min(best, seconds)
-        self.stalls += best is not None and seconds > STALL * best
-        if self.stalls >= STALLS and self.threads > 1:
+        if self.stalls.stalled(rows, seconds) and self.threads > 1:
             self.threads = 1
             self.lc.llama_set_n_threads(self.ctx, 1, 1)
 

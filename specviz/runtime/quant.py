@@ -29,14 +29,13 @@ from dataclasses import dataclass
 import torch
 
 from . import native
+from .gguf_header import BLOCKS
+from .native.build import INT8_TYPES
 from .native.library import QMat, check_tensor, lib, need, ptr
 from .threads import policy
 
-# GGML type name -> (id, weights per block, bytes per block), as ggml-common.h lays the blocks out
 ACTIVATIONS_ENV = "SPECVIZ_QUANT_ACTIVATIONS"
-INT8_TYPES = ("Q4_0", "Q5_0", "Q8_0", "Q4_K", "Q6_K")  # the types sv_qlinear8 unpacks (its input width a multiple of 64)
-TYPES = {"F32": (0, 1, 4), "F16": (1, 1, 2), "Q4_0": (2, 32, 18), "Q5_0": (6, 32, 22), "Q8_0": (8, 32, 34),
-         "Q4_K": (12, 256, 144), "Q6_K": (14, 256, 210)}
+TYPES = BLOCKS  # GGML type name -> (id, weights per block, bytes per block), as ggml-common.h lays the blocks out
 
 
 def row_bytes(kind: str, cols: int) -> int:

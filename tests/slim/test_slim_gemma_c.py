@@ -115,7 +115,7 @@ def test_what_it_cannot_run_is_refused_in_words(written, seq, tmp_path, monkeypa
         with pytest.raises(ValueError, match=message):
             GemmaSequence(written[0], {**config, **change})
     other = write_tiny_gemma(tmp_path / "f16.gguf", kinds=("Q8_0", "F16"))
-    with pytest.raises(ValueError, match="stored as GGML type F16; the C stack reads Q4_0, Q8_0, Q5_0, Q4_K, Q6_K"):
+    with pytest.raises(ValueError, match="stored as GGML type F16; the C stack reads Q4_0, Q5_0, Q8_0, Q4_K, Q6_K"):
         GemmaSequence(other, config)
 
 

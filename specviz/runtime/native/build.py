@@ -34,6 +34,7 @@ SOURCE = Path(__file__).with_name("stack.c")
 ENV, CACHE_ENV, PIN_ENV = "SPECVIZ_NATIVE", "SPECVIZ_NATIVE_CACHE", "SPECVIZ_NATIVE_PIN"
 FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-shared", "-fPIC", "-fopenmp")
 MAX_HEAD_DIM = 512  # stack.c's rope keeps a head on the stack
+INT8_TYPES = ("Q4_0", "Q5_0", "Q8_0", "Q4_K", "Q6_K")  # the GGML types sv_qlinear8 unpacks (rows of whole 64s)
 _state: dict = {}
 _lock = threading.Lock()
 

@@ -755,11 +755,23 @@ int sv_qrows(const uint8_t *data, int type, int rows, int K, const int64_t *ids,
 
 int sv_qlinear8_available(void) { return QX; }
 
-static int int8_type(int t) { /* the types unpack() reads */
-    return t == SV_Q4_0 || t == SV_Q5_0 || t == SV_Q8_0 || t == SV_Q4_K || t == SV_Q6_K;
+#if QX
+/* The rows of quantized parts side by side that the 8-bit kernels read (each of a type unpack() reads, with rows
+ * and data, K whole chunks of 64 and whole blocks), or 0 where any is not. */
+static int int8_rows(const sv_qmat *parts, int nparts, int K) {
+    int total = 0, e, bytes;
+    if (!parts || nparts < 1 || K < 64 || K % 64) return 0;
+    for (int i = 0; i < nparts; i++) {
+        int t = parts[i].type;
+        sv_quant_block(t, &e, &bytes);
+        if ((t != SV_Q4_0 && t != SV_Q5_0 && t != SV_Q8_0 && t != SV_Q4_K && t != SV_Q6_K) || K % e ||
+            parts[i].rows < 1 || !parts[i].data)
+            return 0;
+        total += parts[i].rows;
+    }
+    return total;
 }
 
-#if QX
 /* x rounded: u = q + 128 (K bytes a row); per row and chunk of 64 columns, 16 lanes (a lane is 4 columns) of the
  * block's scale d and of d times the lane's sum of q (for the K-quants' mins) */
 #define MR8 16 /* rows that share each unpacked chunk: 16 accumulators of the 32 registers */
@@ -943,16 +955,8 @@ static void q8_job_fn(void *ctx, int tid, int nt) {
 int sv_qlinear8(const float *x, int M, int K, const sv_qmat *parts, int nparts, const float *b, const float *res,
                 float *y, int nt) {
 #if QX
-    int N = 0, e, bytes;
-    if (M < 1 || K < 64 || K % 64 || nparts < 1) return -2;
-    for (int i = 0; i < nparts; i++) {
-        int t = parts[i].type;
-        sv_quant_block(t, &e, &bytes);
-        if (!int8_type(t) || K % e || parts[i].rows < 1 ||
-            !parts[i].data)
-            return -2;
-        N += parts[i].rows;
-    }
+    int N = int8_rows(parts, nparts, K);
+    if (M < 1 || !N) return -2;
     size_t lanes = (size_t)M * (K / 64) * 16;
     uint8_t *u = aligned_alloc(64, ((size_t)M * K + 63) / 64 * 64);
     float *d = aligned_alloc(64, lanes * sizeof(float)), *s = aligned_alloc(64, lanes * sizeof(float));
@@ -1076,18 +1080,8 @@ static void gemma_job_fn(void *ctx, int tid, int nt) {
     gmatmul(g, tid, nt, h + (size_t)H->first * d, d, n - H->first, d, H->parts, H->nparts, NULL, H->logits, H->vocab);
 }
 
-static int int8_parts(const sv_qmat *parts, int nparts, int K, int rows) { /* whole chunks, read types, these rows */
-    int total = 0, e, bytes;
-    if (!parts || nparts < 1 || K < 64 || K % 64) return 0;
-    for (int i = 0; i < nparts; i++) {
-        int t = parts[i].type;
-        sv_quant_block(t, &e, &bytes);
-        if (!int8_type(t) || K % e || parts[i].rows < 1 ||
-            !parts[i].data)
-            return 0;
-        total += parts[i].rows;
-    }
-    return rows < 0 || total == rows;
+static int int8_parts(const sv_qmat *parts, int nparts, int K, int rows) { /* read by the kernels, these rows */
+    return int8_rows(parts, nparts, K) == rows;
 }
 
 static int gemma_fits(const sv_dims *m, const sv_glayer *layers, int nlayers, const sv_ghead *head, int n) {

@@ -1,0 +1,28 @@
+"""The CPUs a forward without torch may use, and when to give one of them up: for the numpy sequences
+(``llamacpp_seq.Sequence`` on llama.cpp's threads, ``gemma_sequence.GemmaSequence`` on the C stack's), whose threads
+spin at barriers while one of them waits for a core that other work holds, so that a pass costs many times its
+quiet cost. (The torch side chooses threads per call in ``threads.py``.)"""
+from __future__ import annotations
+
+import os
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity, where the system says), the default thread count."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+class StallWatch:
+    """Passes timed by row count: ``stalled`` says yes once ``count`` passes took over ``factor`` times the fastest
+    pass of their row count seen before them (the first of a row count has nothing to be compared with)."""
+
+    def __init__(self, factor: float, count: int):
+        self.factor, self.count = factor, count
+        self.fastest: dict[int, float] = {}  # rows -> the fastest pass of that many rows seen
+        self.stalls = 0
+
+    def stalled(self, rows: int, seconds: float) -> bool:
+        best = self.fastest.get(rows)
+        self.fastest[rows] = seconds if best is None else min(best, seconds)
+        self.stalls += best is not None and seconds > self.factor * best
+        return self.stalls >= self.count
