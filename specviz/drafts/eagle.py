@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn
+from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRMSNorm, LlamaRotaryEmbedding
 
 SUFFIX = "+eagle"
@@ -62,6 +63,16 @@ def param_count(folder: Path) -> int:
 def extra_parameters(head: FeatureHead) -> list:
     """The parameters a feature draft holds beside its target: fc, its layer and its norm (no rotary buffers)."""
     return [p for n, p in head.named_parameters() if not n.startswith("rotary")]
+
+
+def layer_config(d: int, heads: int, intermediate: int, eps: float, theta: float = 10000.0) -> LlamaConfig:
+    """The config of a feature draft's own Llama layer of width d (fc, the layer and its norm), for a target of any
+    architecture whose features are d wide (a Gemma-3's, say)."""
+    return LlamaConfig(hidden_size=d, intermediate_size=intermediate, num_attention_heads=heads,
+                       num_key_value_heads=heads, head_dim=d // heads, num_hidden_layers=1, rms_norm_eps=eps,
+                       hidden_act="silu", rope_parameters={"rope_type": "default", "rope_theta": theta},
+                       max_position_embeddings=8192, vocab_size=1, bos_token_id=None, eos_token_id=None,
+                       pad_token_id=None)
 
 
 class FeatureHead(nn.Module):
@@ -119,11 +130,17 @@ def target_features(target, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
 def unroll(head: FeatureHead, target, ids: torch.Tensor, features: torch.Tensor, steps: int) -> list[torch.Tensor]:
     """The draft's logits at every step of the unroll, each (B, T, V): step s at t drafts token t + 1 from the chain
     started after t - s (rows t < s have no such chain; callers drop them)."""
+    states = unroll_states(head, target.model.embed_tokens(ids), features, steps)
+    return [target.lm_head(h) for h in states]
+
+
+def unroll_states(head: FeatureHead, embeds: torch.Tensor, features: torch.Tensor, steps: int) -> list[torch.Tensor]:
+    """The draft's h at every step of the unroll, each (B, T, d), from the tokens' input embeddings and the target's
+    features (B, T, d) each: what ``unroll`` turns into logits with the target's head (or a pruned one)."""
     B, T, d = features.shape
-    embeds = target.model.embed_tokens(ids)
     shifted = torch.cat([features.new_zeros(B, 1, d), features[:, :-1]], dim=1)  # f_{t-1}
-    mask = unroll_mask(steps, T, ids.device)
-    positions = torch.arange(T, device=ids.device).repeat(steps)[None]
+    mask = unroll_mask(steps, T, features.device)
+    positions = torch.arange(T, device=features.device).repeat(steps)[None]
     # step by step: the input of step s is the previous step's h at t - 1 (only rows up to s are computed each time)
     inputs = [shifted]
     for s in range(1, steps + 1):
@@ -132,7 +149,7 @@ def unroll(head: FeatureHead, target, ids: torch.Tensor, features: torch.Tensor,
         if s == steps:
             break
         inputs.append(torch.cat([features.new_zeros(B, 1, d), last[:, :-1]], dim=1))
-    return [target.lm_head(h[:, s * T:(s + 1) * T]) for s in range(steps)]
+    return [h[:, s * T:(s + 1) * T] for s in range(steps)]
 
 
 def save(head: FeatureHead, folder: Path, log: dict) -> Path:

@@ -151,6 +151,13 @@ class GemmaSequence:
         config = json.loads((described(path.parent, path.name) / "config.json").read_text())
         return cls(path, config, **kw)
 
+    def features(self, end: int | None = None) -> np.ndarray:
+        """The final normed hidden state at each position held, (length, d) (the head's input: a feature draft's), or
+        at the first ``end`` of them."""
+        end = self.length if end is None else end
+        need(0 <= end <= self.length, f"this sequence holds {self.length} positions; features of {end} asked")
+        return self.hidden[:end]
+
     def get_seq_length(self) -> int:
         return self.length
 
@@ -166,7 +173,10 @@ class GemmaSequence:
         kv = np.zeros((len(self.w.layers), 2 * self.nkv, cap, self.hd), dtype=np.float32)
         if self.capacity:
             kv[:, :, : self.length] = self.kv[:, :, : self.length]
-        self.kv, self.capacity = kv, cap
+        hidden = np.zeros((cap, self.d), dtype=np.float32)
+        if self.capacity:
+            hidden[: self.length] = self.hidden[: self.length]
+        self.kv, self.hidden, self.capacity = kv, hidden, cap
         self.caches = (ctypes.c_void_p * len(kv))(*[kv[i].ctypes.data for i in range(len(kv))])
         self.rope = {k: rope_tables(b, self.hd, cap) for k, b in self.bases.items()}
 
@@ -181,7 +191,7 @@ class GemmaSequence:
               f"token ids must lie in [0, {self.vocab}), got {int(tokens.min())}..{int(tokens.max())}")
         self._reserve(start + n)
         x = self._embed(tokens.astype(np.int64))
-        h, logits = np.empty((n, self.d), np.float32), np.empty((n, self.vocab), np.float32)
+        h, logits = self.hidden[start: start + n], np.empty((n, self.vocab), np.float32)
         head = build.GHead(self.w.head, self.w.norm.ctypes.data, 1, self.vocab, 0, h.ctypes.data, logits.ctypes.data)
         full = self.rope.get("full_attention") or self.rope["sliding_attention"]
         local = self.rope.get("sliding_attention") or full

@@ -13,3 +13,4 @@ decoder's run with that seed.
 """
 from .decoder import SlimDecoding, autoregressive, fill_texts, speculative  # noqa: F401
 from .drafts import Lookup, ModelDraft  # noqa: F401
+from .feature_draft import FeatureDraft  # noqa: F401

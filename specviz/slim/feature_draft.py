@@ -1,0 +1,190 @@
+"""A feature draft (EAGLE, ``specviz.drafts.eagle``) for a Gemma-3 GGUF on specviz's C stack, in numpy: one Llama
+layer over the target's own final normed hidden states, its matrices in 8 bits (Q8_0 blocks, rounded here when it
+loads) on the C stack's 8-bit kernels, and a pruned head: the rows of the target's tied head (its Q8_0 bytes, as
+shipped) for the draft vocabulary ``d2t``. q is over those ids (0 elsewhere), under the target's transforms.
+
+Its row at position t reads fc([f_{t-1}, e(x_t)]) (the target's feature before, the token's input embedding); drafting a
+chain, the draft's own h stands in for the feature the target has not computed yet. Each round the committed positions
+it has not seen are fed again with their true features (``GemmaSequence.features``), and its cache rolls back past
+the drafted rows. Saved by ``save_draft`` as ``feature-draft.safetensors`` (float32) and ``feature-draft.json``.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from ..config import DecodeConfig
+from ..runtime.gguf_header import BLOCKS
+from ..runtime.native import build
+from ..runtime.native.build import need
+from . import sampling as S
+
+FILE, CONFIG = "feature-draft.safetensors", "feature-draft.json"
+Q8_0 = BLOCKS["Q8_0"][0]
+MATRICES = ("fc", "qkv", "o", "gate_up", "down")
+
+
+def save_draft(head, d2t, config, folder: Path, log: dict) -> Path:
+    """A trained ``eagle.FeatureHead`` (its fc, layer and norm) with its vocabulary d2t (ids ascending) and its Llama
+    config, as ``FeatureDraft`` reads them."""
+    from safetensors.numpy import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().float().numpy() for k, v in head.state_dict().items() if not k.startswith("rotary.")}
+    state["d2t"] = np.asarray(d2t, dtype=np.int64)
+    save_file(state, str(folder / FILE))
+    meta = {"hidden_size": config.hidden_size, "num_attention_heads": config.num_attention_heads,
+            "head_dim": config.head_dim, "intermediate_size": config.intermediate_size,
+            "rms_norm_eps": config.rms_norm_eps, "rope_theta": config.rope_parameters["rope_theta"], "training": log}
+    (folder / CONFIG).write_text(json.dumps(meta, indent=2) + "\n")
+    return folder / FILE
+
+
+def q8_0(w: np.ndarray) -> np.ndarray:
+    """A float matrix (rows, K) as GGML Q8_0 rows: per block of 32, a float16 scale amax / 127 and 32 int8."""
+    rows, K = w.shape
+    blocks = w.astype(np.float32).reshape(rows, K // 32, 32)
+    d = np.abs(blocks).max(-1, keepdims=True) / 127
+    q = np.round(np.divide(blocks, d, out=np.zeros_like(blocks), where=d > 0)).clip(-127, 127).astype(np.int8)
+    out = np.empty((rows, K // 32, 34), dtype=np.uint8)
+    out[..., :2] = d.astype(np.float16).view(np.uint8)
+    out[..., 2:] = q.view(np.uint8)
+    return out.reshape(rows, -1)
+
+
+class FeatureDraft:
+    """The saved draft in ``folder``, bound to its target ``GemmaSequence`` (whose features and head rows it reads)."""
+
+    def __init__(self, target, folder, name: str | None = None):
+        from safetensors.numpy import load_file
+
+        folder = Path(folder)
+        need((folder / FILE).is_file() and (folder / CONFIG).is_file(),
+             f"{folder} holds no feature draft ({FILE} and {CONFIG}): train one with "
+             "scripts/train/train_gemma_feature_draft.py")
+        need(hasattr(target, "features") and hasattr(target, "w"), "a feature draft drafts for a GemmaSequence (it "
+                                                                    "reads the target's features and head rows)")
+        meta, state = json.loads((folder / CONFIG).read_text()), load_file(str(folder / FILE))
+        self.target, self.so, self.name = target, target.so, name or f"feature draft ({folder.name})"
+        self.d, self.nh, self.hd = int(meta["hidden_size"]), int(meta["num_attention_heads"]), int(meta["head_dim"])
+        self.eps = float(meta["rms_norm_eps"])
+        self._check(state, int(meta["intermediate_size"]))
+        self.d2t = np.ascontiguousarray(state["d2t"], dtype=np.int64)
+        self.norms = {k: np.ascontiguousarray(state[k], dtype=np.float32) for k in
+                      ("layer.input_layernorm.weight", "layer.post_attention_layernorm.weight", "norm.weight")}
+        L = "layer.self_attn.", "layer.mlp."
+        mats = {"fc": state["fc.weight"],
+                "qkv": np.concatenate([state[L[0] + n + "_proj.weight"] for n in "qkv"]),
+                "o": state[L[0] + "o_proj.weight"],
+                "gate_up": np.concatenate([state[L[1] + n + "_proj.weight"] for n in ("gate", "up")]),
+                "down": state[L[1] + "down_proj.weight"]}
+        self.mats = {k: self._qmat(q8_0(v)) for k, v in mats.items()}
+        self.head = self._qmat(np.ascontiguousarray(target.w.embed[self.d2t]), target.w.embed_kind)
+        self.inv_freq = 1.0 / float(meta["rope_theta"]) ** (np.arange(0, self.hd, 2, dtype=np.float64) / self.hd)
+        self.kv = np.zeros((2, self.nh, 0, self.hd), dtype=np.float32)
+        self.ids: list[int] = []  # the committed tokens whose rows (true features) the draft's cache holds
+        self.vocab = int(target.vocab)
+
+    def _check(self, state: dict, inter: int) -> None:
+        d, w = self.d, self.nh * self.hd
+        want = {"fc.weight": (d, 2 * d), "layer.self_attn.q_proj.weight": (w, d), "layer.self_attn.k_proj.weight": (w, d),
+                "layer.self_attn.v_proj.weight": (w, d), "layer.self_attn.o_proj.weight": (d, w),
+                "layer.mlp.gate_proj.weight": (inter, d), "layer.mlp.up_proj.weight": (inter, d),
+                "layer.mlp.down_proj.weight": (d, inter), "layer.input_layernorm.weight": (d,),
+                "layer.post_attention_layernorm.weight": (d,), "norm.weight": (d,)}
+        wrong = [f"{k} {tuple(state[k].shape) if k in state else 'missing'} (want {s})" for k, s in want.items()
+                 if k not in state or tuple(state[k].shape) != s]
+        need(not wrong, "the feature draft's tensors do not fit its config: " + "; ".join(wrong))
+        need(d == self.target.d, f"the feature draft reads features of {d}; the target's are {self.target.d}")
+        need(all(n % 64 == 0 for n in (d, w, inter)), "the feature draft's widths must be whole chunks of 64")
+        d2t = state.get("d2t")
+        need(d2t is not None and d2t.ndim == 1 and len(d2t) > 0 and int(d2t.min()) >= 0 and
+             int(d2t.max()) < self.target.vocab and bool(np.all(np.diff(d2t) > 0)),
+             f"the feature draft's d2t must be ascending ids of the target's {self.target.vocab:,}")
+
+    def _qmat(self, rows: np.ndarray, kind: str = "Q8_0"):
+        rows = np.ascontiguousarray(rows)
+        mat = build.QMat(rows.ctypes.data, BLOCKS[kind][0], rows.shape[0])
+        return rows, mat
+
+    def fits(self, vocab: int) -> str | None:
+        if vocab != self.vocab:
+            return f"this feature draft was bound to a target of {self.vocab:,} tokens, not {vocab:,}"
+        return None
+
+    def _linear(self, name, x: np.ndarray, res: np.ndarray | None = None) -> np.ndarray:
+        rows, mat = self.head if name == "head" else self.mats[name]
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        y = np.empty((len(x), mat.rows), dtype=np.float32)
+        done = self.so.sv_qlinear8(x.ctypes.data, len(x), x.shape[1], ctypes.byref(mat), 1, None,
+                                   None if res is None else res.ctypes.data, y.ctypes.data, self.target.threads)
+        need(done == 0, "the C stack's 8-bit kernel refused the feature draft's matrix")
+        return y
+
+    def _norm(self, x: np.ndarray, key: str) -> np.ndarray:
+        return x / np.sqrt((x * x).mean(-1, keepdims=True) + self.eps) * self.norms[key]
+
+    def _rope(self, x: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        angles = np.outer(positions, self.inv_freq)
+        cos, sin = (np.concatenate([f(angles)] * 2, -1).astype(np.float32) for f in (np.cos, np.sin))
+        half = self.hd // 2
+        rotated = np.concatenate([-x[..., half:], x[..., :half]], -1)
+        return x * cos[:, None] + rotated * sin[:, None]
+
+    def _layer(self, features: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        """h for rows at the cache's next positions (their inputs: the feature before each, the token), appended."""
+        n, start = len(ids), self.kv.shape[2]
+        e = self.target._embed(ids.astype(np.int64))
+        x = self._linear("fc", np.concatenate([features, e], -1))
+        qkv = self._linear("qkv", self._norm(x, "layer.input_layernorm.weight")).reshape(n, 3, self.nh, self.hd)
+        pos = np.arange(start, start + n)
+        q, k = self._rope(qkv[:, 0], pos), self._rope(qkv[:, 1], pos)
+        self.kv = np.concatenate([self.kv, np.stack([k, qkv[:, 2]]).transpose(0, 2, 1, 3)], axis=2)
+        scores = np.einsum("nhd,htd->hnt", q, self.kv[0]) / math.sqrt(self.hd)
+        scores[:, np.arange(n)[:, None] < np.arange(start + n)[None, :] - start] = -np.inf
+        w = S.softmax(scores)
+        attn = np.einsum("hnt,htd->nhd", w, self.kv[1]).reshape(n, -1)
+        x = self._linear("o", attn, x)
+        g, u = np.split(self._linear("gate_up", self._norm(x, "layer.post_attention_layernorm.weight")), 2, -1)
+        x = self._linear("down", g / (1 + np.exp(-g)) * u, x)
+        return self._norm(x, "norm.weight")
+
+    def _sync(self, committed: list[int]) -> np.ndarray:
+        """The draft's cache rolled back to the committed rows it shares and the rest fed with their true features:
+        h at the last committed token (standing in for its feature)."""
+        n = 0
+        for a, b in zip(self.ids, committed):
+            if a != b:
+                break
+            n += 1
+        n = min(n, len(committed) - 1)
+        self.kv = self.kv[:, :, :n]
+        del self.ids[n:]
+        f = self.target.features()
+        need(len(f) >= len(committed) - 1, "the target holds fewer features than the committed text needs")
+        before = np.concatenate([np.zeros((1, self.d), np.float32), f])[n: len(committed)]
+        h = self._layer(before, np.asarray(committed[n:]))
+        self.ids += committed[n:]
+        return h[-1:]
+
+    def propose(self, committed: list[int], k: int, cfg: DecodeConfig, rng) -> tuple[list[int], np.ndarray]:
+        h = self._sync(committed)
+        xs, qs = [], []
+        for i in range(k):
+            logits = self._linear("head", h)[0]
+            q_small = S.logits_to_probs(logits[None], cfg.temperature, cfg.top_k, cfg.top_p)[0]
+            j = int(logits.argmax()) if cfg.greedy or cfg.draft_greedy else S.sample(q_small, rng)
+            q = np.zeros(self.vocab, dtype=np.float32)
+            q[self.d2t] = q_small
+            xs.append(int(self.d2t[j]))
+            qs.append(q)
+            if q_small[j] < cfg.draft_stop or i == k - 1:
+                break
+            h = self._layer(h, np.asarray([xs[-1]]))
+        self.kv = self.kv[:, :, : len(self.ids)]  # the drafted rows go: next round feeds true features there
+        return xs, np.stack(qs)

@@ -1,0 +1,197 @@
+"""specviz.slim.FeatureDraft: a feature draft (one Llama layer over the target's features, a pruned head of the
+target's own rows) on the C stack's 8-bit kernels, for a GemmaSequence, on a tiny GGUF written here. Its h is the
+torch FeatureHead's within 8-bit rounding, greedy speculative text equals the target's own greedy text at every k, its
+sampled runs emit the target's law, its cache holds only rows of true features between rounds, and what does not fit
+is refused in words before any work."""
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from specviz.config import DecodeConfig
+from specviz.drafts.eagle import FeatureHead, layer_config
+from specviz.runtime.native import gemma as native_gemma
+from specviz.slim import FeatureDraft, autoregressive, speculative
+from specviz.slim import feature_draft as F
+from tests.helpers.tiny_gguf import D, write_tiny_gemma
+
+pytest.importorskip("gguf")
+pytestmark = pytest.mark.skipif(not native_gemma.available(), reason="the C Gemma-3 pass needs AVX-512 VNNI")
+
+IDS = [2, 9, 5, 13, 7, 4, 4, 11, 6, 14, 5]
+D2T = [2, 4, 5, 6, 7, 9, 11, 12, 13, 14, 15]  # the tiny vocabulary's ids the draft can draft (2: its greedy text)
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    from specviz.runtime import gguf as loader
+
+    folder, cache = tmp_path_factory.mktemp("gguf"), tmp_path_factory.mktemp("cache")
+    path = write_tiny_gemma(folder / "tiny-gemma3.gguf")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SPECVIZ_GGUF_CACHE", str(cache))
+        loader.described(folder, path.name)  # the config, as the loader caches it
+    return path, cache
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """A feature draft with random weights (scaled so that its q is spread), saved as the trainer saves one."""
+    torch.manual_seed(0)
+    cfg = layer_config(D, 2, 128, 1e-6)
+    head = FeatureHead(cfg)
+    with torch.no_grad():
+        for p in head.parameters():
+            p.mul_(3.0)
+    folder = tmp_path_factory.mktemp("draft")
+    F.save_draft(head, D2T, cfg, folder, {"command": "test"})
+    return folder, head
+
+
+@pytest.fixture(scope="module")
+def flat(tmp_path_factory):
+    """A feature draft of zero weights: h = 0, so its argmax is its first id, 2, the tiny target's greedy token."""
+    cfg = layer_config(D, 2, 128, 1e-6)
+    head = FeatureHead(cfg)
+    with torch.no_grad():
+        for p in head.parameters():
+            p.zero_()
+    folder = tmp_path_factory.mktemp("flat")
+    F.save_draft(head, D2T, cfg, folder, {"command": "test"})
+    return folder
+
+
+@pytest.fixture
+def seq(written, monkeypatch):
+    from specviz.runtime.gemma_sequence import GemmaSequence
+
+    monkeypatch.setenv("SPECVIZ_GGUF_CACHE", str(written[1]))
+    return GemmaSequence.from_gguf(written[0])
+
+
+def test_features_are_the_heads_input_and_roll_back_with_the_cache(seq):
+    logits = seq.decode(IDS)
+    f = seq.features().copy()
+    assert f.shape == (len(IDS), seq.d)
+    rows = seq._embed(np.arange(seq.vocab)) / seq.scale  # the tied head's rows, dequantized
+    mine = f @ rows.T
+    assert np.array_equal(mine.argmax(-1), logits.argmax(-1))
+    assert np.abs(mine - logits).max() < 0.05 * (logits.max() - logits.min())  # 8-bit activations in the head
+    seq.crop(4)
+    assert len(seq.features()) == 4
+    seq.decode(IDS[4:])
+    assert np.array_equal(seq.features(), f)
+    with pytest.raises(ValueError, match="holds"):
+        seq.features(len(IDS) + 1)
+
+
+def test_its_h_is_the_torch_heads_and_within_8_bit_rounding_on_the_kernels(seq, saved, monkeypatch):
+    """The numpy draft against the torch FeatureHead over the same true features and embeddings: the same floats (to
+    float32 rounding) with its matrices multiplied in float, within 8-bit rounding on the C kernels."""
+    folder, head = saved
+    seq.decode(IDS)
+    n, f = len(IDS) + 1, torch.from_numpy(seq.features().copy())
+    with torch.no_grad():
+        theirs = head(torch.cat([torch.zeros(1, seq.d), f])[None], torch.from_numpy(seq._embed(np.asarray(IDS + [3])))[None],
+                      torch.arange(n)[None], torch.ones(n, n, dtype=torch.bool).tril())[0, -1].numpy()
+    on_kernels = FeatureDraft(seq, folder)
+    h8 = on_kernels._sync(IDS + [3])[0]  # every committed row fed with its true feature: the last one's h
+    assert len(on_kernels.ids) == on_kernels.kv.shape[2] == n
+    state = {k: v.numpy() for k, v in head.state_dict().items()}
+    mats = {"fc": ["fc"], "qkv": [f"layer.self_attn.{x}_proj" for x in "qkv"], "o": ["layer.self_attn.o_proj"],
+            "gate_up": ["layer.mlp.gate_proj", "layer.mlp.up_proj"], "down": ["layer.mlp.down_proj"]}
+    in_float = FeatureDraft(seq, folder)
+    monkeypatch.setattr(in_float, "_linear", lambda name, x, res=None: x @ np.concatenate(
+        [state[m + ".weight"] for m in mats[name]]).T + (0 if res is None else res))
+    h = in_float._sync(IDS + [3])[0]
+    assert np.abs(h - theirs).max() < 1e-4 * np.abs(theirs).max()
+    assert np.abs(h8 - theirs).max() < 0.1 * np.abs(theirs).max()
+    assert np.corrcoef(h8, theirs)[0, 1] > 0.995
+
+
+@pytest.mark.parametrize("k", [1, 3, 6])
+@pytest.mark.parametrize("which", ["saved", "flat"])
+def test_greedy_speculative_text_is_the_targets_own(seq, saved, flat, k, which):
+    """A draft that is rejected at once (random weights) and one accepted every time (its argmax is the target's):
+    the same text, and the draft's cache holds exactly the committed rows between rounds."""
+    cfg = DecodeConfig(temperature=0.0, max_new_tokens=40, k=k)
+    reference = autoregressive(seq, IDS[:4], cfg).new_tokens
+    draft = FeatureDraft(seq, saved[0] if which == "saved" else flat)
+    trace = speculative(seq, draft, IDS[:4], cfg)
+    assert trace.new_tokens == reference
+    assert all(all(t in D2T for t in r.drafted) for r in trace.rounds)
+    assert draft.kv.shape[2] == len(draft.ids) and draft.ids == (IDS[:4] + trace.new_tokens)[: len(draft.ids)]
+    accepted = sum(r.n_accepted for r in trace.rounds)
+    assert accepted == 0 if which == "saved" else accepted == sum(len(r.drafted) for r in trace.rounds) > 0
+
+
+def test_sampled_runs_emit_the_targets_law(seq, saved):
+    """Two tokens after a prompt over many seeds, k = 2: their frequencies against the law enumerated from the
+    target's own logits (chi-square at the 99.99th percentile); q is a real distribution on the draft's ids."""
+    from scipy.stats import chi2 as dist
+
+    from specviz.slim import sampling as S
+
+    prompt, runs, t = [2, 9, 5], 2500, 1.0
+    law = {}
+    first = S.logits_to_probs(seq.decode(prompt)[-1:], t)[0]
+    for a in np.flatnonzero(first > 0):
+        seq.crop(len(prompt))
+        second = S.logits_to_probs(seq.decode([int(a)])[-1:], t)[0]
+        law.update({(int(a), int(b)): float(first[a] * second[b]) for b in np.flatnonzero(second > 0)})
+    draft, seen = FeatureDraft(seq, saved[0]), {}
+    for seed in range(runs):
+        pair = tuple(speculative(seq, draft, prompt, DecodeConfig(seed=seed, temperature=t, max_new_tokens=2,
+                                                                   k=2)).new_tokens)
+        seen[pair] = seen.get(pair, 0) + 1
+    big = [s for s in law if law[s] * runs >= 5]
+    expected = [law[s] * runs for s in big] + [runs * (1 - sum(law[s] for s in big))]
+    observed = [seen.get(s, 0) for s in big] + [runs - sum(seen.get(s, 0) for s in big)]
+    chi2 = sum((o - e) ** 2 / e for o, e in zip(observed, expected) if e > 0)
+    assert chi2 < dist.ppf(0.9999, len(big)), chi2
+
+
+def test_what_does_not_fit_is_refused_in_words(seq, saved, tmp_path):
+    from safetensors.numpy import load_file, save_file
+
+    folder = saved[0]
+    with pytest.raises(ValueError, match="holds no feature draft"):
+        FeatureDraft(seq, tmp_path)
+    with pytest.raises(ValueError, match="GemmaSequence"):
+        FeatureDraft(object(), folder)
+    state = load_file(str(folder / F.FILE))
+    for change, words in ((lambda s: s.update({"fc.weight": s["fc.weight"][:, :10]}), "fc.weight"),
+                          (lambda s: s.update({"d2t": np.asarray([3, 1], np.int64)}), "ascending"),
+                          (lambda s: s.update({"d2t": np.asarray([1, 99], np.int64)}), "ascending"),
+                          (lambda s: s.pop("norm.weight"), "missing")):
+        bad = tmp_path / words
+        bad.mkdir(exist_ok=True)
+        changed = dict(state)
+        change(changed)
+        save_file(changed, str(bad / F.FILE))
+        (bad / F.CONFIG).write_text((folder / F.CONFIG).read_text())
+        with pytest.raises(ValueError, match=words):
+            FeatureDraft(seq, bad)
+    wide = tmp_path / "wide"
+    wide.mkdir()
+    meta = json.loads((folder / F.CONFIG).read_text())
+    save_file(state, str(wide / F.FILE))
+    (wide / F.CONFIG).write_text(json.dumps({**meta, "hidden_size": 2 * D}))
+    with pytest.raises(ValueError, match="fit its config"):
+        FeatureDraft(seq, wide)
+    draft = FeatureDraft(seq, folder)
+    assert draft.fits(seq.vocab) is None and "tokens" in draft.fits(seq.vocab + 1)
+    draft.vocab = seq.vocab + 1  # bound to another target: refused before any pass
+    with pytest.raises(ValueError, match="tokens"):
+        speculative(seq, draft, IDS, DecodeConfig(k=2))
+
+
+def test_q8_0_rows_are_ggmls_layout():
+    """A row rounded here reads back, through the gguf package's own dequantizer, within half a step of each block."""
+    import gguf
+
+    w = np.random.default_rng(0).normal(size=(3, 64)).astype(np.float32)
+    back = gguf.quants.dequantize(F.q8_0(w), gguf.GGMLQuantizationType.Q8_0)
+    step = np.abs(w.reshape(3, 2, 32)).max(-1, keepdims=True) / 127
+    assert np.all(np.abs(back.reshape(3, 2, 32) - w.reshape(3, 2, 32)) <= step * 0.5 + 1e-3 * step)
