@@ -103,26 +103,34 @@ def start_servers(args) -> dict[str, tuple[int, object]]:
     return servers
 
 
-def drafts(args) -> dict[str, object]:
+def drafts(args, model) -> dict[str, tuple[object, int]]:
+    """{name: (drafter, k)} of specviz's side: prompt lookup at --k; on slim-c a feature draft (--feature-draft) at
+    each of --feature-k; on the torch decoder an n-gram table (--ngram)."""
     if args.forward == "slim-c":
         from specviz import slim
 
         if args.ngram:
             raise SystemExit("--ngram runs on the torch decoder: specviz.slim drafts by prompt lookup or a model")
-        return {"prompt lookup": slim.Lookup()}
+        out = {"prompt lookup": (slim.Lookup(), args.k)}
+        if args.feature_draft:
+            draft = slim.FeatureDraft(model, args.feature_draft)
+            out.update({f"feature draft k={k}": (draft, k) for k in args.feature_k})
+        return out
+    if args.feature_draft:
+        raise SystemExit("--feature-draft runs on slim-c (specviz.slim on the C stack)")
     from specviz import NGramDrafter, NGramModel, PromptLookupDrafter
 
-    out = {"prompt lookup": PromptLookupDrafter()}
+    out = {"prompt lookup": (PromptLookupDrafter(), args.k)}
     if args.ngram:
-        out["n-gram of Gemma's greedy text"] = NGramDrafter(NGramModel.load(args.ngram))
+        out["n-gram of Gemma's greedy text"] = (NGramDrafter(NGramModel.load(args.ngram)), args.k)
     return out
 
 
 def one_prompt(i, text, temp, args, model, tok, forward, mine, servers, rows, checks) -> None:
     calls = [("specviz autoregressive", lambda: specviz_call(model, tok, None, text, temp, args.max_new_tokens, i,
                                                              args.k, forward))]
-    calls += [(f"specviz {name}", (lambda d=d: specviz_call(model, tok, d, text, temp, args.max_new_tokens, i,
-                                                            args.k, forward))) for name, d in mine.items()]
+    calls += [(f"specviz {name}", (lambda d=d, k=k: specviz_call(model, tok, d, text, temp, args.max_new_tokens, i,
+                                                                 k, forward))) for name, (d, k) in mine.items()]
     calls += [(name, (lambda p=p: server_call(p, tok, text, temp, args.max_new_tokens, i)))
               for name, (p, _) in servers.items()]
     turn = i % len(calls)
@@ -147,6 +155,9 @@ def main(argv=None) -> None:
     ap.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 0.8])
     ap.add_argument("--spec-types", nargs="*", default=list(SPEC_TYPES))
     ap.add_argument("--ngram", type=Path, default=None, help="an n-gram folder (scripts/train/fit_ngram.py)")
+    ap.add_argument("--feature-draft", type=Path, default=None, help="a feature draft's folder for slim-c "
+                    "(scripts/train/train_gemma_feature_draft.py)")
+    ap.add_argument("--feature-k", type=int, nargs="+", default=[3], help="the feature draft's k, each a side")
     ap.add_argument("--port", type=int, default=18617)
     ap.add_argument("--forward", choices=("lean", "llamacpp", "slim-c"), default=None,
                     help="slim-c: specviz.slim (numpy) on specviz's C stack (runtime.gemma_sequence), no torch")
@@ -163,7 +174,7 @@ def main(argv=None) -> None:
     t0 = time.perf_counter()
     model, tok, forward, why = load(args, loader)
     print(f"specviz load {time.perf_counter() - t0:.1f} s; forward: {forward} ({why})", flush=True)
-    mine = drafts(args)
+    mine = drafts(args, model)
     servers = start_servers(args) if args.bin else {}
     rows, checks = {}, {}
     try:

@@ -16,7 +16,6 @@ match) and the vocabulary's coverage of their tokens are logged before and after
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import platform
 import sys
@@ -40,6 +39,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--data", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--vocab", type=int, default=8192)
+    ap.add_argument("--mass-rows", type=int, default=3000, help="positions whose p ranks the draft's ids")
     ap.add_argument("--intermediate", type=int, default=1536)
     ap.add_argument("--heads", type=int, default=5)
     ap.add_argument("--ttt", type=int, default=3)
@@ -93,55 +93,77 @@ def objective(head, embed, E, ids, f, steps):
     return loss
 
 
-@torch.no_grad()
-def held_out(head, embed, E, samples, steps, window) -> list[dict]:
-    """Per step: 1 - TV(p, q) at T = 0.8 and argmax agreement, over every held-out row with a chain (p, q over the
-    draft vocabulary)."""
-    sums = np.zeros((steps, 3))
-    for tokens, f in samples:
-        n = min(len(tokens), 4 * window)
-        ids, feats = torch.from_numpy(tokens[None, :n]), torch.from_numpy(f[None, :n].astype(np.float32))
-        p_logits = feats @ E.T
-        for s, h in enumerate(unroll_states(head, embed(ids), feats, steps)):
-            q_logits = h[:, s:] @ E.T
-            p, q = (F.softmax(x / 0.8, -1) for x in (p_logits[:, s:], q_logits))
-            sums[s] += (torch.minimum(p, q).sum(-1).sum().item(),
-                        (p_logits[:, s:].argmax(-1) == q_logits.argmax(-1)).sum().item(), n - s)
-    return [{"step": s + 1, "alpha_t08": round(float(a / c), 4), "greedy": round(float(g / c), 4)} for s, (a, g, c) in
-            enumerate(sums)]
+def vocabulary(seq, samples, size: int, rows: int, rng) -> np.ndarray:
+    """The draft's ids, ascending: the ``size`` with the most probability mass under the target's p at T = 0.8 over
+    ``rows`` positions of the text (p from their features through the whole tied head, a slab of its rows at a time),
+    ties by how often each id follows in the text."""
+    counts = np.bincount(np.concatenate([t[1:] for t, _ in samples]), minlength=seq.vocab).astype(np.float64)
+    feats = np.concatenate([f for _, f in samples])
+    x = torch.from_numpy(feats[rng.choice(len(feats), size=min(rows, len(feats)), replace=False)].astype(np.float32))
+    slabs = [(lo, min(lo + 32768, seq.vocab)) for lo in range(0, seq.vocab, 32768)]
+
+    def scaled(lo, hi):  # logits / T of the slab's ids
+        return x @ torch.from_numpy(seq._embed(np.arange(lo, hi)) / seq.scale).T / 0.8
+
+    lse = torch.logsumexp(torch.stack([torch.logsumexp(scaled(lo, hi), -1) for lo, hi in slabs]), 0)
+    mass = torch.cat([(scaled(lo, hi) - lse[:, None]).exp().double().sum(0) for lo, hi in slabs])
+    return np.sort(np.lexsort((-counts, -mass.numpy()))[:size])
 
 
-def main(argv=None) -> None:
-    args = parse_args(argv)
-    torch.manual_seed(args.seed)
-    torch.set_num_threads(args.threads)
-    rng = np.random.default_rng(args.seed)
-    samples = load_samples(args.data)
-    train, test = samples[: -args.held_out], samples[-args.held_out:]
-    seq = GemmaSequence.from_gguf(args.gguf, threads=args.threads, limit=16)
-    counts = np.bincount(np.concatenate([t[1:] for t, _ in train]), minlength=seq.vocab)
-    d2t = np.sort(np.argsort(-counts, kind="stable")[: args.vocab])
-    covered = np.isin(np.concatenate([t[1:] for t, _ in test]), d2t).mean()
-    E = torch.from_numpy(seq._embed(d2t) / seq.scale)  # the tied head's rows (dequantized)
-    full = {}  # input embeddings of the ids met, e(x) = E[x] sqrt(d)
+class HeldOut:
+    """The held-out samples with the target's full p at T = 0.8 on the draft's ids (not renormalised: the mass off
+    them is what a draft of these ids can never take) and the target's full argmax, computed once."""
 
-    def embed(ids: torch.Tensor) -> torch.Tensor:
-        new = [int(i) for i in torch.unique(ids) if int(i) not in full]
+    def __init__(self, seq, d2t: np.ndarray, samples, window: int):
+        every = torch.from_numpy(seq._embed(np.arange(seq.vocab)) / seq.scale)  # the whole tied head, dequantized
+        self.rows = []
+        for tokens, f in samples:
+            n = min(len(tokens), 4 * window)
+            feats = torch.from_numpy(f[:n].astype(np.float32))
+            logits = feats @ every.T
+            p = F.softmax(logits / 0.8, -1)[:, torch.from_numpy(d2t)]
+            self.rows.append((torch.from_numpy(tokens[None, :n]), feats[None], p, logits.argmax(-1)))
+        self.d2t = torch.from_numpy(d2t)
+
+    @torch.no_grad()
+    def score(self, head, embed, E, steps) -> list[dict]:
+        """Per draft step: alpha = sum min(p, q) at T = 0.8 and how often q's argmax is the target's."""
+        sums = np.zeros((steps, 3))
+        for ids, feats, p, best in self.rows:
+            for s, h in enumerate(unroll_states(head, embed(ids), feats, steps)):
+                q_logits = h[0, s:] @ E.T
+                q = F.softmax(q_logits / 0.8, -1)
+                sums[s] += (torch.minimum(p[s:], q).sum().item(),
+                            (self.d2t[q_logits.argmax(-1)] == best[s:]).sum().item(), len(q))
+        return [{"step": s + 1, "alpha_t08": round(float(a / c), 4), "greedy": round(float(g / c), 4)}
+                for s, (a, g, c) in enumerate(sums)]
+
+
+class Embedder:
+    """The target's input embedding e(x) = E[x] sqrt(d) of the ids met (rows dequantized once)."""
+
+    def __init__(self, seq):
+        self.seq, self.rows = seq, {}
+
+    def __call__(self, ids: torch.Tensor) -> torch.Tensor:
+        new = [int(i) for i in torch.unique(ids) if int(i) not in self.rows]
         if new:
-            rows = seq._embed(np.asarray(new, dtype=np.int64))
-            full.update({i: torch.from_numpy(r) for i, r in zip(new, rows)})
-        return torch.stack([full[int(i)] for i in ids.flatten()]).reshape(*ids.shape, -1)
+            self.rows.update(zip(new, map(torch.from_numpy, self.seq._embed(np.asarray(new, dtype=np.int64)))))
+        return torch.stack([self.rows[int(i)] for i in ids.flatten()]).reshape(*ids.shape, -1)
 
-    cfg = layer_config(seq.d, args.heads, args.intermediate, float(seq.dims.eps))
-    head = FeatureHead(cfg)
+
+def learning_rate(peak: float, step: int, done: float) -> float:
+    """50 steps of warm-up, then a cosine over the wall time to a tenth of the peak (``done``: its share spent)."""
+    return peak * min(1.0, (step + 1) / 50) * (0.1 + 0.45 * (1 + math.cos(math.pi * min(1.0, done))))
+
+
+def train(head, embed, E, batches, args) -> int:
     params = [p for n, p in head.named_parameters() if not n.startswith("rotary")]
     opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0)
-    before = held_out(head.eval(), embed, E, test, args.ttt, args.window)
-    print(f"coverage of held-out tokens by {args.vocab} ids: {covered:.4f}; before: {before}", flush=True)
-    batches, t0, step, total = Batches(train, args.window, args.batch, rng), time.perf_counter(), 0, 60 * args.minutes
+    t0, step, total = time.perf_counter(), 0, 60 * args.minutes
     head.train()
     while time.perf_counter() - t0 < total:
-        lr = args.lr * min(1.0, (step + 1) / 50) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, (time.perf_counter() - t0) / total))))
+        lr = learning_rate(args.lr, step, (time.perf_counter() - t0) / total)
         for g in opt.param_groups:
             g["lr"] = lr
         ids, f = next(batches)
@@ -153,11 +175,30 @@ def main(argv=None) -> None:
         step += 1
         if step % 50 == 0:
             print(f"step {step} loss {loss.item():.4f} lr {lr:.2e} {time.perf_counter() - t0:.0f} s", flush=True)
-    after = held_out(head.eval(), embed, E, test, args.ttt, args.window)
-    print(f"after {step} steps: {after}", flush=True)
-    log = {"command": " ".join(sys.argv), "host": platform.node(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-           "steps": step, "tokens_seen": step * args.batch * args.window, "train_samples": len(train),
-           "train_tokens": int(sum(len(t) for t, _ in train)), "coverage": round(float(covered), 4),
+    return step
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(args.threads)
+    samples = load_samples(args.data)
+    train_set, test = samples[: -args.held_out], samples[-args.held_out:]
+    seq = GemmaSequence.from_gguf(args.gguf, threads=args.threads, limit=16)
+    d2t = vocabulary(seq, train_set, args.vocab, args.mass_rows, np.random.default_rng(args.seed))
+    covered = float(np.isin(np.concatenate([t[1:] for t, _ in test]), d2t).mean())
+    E, embed = torch.from_numpy(seq._embed(d2t) / seq.scale), Embedder(seq)  # the tied head's rows of the draft's ids
+    cfg = layer_config(seq.d, args.heads, args.intermediate, float(seq.dims.eps))
+    head, scorer = FeatureHead(cfg), HeldOut(seq, d2t, test, args.window)
+    before = scorer.score(head.eval(), embed, E, args.ttt)
+    print(f"coverage of held-out tokens by {args.vocab} ids: {covered:.4f}; before: {before}", flush=True)
+    steps = train(head, embed, E, Batches(train_set, args.window, args.batch, np.random.default_rng(args.seed)), args)
+    after = scorer.score(head.eval(), embed, E, args.ttt)
+    print(f"after {steps} steps: {after}", flush=True)
+    log = {"command": " ".join(sys.argv), "host": platform.node(),
+           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "steps": steps,
+           "tokens_seen": steps * args.batch * args.window, "train_samples": len(train_set),
+           "train_tokens": int(sum(len(t) for t, _ in train_set)), "coverage": round(covered, 4),
            "held_out_before": before, "held_out_after": after}
     save_draft(head, d2t, cfg, args.out, log)
     print(f"saved {args.out}")

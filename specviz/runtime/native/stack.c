@@ -777,25 +777,33 @@ static int int8_rows(const sv_qmat *parts, int nparts, int K) {
 #define MR8 16 /* rows that share each unpacked chunk: 16 accumulators of the 32 registers */
 struct q8_job { const uint8_t *u; const float *d, *s, *b, *res; const sv_qmat *parts; float *y; int M, K, nparts, N; };
 
+/* Per row and block of 32: amax, d = amax / 127, q = roundf(x / d) (half away from zero) clamped to +-127, stored
+ * as u = q + 128; per lane of 4 columns d and d times the lane's sum of q. In AVX-512 (no call into libm): v - trunc(v)
+ * is exact for every float, and a NaN is passed over by the max as fmaxf passes it over. */
 static void quantize_rows(const float *x, int ldx, int M, int K, uint8_t *u, float *d, float *s) {
     int C = K / 64;
+    const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f), sign = _mm512_set1_ps(-0.0f);
+    const __m512i lim = _mm512_set1_epi32(127), off = _mm512_set1_epi32(128);
     for (int r = 0; r < M; r++)
         for (int blk = 0; blk < K / 32; blk++) {
             const float *xb = x + (size_t)r * ldx + blk * 32;
-            float amax = 0.0f;
-            for (int l = 0; l < 32; l++) amax = fmaxf(amax, fabsf(xb[l]));
+            __m512 a = _mm512_loadu_ps(xb), b = _mm512_loadu_ps(xb + 16);
+            __m512 m = _mm512_max_ps(_mm512_andnot_ps(sign, b), _mm512_andnot_ps(sign, a)); /* NaN: the other */
+            float amax = _mm512_reduce_max_ps(_mm512_max_ps(m, _mm512_setzero_ps()));
             float dd = amax / 127.0f, id = dd > 0.0f ? 1.0f / dd : 0.0f;
             float *dl = d + ((size_t)r * C + blk / 2) * 16 + (blk % 2) * 8, *sl = s + (dl - d);
-            for (int lane = 0; lane < 8; lane++) {
-                int sum = 0;
-                for (int l = lane * 4; l < lane * 4 + 4; l++) {
-                    int q = (int)roundf(xb[l] * id);
-                    q = q > 127 ? 127 : q < -127 ? -127 : q;
-                    u[(size_t)r * K + blk * 32 + l] = (uint8_t)(q + 128);
-                    sum += q;
-                }
-                dl[lane] = dd, sl[lane] = dd * (float)sum;
+            int32_t q[32];
+            for (int i = 0; i < 2; i++) {
+                __m512 v = _mm512_mul_ps(i ? b : a, _mm512_set1_ps(id));
+                __m512 t = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+                __mmask16 up = _mm512_cmp_ps_mask(_mm512_andnot_ps(sign, _mm512_sub_ps(v, t)), half, _CMP_GE_OQ);
+                t = _mm512_mask_add_ps(t, up, t, _mm512_or_ps(one, _mm512_and_ps(sign, v)));
+                __m512i qi = _mm512_max_epi32(_mm512_min_epi32(_mm512_cvttps_epi32(t), lim), _mm512_sub_epi32(_mm512_setzero_si512(), lim));
+                _mm_storeu_si128((void *)(u + (size_t)r * K + blk * 32 + 16 * i), _mm512_cvtepi32_epi8(_mm512_add_epi32(qi, off)));
+                _mm512_storeu_si512(q + 16 * i, qi);
             }
+            for (int lane = 0; lane < 8; lane++)
+                dl[lane] = dd, sl[lane] = dd * (float)(q[4 * lane] + q[4 * lane + 1] + q[4 * lane + 2] + q[4 * lane + 3]);
         }
 }
 
@@ -1054,10 +1062,11 @@ static void gemma_layer(struct gemma_job *g, const sv_glayer *L, float *kv, int 
     for (int i = 0; i < n; i++) rms_norm(a->x + (size_t)i * d, L->ln_pre_mlp, d, m->eps, h + (size_t)i * d);
     gmatmul(g, tid, nt, h, d, n, d, L->gu, L->ngu, NULL, a->act, 2 * I);
     barrier(nt);
-    share(tid, nt, n * I, &lo, &hi); /* GELU-tanh(gate) * up, into the gate's columns */
-    for (int t = lo; t < hi; t++) {
+    share(tid, nt, n * I, &lo, &hi); /* GELU-tanh(gate) * up, into the gate's columns, a row's run at a time */
+    for (int t = lo, end; t < hi; t = end) {
+        end = (t / I + 1) * I < hi ? (t / I + 1) * I : hi;
         float *gate = a->act + (size_t)(t / I) * 2 * I + t % I;
-        *gate = gelu_tanh(*gate) * gate[I];
+        for (int c = 0; c < end - t; c++) gate[c] = gelu_tanh(gate[c]) * gate[I + c];
     }
     barrier(nt);
     gmatmul(g, tid, nt, a->act, 2 * I, n, I, L->down, L->ndown, NULL, g->tmp, d);
