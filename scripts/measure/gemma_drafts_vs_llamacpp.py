@@ -3,7 +3,8 @@ against llama.cpp's speculative decoding of the same file, side by side in one r
 
 Every call of every side is interleaved prompt by prompt (the order rotated each prompt), at greedy and T = 0.8, on
 the same threads. specviz's side: its autoregressive decode and each draft (prompt lookup; an n-gram of Gemma's own
-greedy text with --ngram) on one forward (``--forward``; default: the faster on one-row passes here of its lean one
+greedy text with --ngram; on slim-c a feature draft trained for the file with --feature-draft, at each --feature-k
+and --feature-stop) on one forward (``--forward``; default: the faster on one-row passes here of its lean one
 and llama.cpp's through llama-cpp-python). llama.cpp's side: one llama-server per speculative setting
 (``--spec-types``: each type at its own defaults and, for the lookup types, matching 3 tokens and drafting k) and one
 without speculation, all started before the first call and idle between theirs. Greedy output of each specviz draft
@@ -49,12 +50,14 @@ def spec_settings(types, k: int) -> list[tuple[str, list[str]]]:
     return out
 
 
-def specviz_call(model, tok, drafter, text: str, temperature: float, n: int, seed: int, k: int, forward: str):
+def specviz_call(model, tok, drafter, text: str, temperature: float, n: int, seed: int, k: int, forward: str,
+                 stop: float = 0.0):
     """One specviz decode on ``forward`` (autoregressive where drafter is None): (new tokens, tokens/s, tau).
-    slim-c: ``model`` is a ``GemmaSequence`` and the decoder ``specviz.slim``."""
+    slim-c: ``model`` is a ``GemmaSequence`` and the decoder ``specviz.slim``. ``stop``: the draft's confidence
+    threshold (``DecodeConfig.draft_stop``)."""
     from specviz.config import DecodeConfig
 
-    cfg = DecodeConfig(temperature=temperature, max_new_tokens=n, seed=seed, k=k, record=False)
+    cfg = DecodeConfig(temperature=temperature, max_new_tokens=n, seed=seed, k=k, record=False, draft_stop=stop)
     if forward == "slim-c":
         from specviz import slim
 
@@ -103,34 +106,36 @@ def start_servers(args) -> dict[str, tuple[int, object]]:
     return servers
 
 
-def drafts(args, model) -> dict[str, tuple[object, int]]:
-    """{name: (drafter, k)} of specviz's side: prompt lookup at --k; on slim-c a feature draft (--feature-draft) at
-    each of --feature-k; on the torch decoder an n-gram table (--ngram)."""
+def drafts(args, model) -> dict[str, tuple[object, int, float]]:
+    """{name: (drafter, k, draft_stop)} of specviz's side: prompt lookup at --k; on slim-c a feature draft
+    (--feature-draft) at each of --feature-k and --feature-stop; on the torch decoder an n-gram table (--ngram)."""
     if args.forward == "slim-c":
         from specviz import slim
 
         if args.ngram:
             raise SystemExit("--ngram runs on the torch decoder: specviz.slim drafts by prompt lookup or a model")
-        out = {"prompt lookup": (slim.Lookup(), args.k)}
+        out = {"prompt lookup": (slim.Lookup(), args.k, 0.0)}
         if args.feature_draft:
             draft = slim.FeatureDraft(model, args.feature_draft)
-            out.update({f"feature draft k={k}": (draft, k) for k in args.feature_k})
+            out.update({f"feature draft k={k}" + (f" stop={s:g}" if s else ""): (draft, k, s)
+                        for k in args.feature_k for s in args.feature_stop})
         return out
     if args.feature_draft:
         raise SystemExit("--feature-draft runs on slim-c (specviz.slim on the C stack)")
     from specviz import NGramDrafter, NGramModel, PromptLookupDrafter
 
-    out = {"prompt lookup": (PromptLookupDrafter(), args.k)}
+    out = {"prompt lookup": (PromptLookupDrafter(), args.k, 0.0)}
     if args.ngram:
-        out["n-gram of Gemma's greedy text"] = (NGramDrafter(NGramModel.load(args.ngram)), args.k)
+        out["n-gram of Gemma's greedy text"] = (NGramDrafter(NGramModel.load(args.ngram)), args.k, 0.0)
     return out
 
 
 def one_prompt(i, text, temp, args, model, tok, forward, mine, servers, rows, checks) -> None:
     calls = [("specviz autoregressive", lambda: specviz_call(model, tok, None, text, temp, args.max_new_tokens, i,
                                                              args.k, forward))]
-    calls += [(f"specviz {name}", (lambda d=d, k=k: specviz_call(model, tok, d, text, temp, args.max_new_tokens, i,
-                                                                 k, forward))) for name, (d, k) in mine.items()]
+    calls += [(f"specviz {name}", (lambda d=d, k=k, s=s: specviz_call(model, tok, d, text, temp, args.max_new_tokens,
+                                                                      i, k, forward, s)))
+              for name, (d, k, s) in mine.items()]
     calls += [(name, (lambda p=p: server_call(p, tok, text, temp, args.max_new_tokens, i)))
               for name, (p, _) in servers.items()]
     turn = i % len(calls)
@@ -158,6 +163,8 @@ def main(argv=None) -> None:
     ap.add_argument("--feature-draft", type=Path, default=None, help="a feature draft's folder for slim-c "
                     "(scripts/train/train_gemma_feature_draft.py)")
     ap.add_argument("--feature-k", type=int, nargs="+", default=[3], help="the feature draft's k, each a side")
+    ap.add_argument("--feature-stop", type=float, nargs="+", default=[0.0],
+                    help="its confidence thresholds (DecodeConfig.draft_stop), each a side")
     ap.add_argument("--port", type=int, default=18617)
     ap.add_argument("--forward", choices=("lean", "llamacpp", "slim-c"), default=None,
                     help="slim-c: specviz.slim (numpy) on specviz's C stack (runtime.gemma_sequence), no torch")

@@ -10,7 +10,7 @@ The target is frozen and not run: its features f_t are the recorded ones, its p_
 vocabulary (the file's tied head E, rows of the ``--vocab`` ids most frequent in the text, dequantized), and the draft's
 input embedding is the target's (rows of E times sqrt(d)). Each update unrolls the draft ``--ttt`` steps over its own
 states (training-time test) and minimises the forward KL(p || q) at every step (weights 0.8^s) plus a smooth-L1 pull of
-h toward f. The last ``--held-out`` samples are not trained on: their acceptance per step (1 - TV at T = 0.8, argmax
+h toward f. The first ``--held-out`` samples are not trained on: their acceptance per step (1 - TV at T = 0.8, argmax
 match) and the vocabulary's coverage of their tokens are logged before and after.
 """
 from __future__ import annotations
@@ -49,6 +49,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--minutes", type=float, default=30.0)
     ap.add_argument("--held-out", type=int, default=40)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--reload-minutes", type=float, default=1e9, help="take in new shards this often")
+    ap.add_argument("--threads-after", type=int, default=0, help="threads once the recording has ended")
     ap.add_argument("--seed", type=int, default=0)
     return ap.parse_args(argv)
 
@@ -158,11 +160,19 @@ def learning_rate(peak: float, step: int, done: float) -> float:
 
 
 def train(head, embed, E, batches, args) -> int:
+    """AdamW over the wall time asked; every ``--reload-minutes`` the shards written since are taken in (a recording
+    still running), and once its run.json is there the threads become ``--threads-after``."""
     params = [p for n, p in head.named_parameters() if not n.startswith("rotary")]
     opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0)
-    t0, step, total = time.perf_counter(), 0, 60 * args.minutes
+    t0, step, total, reloaded = time.perf_counter(), 0, 60 * args.minutes, time.perf_counter()
     head.train()
     while time.perf_counter() - t0 < total:
+        if time.perf_counter() - reloaded > 60 * args.reload_minutes:
+            batches.samples = [s for s in load_samples(args.data)[args.held_out:] if len(s[0]) > args.window]
+            reloaded = time.perf_counter()
+            if args.threads_after and (args.data / "run.json").is_file():
+                torch.set_num_threads(args.threads_after)
+            print(f"reloaded: {len(batches.samples)} samples, {torch.get_num_threads()} threads", flush=True)
         lr = learning_rate(args.lr, step, (time.perf_counter() - t0) / total)
         for g in opt.param_groups:
             g["lr"] = lr
@@ -183,7 +193,7 @@ def main(argv=None) -> None:
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
     samples = load_samples(args.data)
-    train_set, test = samples[: -args.held_out], samples[-args.held_out:]
+    test, train_set = samples[: args.held_out], samples[args.held_out:]  # the first ones held out: later ones come in
     seq = GemmaSequence.from_gguf(args.gguf, threads=args.threads, limit=16)
     d2t = vocabulary(seq, train_set, args.vocab, args.mass_rows, np.random.default_rng(args.seed))
     covered = float(np.isin(np.concatenate([t[1:] for t, _ in test]), d2t).mean())

@@ -126,6 +126,8 @@ def test_greedy_speculative_text_is_the_targets_own(seq, saved, flat, k, which):
     assert accepted == 0 if which == "saved" else accepted == sum(len(r.drafted) for r in trace.rounds) > 0
 
 
+@pytest.mark.law
+@pytest.mark.slow
 def test_sampled_runs_emit_the_targets_law(seq, saved):
     """Two tokens after a prompt over many seeds, k = 2: their frequencies against the law enumerated from the
     target's own logits (chi-square at the 99.99th percentile); q is a real distribution on the draft's ids."""

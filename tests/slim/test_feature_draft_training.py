@@ -1,0 +1,54 @@
+"""scripts/train/gemma_own_text.py and train_gemma_feature_draft.py on a tiny GGUF: the recording holds the
+sequence's own features for its own text, the trainer's draft learns (held-out acceptance up), and what it saves
+drafts through slim.FeatureDraft, greedy text equal to the target's own."""
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specviz.config import DecodeConfig
+from specviz.runtime.native import gemma as native_gemma
+from specviz.slim import FeatureDraft, autoregressive, speculative
+from tests.helpers.tiny_gguf import write_tiny_gemma
+
+pytest.importorskip("gguf")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not native_gemma.available(), reason="the C Gemma-3 pass needs AVX-512 VNNI")]
+TRAIN = Path(__file__).resolve().parents[2] / "scripts" / "train"
+
+
+def script(name):
+    spec = importlib.util.spec_from_file_location(name, TRAIN / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_recorded_text_trains_a_draft_that_keeps_the_targets_greedy_text(tmp_path, monkeypatch):
+    from specviz.runtime import gguf as loader
+    from specviz.runtime.gemma_sequence import GemmaSequence
+
+    monkeypatch.setenv("SPECVIZ_GGUF_CACHE", str(tmp_path / "cache"))
+    path = write_tiny_gemma(tmp_path / "tiny-gemma3.gguf")
+    loader.described(tmp_path, path.name)
+    data = tmp_path / "own"
+    script("gemma_own_text").main(["--gguf", str(path), "--out", str(data), "--minutes", "0.03", "--length", "24",
+                                   "--threads", "1"])
+    shards = sorted(data.glob("*.npz"))
+    assert len(shards) >= 12 and json.loads((data / "run.json").read_text())["samples"] == len(shards)
+    seq = GemmaSequence.from_gguf(path, threads=1)
+    z = np.load(shards[0])
+    seq.decode(z["tokens"])
+    assert np.allclose(z["features"], seq.features(), atol=2e-3 * np.abs(seq.features()).max())
+    out = tmp_path / "draft"
+    script("train_gemma_feature_draft").main([
+        "--gguf", str(path), "--data", str(data), "--out", str(out), "--minutes", "0.15", "--vocab", "10",
+        "--intermediate", "128", "--heads", "2", "--window", "16", "--batch", "4", "--held-out", "3",
+        "--lr", "3e-3", "--threads", "1", "--mass-rows", "64"])
+    log = json.loads((out / "feature-draft.json").read_text())["training"]
+    assert log["steps"] > 5 and log["held_out_after"][0]["alpha_t08"] > log["held_out_before"][0]["alpha_t08"]
+    cfg, prompt = DecodeConfig(temperature=0.0, max_new_tokens=30, k=3), [2, 9, 5]
+    trace = speculative(seq, FeatureDraft(seq, out), prompt, cfg)
+    assert trace.new_tokens == autoregressive(seq, prompt, cfg).new_tokens
