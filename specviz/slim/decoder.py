@@ -73,12 +73,16 @@ class SlimDecoding:
         x = np.asarray(drafted, dtype=np.int64)
         t1 = time.perf_counter()
         logits = self._verify_pass(x)
-        unseen = cfg.greedy and not cfg.record  # greedy decides on the logits: p only for the record
-        p = None if unseen else S.logits_to_probs(logits, cfg.temperature, cfg.top_k, cfg.top_p)
+        p = S.logits_to_probs(logits, cfg.temperature, cfg.top_k, cfg.top_p) if cfg.record else None  # for the record
         t2 = time.perf_counter()
         if q is None or (cfg.draft_greedy and not cfg.greedy):  # a point mass at each draft: what it was drawn from
             q = S.point_mass(x, logits.shape[-1])
-        verdict = S.verify_greedy(logits, x) if cfg.greedy else S.verify(p, q, x, self.rng)
+        if cfg.greedy:  # greedy decides on the logits
+            verdict = S.verify_greedy(logits, x)
+        elif p is not None:
+            verdict = S.verify(p, q, x, self.rng)
+        else:  # no record: each row's p only when the walk reaches it
+            verdict = S.verify_rows(logits, q, x, self.rng, cfg.temperature, cfg.top_k, cfg.top_p)
         self.fwd.crop(len(self.committed) + verdict.n_accepted)  # the drafts kept stay in the forward's cache
         emitted = commit(self.committed, x[: verdict.n_accepted].tolist() + [verdict.next_token], self.trace)
         self.todo = [emitted[-1]]

@@ -108,6 +108,26 @@ def verify(p: np.ndarray, q: np.ndarray, drafted: np.ndarray, rng: np.random.Gen
     return Verdict(n, sample(r, rng), accept_prob, u, r)
 
 
+def verify_rows(logits: np.ndarray, q: np.ndarray, drafted: np.ndarray, rng: np.random.Generator, temperature: float,
+                top_k: int = 0, top_p: float = 1.0) -> Verdict:
+    """``verify`` on the logits (m+1, V), each row's p computed only when the walk reaches it: the same uniforms
+    drawn, the same floats (p of a row does not depend on the others), the same verdict; the accept probabilities
+    past a rejection, never needed, are NaN. For runs that keep no record of p."""
+    m = len(drafted)
+    accept_prob = np.full(m, np.nan, dtype=np.float32)
+    u = rng.random(m, dtype=np.float32)
+    for i in range(m + 1):
+        p = logits_to_probs(logits[i: i + 1], temperature, top_k, top_p)[0]
+        if i == m:  # every draft kept: a bonus token from the target's last distribution
+            return Verdict(m, sample(p, rng), accept_prob, u, None)
+        x = drafted[i]
+        accept_prob[i] = min(p[x] / q[i, x], np.float32(1.0))
+        if not u[i] < accept_prob[i]:
+            r = residual(p, q[i])
+            return Verdict(i, sample(r, rng), accept_prob, u, r)
+    raise AssertionError("unreachable")
+
+
 def verify_greedy(logits: np.ndarray, drafted: np.ndarray) -> Verdict:
     """Keep drafts while each is the target's argmax, then append the target's argmax. logits (m+1, V)."""
     m = len(drafted)

@@ -88,10 +88,11 @@ def toy_draft():
 @pytest.mark.parametrize("temperature, top_k, draft, extra", [
     (1.0, 0, None, {}), (0.8, 4, None, {}),
     (1.0, 0, toy_draft, {}), (0.8, 4, toy_draft, {}), (1.0, 0, toy_draft, {"draft_greedy": True}),
-    (1.0, 0, toy_draft, {"draft_stop": 0.3})])
+    (1.0, 0, toy_draft, {"draft_stop": 0.3}), (0.8, 4, toy_draft, {"record": False}), (1.0, 0, None, {"record": False})])
 def test_speculative_sampling_emits_the_targets_law(temperature, top_k, draft, extra):
     """Prompt lookup (a point mass) and a draft model (a real q, its residual over the whole vocabulary, the bonus
-    token after an accepted draft), its argmax drafted, or its drafting cut by a confidence threshold."""
+    token after an accepted draft), its argmax drafted, its drafting cut by a confidence threshold, or a run that keeps
+    no record (each row's p computed only when the walk reaches it)."""
     chi2, bound = law_statistic(temperature, top_k, draft=draft, **extra)
     assert chi2 < bound, (chi2, bound)
 
@@ -134,7 +135,7 @@ def test_draft_stop_ends_a_rounds_drafting_below_the_drafts_confidence():
 
 def test_what_slim_does_not_run_is_refused_before_any_work():
     fwd = ToyForward()
-    with pytest.raises(ValueError, match="slim.Lookup or slim.ModelDraft"):
+    with pytest.raises(ValueError, match="slim.Lookup, slim.ModelDraft or slim.FeatureDraft"):
         SlimDecoding(fwd, [1, 2], DecodeConfig(), draft="a model")
     with pytest.raises(ValueError, match="vocabulary of 300 tokens and the target 12"):
         SlimDecoding(fwd, [1, 2], DecodeConfig(), ModelDraft(ToyForward(vocab=300)))

@@ -57,6 +57,25 @@ def test_verify_decides_as_torchs_rule_on_the_same_draws():
         assert (verdict.residual is None) == (n == 3)
 
 
+@pytest.mark.parametrize("temperature, top_k, top_p", [(1.0, 0, 1.0), (0.8, 5, 1.0), (0.7, 0, 0.9)])
+def test_verify_rows_is_verify_with_each_rows_p_computed_when_reached(temperature, top_k, top_p):
+    """The same uniforms, the same verdict, the same residual, and the accept probabilities up to the rejection."""
+    z = logits(4, 30, seed=4)
+    p = S.logits_to_probs(z, temperature, top_k, top_p)
+    q = S.softmax(logits(3, 30, seed=5) / 0.5)
+    for seed in range(60):
+        x = np.random.default_rng(seed + 100).integers(0, 30, 3)
+        x[0] = int(q[0].argmax()) if seed % 3 else x[0]  # some rounds keep their first draft
+        full = S.verify(p, q, x, np.random.default_rng(seed))
+        lazy = S.verify_rows(z, q, x, np.random.default_rng(seed), temperature, top_k, top_p)
+        n = full.n_accepted
+        assert (lazy.n_accepted, lazy.next_token) == (n, full.next_token)
+        reached = min(n + 1, 3)
+        assert np.array_equal(lazy.accept_prob[:reached], full.accept_prob[:reached])
+        assert np.isnan(lazy.accept_prob[reached:]).all() and np.array_equal(lazy.u, full.u)
+        assert (lazy.residual is None and full.residual is None) or np.array_equal(lazy.residual, full.residual)
+
+
 def test_greedy_verify_is_torchs():
     x = logits(5, 20, seed=4)
     best = x.argmax(-1)
