@@ -86,7 +86,8 @@ class FeatureDraft:
         self.mats = {k: self._qmat(q8_0(v)) for k, v in mats.items()}
         self.head = self._qmat(np.ascontiguousarray(target.w.embed[self.d2t]), target.w.embed_kind)
         self.inv_freq = 1.0 / float(meta["rope_theta"]) ** (np.arange(0, self.hd, 2, dtype=np.float64) / self.hd)
-        self.kv = np.zeros((2, self.nh, 0, self.hd), dtype=np.float32)
+        self.cache = np.zeros((2, self.nh, 0, self.hd), dtype=np.float32)  # keys and values, grown by doubling
+        self.length = 0  # rows the cache holds: the committed ones between rounds, drafted ones while drafting
         self.ids: list[int] = []  # the committed tokens whose rows (true features) the draft's cache holds
         self.vocab = int(target.vocab)
 
@@ -129,22 +130,37 @@ class FeatureDraft:
     def _norm(self, x: np.ndarray, key: str) -> np.ndarray:
         return x / np.sqrt((x * x).mean(-1, keepdims=True) + self.eps) * self.norms[key]
 
-    def _rope(self, x: np.ndarray, positions: np.ndarray) -> np.ndarray:
-        angles = np.outer(positions, self.inv_freq)
-        cos, sin = (np.concatenate([f(angles)] * 2, -1).astype(np.float32) for f in (np.cos, np.sin))
-        half = self.hd // 2
+    @property
+    def kv(self) -> np.ndarray:
+        """The keys and values of the rows held, (2, heads, length, head_dim)."""
+        return self.cache[:, :, : self.length]
+
+    def _reserve(self, n: int) -> None:
+        if n > self.cache.shape[2]:
+            cap = max(n, 2 * self.cache.shape[2], 256)
+            grown = np.zeros((2, self.nh, cap, self.hd), dtype=np.float32)
+            grown[:, :, : self.length] = self.kv
+            angles = np.outer(np.arange(cap, dtype=np.float64), self.inv_freq)
+            self.cos, self.sin = (np.concatenate([f(angles)] * 2, -1).astype(np.float32) for f in (np.cos, np.sin))
+            self.cache = grown
+
+    def _rope(self, x: np.ndarray, start: int) -> np.ndarray:
+        """Llama's RoPE (rotate-half) of (n, heads, head_dim) at positions start..start + n - 1."""
+        n, half = len(x), self.hd // 2
         rotated = np.concatenate([-x[..., half:], x[..., :half]], -1)
-        return x * cos[:, None] + rotated * sin[:, None]
+        return x * self.cos[start: start + n, None] + rotated * self.sin[start: start + n, None]
 
     def _layer(self, features: np.ndarray, ids: np.ndarray) -> np.ndarray:
         """h for rows at the cache's next positions (their inputs: the feature before each, the token), appended."""
-        n, start = len(ids), self.kv.shape[2]
+        n, start = len(ids), self.length
+        self._reserve(start + n)
         e = self.target._embed(ids.astype(np.int64))
         x = self._linear("fc", np.concatenate([features, e], -1))
         qkv = self._linear("qkv", self._norm(x, "layer.input_layernorm.weight")).reshape(n, 3, self.nh, self.hd)
-        pos = np.arange(start, start + n)
-        q, k = self._rope(qkv[:, 0], pos), self._rope(qkv[:, 1], pos)
-        self.kv = np.concatenate([self.kv, np.stack([k, qkv[:, 2]]).transpose(0, 2, 1, 3)], axis=2)
+        q = self._rope(qkv[:, 0], start)
+        self.cache[0, :, start: start + n] = self._rope(qkv[:, 1], start).transpose(1, 0, 2)
+        self.cache[1, :, start: start + n] = qkv[:, 2].transpose(1, 0, 2)
+        self.length = start + n
         scores = np.einsum("nhd,htd->hnt", q, self.kv[0]) / math.sqrt(self.hd)
         scores[:, np.arange(n)[:, None] < np.arange(start + n)[None, :] - start] = -np.inf
         w = S.softmax(scores)
@@ -163,7 +179,7 @@ class FeatureDraft:
                 break
             n += 1
         n = min(n, len(committed) - 1)
-        self.kv = self.kv[:, :, :n]
+        self.length = n
         del self.ids[n:]
         f = self.target.features()
         need(len(f) >= len(committed) - 1, "the target holds fewer features than the committed text needs")
@@ -186,5 +202,5 @@ class FeatureDraft:
             if q_small[j] < cfg.draft_stop or i == k - 1:
                 break
             h = self._layer(h, np.asarray([xs[-1]]))
-        self.kv = self.kv[:, :, : len(self.ids)]  # the drafted rows go: next round feeds true features there
+        self.length = len(self.ids)  # the drafted rows go: next round feeds true features there
         return xs, np.stack(qs)
