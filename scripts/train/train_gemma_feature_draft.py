@@ -49,6 +49,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--minutes", type=float, default=30.0)
     ap.add_argument("--held-out", type=int, default=40)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=True, help="autocast the update's "
+                    "matmuls to bfloat16 (the weights and the optimiser stay float32)")
     ap.add_argument("--reload-minutes", type=float, default=1e9, help="take in new shards this often")
     ap.add_argument("--threads-after", type=int, default=0, help="threads once the recording has ended")
     ap.add_argument("--seed", type=int, default=0)
@@ -177,7 +179,8 @@ def train(head, embed, E, batches, args) -> int:
         for g in opt.param_groups:
             g["lr"] = lr
         ids, f = next(batches)
-        loss = objective(head, embed, E, ids, f, args.ttt)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):  # matmuls in bf16, softmaxes in float32
+            loss = objective(head, embed, E, ids, f, args.ttt)
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)

@@ -136,20 +136,33 @@ def unroll(head: FeatureHead, target, ids: torch.Tensor, features: torch.Tensor,
 
 def unroll_states(head: FeatureHead, embeds: torch.Tensor, features: torch.Tensor, steps: int) -> list[torch.Tensor]:
     """The draft's h at every step of the unroll, each (B, T, d), from the tokens' input embeddings and the target's
-    features (B, T, d) each: what ``unroll`` turns into logits with the target's head (or a pruned one)."""
+    features (B, T, d) each: what ``unroll`` turns into logits with the target's head (or a pruned one). Step s's rows
+    are computed once, attending to the keys and values of the steps before it as ``unroll_mask`` says (the draft's
+    cache at inference), not recomputed with each later step."""
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
     B, T, d = features.shape
-    shifted = torch.cat([features.new_zeros(B, 1, d), features[:, :-1]], dim=1)  # f_{t-1}
+    attn, layer = head.layer.self_attn, head.layer
     mask = unroll_mask(steps, T, features.device)
-    positions = torch.arange(T, device=features.device).repeat(steps)[None]
-    # step by step: the input of step s is the previous step's h at t - 1 (only rows up to s are computed each time)
-    inputs = [shifted]
-    for s in range(1, steps + 1):
-        h = head(torch.cat(inputs, dim=1), embeds.repeat(1, s, 1), positions[:, : s * T], mask[: s * T, : s * T])
-        last = h[:, (s - 1) * T:]
-        if s == steps:
-            break
-        inputs.append(torch.cat([features.new_zeros(B, 1, d), last[:, :-1]], dim=1))
-    return [h[:, s * T:(s + 1) * T] for s in range(steps)]
+    cos, sin = head.rotary(features, torch.arange(T, device=features.device)[None])
+    keys, values, out = [], [], []
+    x_in = torch.cat([features.new_zeros(B, 1, d), features[:, :-1]], dim=1)  # f_{t-1}
+    for s in range(steps):
+        x = head.fc(torch.cat([x_in, embeds], dim=-1))
+        h = layer.input_layernorm(x)
+        q, k, v = (proj(h).view(B, T, -1, attn.head_dim).transpose(1, 2) for proj in
+                   (attn.q_proj, attn.k_proj, attn.v_proj))
+        q, k = apply_rotary_pos_emb(q, k, cos, sin)
+        keys.append(k), values.append(v)
+        groups = q.shape[1] // k.shape[1]
+        K, V = (torch.cat(t, dim=2).repeat_interleave(groups, dim=1) for t in (keys, values))
+        allowed = mask[s * T:(s + 1) * T, : (s + 1) * T]
+        a = F.scaled_dot_product_attention(q, K, V, attn_mask=allowed[None, None], scale=attn.scaling)
+        x = x + attn.o_proj(a.transpose(1, 2).reshape(B, T, -1))
+        x = x + layer.mlp(layer.post_attention_layernorm(x))
+        out.append(head.norm(x))
+        x_in = torch.cat([features.new_zeros(B, 1, d), out[-1][:, :-1]], dim=1)
+    return out
 
 
 def save(head: FeatureHead, folder: Path, log: dict) -> Path:
