@@ -55,7 +55,7 @@ class Weights:
         self.layers = layers
         self.embed_kind, self.embed = self.matrix("token_embd.weight", None, d)
         self.vocab = self.embed.shape[0]
-        self.head = self.parts(["token_embd.weight"], self.vocab, d)
+        self.head = self.regrouped_head(path) or self.parts(["token_embd.weight"], self.vocab, d)
         self.norm = self.vector("output_norm.weight", d)
 
     def matrix(self, name: str, rows: int | None, cols: int) -> tuple[str, np.ndarray]:
@@ -80,6 +80,27 @@ class Weights:
         need(sum(m.shape[0] for _, m in mats) == rows, f"{', '.join(names)} hold "
                                                         f"{sum(m.shape[0] for _, m in mats)} rows, not {rows}")
         arr = (build.QMat * len(mats))(*[build.QMat(m.ctypes.data, BLOCKS[kind][0], m.shape[0]) for kind, m in mats])
+        self.keep.append(arr)
+        return ctypes.addressof(arr)
+
+    def regrouped_head(self, path: Path):
+        """The tied head as Q8_0 regrouped by 16 rows (``build.Q8_0_R16``: the same bytes, read by 16 rows a vector
+        operation), or None where it is not Q8_0 of whole groups. Read through a mapping of its own, closed after,
+        so the file's head pages are not left in this process's resident set (the embedding lookups read single rows)."""
+        import mmap
+
+        t, shape, offset = self.header.tensors["token_embd.weight"]
+        if GGUF_TYPES.get(t) != "Q8_0" or shape[1] % 16:
+            return None
+        rows, K = shape[1], shape[0]
+        out = np.empty(rows // 16 * (K // 32) * 576, dtype=np.uint8)  # 576 bytes a group of 16 rows and block
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            src = np.frombuffer(m, dtype=np.uint8, count=rows * (K // 32) * 34, offset=offset)
+            done = build.lib().sv_repack_q8_0_r16(src.ctypes.data, rows, K, out.ctypes.data)
+            del src
+        need(done == 0, "the C stack refused to regroup the head")
+        self.keep.append(out)
+        arr = (build.QMat * 1)(build.QMat(out.ctypes.data, build.Q8_0_R16, rows))
         self.keep.append(arr)
         return ctypes.addressof(arr)
 
