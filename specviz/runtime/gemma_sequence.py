@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import json
 import math
+import mmap
 import time
 from pathlib import Path
 
@@ -34,6 +35,12 @@ class Weights:
     def __init__(self, path: Path, config: dict):
         self.header, self.map = Header(path), np.memmap(path, dtype=np.uint8, mode="r")
         self.keep: list = []
+        self.so = build.lib()
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as self.source:
+            self._read(config)
+        del self.source
+
+    def _read(self, config: dict) -> None:
         d, nh, nkv, hd, inter = (config[k] for k in ("hidden_size", "num_attention_heads", "num_key_value_heads",
                                                      "head_dim", "intermediate_size"))
         need("output.weight" not in self.header.tensors, "this Gemma-3 GGUF has an untied output matrix; the C "
@@ -55,7 +62,7 @@ class Weights:
         self.layers = layers
         self.embed_kind, self.embed = self.matrix("token_embd.weight", None, d)
         self.vocab = self.embed.shape[0]
-        self.head = self.regrouped_head(path) or self.parts(["token_embd.weight"], self.vocab, d)
+        self.head = self.parts(["token_embd.weight"], self.vocab, d)
         self.norm = self.vector("output_norm.weight", d)
 
     def matrix(self, name: str, rows: int | None, cols: int) -> tuple[str, np.ndarray]:
@@ -75,34 +82,36 @@ class Weights:
         return kind, data.reshape(shape[1], row_bytes)
 
     def parts(self, names: list[str], rows: int, cols: int):
-        """A QMat array of these matrices side by side (their rows adding to ``rows``)."""
+        """A QMat array of these matrices side by side (their rows adding to ``rows``), each regrouped by 16 rows
+        where its type has that layout."""
         mats = [self.matrix(n, None, cols) for n in names]
         need(sum(m.shape[0] for _, m in mats) == rows, f"{', '.join(names)} hold "
                                                         f"{sum(m.shape[0] for _, m in mats)} rows, not {rows}")
-        arr = (build.QMat * len(mats))(*[build.QMat(m.ctypes.data, BLOCKS[kind][0], m.shape[0]) for kind, m in mats])
+        arr = (build.QMat * len(mats))(*[self.regrouped(n, cols) or build.QMat(m.ctypes.data, BLOCKS[kind][0],
+                                                                                m.shape[0])
+                                         for n, (kind, m) in zip(names, mats)])
         self.keep.append(arr)
         return ctypes.addressof(arr)
 
-    def regrouped_head(self, path: Path):
-        """The tied head as Q8_0 regrouped by 16 rows (``build.Q8_0_R16``: the same bytes, read by 16 rows a vector
-        operation), or None where it is not Q8_0 of whole groups. Read through a mapping of its own, closed after,
-        so the file's head pages are not left in this process's resident set (the embedding lookups read single rows)."""
-        import mmap
-
-        t, shape, offset = self.header.tensors["token_embd.weight"]
-        if GGUF_TYPES.get(t) != "Q8_0" or shape[1] % 16:
+    def regrouped(self, name: str, cols: int):
+        """The matrix regrouped by 16 rows (``build.REGROUPED``: Q8_0 and Q4_K, the same weights read 16 rows a vector
+        operation) as a QMat, or None where its type has no such layout or its rows are not whole groups of 16. Read
+        through the file mapping of its own that __init__ closes, so the file's pages it read are not left in this
+        process's resident set."""
+        t, shape, offset = self.header.tensors[name]
+        kind = GGUF_TYPES.get(t)
+        if kind not in build.REGROUPED or shape[1] % 16 or shape[0] != cols or cols % build.REGROUPED[kind][1]:
             return None
-        rows, K = shape[1], shape[0]
-        out = np.empty(rows // 16 * (K // 32) * 576, dtype=np.uint8)  # 576 bytes a group of 16 rows and block
-        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-            src = np.frombuffer(m, dtype=np.uint8, count=rows * (K // 32) * 34, offset=offset)
-            done = build.lib().sv_repack_q8_0_r16(src.ctypes.data, rows, K, out.ctypes.data)
-            del src
-        need(done == 0, "the C stack refused to regroup the head")
+        rtype, block, size, per = build.REGROUPED[kind]
+        rows = shape[1]
+        out = np.empty(int(rows // 16 * cols * per), dtype=np.uint8)
+        src = np.frombuffer(self.source, dtype=np.uint8, count=rows * cols // block * size, offset=offset)
+        repack = self.so.sv_repack_q8_0_r16 if kind == "Q8_0" else self.so.sv_repack_q4_k_r16
+        done = repack(src.ctypes.data, rows, cols, out.ctypes.data)
+        del src
+        need(done == 0, f"the C stack refused to regroup {name}")
         self.keep.append(out)
-        arr = (build.QMat * 1)(build.QMat(out.ctypes.data, build.Q8_0_R16, rows))
-        self.keep.append(arr)
-        return ctypes.addressof(arr)
+        return build.QMat(out.ctypes.data, rtype, rows)
 
     def vector(self, name: str, size: int) -> np.ndarray:
         need(name in self.header.tensors, f"{self.header.path.name} has no tensor {name!r}")

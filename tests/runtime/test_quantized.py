@@ -112,49 +112,52 @@ def test_with_int8_activations_a_row_gets_what_it_gets_alone(monkeypatch):
     assert torch.equal(together, torch.cat([quant.linear(x[i: i + 1], w) for i in range(19)]))
 
 
-def regrouped(m: quant.QuantMatrix) -> np.ndarray:
-    """A Q8_0 matrix's bytes in stack.c's regrouped layout (build.Q8_0_R16), written by sv_repack_q8_0_r16."""
+def regrouped(kind: str, data: np.ndarray, rows: int, cols: int) -> np.ndarray:
+    """A Q8_0 or Q4_K matrix's bytes in stack.c's regrouped layout (build.REGROUPED), written by its repack."""
     from specviz.runtime.native import build
 
-    src = np.ascontiguousarray(m.data.numpy())
-    out = np.empty(m.rows // 16 * (m.cols // 32) * 576, dtype=np.uint8)
-    assert build.lib().sv_repack_q8_0_r16(src.ctypes.data, m.rows, m.cols, out.ctypes.data) == 0
+    src = np.ascontiguousarray(data)
+    out = np.empty(int(rows // 16 * cols * build.REGROUPED[kind][3]), dtype=np.uint8)
+    repack = build.lib().sv_repack_q8_0_r16 if kind == "Q8_0" else build.lib().sv_repack_q4_k_r16
+    assert repack(src.ctypes.data, rows, cols, out.ctypes.data) == 0
     return out
 
 
 @needs_int8
+@pytest.mark.parametrize("kind", ["Q8_0", "Q4_K"])
 @pytest.mark.parametrize("rows", [1, 2, 3, 5, 8, 9, 17])
-def test_q8_0_regrouped_by_16_rows_multiplies_as_q8_0_does(rows):
-    """The regrouped head's matmul against the row-major kernel on the same bytes, beside another part (its columns
-    offset): the same products to float rounding (only the order of additions differs), bias and residual added;
-    and a row's floats do not depend on the rows sharing its pass."""
-
+def test_a_matrix_regrouped_by_16_rows_multiplies_as_its_rows_do(kind, rows):
+    """The regrouped kernel against the row-major one on the same bytes, beside another part (its columns offset):
+    the same products to float rounding (only the order of additions differs), bias and residual added; and a row's
+    floats do not depend on the rows sharing its pass."""
     from specviz.runtime.native import build
 
     g = torch.Generator().manual_seed(rows)
-    m, other = quant.quantize_q8_0(torch.randn(48, 640, generator=g)), quant.quantize_q8_0(torch.randn(5, 640, generator=g))
-    packed = regrouped(m)
-    x, b, res = torch.randn(rows, 640, generator=g), torch.randn(53, generator=g), torch.randn(rows, 53, generator=g)
+    data = (quant.quantize_q8_0(torch.randn(48, 512, generator=g)).data.numpy() if kind == "Q8_0"
+            else random_blocks("Q4_K", 48, 512, rows))
+    packed, other = regrouped(kind, data, 48, 512), quant.quantize_q8_0(torch.randn(5, 512, generator=g))
+    x, b, res = torch.randn(rows, 512, generator=g), torch.randn(53, generator=g), torch.randn(rows, 53, generator=g)
     so = build.lib()
 
     def run(first, xs, bias=None, residual=None):
         parts = (build.QMat * 2)(first, build.QMat(other.data.data_ptr(), 8, 5))
         y = torch.empty(len(xs), 53)
-        assert so.sv_qlinear8(xs.data_ptr(), len(xs), 640, parts, 2, None if bias is None else bias.data_ptr(),
+        assert so.sv_qlinear8(xs.data_ptr(), len(xs), 512, parts, 2, None if bias is None else bias.data_ptr(),
                               None if residual is None else residual.data_ptr(), y.data_ptr(), 2) == 0
         return y
 
-    plain = run(build.QMat(m.data.data_ptr(), 8, 48), x, b, res)
-    got = run(build.QMat(packed.ctypes.data, build.Q8_0_R16, 48), x, b, res)
+    mine = build.QMat(packed.ctypes.data, build.REGROUPED[kind][0], 48)
+    plain = run(build.QMat(data.ctypes.data, quant.TYPES[kind][0], 48), x, b, res)
+    got = run(mine, x, b, res)
     torch.testing.assert_close(got, plain, atol=1e-5 * plain.abs().max().item(), rtol=1e-5)
-    alone = torch.cat([run(build.QMat(packed.ctypes.data, build.Q8_0_R16, 48), x[i: i + 1]) for i in range(rows)])
-    assert torch.equal(run(build.QMat(packed.ctypes.data, build.Q8_0_R16, 48), x), alone)
+    assert torch.equal(run(mine, x), torch.cat([run(mine, x[i: i + 1]) for i in range(rows)]))
 
 
 @needs_int8
 def test_the_regrouped_layout_is_refused_where_it_does_not_fit():
-    """Regrouping needs whole groups of 16 rows and whole chunks of 64 columns; the 8-bit kernel refuses a regrouped
-    part of rows not a multiple of 16, writing nothing."""
+    """Regrouping needs whole groups of 16 rows and whole chunks of 64 columns (Q4_K: whole super-blocks of 256); the
+    8-bit kernel refuses a regrouped part of rows not a multiple of 16, or a Q4_K one of columns not whole
+    super-blocks, writing nothing."""
     import ctypes
 
     from specviz.runtime.native import build
@@ -163,9 +166,12 @@ def test_the_regrouped_layout_is_refused_where_it_does_not_fit():
     out = np.zeros(3 * 20 * 576, dtype=np.uint8)
     for rows, cols in ((40, 640), (0, 640), (32, 96), (32, 32)):
         assert so.sv_repack_q8_0_r16(m.data.data_ptr(), rows, cols, out.ctypes.data) == -2
+    for rows, cols in ((40, 256), (32, 128), (32, 320)):
+        assert so.sv_repack_q4_k_r16(m.data.data_ptr(), rows, cols, out.ctypes.data) == -2
     x, y = torch.randn(1, 640), torch.full((1, 40), 7.0)
-    part = build.QMat(out.ctypes.data, build.Q8_0_R16, 40)
-    assert so.sv_qlinear8(x.data_ptr(), 1, 640, ctypes.byref(part), 1, None, None, y.data_ptr(), 1) == -2
+    for kind, rows, cols in ((build.Q8_0_R16, 40, 640), (build.Q4_K_R16, 32, 640), (build.Q4_K_R16, 40, 512)):
+        part = build.QMat(out.ctypes.data, kind, rows)
+        assert so.sv_qlinear8(x.data_ptr(), 1, cols, ctypes.byref(part), 1, None, None, y.data_ptr(), 1) == -2
     assert torch.equal(y, torch.full((1, 40), 7.0))
 
 

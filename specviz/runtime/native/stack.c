@@ -527,7 +527,8 @@ static int run_stack(struct stack_job *j, int span, int nt) {
  * arithmetic) and dotted with every row of x (float32), so the weights used are exactly the file's and only the
  * order of additions differs from x @ dequantize(W).T. */
 enum { SV_F32 = 0, SV_F16 = 1, SV_Q4_0 = 2, SV_Q5_0 = 6, SV_Q8_0 = 8, SV_Q4_K = 12, SV_Q6_K = 14 }; /* GGML ids */
-enum { SV_Q8_0_R16 = 1008 }; /* specviz's own: Q8_0 repacked by groups of 16 rows (sv_repack_q8_0_r16); 8-bit path only */
+enum { SV_Q8_0_R16 = 1008, SV_Q4_K_R16 = 1012 }; /* specviz's own: Q8_0 and Q4_K regrouped by 16 rows (sv_repack_*_r16),
+                                                  read by the 8-bit path alone */
 #define QCHUNK 256
 
 /* (elements, bytes) of one block of a type; 0 elements for a type not read here */
@@ -610,6 +611,32 @@ static void deq_q5_0(const uint8_t *b, float *y) { /* d (f16), 32 high bits, 16 
 static inline void scale_min_k4(int j, const uint8_t *q, int *d, int *m) {
     if (j < 4) *d = q[j] & 63, *m = q[j + 4] & 63;
     else *d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4), *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+}
+
+/* Q4_K rows (rows, K / 256 super-blocks of 144 bytes) into SV_Q4_K_R16's layout, 2,368 bytes per group of 16 rows
+ * and super-block: the 16 d then the 16 dmin (f16), the 16 rows' 6-bit scales of each of the 8 sub-blocks (a byte
+ * each) then their mins, then for each pair of sub-blocks 8 runs of 64 bytes, run i holding byte 4i..4i+3 of the
+ * pair's 32 bytes of nibbles for each of the 16 rows (low nibbles: the pair's first sub-block, high: its second).
+ * 0, or -2 where rows is not whole groups of 16 or K not whole super-blocks. */
+int sv_repack_q4_k_r16(const uint8_t *src, int rows, int K, uint8_t *dst) {
+    if (!src || !dst || rows < 16 || rows % 16 || K < 256 || K % 256) return -2;
+    int ns = K / 256;
+    for (int g = 0; g < rows / 16; g++)
+        for (int sb = 0; sb < ns; sb++) {
+            uint8_t *out = dst + ((size_t)g * ns + sb) * 2368;
+            for (int r = 0; r < 16; r++) {
+                const uint8_t *blk = src + ((size_t)(16 * g + r) * ns + sb) * 144;
+                memcpy(out + 2 * r, blk, 2), memcpy(out + 32 + 2 * r, blk + 2, 2);
+                for (int sub = 0; sub < 8; sub++) {
+                    int sc, m;
+                    scale_min_k4(sub, blk + 4, &sc, &m);
+                    out[64 + 16 * sub + r] = (uint8_t)sc, out[192 + 16 * sub + r] = (uint8_t)m;
+                }
+                for (int pair = 0; pair < 4; pair++)
+                    for (int i = 0; i < 8; i++) memcpy(out + 320 + 512 * pair + 64 * i + 4 * r, blk + 16 + 32 * pair + 4 * i, 4);
+            }
+        }
+    return 0;
 }
 
 static void deq_q4_k(const uint8_t *b, float *y) { /* d, dmin (f16), 12 bytes of 6-bit scales and mins, 128 nibbles */
@@ -786,8 +813,8 @@ static int int8_rows(const sv_qmat *parts, int nparts, int K) {
     for (int i = 0; i < nparts; i++) {
         int t = parts[i].type;
         sv_quant_block(t, &e, &bytes);
-        if (t == SV_Q8_0_R16 ? parts[i].rows % 16 != 0
-                             : (t != SV_Q4_0 && t != SV_Q5_0 && t != SV_Q8_0 && t != SV_Q4_K && t != SV_Q6_K) || K % e)
+        if (t == SV_Q8_0_R16 || t == SV_Q4_K_R16 ? parts[i].rows % 16 != 0 || (t == SV_Q4_K_R16 && K % 256)
+            : (t != SV_Q4_0 && t != SV_Q5_0 && t != SV_Q8_0 && t != SV_Q4_K && t != SV_Q6_K) || K % e)
             return 0;
         if (parts[i].rows < 1 || !parts[i].data) return 0;
         total += parts[i].rows;
@@ -1006,17 +1033,76 @@ static inline __attribute__((always_inline)) void q8r16_r(const int R, const str
     }
 }
 
-static void q8r16_rows(const struct q8_job *j, const sv_qmat *p, int c0, int g0, int g1, int r0, int R) {
-    switch (R) { /* R a constant in each copy: the accumulators stay in registers */
-    case 1: q8r16_r(1, j, p, c0, g0, g1, r0); break;
-    case 2: q8r16_r(2, j, p, c0, g0, g1, r0); break;
-    case 3: q8r16_r(3, j, p, c0, g0, g1, r0); break;
-    case 4: q8r16_r(4, j, p, c0, g0, g1, r0); break;
-    case 5: q8r16_r(5, j, p, c0, g0, g1, r0); break;
-    case 6: q8r16_r(6, j, p, c0, g0, g1, r0); break;
-    case 7: q8r16_r(7, j, p, c0, g0, g1, r0); break;
-    default: q8r16_r(MR16, j, p, c0, g0, g1, r0); break;
+/* Q4_K regrouped by 16 rows (sv_repack_q4_k_r16): per sub-block of 32 columns the 16 rows' nibbles unpacked once
+ * for every row of x, their scales (d sc) and offsets (dmin m) made once per group; a row's dot products come whole
+ * in the lanes. weight = d sc q - dmin m, so w . x = d sc dx (u . q - 128 sum q) - dmin m (dx sum qx). */
+#define R16K_SUPER 2368
+
+static inline __attribute__((always_inline)) void q4k16_r(const int R, const struct q8_job *j, const sv_qmat *p,
+                                                          int c0, int g0, int g1, int r0) {
+    int K = j->K, ns = K / 256, nb = K / 32, C = K / 64;
+    float dxb[MR16][nb], sxb[MR16][nb];
+    for (int r = 0; r < R; r++)
+        for (int b = 0; b < nb; b++) {
+            const float *at = j->d + ((size_t)(r0 + r) * C + b / 2) * 16 + (b % 2) * 8, *st = j->s + (at - j->d);
+            dxb[r][b] = at[0], sxb[r][b] = st[0] + st[1] + st[2] + st[3] + st[4] + st[5] + st[6] + st[7];
+        }
+    const __m512i nib = _mm512_set1_epi8(0x0F), c128 = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();
+    for (int g = g0; g < g1; g++) {
+        __m512 acc[MR16];
+        for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
+        for (int sb = 0; sb < ns; sb++) {
+            const uint8_t *blk = p->data + ((size_t)g * ns + sb) * R16K_SUPER;
+            __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)blk));
+            __m512 mv = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)(blk + 32)));
+            for (int pair = 0; pair < 4; pair++) {
+                __m512i raw[8];
+                for (int i = 0; i < 8; i++) raw[i] = _mm512_loadu_si512((const void *)(blk + 320 + 512 * pair + 64 * i));
+                for (int h = 0; h < 2; h++) {
+                    int sub = 2 * pair + h, b = 8 * sb + sub;
+                    __m512 scv = _mm512_mul_ps(dv, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+                        _mm_loadu_si128((const void *)(blk + 64 + 16 * sub)))));
+                    __m512 mnv = _mm512_mul_ps(mv, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+                        _mm_loadu_si128((const void *)(blk + 192 + 16 * sub)))));
+                    __m512i w[8], ca = zero, cb = zero;
+                    for (int i = 0; i < 8; i++)
+                        w[i] = h ? _mm512_and_si512(_mm512_srli_epi16(raw[i], 4), nib) : _mm512_and_si512(raw[i], nib);
+                    for (int i = 0; i < 8; i += 2)
+                        ca = _mm512_dpbusd_epi32(ca, c128, w[i]), cb = _mm512_dpbusd_epi32(cb, c128, w[i + 1]);
+                    __m512i start = _mm512_sub_epi32(zero, _mm512_add_epi32(ca, cb)); /* -128 sum(q) */
+                    for (int r = 0; r < R; r++) {
+                        int32_t four[8];
+                        memcpy(four, j->u + (size_t)(r0 + r) * K + 32 * b, 32);
+                        __m512i even = start, odd = zero;
+                        for (int i = 0; i < 8; i += 2) {
+                            even = _mm512_dpbusd_epi32(even, _mm512_set1_epi32(four[i]), w[i]);
+                            odd = _mm512_dpbusd_epi32(odd, _mm512_set1_epi32(four[i + 1]), w[i + 1]);
+                        }
+                        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(even, odd)),
+                                                 _mm512_mul_ps(scv, _mm512_set1_ps(dxb[r][b])), acc[r]);
+                        acc[r] = _mm512_fnmadd_ps(mnv, _mm512_set1_ps(sxb[r][b]), acc[r]);
+                    }
+                }
+            }
+        }
+        for (int r = 0; r < R; r++) {
+            size_t at = (size_t)(r0 + r) * j->N + c0 + 16 * g;
+            __m512 v = acc[r];
+            if (j->b) v = _mm512_add_ps(v, _mm512_loadu_ps(j->b + c0 + 16 * g));
+            if (j->res) v = _mm512_add_ps(v, _mm512_loadu_ps(j->res + at));
+            _mm512_storeu_ps(j->y + at, v);
+        }
     }
+}
+
+static void r16_rows(const struct q8_job *j, const sv_qmat *p, int c0, int g0, int g1, int r0, int R) {
+#define R16_CASE(n) \
+    case n: if (p->type == SV_Q4_K_R16) q4k16_r(n, j, p, c0, g0, g1, r0); else q8r16_r(n, j, p, c0, g0, g1, r0); break;
+    switch (R) { /* R a constant in each copy: the accumulators stay in registers */
+    R16_CASE(1) R16_CASE(2) R16_CASE(3) R16_CASE(4) R16_CASE(5) R16_CASE(6) R16_CASE(7)
+    default: if (p->type == SV_Q4_K_R16) q4k16_r(MR16, j, p, c0, g0, g1, r0); else q8r16_r(MR16, j, p, c0, g0, g1, r0);
+    }
+#undef R16_CASE
 }
 
 static void q8rows(const struct q8_job *j, const sv_qmat *p, int c0, int lo, int hi, int r0, int R) {
@@ -1035,9 +1121,10 @@ static void q8_job_fn(void *ctx, int tid, int nt) {
     share(tid, nt, j->N, &lo, &hi);
     for (int pi = 0, c0 = 0; pi < j->nparts; c0 += j->parts[pi].rows, pi++) {
         int a = lo > c0 ? lo - c0 : 0, z = hi - c0 < j->parts[pi].rows ? hi - c0 : j->parts[pi].rows;
-        if (j->parts[pi].type == SV_Q8_0_R16) { /* whole groups of 16: each one this thread's whose first row it has */
+        if (j->parts[pi].type == SV_Q8_0_R16 || j->parts[pi].type == SV_Q4_K_R16) { /* whole groups of 16: each one
+                                                                                       this thread's whose first row it has */
             for (int r0 = 0; a < z && r0 < j->M; r0 += MR16)
-                q8r16_rows(j, &j->parts[pi], c0, (a + 15) / 16, (z + 15) / 16, r0, j->M - r0 < MR16 ? j->M - r0 : MR16);
+                r16_rows(j, &j->parts[pi], c0, (a + 15) / 16, (z + 15) / 16, r0, j->M - r0 < MR16 ? j->M - r0 : MR16);
             continue;
         }
         for (int r0 = 0; a < z && r0 < j->M; r0 += MR8)
