@@ -94,7 +94,7 @@ class Weights:
         return ctypes.addressof(arr)
 
     def regrouped(self, name: str, cols: int):
-        """The matrix regrouped by 16 rows (``build.REGROUPED``: Q8_0 and Q4_K, the same weights read 16 rows a vector
+        """The matrix regrouped by 16 rows (``build.REGROUPED``: Q5_0, Q8_0 and Q4_K, the same weights read 16 rows a vector
         operation) as a QMat, or None where its type has no such layout or its rows are not whole groups of 16. Read
         through the file mapping of its own that __init__ closes, so the file's pages it read are not left in this
         process's resident set."""
@@ -106,7 +106,7 @@ class Weights:
         rows = shape[1]
         out = np.empty(int(rows // 16 * cols * per), dtype=np.uint8)
         src = np.frombuffer(self.source, dtype=np.uint8, count=rows * cols // block * size, offset=offset)
-        repack = self.so.sv_repack_q8_0_r16 if kind == "Q8_0" else self.so.sv_repack_q4_k_r16
+        repack = getattr(self.so, f"sv_repack_{kind.lower()}_r16")
         done = repack(src.ctypes.data, rows, cols, out.ctypes.data)
         del src
         need(done == 0, f"the C stack refused to regroup {name}")

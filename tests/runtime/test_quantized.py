@@ -113,18 +113,18 @@ def test_with_int8_activations_a_row_gets_what_it_gets_alone(monkeypatch):
 
 
 def regrouped(kind: str, data: np.ndarray, rows: int, cols: int) -> np.ndarray:
-    """A Q8_0 or Q4_K matrix's bytes in stack.c's regrouped layout (build.REGROUPED), written by its repack."""
+    """A Q5_0, Q8_0 or Q4_K matrix's bytes in stack.c's regrouped layout (build.REGROUPED), written by its repack."""
     from specviz.runtime.native import build
 
     src = np.ascontiguousarray(data)
     out = np.empty(int(rows // 16 * cols * build.REGROUPED[kind][3]), dtype=np.uint8)
-    repack = build.lib().sv_repack_q8_0_r16 if kind == "Q8_0" else build.lib().sv_repack_q4_k_r16
+    repack = getattr(build.lib(), f"sv_repack_{kind.lower()}_r16")
     assert repack(src.ctypes.data, rows, cols, out.ctypes.data) == 0
     return out
 
 
 @needs_int8
-@pytest.mark.parametrize("kind", ["Q8_0", "Q4_K"])
+@pytest.mark.parametrize("kind", ["Q5_0", "Q8_0", "Q4_K"])
 @pytest.mark.parametrize("rows", [1, 2, 3, 5, 8, 9, 17])
 def test_a_matrix_regrouped_by_16_rows_multiplies_as_its_rows_do(kind, rows):
     """The regrouped kernel against the row-major one on the same bytes, beside another part (its columns offset):
@@ -134,7 +134,7 @@ def test_a_matrix_regrouped_by_16_rows_multiplies_as_its_rows_do(kind, rows):
 
     g = torch.Generator().manual_seed(rows)
     data = (quant.quantize_q8_0(torch.randn(48, 512, generator=g)).data.numpy() if kind == "Q8_0"
-            else random_blocks("Q4_K", 48, 512, rows))
+            else random_blocks(kind, 48, 512, rows))
     packed, other = regrouped(kind, data, 48, 512), quant.quantize_q8_0(torch.randn(5, 512, generator=g))
     x, b, res = torch.randn(rows, 512, generator=g), torch.randn(53, generator=g), torch.randn(rows, 53, generator=g)
     so = build.lib()
@@ -168,6 +168,8 @@ def test_the_regrouped_layout_is_refused_where_it_does_not_fit():
         assert so.sv_repack_q8_0_r16(m.data.data_ptr(), rows, cols, out.ctypes.data) == -2
     for rows, cols in ((40, 256), (32, 128), (32, 320)):
         assert so.sv_repack_q4_k_r16(m.data.data_ptr(), rows, cols, out.ctypes.data) == -2
+    for rows, cols in ((40, 640), (32, 96)):
+        assert so.sv_repack_q5_0_r16(m.data.data_ptr(), rows, cols, out.ctypes.data) == -2
     x, y = torch.randn(1, 640), torch.full((1, 40), 7.0)
     for kind, rows, cols in ((build.Q8_0_R16, 40, 640), (build.Q4_K_R16, 32, 640), (build.Q4_K_R16, 40, 512)):
         part = build.QMat(out.ctypes.data, kind, rows)

@@ -527,8 +527,8 @@ static int run_stack(struct stack_job *j, int span, int nt) {
  * arithmetic) and dotted with every row of x (float32), so the weights used are exactly the file's and only the
  * order of additions differs from x @ dequantize(W).T. */
 enum { SV_F32 = 0, SV_F16 = 1, SV_Q4_0 = 2, SV_Q5_0 = 6, SV_Q8_0 = 8, SV_Q4_K = 12, SV_Q6_K = 14 }; /* GGML ids */
-enum { SV_Q8_0_R16 = 1008, SV_Q4_K_R16 = 1012 }; /* specviz's own: Q8_0 and Q4_K regrouped by 16 rows (sv_repack_*_r16),
-                                                  read by the 8-bit path alone */
+enum { SV_Q5_0_R16 = 1006, SV_Q8_0_R16 = 1008, SV_Q4_K_R16 = 1012 }; /* specviz's own: Q5_0, Q8_0 and Q4_K regrouped by
+                                                                    16 rows (sv_repack_*_r16), read by the 8-bit path alone */
 #define QCHUNK 256
 
 /* (elements, bytes) of one block of a type; 0 elements for a type not read here */
@@ -563,6 +563,31 @@ int sv_repack_q8_0_r16(const uint8_t *src, int rows, int K, uint8_t *dst) {
                 memcpy(out + 32 + 2 * r, &sum, 2);
                 for (int i = 0; i < 8; i++) memcpy(out + 64 + 64 * i + 4 * r, blk + 2 + 4 * i, 4);
             }
+        }
+    return 0;
+}
+
+/* Q5_0 rows (rows, K / 32 blocks of 22 bytes: d, 32 high bits, 16 bytes of nibbles) into SV_Q5_0_R16's layout, 352
+ * bytes per group of 16 rows and block: the 16 scales (f16); for each run i of 4 columns (i < 8) a 64-bit mask whose bit
+ * 4r + c is the high bit of column 4i + c of row r; then 4 loads of 64 bytes, byte 4r + c of load i being byte 4i + c
+ * of row r's nibbles (its low nibble column 4i + c, its high nibble column 16 + 4i + c: runs i and i + 4). 0, or -2
+ * where rows is not whole groups of 16 or K not whole chunks of 64. */
+int sv_repack_q5_0_r16(const uint8_t *src, int rows, int K, uint8_t *dst) {
+    if (!src || !dst || rows < 16 || rows % 16 || K < 64 || K % 64) return -2;
+    int nb = K / 32;
+    for (int g = 0; g < rows / 16; g++)
+        for (int b = 0; b < nb; b++) {
+            uint8_t *out = dst + ((size_t)g * nb + b) * 352;
+            uint64_t masks[8] = {0};
+            for (int r = 0; r < 16; r++) {
+                const uint8_t *blk = src + ((size_t)(16 * g + r) * nb + b) * 22;
+                uint32_t qh;
+                memcpy(&qh, blk + 2, 4);
+                memcpy(out + 2 * r, blk, 2);
+                for (int i = 0; i < 8; i++) masks[i] |= (uint64_t)((qh >> (4 * i)) & 0xF) << (4 * r);
+                for (int i = 0; i < 4; i++) memcpy(out + 96 + 64 * i + 4 * r, blk + 6 + 4 * i, 4);
+            }
+            memcpy(out + 32, masks, sizeof masks);
         }
     return 0;
 }
@@ -813,7 +838,7 @@ static int int8_rows(const sv_qmat *parts, int nparts, int K) {
     for (int i = 0; i < nparts; i++) {
         int t = parts[i].type;
         sv_quant_block(t, &e, &bytes);
-        if (t == SV_Q8_0_R16 || t == SV_Q4_K_R16 ? parts[i].rows % 16 != 0 || (t == SV_Q4_K_R16 && K % 256)
+        if (t == SV_Q8_0_R16 || t == SV_Q4_K_R16 || t == SV_Q5_0_R16 ? parts[i].rows % 16 != 0 || (t == SV_Q4_K_R16 && K % 256)
             : (t != SV_Q4_0 && t != SV_Q5_0 && t != SV_Q8_0 && t != SV_Q4_K && t != SV_Q6_K) || K % e)
             return 0;
         if (parts[i].rows < 1 || !parts[i].data) return 0;
@@ -991,6 +1016,11 @@ static inline __attribute__((always_inline)) void q8rows_r(const int R, const in
  * rows. One vpdpbusd then takes 4 columns of 16 rows against 4 bytes of x broadcast, so a block's 16 dot products
  * come whole in the lanes, in integers, scaled once: about 12 vector operations per 512 products of a row where the
  * row-major kernel spends 32, in two independent chains. */
+typedef int32_t __attribute__((may_alias, aligned(1))) int32_any;
+static inline __m512i bcast4(const uint8_t *p) { /* vpbroadcastd from memory: a load, no shuffle */
+    return _mm512_set1_epi32(*(const int32_any *)p);
+}
+
 #define R16_BLOCK 576
 #define MR16 8
 
@@ -1010,13 +1040,11 @@ static inline __attribute__((always_inline)) void q8r16_r(const int R, const str
             __m512i w[8];
             for (int i = 0; i < 8; i++) w[i] = _mm512_loadu_si512((const void *)(blk + 64 + 64 * i));
             for (int r = 0; r < R; r++) {
-                const uint8_t *u = j->u + (size_t)(r0 + r) * K + 32 * b;
-                int32_t four[8];
-                memcpy(four, u, 32);
+                const uint8_t *ux = j->u + (size_t)(r0 + r) * K + 32 * b;
                 __m512i even = start, odd = _mm512_setzero_si512();
-                for (int i = 0; i < 8; i += 2) {
-                    even = _mm512_dpbusd_epi32(even, _mm512_set1_epi32(four[i]), w[i]);
-                    odd = _mm512_dpbusd_epi32(odd, _mm512_set1_epi32(four[i + 1]), w[i + 1]);
+                for (int i = 0; i < 8; i += 2) { /* 4 bytes of x broadcast straight from memory */
+                    even = _mm512_dpbusd_epi32(even, bcast4(ux + 4 * i), w[i]);
+                    odd = _mm512_dpbusd_epi32(odd, bcast4(ux + 4 * i + 4), w[i + 1]);
                 }
                 float dx = j->d[((size_t)(r0 + r) * C + b / 2) * 16 + (b % 2) * 8];
                 acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(even, odd)),
@@ -1071,12 +1099,11 @@ static inline __attribute__((always_inline)) void q4k16_r(const int R, const str
                         ca = _mm512_dpbusd_epi32(ca, c128, w[i]), cb = _mm512_dpbusd_epi32(cb, c128, w[i + 1]);
                     __m512i start = _mm512_sub_epi32(zero, _mm512_add_epi32(ca, cb)); /* -128 sum(q) */
                     for (int r = 0; r < R; r++) {
-                        int32_t four[8];
-                        memcpy(four, j->u + (size_t)(r0 + r) * K + 32 * b, 32);
+                        const uint8_t *ux = j->u + (size_t)(r0 + r) * K + 32 * b;
                         __m512i even = start, odd = zero;
-                        for (int i = 0; i < 8; i += 2) {
-                            even = _mm512_dpbusd_epi32(even, _mm512_set1_epi32(four[i]), w[i]);
-                            odd = _mm512_dpbusd_epi32(odd, _mm512_set1_epi32(four[i + 1]), w[i + 1]);
+                        for (int i = 0; i < 8; i += 2) { /* 4 bytes of x broadcast straight from memory */
+                            even = _mm512_dpbusd_epi32(even, bcast4(ux + 4 * i), w[i]);
+                            odd = _mm512_dpbusd_epi32(odd, bcast4(ux + 4 * i + 4), w[i + 1]);
                         }
                         acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(even, odd)),
                                                  _mm512_mul_ps(scv, _mm512_set1_ps(dxb[r][b])), acc[r]);
@@ -1095,12 +1122,64 @@ static inline __attribute__((always_inline)) void q4k16_r(const int R, const str
     }
 }
 
+/* Q5_0 regrouped by 16 rows (sv_repack_q5_0_r16): per block the 16 rows' 5-bit weights unpacked once for every row
+ * of x (nibble, plus 16 where the high bit is set, minus 16), the block's 16 dot products whole in the lanes. */
+#define R16_Q5 352
+
+static inline __attribute__((always_inline)) void q5r16_r(const int R, const struct q8_job *j, const sv_qmat *p,
+                                                          int c0, int g0, int g1, int r0) {
+    int K = j->K, nb = K / 32, C = K / 64;
+    const __m512i nib = _mm512_set1_epi8(0x0F), c16 = _mm512_set1_epi8(16), c128 = _mm512_set1_epi8((char)0x80);
+    const __m512i zero = _mm512_setzero_si512();
+    for (int g = g0; g < g1; g++) {
+        const uint8_t *gb = p->data + (size_t)g * nb * R16_Q5;
+        __m512 acc[MR16];
+        for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
+        for (int b = 0; b < nb; b++) {
+            const uint8_t *blk = gb + (size_t)b * R16_Q5;
+            __m512 sc = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)blk));
+            uint64_t masks[8];
+            memcpy(masks, blk + 32, sizeof masks);
+            __m512i w[8], ca = zero, cb = zero;
+            for (int i = 0; i < 4; i++) {
+                __m512i raw = _mm512_loadu_si512((const void *)(blk + 96 + 64 * i));
+                w[i] = _mm512_and_si512(raw, nib), w[i + 4] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), nib);
+            }
+            for (int i = 0; i < 8; i++) w[i] = _mm512_sub_epi8(_mm512_mask_add_epi8(w[i], masks[i], w[i], c16), c16);
+            for (int i = 0; i < 8; i += 2)
+                ca = _mm512_dpbusd_epi32(ca, c128, w[i]), cb = _mm512_dpbusd_epi32(cb, c128, w[i + 1]);
+            __m512i start = _mm512_sub_epi32(zero, _mm512_add_epi32(ca, cb)); /* u = q + 128: -128 sum(w) */
+            for (int r = 0; r < R; r++) {
+                const uint8_t *ux = j->u + (size_t)(r0 + r) * K + 32 * b;
+                __m512i even = start, odd = zero;
+                for (int i = 0; i < 8; i += 2) { /* 4 bytes of x broadcast straight from memory */
+                    even = _mm512_dpbusd_epi32(even, bcast4(ux + 4 * i), w[i]);
+                    odd = _mm512_dpbusd_epi32(odd, bcast4(ux + 4 * i + 4), w[i + 1]);
+                }
+                float dx = j->d[((size_t)(r0 + r) * C + b / 2) * 16 + (b % 2) * 8];
+                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(even, odd)),
+                                         _mm512_mul_ps(sc, _mm512_set1_ps(dx)), acc[r]);
+            }
+        }
+        for (int r = 0; r < R; r++) {
+            size_t at = (size_t)(r0 + r) * j->N + c0 + 16 * g;
+            __m512 v = acc[r];
+            if (j->b) v = _mm512_add_ps(v, _mm512_loadu_ps(j->b + c0 + 16 * g));
+            if (j->res) v = _mm512_add_ps(v, _mm512_loadu_ps(j->res + at));
+            _mm512_storeu_ps(j->y + at, v);
+        }
+    }
+}
+
 static void r16_rows(const struct q8_job *j, const sv_qmat *p, int c0, int g0, int g1, int r0, int R) {
 #define R16_CASE(n) \
-    case n: if (p->type == SV_Q4_K_R16) q4k16_r(n, j, p, c0, g0, g1, r0); else q8r16_r(n, j, p, c0, g0, g1, r0); break;
+    case n: \
+        if (p->type == SV_Q4_K_R16) q4k16_r(n, j, p, c0, g0, g1, r0); \
+        else if (p->type == SV_Q5_0_R16) q5r16_r(n, j, p, c0, g0, g1, r0); \
+        else q8r16_r(n, j, p, c0, g0, g1, r0); \
+        break;
     switch (R) { /* R a constant in each copy: the accumulators stay in registers */
-    R16_CASE(1) R16_CASE(2) R16_CASE(3) R16_CASE(4) R16_CASE(5) R16_CASE(6) R16_CASE(7)
-    default: if (p->type == SV_Q4_K_R16) q4k16_r(MR16, j, p, c0, g0, g1, r0); else q8r16_r(MR16, j, p, c0, g0, g1, r0);
+    R16_CASE(1) R16_CASE(2) R16_CASE(3) R16_CASE(4) R16_CASE(5) R16_CASE(6) R16_CASE(7) R16_CASE(MR16)
     }
 #undef R16_CASE
 }
@@ -1121,7 +1200,7 @@ static void q8_job_fn(void *ctx, int tid, int nt) {
     share(tid, nt, j->N, &lo, &hi);
     for (int pi = 0, c0 = 0; pi < j->nparts; c0 += j->parts[pi].rows, pi++) {
         int a = lo > c0 ? lo - c0 : 0, z = hi - c0 < j->parts[pi].rows ? hi - c0 : j->parts[pi].rows;
-        if (j->parts[pi].type == SV_Q8_0_R16 || j->parts[pi].type == SV_Q4_K_R16) { /* whole groups of 16: each one
+        if (j->parts[pi].type == SV_Q8_0_R16 || j->parts[pi].type == SV_Q4_K_R16 || j->parts[pi].type == SV_Q5_0_R16) { /* whole groups of 16: each one
                                                                                        this thread's whose first row it has */
             for (int r0 = 0; a < z && r0 < j->M; r0 += MR16)
                 r16_rows(j, &j->parts[pi], c0, (a + 15) / 16, (z + 15) / 16, r0, j->M - r0 < MR16 ? j->M - r0 : MR16);
