@@ -75,8 +75,8 @@ class SlimDecoding:
         logits = self._verify_pass(x)
         p = S.logits_to_probs(logits, cfg.temperature, cfg.top_k, cfg.top_p) if cfg.record else None  # for the record
         t2 = time.perf_counter()
-        if q is None or (cfg.draft_greedy and not cfg.greedy):  # a point mass at each draft: what it was drawn from
-            q = S.point_mass(x, logits.shape[-1])
+        if (q is None and (cfg.record or not cfg.greedy)) or (cfg.draft_greedy and not cfg.greedy):
+            q = S.point_mass(x, logits.shape[-1])  # a point mass at each draft: what it was drawn from
         if cfg.greedy:  # greedy decides on the logits
             verdict = S.verify_greedy(logits, x)
         elif p is not None:

@@ -60,7 +60,7 @@ def q8_0(w: np.ndarray) -> np.ndarray:
 class FeatureDraft:
     """The saved draft in ``folder``, bound to its target ``GemmaSequence`` (whose features and head rows it reads)."""
 
-    def __init__(self, target, folder, name: str | None = None):
+    def __init__(self, target, folder, name: str | None = None, threads: int | None = None):
         from safetensors.numpy import load_file
 
         folder = Path(folder)
@@ -90,6 +90,7 @@ class FeatureDraft:
         self.length = 0  # rows the cache holds: the committed ones between rounds, drafted ones while drafting
         self.ids: list[int] = []  # the committed tokens whose rows (true features) the draft's cache holds
         self.vocab = int(target.vocab)
+        self.threads = int(threads or target.threads)  # its matrices are small: one thread may beat a fork and join
 
     def _check(self, state: dict, inter: int) -> None:
         d, w = self.d, self.nh * self.hd
@@ -123,7 +124,7 @@ class FeatureDraft:
         x = np.ascontiguousarray(x, dtype=np.float32)
         y = np.empty((len(x), mat.rows), dtype=np.float32)
         done = self.so.sv_qlinear8(x.ctypes.data, len(x), x.shape[1], ctypes.byref(mat), 1, None,
-                                   None if res is None else res.ctypes.data, y.ctypes.data, self.target.threads)
+                                   None if res is None else res.ctypes.data, y.ctypes.data, self.threads)
         need(done == 0, "the C stack's 8-bit kernel refused the feature draft's matrix")
         return y
 
@@ -188,19 +189,28 @@ class FeatureDraft:
         self.ids += committed[n:]
         return h[-1:]
 
-    def propose(self, committed: list[int], k: int, cfg: DecodeConfig, rng) -> tuple[list[int], np.ndarray]:
+    def propose(self, committed: list[int], k: int, cfg: DecodeConfig, rng) -> tuple[list[int], np.ndarray | None]:
+        """k tokens (fewer where q of one falls below cfg.draft_stop) and the q each was drawn from, (m, V): zero off
+        the draft's ids. A greedy run that keeps no record gets None (its argmax decides; q is never read)."""
         h = self._sync(committed)
-        xs, qs = [], []
+        xs, rows = [], self._q_rows(k) if cfg.record or not cfg.greedy else None
         for i in range(k):
             logits = self._linear("head", h)[0]
-            q_small = S.logits_to_probs(logits[None], cfg.temperature, cfg.top_k, cfg.top_p)[0]
+            need_q = rows is not None or cfg.draft_stop > 0 or not (cfg.greedy or cfg.draft_greedy)
+            q_small = S.logits_to_probs(logits[None], cfg.temperature, cfg.top_k, cfg.top_p)[0] if need_q else None
             j = int(logits.argmax()) if cfg.greedy or cfg.draft_greedy else S.sample(q_small, rng)
-            q = np.zeros(self.vocab, dtype=np.float32)
-            q[self.d2t] = q_small
             xs.append(int(self.d2t[j]))
-            qs.append(q)
-            if q_small[j] < cfg.draft_stop or i == k - 1:
+            if rows is not None:
+                rows[i, self.d2t] = q_small
+            if (need_q and q_small[j] < cfg.draft_stop) or i == k - 1:
                 break
             h = self._layer(h, np.asarray([xs[-1]]))
         self.length = len(self.ids)  # the drafted rows go: next round feeds true features there
-        return xs, np.stack(qs)
+        return xs, None if rows is None else rows[: len(xs)]
+
+    def _q_rows(self, k: int) -> np.ndarray:
+        """k rows of q over the target's vocabulary, zero off the draft's ids: one buffer kept across rounds (only the
+        draft's ids are ever written, so it stays zero elsewhere)."""
+        if getattr(self, "_q", None) is None or len(self._q) < k:
+            self._q = np.zeros((k, self.vocab), dtype=np.float32)
+        return self._q
