@@ -174,6 +174,10 @@ def test_the_regrouped_layout_is_refused_where_it_does_not_fit():
     for kind, rows, cols in ((build.Q8_0_R16, 40, 640), (build.Q4_K_R16, 32, 640), (build.Q4_K_R16, 40, 512)):
         part = build.QMat(out.ctypes.data, kind, rows)
         assert so.sv_qlinear8(x.data_ptr(), 1, cols, ctypes.byref(part), 1, None, None, y.data_ptr(), 1) == -2
+    for kind in (build.Q5_0_R16, build.Q8_0_R16, build.Q4_K_R16):  # the float path and the lookup read GGML's own
+        part = build.QMat(out.ctypes.data, kind, 32)
+        assert so.sv_qlinear(x.data_ptr(), 1, 512, ctypes.byref(part), 1, None, None, y.data_ptr(), 1) == -2
+        assert so.sv_qrows(out.ctypes.data, kind, 32, 512, torch.tensor([1]).data_ptr(), 1, y.data_ptr()) == -2
     assert torch.equal(y, torch.full((1, 40), 7.0))
 
 
