@@ -13,11 +13,14 @@ from __future__ import annotations
 import ctypes
 import json
 import math
+import time
 from pathlib import Path
 
 import numpy as np
 
 from ..config import DecodeConfig
+from ..runtime.cpus import StallWatch
+from ..runtime.gemma_sequence import STALL, STALLS
 from ..runtime.gguf_header import BLOCKS
 from ..runtime.native import build
 from ..runtime.native.build import need
@@ -90,7 +93,9 @@ class FeatureDraft:
         self.length = 0  # rows the cache holds: the committed ones between rounds, drafted ones while drafting
         self.ids: list[int] = []  # the committed tokens whose rows (true features) the draft's cache holds
         self.vocab = int(target.vocab)
-        self.threads = int(threads or target.threads)  # its matrices are small: one thread may beat a fork and join
+        self.threads = int(threads or target.threads)
+        self.stalls = StallWatch(STALL, STALLS)  # its ~15 small calls a round each wait at a barrier: on a busy host
+        # two threads can cost it many times one
 
     def _check(self, state: dict, inter: int) -> None:
         d, w = self.d, self.nh * self.hd
@@ -152,7 +157,16 @@ class FeatureDraft:
         return x * self.cos[start: start + n, None] + rotated * self.sin[start: start + n, None]
 
     def _layer(self, features: np.ndarray, ids: np.ndarray) -> np.ndarray:
-        """h for rows at the cache's next positions (their inputs: the feature before each, the token), appended."""
+        """h for rows at the cache's next positions (their inputs: the feature before each, the token), appended;
+        timed: once its calls stall (or the target's did), one thread from then on."""
+        t0 = time.perf_counter()
+        h = self._rows(features, ids)
+        self.threads = min(self.threads, self.target.threads)
+        if self.stalls.stalled(len(ids), time.perf_counter() - t0) and self.threads > 1:
+            self.threads = 1
+        return h
+
+    def _rows(self, features: np.ndarray, ids: np.ndarray) -> np.ndarray:
         n, start = len(ids), self.length
         self._reserve(start + n)
         e = self.target._embed(ids.astype(np.int64))
