@@ -6,7 +6,8 @@ shipped) for the draft vocabulary ``d2t``. q is over those ids (0 elsewhere), un
 Its row at position t reads fc([f_{t-1}, e(x_t)]) (the target's feature before, the token's input embedding); drafting a
 chain, the draft's own h stands in for the feature the target has not computed yet. Each round the committed positions
 it has not seen are fed again with their true features (``GemmaSequence.features``), and its cache rolls back past
-the drafted rows. Saved by ``save_draft`` as ``feature-draft.safetensors`` (float32) and ``feature-draft.json``.
+the drafted rows. Saved by ``save_draft`` as ``feature-draft.safetensors`` (the family's 8-bit storage: int8 rows and
+their scales, rounded again to Q8_0 blocks when it loads) and ``feature-draft.json``.
 """
 from __future__ import annotations
 
@@ -27,25 +28,41 @@ from ..runtime.native.build import need
 from . import sampling as S
 
 FILE, CONFIG = "feature-draft.safetensors", "feature-draft.json"
+SCALE = ".int8_scale"  # runtime.int8's name for a matrix's row scales (not imported: that module needs torch)
 Q8_0 = BLOCKS["Q8_0"][0]
 MATRICES = ("fc", "qkv", "o", "gate_up", "down")
 
 
 def save_draft(head, d2t, config, folder: Path, log: dict) -> Path:
-    """A trained ``eagle.FeatureHead`` (its fc, layer and norm) with its vocabulary d2t (ids ascending) and its Llama
-    config, as ``FeatureDraft`` reads them."""
-    from safetensors.numpy import save_file
+    """A trained ``eagle.FeatureHead`` (its fc, layer and norm) in the family's 8-bit storage (``runtime.int8``: int8
+    rows with a float16 scale each, vectors in float16), with its vocabulary d2t (ids ascending) and its Llama config,
+    as ``FeatureDraft`` reads them."""
+    import torch
+    from safetensors.torch import save_file
+
+    from ..runtime.int8 import pack
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().float().numpy() for k, v in head.state_dict().items() if not k.startswith("rotary.")}
-    state["d2t"] = np.asarray(d2t, dtype=np.int64)
+    state = pack({k: v for k, v in head.state_dict().items() if not k.startswith("rotary.")})
+    state["d2t"] = torch.as_tensor(np.asarray(d2t, dtype=np.int64))
     save_file(state, str(folder / FILE))
     meta = {"hidden_size": config.hidden_size, "num_attention_heads": config.num_attention_heads,
             "head_dim": config.head_dim, "intermediate_size": config.intermediate_size,
             "rms_norm_eps": config.rms_norm_eps, "rope_theta": config.rope_parameters["rope_theta"], "training": log}
     (folder / CONFIG).write_text(json.dumps(meta, indent=2) + "\n")
     return folder / FILE
+
+
+def stored(raw: dict) -> dict:
+    """The weights of the file, as float32 numpy (an int8 matrix times its rows' scales; d2t as it is)."""
+    out = {}
+    for name, t in raw.items():
+        if name.endswith(SCALE):
+            continue
+        out[name] = t if name == "d2t" else (t.astype(np.float32) * raw[name + SCALE].astype(np.float32)
+                                             if name + SCALE in raw else t.astype(np.float32))
+    return out
 
 
 def q8_0(w: np.ndarray) -> np.ndarray:
@@ -72,7 +89,7 @@ class FeatureDraft:
              "scripts/train/train_gemma_feature_draft.py")
         need(hasattr(target, "features") and hasattr(target, "w"), "a feature draft drafts for a GemmaSequence (it "
                                                                     "reads the target's features and head rows)")
-        meta, state = json.loads((folder / CONFIG).read_text()), load_file(str(folder / FILE))
+        meta, state = json.loads((folder / CONFIG).read_text()), stored(load_file(str(folder / FILE)))
         self.target, self.so, self.name = target, target.so, name or f"feature draft ({folder.name})"
         self.d, self.nh, self.hd = int(meta["hidden_size"]), int(meta["num_attention_heads"]), int(meta["head_dim"])
         self.eps = float(meta["rms_norm_eps"])

@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from specviz.config import DecodeConfig
 from specviz.drafts.eagle import FeatureHead, layer_config
@@ -89,7 +90,12 @@ def test_features_are_the_heads_input_and_roll_back_with_the_cache(seq):
 def test_its_h_is_the_torch_heads_and_within_8_bit_rounding_on_the_kernels(seq, saved, monkeypatch):
     """The numpy draft against the torch FeatureHead over the same true features and embeddings: the same floats (to
     float32 rounding) with its matrices multiplied in float, within 8-bit rounding on the C kernels."""
-    folder, head = saved
+    from specviz.runtime.int8 import unpack
+
+    folder, trained = saved
+    head = FeatureHead(trained.config)  # the draft as stored: its matrices in 8-bit rows
+    raw = load_file(str(folder / F.FILE))
+    head.load_state_dict(unpack({k: v for k, v in raw.items() if k != "d2t"}), strict=False)
     seq.decode(IDS)
     n, f = len(IDS) + 1, torch.from_numpy(seq.features().copy())
     with torch.no_grad():
@@ -106,8 +112,8 @@ def test_its_h_is_the_torch_heads_and_within_8_bit_rounding_on_the_kernels(seq, 
         [state[m + ".weight"] for m in mats[name]]).T + (0 if res is None else res))
     h = in_float._sync(IDS + [3])[0]
     assert np.abs(h - theirs).max() < 1e-4 * np.abs(theirs).max()
-    assert np.abs(h8 - theirs).max() < 0.1 * np.abs(theirs).max()
-    assert np.corrcoef(h8, theirs)[0, 1] > 0.995
+    assert np.abs(h8 - theirs).max() < 0.15 * np.abs(theirs).max()  # x and the weights rounded again: Q8_0 blocks
+    assert np.corrcoef(h8, theirs)[0, 1] > 0.99
 
 
 @pytest.mark.parametrize("k", [1, 3, 6])
@@ -155,14 +161,15 @@ def test_sampled_runs_emit_the_targets_law(seq, saved):
 
 
 def test_what_does_not_fit_is_refused_in_words(seq, saved, tmp_path):
-    from safetensors.numpy import load_file, save_file
+    from safetensors.numpy import load_file as load_numpy
+    from safetensors.numpy import save_file
 
     folder = saved[0]
     with pytest.raises(ValueError, match="holds no feature draft"):
         FeatureDraft(seq, tmp_path)
     with pytest.raises(ValueError, match="GemmaSequence"):
         FeatureDraft(object(), folder)
-    state = load_file(str(folder / F.FILE))
+    state = load_numpy(str(folder / F.FILE))
     for change, words in ((lambda s: s.update({"fc.weight": s["fc.weight"][:, :10]}), "fc.weight"),
                           (lambda s: s.update({"d2t": np.asarray([3, 1], np.int64)}), "ascending"),
                           (lambda s: s.update({"d2t": np.asarray([1, 99], np.int64)}), "ascending"),
