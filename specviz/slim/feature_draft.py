@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ctypes
 import json
-import math
 import time
 from pathlib import Path
 
@@ -105,6 +104,12 @@ class FeatureDraft:
                 "down": state[L[1] + "down_proj.weight"]}
         self.mats = {k: self._qmat(q8_0(v)) for k, v in mats.items()}
         self.head = self._qmat(np.ascontiguousarray(target.w.embed[self.d2t]), target.w.embed_kind)
+        self.layer = build.DLayer(*[ctypes.addressof(self.mats[k][1]) for k in MATRICES],
+                                  *[self.norms[k].ctypes.data for k in ("layer.input_layernorm.weight",
+                                                                        "layer.post_attention_layernorm.weight",
+                                                                        "norm.weight")])
+        self.dims = build.Dims(self.d, self.nh, self.nh, self.hd, int(meta["intermediate_size"]), self.hd, self.eps,
+                               self.hd ** -0.5)
         self.inv_freq = 1.0 / float(meta["rope_theta"]) ** (np.arange(0, self.hd, 2, dtype=np.float64) / self.hd)
         self.cache = np.zeros((2, self.nh, 0, self.hd), dtype=np.float32)  # keys and values, grown by doubling
         self.length = 0  # rows the cache holds: the committed ones between rounds, drafted ones while drafting
@@ -132,9 +137,15 @@ class FeatureDraft:
              f"the feature draft's d2t must be ascending ids of the target's {self.target.vocab:,}")
 
     def _qmat(self, rows: np.ndarray, kind: str = "Q8_0"):
+        """(its bytes, a QMat): Q8_0 regrouped by 16 rows where they are whole groups (``build.REGROUPED``)."""
         rows = np.ascontiguousarray(rows)
-        mat = build.QMat(rows.ctypes.data, BLOCKS[kind][0], rows.shape[0])
-        return rows, mat
+        n, cols = rows.shape[0], rows.shape[1] // BLOCKS[kind][2] * BLOCKS[kind][1]
+        if kind == "Q8_0" and n % 16 == 0:
+            out = np.empty(int(n // 16 * cols * build.REGROUPED[kind][3]), dtype=np.uint8)
+            need(self.so.sv_repack_q8_0_r16(rows.ctypes.data, n, cols, out.ctypes.data) == 0,
+                 "the C stack refused to regroup the feature draft's matrix")
+            return out, build.QMat(out.ctypes.data, build.Q8_0_R16, n)
+        return rows, build.QMat(rows.ctypes.data, BLOCKS[kind][0], n)
 
     def fits(self, vocab: int) -> str | None:
         if vocab != self.vocab:
@@ -150,9 +161,6 @@ class FeatureDraft:
         need(done == 0, "the C stack's 8-bit kernel refused the feature draft's matrix")
         return y
 
-    def _norm(self, x: np.ndarray, key: str) -> np.ndarray:
-        return x / np.sqrt((x * x).mean(-1, keepdims=True) + self.eps) * self.norms[key]
-
     @property
     def kv(self) -> np.ndarray:
         """The keys and values of the rows held, (2, heads, length, head_dim)."""
@@ -167,12 +175,6 @@ class FeatureDraft:
             self.cos, self.sin = (np.concatenate([f(angles)] * 2, -1).astype(np.float32) for f in (np.cos, np.sin))
             self.cache = grown
 
-    def _rope(self, x: np.ndarray, start: int) -> np.ndarray:
-        """Llama's RoPE (rotate-half) of (n, heads, head_dim) at positions start..start + n - 1."""
-        n, half = len(x), self.hd // 2
-        rotated = np.concatenate([-x[..., half:], x[..., :half]], -1)
-        return x * self.cos[start: start + n, None] + rotated * self.sin[start: start + n, None]
-
     def _layer(self, features: np.ndarray, ids: np.ndarray) -> np.ndarray:
         """h for rows at the cache's next positions (their inputs: the feature before each, the token), appended;
         timed: once its calls stall (or the target's did), one thread from then on."""
@@ -184,23 +186,20 @@ class FeatureDraft:
         return h
 
     def _rows(self, features: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        """One call of the C stack's sv_draft_layer over [feature, embedding] of each row."""
         n, start = len(ids), self.length
         self._reserve(start + n)
-        e = self.target._embed(ids.astype(np.int64))
-        x = self._linear("fc", np.concatenate([features, e], -1))
-        qkv = self._linear("qkv", self._norm(x, "layer.input_layernorm.weight")).reshape(n, 3, self.nh, self.hd)
-        q = self._rope(qkv[:, 0], start)
-        self.cache[0, :, start: start + n] = self._rope(qkv[:, 1], start).transpose(1, 0, 2)
-        self.cache[1, :, start: start + n] = qkv[:, 2].transpose(1, 0, 2)
+        x = np.ascontiguousarray(np.concatenate([features, self.target._embed(ids.astype(np.int64))], -1),
+                                 dtype=np.float32)
+        h = np.empty((n, self.d), dtype=np.float32)
+        done = self.so.sv_draft_layer(ctypes.byref(self.dims), ctypes.byref(self.layer), x.ctypes.data, n, start,
+                                      self.cache.ctypes.data, self.cache.shape[2], self.cos.ctypes.data,
+                                      self.sin.ctypes.data, h.ctypes.data, self.threads)
+        need(done != -2, "the C stack refused the feature draft's layer")
+        if done != 0:
+            raise MemoryError("the C stack could not allocate the feature draft's scratch memory")
         self.length = start + n
-        scores = np.einsum("nhd,htd->hnt", q, self.kv[0]) / math.sqrt(self.hd)
-        scores[:, np.arange(n)[:, None] < np.arange(start + n)[None, :] - start] = -np.inf
-        w = S.softmax(scores)
-        attn = np.einsum("hnt,htd->nhd", w, self.kv[1]).reshape(n, -1)
-        x = self._linear("o", attn, x)
-        g, u = np.split(self._linear("gate_up", self._norm(x, "layer.post_attention_layernorm.weight")), 2, -1)
-        x = self._linear("down", g / (1 + np.exp(-g)) * u, x)
-        return self._norm(x, "norm.weight")
+        return h
 
     def _sync(self, committed: list[int]) -> np.ndarray:
         """The draft's cache rolled back to the committed rows it shares and the rest fed with their true features:

@@ -87,9 +87,9 @@ def test_features_are_the_heads_input_and_roll_back_with_the_cache(seq):
         seq.features(len(IDS) + 1)
 
 
-def test_its_h_is_the_torch_heads_and_within_8_bit_rounding_on_the_kernels(seq, saved, monkeypatch):
-    """The numpy draft against the torch FeatureHead over the same true features and embeddings: the same floats (to
-    float32 rounding) with its matrices multiplied in float, within 8-bit rounding on the C kernels."""
+def test_its_h_is_the_torch_heads_within_8_bit_rounding(seq, saved):
+    """The draft's layer in one C call (sv_draft_layer, Q8_0 matrices, 8-bit x) against the torch FeatureHead of the
+    weights as stored, over the same true features and embeddings, row by row and a step after."""
     from specviz.runtime.int8 import unpack
 
     folder, trained = saved
@@ -100,20 +100,45 @@ def test_its_h_is_the_torch_heads_and_within_8_bit_rounding_on_the_kernels(seq, 
     n, f = len(IDS) + 1, torch.from_numpy(seq.features().copy())
     with torch.no_grad():
         theirs = head(torch.cat([torch.zeros(1, seq.d), f])[None], torch.from_numpy(seq._embed(np.asarray(IDS + [3])))[None],
-                      torch.arange(n)[None], torch.ones(n, n, dtype=torch.bool).tril())[0, -1].numpy()
-    on_kernels = FeatureDraft(seq, folder)
-    h8 = on_kernels._sync(IDS + [3])[0]  # every committed row fed with its true feature: the last one's h
-    assert len(on_kernels.ids) == on_kernels.kv.shape[2] == n
-    state = {k: v.numpy() for k, v in head.state_dict().items()}
-    mats = {"fc": ["fc"], "qkv": [f"layer.self_attn.{x}_proj" for x in "qkv"], "o": ["layer.self_attn.o_proj"],
-            "gate_up": ["layer.mlp.gate_proj", "layer.mlp.up_proj"], "down": ["layer.mlp.down_proj"]}
-    in_float = FeatureDraft(seq, folder)
-    monkeypatch.setattr(in_float, "_linear", lambda name, x, res=None: x @ np.concatenate(
-        [state[m + ".weight"] for m in mats[name]]).T + (0 if res is None else res))
-    h = in_float._sync(IDS + [3])[0]
-    assert np.abs(h - theirs).max() < 1e-4 * np.abs(theirs).max()
-    assert np.abs(h8 - theirs).max() < 0.15 * np.abs(theirs).max()  # x and the weights rounded again: Q8_0 blocks
-    assert np.corrcoef(h8, theirs)[0, 1] > 0.99
+                      torch.arange(n)[None], torch.ones(n, n, dtype=torch.bool).tril())[0].numpy()
+    draft = FeatureDraft(seq, folder)
+    h = draft._sync(IDS + [3])  # every committed row fed with its true feature: the last one's h
+    assert len(draft.ids) == draft.kv.shape[2] == n
+    for mine, want in ((h[0], theirs[-1]), (draft._layer(theirs[-1:], np.asarray([5]))[0], None)):
+        if want is None:  # a drafted step: h of the last row stands in for its feature
+            with torch.no_grad():
+                x = torch.cat([torch.zeros(1, seq.d), f, torch.from_numpy(theirs[-1:])])[None]
+                e = torch.from_numpy(seq._embed(np.asarray(IDS + [3, 5])))[None]
+                want = head(x, e, torch.arange(n + 1)[None], torch.ones(n + 1, n + 1, dtype=torch.bool).tril())[0, -1].numpy()
+        assert np.abs(mine - want).max() < 0.15 * np.abs(want).max()  # x and the weights rounded: Q8_0 blocks
+        assert np.corrcoef(mine, want)[0, 1] > 0.99
+
+
+def test_the_c_layer_refuses_what_does_not_fit_and_writes_nothing(seq, saved):
+    import ctypes
+
+    from specviz.runtime.native import build
+
+    draft = FeatureDraft(seq, saved[0])
+    draft._reserve(8)
+    so, x, h = build.lib(), np.ones((2, 2 * D), np.float32), np.full((2, D), 7.0, np.float32)
+    before = draft.cache.copy()
+
+    def call(dims=draft.dims, layer=draft.layer, n=2, start=0, cap=draft.cache.shape[2]):
+        return so.sv_draft_layer(ctypes.byref(dims), ctypes.byref(layer), x.ctypes.data, n, start,
+                                 draft.cache.ctypes.data, cap, draft.cos.ctypes.data, draft.sin.ctypes.data,
+                                 h.ctypes.data, 1)
+
+    bad_dims = build.Dims(*[getattr(draft.dims, f) for f, _ in build.Dims._fields_])
+    bad_dims.nkv = 1  # grouped heads: not this layer's
+    short = build.DLayer(*[getattr(draft.layer, f) for f, _ in build.DLayer._fields_])
+    wrong_rows = build.QMat(draft.mats["o"][1].data, draft.mats["o"][1].type, 48)
+    short.o = ctypes.addressof(wrong_rows)
+    for kwargs in ({"n": 0}, {"start": -1}, {"start": draft.cache.shape[2] - 1}, {"dims": bad_dims},
+                   {"layer": short}):
+        assert call(**kwargs) == -2, kwargs
+    assert np.array_equal(h, np.full((2, D), 7.0)) and np.array_equal(draft.cache, before)
+    assert call() == 0 and not np.array_equal(h, np.full((2, D), 7.0))
 
 
 @pytest.mark.parametrize("k", [1, 3, 6])

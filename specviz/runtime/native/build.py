@@ -75,6 +75,11 @@ class GLayer(ctypes.Structure):
                [(name, ctypes.c_int) for name in ("nqkv", "no", "ngu", "ndown", "sliding")]
 
 
+class DLayer(ctypes.Structure):
+    """A feature draft's Llama layer as sv_draft_layer reads it: one QMat each, its three RMSNorms' weights."""
+    _fields_ = [(name, ctypes.c_void_p) for name in ("fc", "qkv", "o", "gu", "down", "ln_in", "ln_post", "norm")]
+
+
 class GHead(ctypes.Structure):
     _fields_ = [("parts", ctypes.c_void_p), ("norm", ctypes.c_void_p), ("nparts", ctypes.c_int),
                 ("vocab", ctypes.c_int), ("first", ctypes.c_int), ("h", ctypes.c_void_p), ("logits", ctypes.c_void_p),
@@ -121,11 +126,13 @@ def load_library():
     so.sv_quant_block.argtypes = [i, ctypes.POINTER(i), ctypes.POINTER(i)]
     so.sv_gemma_layers.argtypes = [ctypes.POINTER(Dims), p, p, i, p, i, i, i, p, p, p, p, i, p, i]
     so.sv_gemma_layers.restype = i
+    so.sv_draft_layer.argtypes = [ctypes.POINTER(Dims), ctypes.POINTER(DLayer), p, i, i, p, i, p, p, p, i]
+    so.sv_draft_layer.restype = i
     so.sv_qlinear.restype = so.sv_qlinear8.restype = so.sv_qrows.restype = so.sv_qlinear8_available.restype = i
     so.sv_set_pin(os.environ.get(PIN_ENV, "1").strip().lower() not in ("0", "off", "no", "false"))
     so.sv_layers.restype = so.sv_layers_rows.restype = so.sv_panel_width.restype = so.sv_max_head_dim.restype = i
     for name in ("sv_sizeof_dims", "sv_sizeof_layer", "sv_sizeof_head", "sv_sizeof_qmat", "sv_sizeof_glayer",
-                 "sv_sizeof_ghead"):
+                 "sv_sizeof_ghead", "sv_sizeof_dlayer"):
         getattr(so, name).restype = ctypes.c_size_t
     why = disagreement(so)
     return (None, why) if why else (so, None)
@@ -140,7 +147,8 @@ def disagreement(so) -> str | None:
              ("sizeof(Head)", ctypes.sizeof(Head), so.sv_sizeof_head()),
              ("sizeof(QMat)", ctypes.sizeof(QMat), so.sv_sizeof_qmat())]
     pairs += [("sizeof(GLayer)", ctypes.sizeof(GLayer), so.sv_sizeof_glayer()),
-              ("sizeof(GHead)", ctypes.sizeof(GHead), so.sv_sizeof_ghead())]
+              ("sizeof(GHead)", ctypes.sizeof(GHead), so.sv_sizeof_ghead()),
+              ("sizeof(DLayer)", ctypes.sizeof(DLayer), so.sv_sizeof_dlayer())]
     wrong = [f"{name} is {here} here, {there} in stack.c" for name, here, there in pairs if here != there]
     if not wrong:
         return None

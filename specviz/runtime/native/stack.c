@@ -1367,6 +1367,145 @@ static int gemma_fits(const sv_dims *m, const sv_glayer *layers, int nlayers, co
  * its keys and values there: kv[l] is (2 nkv, cap, hd)), then (head not NULL) the final norm and the head. cos/sin:
  * the full layers' RoPE tables, cos_s/sin_s the sliding layers' ((cap, hd) each, sin signed). Returns 0, -1 where
  * scratch memory could not be had, -2 where the arguments cannot be right or the CPU lacks VNNI. */
+/* -- a feature draft's own Llama layer (specviz.slim.FeatureDraft), one call a draft step: fc over [f, e], RMSNorm, q k v,
+ * RoPE (rotate-half, the caller's tables), causal attention over its own cache (heads = kv heads), o plus the
+ * residual, RMSNorm, SiLU(gate) * up, down plus the residual, the final RMSNorm; its matrices on the 8-bit kernels. */
+typedef struct {
+    const sv_qmat *fc, *qkv, *o, *gu, *down; /* one part each: q, k, v side by side; gate, up side by side */
+    const float *ln_in, *ln_post, *norm;     /* RMSNorm weights (x * w) */
+} sv_dlayer;
+
+size_t sv_sizeof_dlayer(void) { return sizeof(sv_dlayer); }
+
+#if QX
+struct draft_job {
+    const sv_dims *m;
+    const sv_dlayer *L;
+    const float *x, *cos, *sin; /* x (n, 2d): [f, e] a row */
+    float *kv, *h, *a, *b, *qkv, *attn, *act;
+    int n, start, cap;
+    float *own[MAXT], *scores[MAXT];
+    uint8_t *u[MAXT];
+    float *qd[MAXT], *qs[MAXT];
+};
+
+static void dmatmul(struct draft_job *g, int tid, int nt, const float *x, int ldx, int K, const sv_qmat *p,
+                    const float *res, float *y, int N) {
+    quantize_rows(x, ldx, g->n, K, g->u[tid], g->qd[tid], g->qs[tid]);
+    struct q8_job j = {g->u[tid], g->qd[tid], g->qs[tid], NULL, res, p, y, g->n, K, 1, N};
+    q8_job_fn(&j, tid, nt);
+}
+
+static void rope_half(float *v, const float *cos, const float *sin, int hd) { /* v cos + rotate_half(v) sin */
+    int half = hd / 2;
+    for (int i = 0; i < half; i++) {
+        float a = v[i], b = v[i + half];
+        v[i] = a * cos[i] - b * sin[i], v[i + half] = b * cos[i + half] + a * sin[i + half];
+    }
+}
+
+/* this thread's heads: RoPE on q and k, k and v into the cache, softmax(q k / sqrt(hd)) v over positions <= each row's */
+static void draft_attend(struct draft_job *g, int tid, int nt) {
+    const sv_dims *m = g->m;
+    int nh = m->nh, hd = m->hd, w = nh * hd, lo, hi;
+    share(tid, nt, nh, &lo, &hi);
+    float *sc = g->scores[tid];
+    for (int hh = lo; hh < hi; hh++) {
+        float *K = g->kv + (size_t)hh * g->cap * hd, *V = g->kv + ((size_t)nh + hh) * g->cap * hd;
+        for (int i = 0; i < g->n; i++) {
+            int pos = g->start + i;
+            float *row = g->qkv + (size_t)i * 3 * w, *q = row + hh * hd;
+            rope_half(q, g->cos + (size_t)pos * hd, g->sin + (size_t)pos * hd, hd);
+            memcpy(K + (size_t)pos * hd, row + w + hh * hd, sizeof(float) * hd);
+            rope_half(K + (size_t)pos * hd, g->cos + (size_t)pos * hd, g->sin + (size_t)pos * hd, hd);
+            memcpy(V + (size_t)pos * hd, row + 2 * w + hh * hd, sizeof(float) * hd);
+        }
+        for (int i = 0; i < g->n; i++) {
+            int span = g->start + i + 1;
+            const float *q = g->qkv + (size_t)i * 3 * w + hh * hd;
+            float top = -INFINITY, total = 0.0f, *out = g->attn + (size_t)i * w + hh * hd;
+            for (int t = 0; t < span; t++) {
+                float dot = 0.0f;
+                for (int c = 0; c < hd; c++) dot += q[c] * K[(size_t)t * hd + c];
+                sc[t] = dot * m->scale, top = sc[t] > top ? sc[t] : top;
+            }
+            for (int t = 0; t < span; t++) sc[t] = vexp(sc[t] - top), total += sc[t];
+            for (int c = 0; c < hd; c++) out[c] = 0.0f;
+            for (int t = 0; t < span; t++)
+                for (int c = 0; c < hd; c++) out[c] += sc[t] / total * V[(size_t)t * hd + c];
+        }
+    }
+}
+
+static void draft_job_fn(void *ctx, int tid, int nt) {
+    struct draft_job *g = ctx;
+    const sv_dims *m = g->m;
+    const sv_dlayer *L = g->L;
+    int n = g->n, d = m->d, I = m->inter, w = m->nh * m->hd, lo, hi;
+    float *own = g->own[tid];
+    dmatmul(g, tid, nt, g->x, 2 * d, 2 * d, L->fc, NULL, g->a, d);
+    barrier(nt);
+    for (int i = 0; i < n; i++) rms_norm(g->a + (size_t)i * d, L->ln_in, d, m->eps, own + (size_t)i * d);
+    dmatmul(g, tid, nt, own, d, d, L->qkv, NULL, g->qkv, 3 * w);
+    barrier(nt);
+    draft_attend(g, tid, nt);
+    barrier(nt);
+    dmatmul(g, tid, nt, g->attn, w, w, L->o, g->a, g->b, d);
+    barrier(nt);
+    for (int i = 0; i < n; i++) rms_norm(g->b + (size_t)i * d, L->ln_post, d, m->eps, own + (size_t)i * d);
+    dmatmul(g, tid, nt, own, d, d, L->gu, NULL, g->act, 2 * I);
+    barrier(nt);
+    share(tid, nt, n, &lo, &hi);
+    for (int i = lo; i < hi; i++) {
+        float *gate = g->act + (size_t)i * 2 * I;
+        for (int c = 0; c < I; c++) gate[c] = gate[c] / (1.0f + vexp(-gate[c])) * gate[I + c];
+    }
+    barrier(nt);
+    dmatmul(g, tid, nt, g->act, 2 * I, I, L->down, g->b, g->a, d);
+    barrier(nt);
+    for (int i = lo; i < hi; i++) rms_norm(g->a + (size_t)i * d, L->norm, d, m->eps, g->h + (size_t)i * d);
+}
+
+static int draft_fits(const sv_dims *m, const sv_dlayer *L) {
+    int d = m->d, w = m->nh * m->hd;
+    return L && m->nh == m->nkv && m->hd % 2 == 0 && m->hd <= MAX_HD && L->ln_in && L->ln_post && L->norm &&
+           int8_parts(L->fc, 1, 2 * d, d) && int8_parts(L->qkv, 1, d, 3 * w) && int8_parts(L->o, 1, w, d) &&
+           int8_parts(L->gu, 1, d, 2 * m->inter) && int8_parts(L->down, 1, m->inter, d);
+}
+#endif
+
+/* h (n, d) of the draft's rows at positions start..start + n - 1, their keys and values written into kv (2, heads,
+ * cap, hd); x (n, 2d) each row's [feature, embedding]. 0; -2 where a shape, part or pointer does not fit (nothing
+ * written) or the CPU lacks VNNI; -1 where scratch memory could not be had. */
+int sv_draft_layer(const sv_dims *m, const sv_dlayer *L, const float *x, int n, int start, float *kv, int cap,
+                   const float *cos, const float *sin, float *h, int nt) {
+#if QX
+    if (!m || !x || !kv || !cos || !sin || !h || n < 1 || start < 0 || (long)start + n > cap || !draft_fits(m, L))
+        return -2;
+    nt = nt < 1 ? 1 : nt > MAXT ? MAXT : nt;
+    int d = m->d, I = m->inter, w = m->nh * m->hd, K = 2 * d > I ? 2 * d : I;
+    K = w > K ? w : K;
+    size_t shared = (size_t)n * (2 * d + 4 * w + 2 * I), per = (size_t)n * d + cap + 2 * (size_t)n * (K / 64) * 16 +
+                    ((size_t)n * K + 3) / 4;
+    float *buf = malloc(sizeof(float) * (shared + nt * per));
+    if (!buf) return -1;
+    struct draft_job g = {.m = m, .L = L, .x = x, .cos = cos, .sin = sin, .kv = kv, .h = h, .n = n, .start = start,
+                          .cap = cap};
+    g.a = buf, g.b = g.a + (size_t)n * d, g.qkv = g.b + (size_t)n * d, g.attn = g.qkv + (size_t)n * 3 * w;
+    g.act = g.attn + (size_t)n * w;
+    for (int t = 0; t < nt; t++) {
+        g.own[t] = buf + shared + t * per, g.scores[t] = g.own[t] + (size_t)n * d, g.qd[t] = g.scores[t] + cap;
+        g.qs[t] = g.qd[t] + (size_t)n * (K / 64) * 16, g.u[t] = (uint8_t *)(g.qs[t] + (size_t)n * (K / 64) * 16);
+    }
+    run(draft_job_fn, &g, nt);
+    free(buf);
+    return 0;
+#else
+    (void)m, (void)L, (void)x, (void)n, (void)start, (void)kv, (void)cap, (void)cos, (void)sin, (void)h, (void)nt;
+    return -2;
+#endif
+}
+
 int sv_gemma_layers(const sv_dims *m, const sv_glayer *layers, float *const *kv, int nlayers, float *x, int n, int start,
                     int cap, const float *cos, const float *sin, const float *cos_s, const float *sin_s, int window,
                     sv_ghead *head, int nt) {
