@@ -202,8 +202,8 @@ def load(args, loader):
     if args.forward == "slim-c":
         from specviz.runtime.gemma_sequence import GemmaSequence
 
-        seq = GemmaSequence.from_gguf(args.gguf, threads=args.threads)
-        return seq, loader.tokenizer(args.gguf.parent, args.gguf.name), "slim-c", "asked for"
+        tok = loader.tokenizer(args.gguf.parent, args.gguf.name)  # first: its build's peak is freed before the model
+        return GemmaSequence.from_gguf(args.gguf, threads=args.threads), tok, "slim-c", "asked for"
     import torch
 
     torch.set_num_threads(args.threads)

@@ -159,7 +159,10 @@ def load_side(args):
         from specviz.runtime import gguf as loader
         from specviz.runtime.gemma_sequence import GemmaSequence
 
-        seq, tok = GemmaSequence.from_gguf(args.gguf, threads=args.threads), loader.tokenizer(args.gguf.parent, args.gguf.name)
+        # the tokenizer first: building its 262,144 pieces peaks some 250 MB above what it keeps, freed before the
+        # model's matrices are read in
+        tok = loader.tokenizer(args.gguf.parent, args.gguf.name)
+        seq = GemmaSequence.from_gguf(args.gguf, threads=args.threads)
         encoder = Encoder(tok)
         print(f"specviz load (slim on its C stack, the tokenizer on `tokenizers`): {time.perf_counter() - t0:.1f} s, "
               f"resident {vm(key='VmRSS'):.0f} MB")

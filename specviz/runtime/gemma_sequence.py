@@ -26,6 +26,7 @@ from .native import build
 from .native.build import need
 
 FIRST_CAPACITY = 256
+SLAB = 4096  # rows of a matrix regrouped at a time (whole groups of 16)
 STALL, STALLS = 4.0, 3  # a pass this many times its fastest, this many times: one thread from then on
 
 
@@ -94,22 +95,27 @@ class Weights:
         return ctypes.addressof(arr)
 
     def regrouped(self, name: str, cols: int):
-        """The matrix regrouped by 16 rows (``build.REGROUPED``: Q5_0, Q8_0 and Q4_K, the same weights read 16 rows a vector
-        operation) as a QMat, or None where its type has no such layout or its rows are not whole groups of 16. Read
-        through the file mapping of its own that __init__ closes, so the file's pages it read are not left in this
-        process's resident set."""
+        """The matrix regrouped by 16 rows (``build.REGROUPED``: Q5_0, Q8_0 and Q4_K, the same weights read 16 rows a
+        vector operation) as a QMat, or None where its type has no such layout or its rows are not whole groups of
+        16. Read a slab at a time through the file mapping of its own that __init__ closes, each slab's pages given
+        back once read, so the file's bytes and their regrouped copy are never both resident."""
         t, shape, offset = self.header.tensors[name]
         kind = GGUF_TYPES.get(t)
         if kind not in build.REGROUPED or shape[1] % 16 or shape[0] != cols or cols % build.REGROUPED[kind][1]:
             return None
         rtype, block, size, per = build.REGROUPED[kind]
-        rows = shape[1]
-        out = np.empty(int(rows // 16 * cols * per), dtype=np.uint8)
-        src = np.frombuffer(self.source, dtype=np.uint8, count=rows * cols // block * size, offset=offset)
-        repack = getattr(self.so, f"sv_repack_{kind.lower()}_r16")
-        done = repack(src.ctypes.data, rows, cols, out.ctypes.data)
-        del src
-        need(done == 0, f"the C stack refused to regroup {name}")
+        rows, row_bytes, group_bytes = shape[1], cols // block * size, int(cols * per)  # bytes a group of 16 rows
+        out = np.empty((rows // 16, group_bytes), dtype=np.uint8)
+        repack, page = getattr(self.so, f"sv_repack_{kind.lower()}_r16"), mmap.PAGESIZE
+        for r0 in range(0, rows, SLAB):
+            r1 = min(rows, r0 + SLAB)
+            src = np.frombuffer(self.source, dtype=np.uint8, count=(r1 - r0) * row_bytes, offset=offset + r0 * row_bytes)
+            done = repack(src.ctypes.data, r1 - r0, cols, out[r0 // 16:].ctypes.data)
+            del src
+            need(done == 0, f"the C stack refused to regroup {name}")
+            lo, hi = (offset + r0 * row_bytes) // page * page, (offset + r1 * row_bytes) // page * page
+            if hi > lo:
+                self.source.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
         self.keep.append(out)
         return build.QMat(out.ctypes.data, rtype, rows)
 
