@@ -37,9 +37,9 @@ MAX_HEAD_DIM = 512  # stack.c's rope keeps a head on the stack
 INT8_TYPES = ("Q4_0", "Q5_0", "Q8_0", "Q4_K", "Q6_K")  # the GGML types sv_qlinear8 unpacks (rows of whole 64s)
 Q5_0_R16, Q8_0_R16, Q4_K_R16 = 1006, 1008, 1012  # stack.c's own types: Q5_0, Q8_0 and Q4_K regrouped by 16 rows
 # (sv_repack_*_r16), read by sv_qlinear8 alone
+# each regrouped GGML type -> (its id, a block's columns and bytes, regrouped bytes per 16 rows and column)
 REGROUPED = {"Q5_0": (Q5_0_R16, 32, 22, 352 / 32), "Q8_0": (Q8_0_R16, 32, 34, 576 / 32),
-             "Q4_K": (Q4_K_R16, 256, 144, 2368 / 256)}  # type: (its id, a block's columns and bytes, regrouped bytes
-# per 16 rows and column)
+             "Q4_K": (Q4_K_R16, 256, 144, 2368 / 256)}
 _state: dict = {}
 _lock = threading.Lock()
 
