@@ -1021,6 +1021,28 @@ static inline __m512i bcast4(const uint8_t *p) { /* vpbroadcastd from memory: a 
     return _mm512_set1_epi32(*(const int32_any *)p);
 }
 
+/* a row of x's 8 runs of 4 bytes (one block) against a group's 8 runs of weights, in two chains, from start */
+static inline __attribute__((always_inline)) __m512i r16_dot(__m512i start, const uint8_t *ux, const __m512i *w) {
+    __m512i even = start, odd = _mm512_setzero_si512();
+    for (int i = 0; i < 8; i += 2) { /* 4 bytes of x broadcast straight from memory */
+        even = _mm512_dpbusd_epi32(even, bcast4(ux + 4 * i), w[i]);
+        odd = _mm512_dpbusd_epi32(odd, bcast4(ux + 4 * i + 4), w[i + 1]);
+    }
+    return _mm512_add_epi32(even, odd);
+}
+
+/* a group's 16 outputs of each row of x, bias and residual added */
+static inline __attribute__((always_inline)) void r16_store(const int R, const struct q8_job *j, const __m512 *acc,
+                                                            int c0, int g, int r0) {
+    for (int r = 0; r < R; r++) {
+        size_t at = (size_t)(r0 + r) * j->N + c0 + 16 * g;
+        __m512 v = acc[r];
+        if (j->b) v = _mm512_add_ps(v, _mm512_loadu_ps(j->b + c0 + 16 * g));
+        if (j->res) v = _mm512_add_ps(v, _mm512_loadu_ps(j->res + at));
+        _mm512_storeu_ps(j->y + at, v);
+    }
+}
+
 #define R16_BLOCK 576
 #define MR16 8
 
@@ -1040,24 +1062,12 @@ static inline __attribute__((always_inline)) void q8r16_r(const int R, const str
             __m512i w[8];
             for (int i = 0; i < 8; i++) w[i] = _mm512_loadu_si512((const void *)(blk + 64 + 64 * i));
             for (int r = 0; r < R; r++) {
-                const uint8_t *ux = j->u + (size_t)(r0 + r) * K + 32 * b;
-                __m512i even = start, odd = _mm512_setzero_si512();
-                for (int i = 0; i < 8; i += 2) { /* 4 bytes of x broadcast straight from memory */
-                    even = _mm512_dpbusd_epi32(even, bcast4(ux + 4 * i), w[i]);
-                    odd = _mm512_dpbusd_epi32(odd, bcast4(ux + 4 * i + 4), w[i + 1]);
-                }
+                __m512i dot = r16_dot(start, j->u + (size_t)(r0 + r) * K + 32 * b, w);
                 float dx = j->d[((size_t)(r0 + r) * C + b / 2) * 16 + (b % 2) * 8];
-                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(even, odd)),
-                                         _mm512_mul_ps(sc, _mm512_set1_ps(dx)), acc[r]);
+                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(sc, _mm512_set1_ps(dx)), acc[r]);
             }
         }
-        for (int r = 0; r < R; r++) {
-            size_t at = (size_t)(r0 + r) * j->N + c0 + 16 * g;
-            __m512 v = acc[r];
-            if (j->b) v = _mm512_add_ps(v, _mm512_loadu_ps(j->b + c0 + 16 * g));
-            if (j->res) v = _mm512_add_ps(v, _mm512_loadu_ps(j->res + at));
-            _mm512_storeu_ps(j->y + at, v);
-        }
+        r16_store(R, j, acc, c0, g, r0);
     }
 }
 
@@ -1099,26 +1109,15 @@ static inline __attribute__((always_inline)) void q4k16_r(const int R, const str
                         ca = _mm512_dpbusd_epi32(ca, c128, w[i]), cb = _mm512_dpbusd_epi32(cb, c128, w[i + 1]);
                     __m512i start = _mm512_sub_epi32(zero, _mm512_add_epi32(ca, cb)); /* -128 sum(q) */
                     for (int r = 0; r < R; r++) {
-                        const uint8_t *ux = j->u + (size_t)(r0 + r) * K + 32 * b;
-                        __m512i even = start, odd = zero;
-                        for (int i = 0; i < 8; i += 2) { /* 4 bytes of x broadcast straight from memory */
-                            even = _mm512_dpbusd_epi32(even, bcast4(ux + 4 * i), w[i]);
-                            odd = _mm512_dpbusd_epi32(odd, bcast4(ux + 4 * i + 4), w[i + 1]);
-                        }
-                        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(even, odd)),
-                                                 _mm512_mul_ps(scv, _mm512_set1_ps(dxb[r][b])), acc[r]);
+                        __m512i dot = r16_dot(start, j->u + (size_t)(r0 + r) * K + 32 * b, w);
+                        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(scv, _mm512_set1_ps(dxb[r][b])),
+                                                 acc[r]);
                         acc[r] = _mm512_fnmadd_ps(mnv, _mm512_set1_ps(sxb[r][b]), acc[r]);
                     }
                 }
             }
         }
-        for (int r = 0; r < R; r++) {
-            size_t at = (size_t)(r0 + r) * j->N + c0 + 16 * g;
-            __m512 v = acc[r];
-            if (j->b) v = _mm512_add_ps(v, _mm512_loadu_ps(j->b + c0 + 16 * g));
-            if (j->res) v = _mm512_add_ps(v, _mm512_loadu_ps(j->res + at));
-            _mm512_storeu_ps(j->y + at, v);
-        }
+        r16_store(R, j, acc, c0, g, r0);
     }
 }
 
@@ -1150,24 +1149,12 @@ static inline __attribute__((always_inline)) void q5r16_r(const int R, const str
                 ca = _mm512_dpbusd_epi32(ca, c128, w[i]), cb = _mm512_dpbusd_epi32(cb, c128, w[i + 1]);
             __m512i start = _mm512_sub_epi32(zero, _mm512_add_epi32(ca, cb)); /* u = q + 128: -128 sum(w) */
             for (int r = 0; r < R; r++) {
-                const uint8_t *ux = j->u + (size_t)(r0 + r) * K + 32 * b;
-                __m512i even = start, odd = zero;
-                for (int i = 0; i < 8; i += 2) { /* 4 bytes of x broadcast straight from memory */
-                    even = _mm512_dpbusd_epi32(even, bcast4(ux + 4 * i), w[i]);
-                    odd = _mm512_dpbusd_epi32(odd, bcast4(ux + 4 * i + 4), w[i + 1]);
-                }
+                __m512i dot = r16_dot(start, j->u + (size_t)(r0 + r) * K + 32 * b, w);
                 float dx = j->d[((size_t)(r0 + r) * C + b / 2) * 16 + (b % 2) * 8];
-                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(even, odd)),
-                                         _mm512_mul_ps(sc, _mm512_set1_ps(dx)), acc[r]);
+                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(sc, _mm512_set1_ps(dx)), acc[r]);
             }
         }
-        for (int r = 0; r < R; r++) {
-            size_t at = (size_t)(r0 + r) * j->N + c0 + 16 * g;
-            __m512 v = acc[r];
-            if (j->b) v = _mm512_add_ps(v, _mm512_loadu_ps(j->b + c0 + 16 * g));
-            if (j->res) v = _mm512_add_ps(v, _mm512_loadu_ps(j->res + at));
-            _mm512_storeu_ps(j->y + at, v);
-        }
+        r16_store(R, j, acc, c0, g, r0);
     }
 }
 
