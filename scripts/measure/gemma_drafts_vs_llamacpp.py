@@ -4,7 +4,7 @@ against llama.cpp's speculative decoding of the same file, side by side in one r
 Every call of every side is interleaved prompt by prompt (the order rotated each prompt), at greedy and T = 0.8, on
 the same threads. specviz's side: its autoregressive decode and each draft (prompt lookup; an n-gram of Gemma's own
 greedy text with --ngram; on slim-c a feature draft trained for the file with --feature-draft, at each --feature-k
-and --feature-stop) on one forward (``--forward``; default: the faster on one-row passes here of its lean one
+and --feature-min-q) on one forward (``--forward``; default: the faster on one-row passes here of its lean one
 and llama.cpp's through llama-cpp-python). llama.cpp's side: one llama-server per speculative setting
 (``--spec-types``: each type at its own defaults and, for the lookup types, matching 3 tokens and drafting k) and one
 without speculation, all started before the first call and idle between theirs. Greedy output of each specviz draft
@@ -36,6 +36,7 @@ sys.path[:0] = [str(HERE.parents[1]), str(HERE)]
 from gemma_vs_llamacpp import PROMPTS, choose_forward  # noqa: E402
 from hostline import host_line, load_average  # noqa: E402
 
+SETTLE = 0.3  # seconds after each llama-server call (its threads poll for work before they sleep)
 SPEC_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
 SHORT_LOOKUPS = ("ngram-simple", "ngram-map-k", "ngram-map-k4v")  # also run matching 3 tokens, drafting k
 
@@ -88,6 +89,7 @@ def server_call(port: int, tok, text: str, temperature: float, n: int, seed: int
     r = post(f"http://127.0.0.1:{port}/completion", body)
     t = r["timings"]
     rate = t.get("draft_n_accepted", 0) / t["draft_n"] if t.get("draft_n") else float("nan")
+    time.sleep(SETTLE)  # the server's threads poll for work a while after a request: the next call waits them out
     return list(r["tokens"]), t["predicted_per_second"], rate
 
 
@@ -108,7 +110,7 @@ def start_servers(args) -> dict[str, tuple[int, object]]:
 
 def drafts(args, model) -> dict[str, tuple[object, int, float]]:
     """{name: (drafter, k, draft_stop)} of specviz's side: prompt lookup at --k; on slim-c a feature draft
-    (--feature-draft) at each of --feature-k and --feature-stop; on the torch decoder an n-gram table (--ngram)."""
+    (--feature-draft) at each of --feature-k and --feature-min-q; on the torch decoder an n-gram table (--ngram)."""
     if args.forward == "slim-c":
         from specviz import slim
 
@@ -117,8 +119,8 @@ def drafts(args, model) -> dict[str, tuple[object, int, float]]:
         out = {"prompt lookup": (slim.Lookup(), args.k, 0.0)}
         if args.feature_draft:
             draft = slim.FeatureDraft(model, args.feature_draft)
-            out.update({f"feature draft k={k}" + (f" stop={s:g}" if s else ""): (draft, k, s)
-                        for k in args.feature_k for s in args.feature_stop})
+            out.update({f"feature draft k={k}" + (f" min q={s:g}" if s else ""): (draft, k, s)
+                        for k in args.feature_k for s in args.feature_min_q})
         return out
     if args.feature_draft:
         raise SystemExit("--feature-draft runs on slim-c (specviz.slim on the C stack)")
@@ -163,8 +165,9 @@ def main(argv=None) -> None:
     ap.add_argument("--feature-draft", type=Path, default=None, help="a feature draft's folder for slim-c "
                     "(scripts/train/train_gemma_feature_draft.py)")
     ap.add_argument("--feature-k", type=int, nargs="+", default=[3], help="the feature draft's k, each a side")
-    ap.add_argument("--feature-stop", type=float, nargs="+", default=[0.0],
-                    help="its confidence thresholds (DecodeConfig.draft_stop), each a side")
+    ap.add_argument("--feature-min-q", type=float, nargs="+", default=[0.0],
+                    help="its confidence thresholds (DecodeConfig.draft_stop: a chain ends at a token whose q is "
+                         "below it), each a side")
     ap.add_argument("--port", type=int, default=18617)
     ap.add_argument("--forward", choices=("lean", "llamacpp", "slim-c"), default=None,
                     help="slim-c: specviz.slim (numpy) on specviz's C stack (runtime.gemma_sequence), no torch")
@@ -194,6 +197,9 @@ def main(argv=None) -> None:
             proc.terminate()
             proc.wait()
     report(rows, checks, args)
+    if forward == "slim-c":  # a sequence whose passes stalled runs on one thread from then on: said
+        print(f"slim-c threads at the end: the sequence {model.threads}, the feature draft "
+              f"{', '.join(str(d.threads) for d, _, _ in mine.values() if hasattr(d, 'threads')) or '-'}")
 
 
 def load(args, loader):

@@ -16,6 +16,7 @@ match) and the vocabulary's coverage of their tokens are logged before and after
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import platform
 import sys
@@ -205,14 +206,17 @@ def main(argv=None) -> None:
     head, scorer = FeatureHead(cfg), HeldOut(seq, d2t, test, args.window)
     before = scorer.score(head.eval(), embed, E, args.ttt)
     print(f"coverage of held-out tokens by {args.vocab} ids: {covered:.4f}; before: {before}", flush=True)
-    steps = train(head, embed, E, Batches(train_set, args.window, args.batch, np.random.default_rng(args.seed)), args)
+    batches = Batches(train_set, args.window, args.batch, np.random.default_rng(args.seed))
+    steps = train(head, embed, E, batches, args)
     after = scorer.score(head.eval(), embed, E, args.ttt)
     print(f"after {steps} steps: {after}", flush=True)
     log = {"command": " ".join(sys.argv), "host": platform.node(),
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "steps": steps,
-           "tokens_seen": steps * args.batch * args.window, "train_samples": len(train_set),
-           "train_tokens": int(sum(len(t) for t, _ in train_set)), "coverage": round(covered, 4),
+           "tokens_seen": steps * args.batch * args.window, "train_samples": len(batches.samples),  # at the end
+           "train_tokens": int(sum(len(t) for t, _ in batches.samples)), "coverage": round(covered, 4),
            "held_out_before": before, "held_out_after": after}
+    if (args.data / "run.json").is_file():
+        log["recorded"] = json.loads((args.data / "run.json").read_text())
     save_draft(head, d2t, cfg, args.out, log)
     print(f"saved {args.out}")
 

@@ -14,15 +14,17 @@ def usable_cpus() -> int:
 
 class StallWatch:
     """Passes timed by row count: ``stalled`` says yes once ``count`` passes took over ``factor`` times the fastest
-    pass of their row count seen before them (the first of a row count has nothing to be compared with)."""
+    pass of their row count seen before them, and over ``floor`` seconds (calls of a fraction of a millisecond
+    vary by more than the factor with the host's scheduling alone); the first of a row count has nothing to be
+    compared with."""
 
-    def __init__(self, factor: float, count: int):
-        self.factor, self.count = factor, count
+    def __init__(self, factor: float, count: int, floor: float = 0.0):
+        self.factor, self.count, self.floor = factor, count, floor
         self.fastest: dict[int, float] = {}  # rows -> the fastest pass of that many rows seen
         self.stalls = 0
 
     def stalled(self, rows: int, seconds: float) -> bool:
         best = self.fastest.get(rows)
         self.fastest[rows] = seconds if best is None else min(best, seconds)
-        self.stalls += best is not None and seconds > self.factor * best
+        self.stalls += best is not None and seconds > max(self.factor * best, self.floor)
         return self.stalls >= self.count

@@ -30,6 +30,7 @@ FILE, CONFIG = "feature-draft.safetensors", "feature-draft.json"
 SCALE = ".int8_scale"  # runtime.int8's name for a matrix's row scales (not imported: that module needs torch)
 Q8_0 = BLOCKS["Q8_0"][0]
 MATRICES = ("fc", "qkv", "o", "gate_up", "down")
+STALL_FLOOR = 0.002  # seconds: a draft step's call (about 0.2 ms) counts as stalled only past this too
 
 
 def save_draft(head, d2t, config, folder: Path, log: dict) -> Path:
@@ -116,8 +117,8 @@ class FeatureDraft:
         self.ids: list[int] = []  # the committed tokens whose rows (true features) the draft's cache holds
         self.vocab = int(target.vocab)
         self.threads = int(threads or target.threads)
-        self.stalls = StallWatch(STALL, STALLS)  # its ~15 small calls a round each wait at a barrier: on a busy host
-        # two threads can cost it many times one
+        self.stalls = StallWatch(STALL, STALLS, STALL_FLOOR)  # a step's call waits at barriers: on a busy host two
+        # threads can cost it many times one
 
     def _check(self, state: dict, inter: int) -> None:
         d, w = self.d, self.nh * self.hd

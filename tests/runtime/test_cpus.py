@@ -1,0 +1,18 @@
+"""runtime.cpus.StallWatch: passes compared with the fastest of their row count, a stall counted past the factor and
+the floor both, the verdict once enough have been counted."""
+from specviz.runtime.cpus import StallWatch, usable_cpus
+
+
+def test_a_stall_is_counted_past_the_factor_and_the_floor():
+    watch = StallWatch(4.0, 2, floor=0.002)
+    assert not watch.stalled(1, 0.0002)  # the first of its row count: nothing to compare with
+    assert not watch.stalled(1, 0.0009) and watch.stalls == 0  # 4.5x, but under the floor: the host's jitter
+    assert not watch.stalled(5, 0.01) and not watch.stalled(5, 0.03) and watch.stalls == 0  # 3x: within the factor
+    assert not watch.stalled(1, 0.003) and watch.stalls == 1  # 15x and over the floor
+    assert watch.stalled(5, 0.05)  # the second: stalled
+
+
+def test_without_a_floor_the_factor_alone_decides():
+    watch = StallWatch(4.0, 1)
+    watch.stalled(3, 0.0001)
+    assert watch.stalled(3, 0.0005) and usable_cpus() >= 1
