@@ -36,7 +36,6 @@ class Weights:
     def __init__(self, path: Path, config: dict):
         self.header, self.map = Header(path), np.memmap(path, dtype=np.uint8, mode="r")
         self.keep: list = []
-        self.so = build.lib()
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as self.source:
             self._read(config)
         del self.source
@@ -103,16 +102,14 @@ class Weights:
         kind = GGUF_TYPES.get(t)
         if kind not in build.REGROUPED or shape[1] % 16 or shape[0] != cols or cols % build.REGROUPED[kind][1]:
             return None
-        rtype, block, size, per = build.REGROUPED[kind]
-        rows, row_bytes, group_bytes = shape[1], cols // block * size, int(cols * per)  # bytes a group of 16 rows
-        out = np.empty((rows // 16, group_bytes), dtype=np.uint8)
-        repack, page = getattr(self.so, f"sv_repack_{kind.lower()}_r16"), mmap.PAGESIZE
+        rtype, block, size, _ = build.REGROUPED[kind]
+        rows, row_bytes, page = shape[1], cols // block * size, mmap.PAGESIZE
+        out = np.empty((rows // 16, build.regrouped_bytes(kind, 16, cols)), dtype=np.uint8)  # a group of 16 rows a row
         for r0 in range(0, rows, SLAB):
             r1 = min(rows, r0 + SLAB)
             src = np.frombuffer(self.source, dtype=np.uint8, count=(r1 - r0) * row_bytes, offset=offset + r0 * row_bytes)
-            done = repack(src.ctypes.data, r1 - r0, cols, out[r0 // 16:].ctypes.data)
+            build.regroup(kind, src.ctypes.data, r1 - r0, cols, out[r0 // 16:].ctypes.data)
             del src
-            need(done == 0, f"the C stack refused to regroup {name}")
             lo, hi = (offset + r0 * row_bytes) // page * page, (offset + r1 * row_bytes) // page * page
             if hi > lo:
                 self.source.madvise(mmap.MADV_DONTNEED, lo, hi - lo)

@@ -13,6 +13,17 @@ from ..drafts.pairing import PADDING, PADDING_ROWS
 from . import sampling as S
 
 
+def shared_prefix(held: list[int], committed: list[int]) -> int:
+    """How many of a draft's cached tokens it keeps: the prefix they share with the committed text, but never the
+    last committed token, which is fed again (its output gives the first q)."""
+    n = 0
+    for a, b in zip(held, committed):
+        if a != b:
+            break
+        n += 1
+    return min(n, len(committed) - 1)
+
+
 class Lookup:
     """Prompt lookup (``specviz.PromptLookupDrafter``'s match, named as it): what followed the latest earlier match of
     the context's last n-gram, n from max_ngram down to min_ngram. Deterministic, so q is a point mass."""
@@ -67,12 +78,7 @@ class ModelDraft:
 
     def _sync(self, committed: list[int]) -> np.ndarray:
         """The draft's cache rolled back to what it shares with ``committed`` and the rest fed: the logits after it."""
-        n = 0
-        for a, b in zip(self.ids, committed):
-            if a != b:
-                break
-            n += 1
-        n = min(n, len(committed) - 1)  # the last committed token is fed again: its logits are the first q
+        n = shared_prefix(self.ids, committed)
         self.fwd.crop(n)
         del self.ids[n:]
         return self._feed(committed[n:])

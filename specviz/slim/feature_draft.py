@@ -25,10 +25,10 @@ from ..runtime.gguf_header import BLOCKS
 from ..runtime.native import build
 from ..runtime.native.build import need
 from . import sampling as S
+from .drafts import shared_prefix
 
 FILE, CONFIG = "feature-draft.safetensors", "feature-draft.json"
 SCALE = ".int8_scale"  # runtime.int8's name for a matrix's row scales (not imported: that module needs torch)
-Q8_0 = BLOCKS["Q8_0"][0]
 MATRICES = ("fc", "qkv", "o", "gate_up", "down")
 STALL_FLOOR = 0.002  # seconds: a draft step's call (about 0.2 ms) counts as stalled only past this too
 
@@ -117,6 +117,7 @@ class FeatureDraft:
         self.ids: list[int] = []  # the committed tokens whose rows (true features) the draft's cache holds
         self.vocab = int(target.vocab)
         self.threads = int(threads or target.threads)
+        self._q: np.ndarray | None = None  # q's rows over the target's vocabulary (_q_rows)
         self.stalls = StallWatch(STALL, STALLS, STALL_FLOOR)  # a step's call waits at barriers: on a busy host two
         # threads can cost it many times one
 
@@ -138,14 +139,13 @@ class FeatureDraft:
              f"the feature draft's d2t must be ascending ids of the target's {self.target.vocab:,}")
 
     def _qmat(self, rows: np.ndarray, kind: str = "Q8_0"):
-        """(its bytes, a QMat): Q8_0 regrouped by 16 rows where they are whole groups (``build.REGROUPED``)."""
+        """(its bytes, a QMat): regrouped by 16 rows where its type has that layout and they are whole groups."""
         rows = np.ascontiguousarray(rows)
         n, cols = rows.shape[0], rows.shape[1] // BLOCKS[kind][2] * BLOCKS[kind][1]
-        if kind == "Q8_0" and n % 16 == 0:
-            out = np.empty(int(n // 16 * cols * build.REGROUPED[kind][3]), dtype=np.uint8)
-            need(self.so.sv_repack_q8_0_r16(rows.ctypes.data, n, cols, out.ctypes.data) == 0,
-                 "the C stack refused to regroup the feature draft's matrix")
-            return out, build.QMat(out.ctypes.data, build.Q8_0_R16, n)
+        if kind in build.REGROUPED and n % 16 == 0 and cols % build.REGROUPED[kind][1] == 0:
+            out = np.empty(build.regrouped_bytes(kind, n, cols), dtype=np.uint8)
+            build.regroup(kind, rows.ctypes.data, n, cols, out.ctypes.data)
+            return out, build.QMat(out.ctypes.data, build.REGROUPED[kind][0], n)
         return rows, build.QMat(rows.ctypes.data, BLOCKS[kind][0], n)
 
     def fits(self, vocab: int) -> str | None:
@@ -153,13 +153,14 @@ class FeatureDraft:
             return f"this feature draft was bound to a target of {self.vocab:,} tokens, not {vocab:,}"
         return None
 
-    def _linear(self, name, x: np.ndarray, res: np.ndarray | None = None) -> np.ndarray:
-        rows, mat = self.head if name == "head" else self.mats[name]
-        x = np.ascontiguousarray(x, dtype=np.float32)
-        y = np.empty((len(x), mat.rows), dtype=np.float32)
-        done = self.so.sv_qlinear8(x.ctypes.data, len(x), x.shape[1], ctypes.byref(mat), 1, None,
-                                   None if res is None else res.ctypes.data, y.ctypes.data, self.threads)
-        need(done == 0, "the C stack's 8-bit kernel refused the feature draft's matrix")
+    def _head(self, h: np.ndarray) -> np.ndarray:
+        """The pruned head's logits of rows h (n, d), over the draft's ids."""
+        rows, mat = self.head
+        h = np.ascontiguousarray(h, dtype=np.float32)
+        y = np.empty((len(h), mat.rows), dtype=np.float32)
+        done = self.so.sv_qlinear8(h.ctypes.data, len(h), h.shape[1], ctypes.byref(mat), 1, None, None, y.ctypes.data,
+                                   self.threads)
+        need(done == 0, "the C stack's 8-bit kernel refused the feature draft's head")
         return y
 
     @property
@@ -205,12 +206,7 @@ class FeatureDraft:
     def _sync(self, committed: list[int]) -> np.ndarray:
         """The draft's cache rolled back to the committed rows it shares and the rest fed with their true features:
         h at the last committed token (standing in for its feature)."""
-        n = 0
-        for a, b in zip(self.ids, committed):
-            if a != b:
-                break
-            n += 1
-        n = min(n, len(committed) - 1)
+        n = shared_prefix(self.ids, committed)
         self.length = n
         del self.ids[n:]
         f = self.target.features()
@@ -226,7 +222,7 @@ class FeatureDraft:
         h = self._sync(committed)
         xs, rows = [], self._q_rows(k) if cfg.record or not cfg.greedy else None
         for i in range(k):
-            logits = self._linear("head", h)[0]
+            logits = self._head(h)[0]
             need_q = rows is not None or cfg.draft_stop > 0 or not (cfg.greedy or cfg.draft_greedy)
             q_small = S.logits_to_probs(logits[None], cfg.temperature, cfg.top_k, cfg.top_p)[0] if need_q else None
             j = int(logits.argmax()) if cfg.greedy or cfg.draft_greedy else S.sample(q_small, rng)
@@ -242,6 +238,6 @@ class FeatureDraft:
     def _q_rows(self, k: int) -> np.ndarray:
         """k rows of q over the target's vocabulary, zero off the draft's ids: one buffer kept across rounds (only the
         draft's ids are ever written, so it stays zero elsewhere)."""
-        if getattr(self, "_q", None) is None or len(self._q) < k:
+        if self._q is None or len(self._q) < k:
             self._q = np.zeros((k, self.vocab), dtype=np.float32)
         return self._q

@@ -117,9 +117,8 @@ def regrouped(kind: str, data: np.ndarray, rows: int, cols: int) -> np.ndarray:
     from specviz.runtime.native import build
 
     src = np.ascontiguousarray(data)
-    out = np.empty(int(rows // 16 * cols * build.REGROUPED[kind][3]), dtype=np.uint8)
-    repack = getattr(build.lib(), f"sv_repack_{kind.lower()}_r16")
-    assert repack(src.ctypes.data, rows, cols, out.ctypes.data) == 0
+    out = np.empty(build.regrouped_bytes(kind, rows, cols), dtype=np.uint8)
+    build.regroup(kind, src.ctypes.data, rows, cols, out.ctypes.data)
     return out
 
 

@@ -155,6 +155,18 @@ def disagreement(so) -> str | None:
     return f"specviz/runtime/native/library.py and stack.c disagree ({'; '.join(wrong)}): the lean forward runs on torch"
 
 
+def regrouped_bytes(kind: str, rows: int, cols: int) -> int:
+    """Bytes of a ``kind`` matrix of rows x cols in its layout regrouped by 16 rows (``REGROUPED``)."""
+    return int(rows // 16 * cols * REGROUPED[kind][3])
+
+
+def regroup(kind: str, src: int, rows: int, cols: int, dst: int) -> None:
+    """The GGML bytes of ``rows`` rows at address src into ``REGROUPED[kind]``'s layout at dst (stack.c's
+    sv_repack_*_r16); ValueError where C refuses them (rows not whole groups of 16, columns not whole blocks)."""
+    need(getattr(lib(), f"sv_repack_{kind.lower()}_r16")(src, rows, cols, dst) == 0,
+         f"the C stack refused to regroup {rows} x {cols} {kind} weights")
+
+
 def need(ok: bool, message: str) -> None:
     """The C boundary's check: a ValueError with the message unless ok (before any pointer reaches C)."""
     if not ok:
