@@ -1043,24 +1043,47 @@ static inline __attribute__((always_inline)) void r16_store(const int R, const s
     }
 }
 
-#define R16_BLOCK 576
+#define R16_BLOCK 576 /* a regrouped Q8_0 block of 16 rows: scales, sums of weights, 8 runs of 64 bytes */
+#define R16_Q5 352    /* a regrouped Q5_0 block of 16 rows: scales, high-bit masks, 4 loads of nibbles */
 #define MR16 8
 
-static inline __attribute__((always_inline)) void q8r16_r(const int R, const struct q8_job *j, const sv_qmat *p,
-                                                          int c0, int g0, int g1, int r0) {
-    int K = j->K, nb = K / 32, C = K / 64;
+/* A regrouped block of 16 rows, Q8_0 or Q5_0: its 8 runs of int8 weights into w, and each lane's start, -128 sum(w)
+ * (x is taken as u = q + 128). Q8_0 reads its runs and stored sums; Q5_0 unpacks its 5-bit weights (nibble, plus 16
+ * where the high bit is set, minus 16) and sums them. */
+static inline __attribute__((always_inline)) __m512i r16_block(const int type, const uint8_t *blk, __m512i *w) {
+    const __m512i zero = _mm512_setzero_si512();
+    if (type == SV_Q8_0_R16) {
+        for (int i = 0; i < 8; i++) w[i] = _mm512_loadu_si512((const void *)(blk + 64 + 64 * i));
+        return _mm512_sub_epi32(zero, _mm512_slli_epi32(
+            _mm512_cvtepi16_epi32(_mm256_loadu_si256((const void *)(blk + 32))), 7));
+    }
+    const __m512i nib = _mm512_set1_epi8(0x0F), c16 = _mm512_set1_epi8(16), c128 = _mm512_set1_epi8((char)0x80);
+    uint64_t masks[8];
+    memcpy(masks, blk + 32, sizeof masks);
+    __m512i ca = zero, cb = zero;
+    for (int i = 0; i < 4; i++) {
+        __m512i raw = _mm512_loadu_si512((const void *)(blk + 96 + 64 * i));
+        w[i] = _mm512_and_si512(raw, nib), w[i + 4] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), nib);
+    }
+    for (int i = 0; i < 8; i++) w[i] = _mm512_sub_epi8(_mm512_mask_add_epi8(w[i], masks[i], w[i], c16), c16);
+    for (int i = 0; i < 8; i += 2)
+        ca = _mm512_dpbusd_epi32(ca, c128, w[i]), cb = _mm512_dpbusd_epi32(cb, c128, w[i + 1]);
+    return _mm512_sub_epi32(zero, _mm512_add_epi32(ca, cb));
+}
+
+/* Q8_0 or Q5_0 regrouped by 16 rows (sv_repack_q8_0_r16, sv_repack_q5_0_r16): per block the 16 rows' weights made
+ * once for every row of x, the block's 16 dot products whole in the lanes, scaled once. */
+static inline __attribute__((always_inline)) void blk32_r(const int R, const int type, const struct q8_job *j,
+                                                          const sv_qmat *p, int c0, int g0, int g1, int r0) {
+    int K = j->K, nb = K / 32, C = K / 64, bytes = type == SV_Q8_0_R16 ? R16_BLOCK : R16_Q5;
     for (int g = g0; g < g1; g++) {
-        const uint8_t *gb = p->data + (size_t)g * nb * R16_BLOCK;
+        const uint8_t *gb = p->data + (size_t)g * nb * bytes;
         __m512 acc[MR16];
         for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
         for (int b = 0; b < nb; b++) {
-            const uint8_t *blk = gb + (size_t)b * R16_BLOCK;
+            const uint8_t *blk = gb + (size_t)b * bytes;
             __m512 sc = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)blk));
-            /* u = q + 128: start each row's sum at -128 sum(w) */
-            __m512i start = _mm512_slli_epi32(_mm512_cvtepi16_epi32(_mm256_loadu_si256((const void *)(blk + 32))), 7);
-            start = _mm512_sub_epi32(_mm512_setzero_si512(), start);
-            __m512i w[8];
-            for (int i = 0; i < 8; i++) w[i] = _mm512_loadu_si512((const void *)(blk + 64 + 64 * i));
+            __m512i w[8], start = r16_block(type, blk, w);
             for (int r = 0; r < R; r++) {
                 __m512i dot = r16_dot(start, j->u + (size_t)(r0 + r) * K + 32 * b, w);
                 float dx = j->d[((size_t)(r0 + r) * C + b / 2) * 16 + (b % 2) * 8];
@@ -1121,49 +1144,12 @@ static inline __attribute__((always_inline)) void q4k16_r(const int R, const str
     }
 }
 
-/* Q5_0 regrouped by 16 rows (sv_repack_q5_0_r16): per block the 16 rows' 5-bit weights unpacked once for every row
- * of x (nibble, plus 16 where the high bit is set, minus 16), the block's 16 dot products whole in the lanes. */
-#define R16_Q5 352
-
-static inline __attribute__((always_inline)) void q5r16_r(const int R, const struct q8_job *j, const sv_qmat *p,
-                                                          int c0, int g0, int g1, int r0) {
-    int K = j->K, nb = K / 32, C = K / 64;
-    const __m512i nib = _mm512_set1_epi8(0x0F), c16 = _mm512_set1_epi8(16), c128 = _mm512_set1_epi8((char)0x80);
-    const __m512i zero = _mm512_setzero_si512();
-    for (int g = g0; g < g1; g++) {
-        const uint8_t *gb = p->data + (size_t)g * nb * R16_Q5;
-        __m512 acc[MR16];
-        for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
-        for (int b = 0; b < nb; b++) {
-            const uint8_t *blk = gb + (size_t)b * R16_Q5;
-            __m512 sc = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)blk));
-            uint64_t masks[8];
-            memcpy(masks, blk + 32, sizeof masks);
-            __m512i w[8], ca = zero, cb = zero;
-            for (int i = 0; i < 4; i++) {
-                __m512i raw = _mm512_loadu_si512((const void *)(blk + 96 + 64 * i));
-                w[i] = _mm512_and_si512(raw, nib), w[i + 4] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), nib);
-            }
-            for (int i = 0; i < 8; i++) w[i] = _mm512_sub_epi8(_mm512_mask_add_epi8(w[i], masks[i], w[i], c16), c16);
-            for (int i = 0; i < 8; i += 2)
-                ca = _mm512_dpbusd_epi32(ca, c128, w[i]), cb = _mm512_dpbusd_epi32(cb, c128, w[i + 1]);
-            __m512i start = _mm512_sub_epi32(zero, _mm512_add_epi32(ca, cb)); /* u = q + 128: -128 sum(w) */
-            for (int r = 0; r < R; r++) {
-                __m512i dot = r16_dot(start, j->u + (size_t)(r0 + r) * K + 32 * b, w);
-                float dx = j->d[((size_t)(r0 + r) * C + b / 2) * 16 + (b % 2) * 8];
-                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(sc, _mm512_set1_ps(dx)), acc[r]);
-            }
-        }
-        r16_store(R, j, acc, c0, g, r0);
-    }
-}
-
 static void r16_rows(const struct q8_job *j, const sv_qmat *p, int c0, int g0, int g1, int r0, int R) {
 #define R16_CASE(n) \
     case n: \
         if (p->type == SV_Q4_K_R16) q4k16_r(n, j, p, c0, g0, g1, r0); \
-        else if (p->type == SV_Q5_0_R16) q5r16_r(n, j, p, c0, g0, g1, r0); \
-        else q8r16_r(n, j, p, c0, g0, g1, r0); \
+        else if (p->type == SV_Q5_0_R16) blk32_r(n, SV_Q5_0_R16, j, p, c0, g0, g1, r0); \
+        else blk32_r(n, SV_Q8_0_R16, j, p, c0, g0, g1, r0); \
         break;
     switch (R) { /* R a constant in each copy: the accumulators stay in registers */
     R16_CASE(1) R16_CASE(2) R16_CASE(3) R16_CASE(4) R16_CASE(5) R16_CASE(6) R16_CASE(7) R16_CASE(MR16)
