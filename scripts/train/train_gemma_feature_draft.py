@@ -98,20 +98,17 @@ def objective(head, embed, E, ids, f, steps):
     return loss
 
 
-def vocabulary(seq, samples, size: int, rows: int, rng) -> np.ndarray:
+def vocabulary(every: torch.Tensor, samples, size: int, rows: int, rng) -> np.ndarray:
     """The draft's ids, ascending: the ``size`` with the most probability mass under the target's p at T = 0.8 over
-    ``rows`` positions of the text (p from their features through the whole tied head, a slab of its rows at a time),
-    ties by how often each id follows in the text."""
-    counts = np.bincount(np.concatenate([t[1:] for t, _ in samples]), minlength=seq.vocab).astype(np.float64)
+    ``rows`` positions of the text (p from their features through the whole tied head ``every``, a slab of its rows
+    at a time), ties by how often each id follows in the text."""
+    vocab = len(every)
+    counts = np.bincount(np.concatenate([t[1:] for t, _ in samples]), minlength=vocab).astype(np.float64)
     feats = np.concatenate([f for _, f in samples])
     x = torch.from_numpy(feats[rng.choice(len(feats), size=min(rows, len(feats)), replace=False)].astype(np.float32))
-    slabs = [(lo, min(lo + 32768, seq.vocab)) for lo in range(0, seq.vocab, 32768)]
-
-    def scaled(lo, hi):  # logits / T of the slab's ids
-        return x @ torch.from_numpy(seq._embed(np.arange(lo, hi)) / seq.scale).T / 0.8
-
-    lse = torch.logsumexp(torch.stack([torch.logsumexp(scaled(lo, hi), -1) for lo, hi in slabs]), 0)
-    mass = torch.cat([(scaled(lo, hi) - lse[:, None]).exp().double().sum(0) for lo, hi in slabs])
+    slabs = [every[lo: lo + 32768] for lo in range(0, vocab, 32768)]
+    lse = torch.logsumexp(torch.stack([torch.logsumexp(x @ slab.T / 0.8, -1) for slab in slabs]), 0)
+    mass = torch.cat([(x @ slab.T / 0.8 - lse[:, None]).exp().double().sum(0) for slab in slabs])
     return np.sort(np.lexsort((-counts, -mass.numpy()))[:size])
 
 
@@ -119,8 +116,7 @@ class HeldOut:
     """The held-out samples with the target's full p at T = 0.8 on the draft's ids (not renormalised: the mass off
     them is what a draft of these ids can never take) and the target's full argmax, computed once."""
 
-    def __init__(self, seq, d2t: np.ndarray, samples, window: int):
-        every = torch.from_numpy(seq._embed(np.arange(seq.vocab)) / seq.scale)  # the whole tied head, dequantized
+    def __init__(self, every: torch.Tensor, d2t: np.ndarray, samples, window: int):
         self.rows = []
         for tokens, f in samples:
             n = min(len(tokens), 4 * window)
@@ -199,11 +195,13 @@ def main(argv=None) -> None:
     samples = load_samples(args.data)
     test, train_set = samples[: args.held_out], samples[args.held_out:]  # the first ones held out: later ones come in
     seq = GemmaSequence.from_gguf(args.gguf, threads=args.threads, limit=16)
-    d2t = vocabulary(seq, train_set, args.vocab, args.mass_rows, np.random.default_rng(args.seed))
+    every = torch.from_numpy(seq._embed(np.arange(seq.vocab)) / seq.scale)  # the whole tied head, dequantized once
+    d2t = vocabulary(every, train_set, args.vocab, args.mass_rows, np.random.default_rng(args.seed))
     covered = float(np.isin(np.concatenate([t[1:] for t, _ in test]), d2t).mean())
-    E, embed = torch.from_numpy(seq._embed(d2t) / seq.scale), Embedder(seq)  # the tied head's rows of the draft's ids
+    E, embed = every[torch.from_numpy(d2t)], Embedder(seq)  # the tied head's rows of the draft's ids
     cfg = layer_config(seq.d, args.heads, args.intermediate, float(seq.dims.eps))
-    head, scorer = FeatureHead(cfg), HeldOut(seq, d2t, test, args.window)
+    head, scorer = FeatureHead(cfg), HeldOut(every, d2t, test, args.window)
+    del every
     before = scorer.score(head.eval(), embed, E, args.ttt)
     print(f"coverage of held-out tokens by {args.vocab} ids: {covered:.4f}; before: {before}", flush=True)
     batches = Batches(train_set, args.window, args.batch, np.random.default_rng(args.seed))

@@ -99,13 +99,7 @@ def verify(p: np.ndarray, q: np.ndarray, drafted: np.ndarray, rng: np.random.Gen
     m = len(drafted)
     idx = np.arange(m)
     accept_prob = np.minimum(p[idx, drafted] / q[idx, drafted], np.float32(1.0))
-    u = rng.random(m, dtype=np.float32)
-    rejected = np.flatnonzero(~(u < accept_prob))
-    n = int(rejected[0]) if len(rejected) else m
-    if n == m:  # every draft kept: a bonus token from the target's last distribution
-        return Verdict(n, sample(p[m], rng), accept_prob, u, None)
-    r = residual(p[n], q[n])
-    return Verdict(n, sample(r, rng), accept_prob, u, r)
+    return walk(lambda i: p[i], q, drafted, rng, accept_prob)
 
 
 def verify_rows(logits: np.ndarray, q: np.ndarray, drafted: np.ndarray, rng: np.random.Generator, temperature: float,
@@ -113,19 +107,24 @@ def verify_rows(logits: np.ndarray, q: np.ndarray, drafted: np.ndarray, rng: np.
     """``verify`` on the logits (m+1, V), each row's p computed only when the walk reaches it: the same uniforms
     drawn, the same floats (p of a row does not depend on the others), the same verdict; the accept probabilities
     past a rejection, never needed, are NaN. For runs that keep no record of p."""
+    return walk(lambda i: logits_to_probs(logits[i: i + 1], temperature, top_k, top_p)[0], q, drafted, rng,
+                np.full(len(drafted), np.nan, dtype=np.float32))
+
+
+def walk(p_row, q: np.ndarray, drafted: np.ndarray, rng: np.random.Generator, accept_prob: np.ndarray) -> Verdict:
+    """The accept step over p_row(i) (row i's p): m uniforms drawn, drafts kept while u < min(1, p/q) (each row's
+    accept probability written into accept_prob as it is reached), then a token from the residual at the first
+    rejection or the bonus from the last row."""
     m = len(drafted)
-    accept_prob = np.full(m, np.nan, dtype=np.float32)
     u = rng.random(m, dtype=np.float32)
-    for i in range(m + 1):
-        p = logits_to_probs(logits[i: i + 1], temperature, top_k, top_p)[0]
-        if i == m:  # every draft kept: a bonus token from the target's last distribution
-            return Verdict(m, sample(p, rng), accept_prob, u, None)
+    for i in range(m):
+        p = p_row(i)
         x = drafted[i]
         accept_prob[i] = min(p[x] / q[i, x], np.float32(1.0))
         if not u[i] < accept_prob[i]:
             r = residual(p, q[i])
             return Verdict(i, sample(r, rng), accept_prob, u, r)
-    raise AssertionError("unreachable")
+    return Verdict(m, sample(p_row(m), rng), accept_prob, u, None)
 
 
 def verify_greedy(logits: np.ndarray, drafted: np.ndarray) -> Verdict:
