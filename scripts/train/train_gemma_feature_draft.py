@@ -149,7 +149,7 @@ class Embedder:
     def __call__(self, ids: torch.Tensor) -> torch.Tensor:
         new = [int(i) for i in torch.unique(ids) if int(i) not in self.rows]
         if new:
-            self.rows.update(zip(new, map(torch.from_numpy, self.seq._embed(np.asarray(new, dtype=np.int64)))))
+            self.rows.update(zip(new, map(torch.from_numpy, self.seq.embed(np.asarray(new, dtype=np.int64)))))
         return torch.stack([self.rows[int(i)] for i in ids.flatten()]).reshape(*ids.shape, -1)
 
 
@@ -195,7 +195,7 @@ def main(argv=None) -> None:
     samples = load_samples(args.data)
     test, train_set = samples[: args.held_out], samples[args.held_out:]  # the first ones held out: later ones come in
     seq = GemmaSequence.from_gguf(args.gguf, threads=args.threads, limit=16)
-    every = torch.from_numpy(seq._embed(np.arange(seq.vocab)) / seq.scale)  # the whole tied head, dequantized once
+    every = torch.from_numpy(seq.embed(np.arange(seq.vocab)) / seq.scale)  # the whole tied head, dequantized once
     d2t = vocabulary(every, train_set, args.vocab, args.mass_rows, np.random.default_rng(args.seed))
     covered = float(np.isin(np.concatenate([t[1:] for t, _ in test]), d2t).mean())
     E, embed = every[torch.from_numpy(d2t)], Embedder(seq)  # the tied head's rows of the draft's ids

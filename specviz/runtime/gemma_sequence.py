@@ -223,7 +223,7 @@ class GemmaSequence:
         need(int(tokens.min()) >= 0 and int(tokens.max()) < self.vocab,
               f"token ids must lie in [0, {self.vocab}), got {int(tokens.min())}..{int(tokens.max())}")
         self._reserve(start + n)
-        x = self._embed(tokens.astype(np.int64))
+        x = self.embed(tokens.astype(np.int64))
         h, logits = self.hidden[start: start + n], np.empty((n, self.vocab), np.float32)
         head = build.GHead(self.w.head, self.w.norm.ctypes.data, 1, self.vocab, 0, h.ctypes.data, logits.ctypes.data)
         full = self.rope.get("full_attention") or self.rope["sliding_attention"]
@@ -240,7 +240,8 @@ class GemmaSequence:
         self.length = start + n
         return logits
 
-    def _embed(self, ids: np.ndarray) -> np.ndarray:
+    def embed(self, ids: np.ndarray) -> np.ndarray:
+        """The input embeddings of ids (n,): the file's rows times sqrt(d), (n, d) float32."""
         out = np.empty((len(ids), self.d), dtype=np.float32)
         done = self.so.sv_qrows(self.w.embed.ctypes.data, BLOCKS[self.w.embed_kind][0], self.vocab, self.d,
                                 ids.ctypes.data, len(ids), out.ctypes.data)

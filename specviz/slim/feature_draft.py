@@ -191,7 +191,7 @@ class FeatureDraft:
         """One call of the C stack's sv_draft_layer over [feature, embedding] of each row."""
         n, start = len(ids), self.length
         self._reserve(start + n)
-        x = np.ascontiguousarray(np.concatenate([features, self.target._embed(ids.astype(np.int64))], -1),
+        x = np.ascontiguousarray(np.concatenate([features, self.target.embed(ids.astype(np.int64))], -1),
                                  dtype=np.float32)
         h = np.empty((n, self.d), dtype=np.float32)
         done = self.so.sv_draft_layer(ctypes.byref(self.dims), ctypes.byref(self.layer), x.ctypes.data, n, start,

@@ -75,7 +75,7 @@ def test_features_are_the_heads_input_and_roll_back_with_the_cache(seq):
     logits = seq.decode(IDS)
     f = seq.features().copy()
     assert f.shape == (len(IDS), seq.d)
-    rows = seq._embed(np.arange(seq.vocab)) / seq.scale  # the tied head's rows, dequantized
+    rows = seq.embed(np.arange(seq.vocab)) / seq.scale  # the tied head's rows, dequantized
     mine = f @ rows.T
     assert np.array_equal(mine.argmax(-1), logits.argmax(-1))
     assert np.abs(mine - logits).max() < 0.05 * (logits.max() - logits.min())  # 8-bit activations in the head
@@ -99,7 +99,7 @@ def test_its_h_is_the_torch_heads_within_8_bit_rounding(seq, saved):
     seq.decode(IDS)
     n, f = len(IDS) + 1, torch.from_numpy(seq.features().copy())
     with torch.no_grad():
-        theirs = head(torch.cat([torch.zeros(1, seq.d), f])[None], torch.from_numpy(seq._embed(np.asarray(IDS + [3])))[None],
+        theirs = head(torch.cat([torch.zeros(1, seq.d), f])[None], torch.from_numpy(seq.embed(np.asarray(IDS + [3])))[None],
                       torch.arange(n)[None], torch.ones(n, n, dtype=torch.bool).tril())[0].numpy()
     draft = FeatureDraft(seq, folder)
     h = draft._sync(IDS + [3])  # every committed row fed with its true feature: the last one's h
@@ -108,7 +108,7 @@ def test_its_h_is_the_torch_heads_within_8_bit_rounding(seq, saved):
         if want is None:  # a drafted step: h of the last row stands in for its feature
             with torch.no_grad():
                 x = torch.cat([torch.zeros(1, seq.d), f, torch.from_numpy(theirs[-1:])])[None]
-                e = torch.from_numpy(seq._embed(np.asarray(IDS + [3, 5])))[None]
+                e = torch.from_numpy(seq.embed(np.asarray(IDS + [3, 5])))[None]
                 want = head(x, e, torch.arange(n + 1)[None], torch.ones(n + 1, n + 1, dtype=torch.bool).tril())[0, -1].numpy()
         assert np.abs(mine - want).max() < 0.15 * np.abs(want).max()  # x and the weights rounded: Q8_0 blocks
         assert np.corrcoef(mine, want)[0, 1] > 0.99
