@@ -149,13 +149,15 @@ def forbid_model_work(monkeypatch) -> None:
     monkeypatch.setattr(sweep_tab, "iter_sweep", fail)
 
 
-def count_pass_timings(monkeypatch) -> list:
+def count_pass_timings(monkeypatch, pass_s: float | None = None) -> list:
     """Every ``pilot_cache.pass_now`` call from here on, appended to the list returned: a refusal "at once" makes
-    exactly one (counted, not timed: a loaded host cannot move a count)."""
+    exactly one (counted, not timed: a loaded host cannot move a count). With ``pass_s`` each call answers that
+    pass time instead of timing one (a virtual clock: what a refusal suggests then cannot move with the load)."""
     from specviz.labs import pilot_cache
 
     calls, timed = [], pilot_cache.pass_now
-    monkeypatch.setattr(pilot_cache, "pass_now", lambda *a, **k: calls.append(1) or timed(*a, **k))
+    answer = timed if pass_s is None else (lambda *a, **k: pass_s)
+    monkeypatch.setattr(pilot_cache, "pass_now", lambda *a, **k: calls.append(1) or answer(*a, **k))
     return calls
 
 

@@ -23,7 +23,7 @@ def test_a_first_sweep_far_over_the_budget_is_refused_at_once_with_the_most_each
     monkeypatch.setenv("SPECVIZ_MAX_REQUEST_S", "0.05")
     forbid_model_work(monkeypatch)
     form = ("tiny-target", ["tiny", "prompt-lookup"], "ROMEO:\n\nTo be\n\nJULIET:", 1, 8, 0.0, 0, 1.0, 256, 0)
-    timings = count_pass_timings(monkeypatch)
+    timings = count_pass_timings(monkeypatch, pass_s=1e-4)  # 256 tokens over the budget, a few tokens within it
     with pytest.raises(gr.Error, match=r"this sweep would take at least [\d.]+ s .*reduce new tokens to at most \d+"):
         last(h.run_sweep(*form, True, 2, 0.4))
     assert len(timings) == 1
@@ -34,7 +34,7 @@ def test_a_first_tree_lab_far_over_the_budget_is_refused_at_once(monkeypatch):
     monkeypatch.setenv("SPECVIZ_MAX_REQUEST_S", "0.05")
     forbid_model_work(monkeypatch)
     form = ("tiny-target", "tiny", "ROMEO:\n\nTo be", tree_tab.CHAINS, tree_tab.TREES, 0.0, 0, 1.0, 256, 3, 0)
-    timings = count_pass_timings(monkeypatch)
+    timings = count_pass_timings(monkeypatch, pass_s=1e-4)
     with pytest.raises(gr.Error, match=r"this tree lab \(\d+ runs\) would take at least [\d.]+ s .*reduce .*to at most \d+"):
         last(h.run_tree_lab(*form))
     assert len(timings) == 1
