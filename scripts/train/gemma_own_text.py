@@ -6,8 +6,10 @@ feature draft for it learns from (``scripts/train/train_gemma_feature_draft.py``
         --minutes 60 --out data/gemma-own
 
 Each sample starts from the file's BOS and one of ``OPENERS`` (generic starts of English prose, none of them a
-benchmark's prompt) and runs ``--length`` tokens: greedy, or sampled at T = 0.8 or 1.0 (``--mix``). Every pass is one
-``GemmaSequence.decode`` of the token just chosen, so the features are the ones serving computes (8-bit activations).
+benchmark's prompt), then a lead of ``--lead`` tokens sampled at T = 1.0 (so that what follows comes after a varied
+prompt, as a user's would be) and ``--length`` tokens more: greedy, or sampled at T = 0.8 or 1.0 (``--mix``). The
+tokens are chosen by ``specviz.slim.autoregressive`` on the C stack, one ``GemmaSequence.decode`` a token, so the
+features are the ones serving computes (8-bit activations).
 Shards ``NNNN.npz`` hold ``tokens`` (int32, the whole sample: BOS, opener, continuation), ``features`` (float16,
 one row per token: the state after it) and ``mode``; ``run.json`` the command, host and counts. A stopped run keeps its
 shards.
@@ -26,6 +28,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from specviz import slim  # noqa: E402
+from specviz.config import DecodeConfig  # noqa: E402
 from specviz.runtime import gguf as loader  # noqa: E402
 from specviz.runtime.gemma_sequence import GemmaSequence  # noqa: E402
 
@@ -41,23 +45,17 @@ OPENERS = [
 ]
 
 
-def sample_one(seq: GemmaSequence, prompt: list[int], length: int, temperature: float, rng) -> tuple[list, np.ndarray]:
-    """The prompt and ``length`` tokens after it (greedy where temperature is 0), with every position's feature."""
-    seq.crop(0)
-    logits = seq.decode(np.asarray(prompt, dtype=np.int32))[-1]
+def sample_one(seq: GemmaSequence, prompt: list[int], lead: int, length: int, temperature: float,
+               seed: int) -> tuple[list, np.ndarray]:
+    """The prompt, ``lead`` tokens at T = 1.0 and ``length`` more (greedy where temperature is 0), with every
+    position's feature."""
     tokens = list(prompt)
-    for _ in range(length):
-        if temperature == 0:
-            x = int(logits.argmax())
-        else:
-            z = logits.astype(np.float64) / temperature
-            p = np.exp(z - z.max())
-            x = int(rng.choice(len(p), p=p / p.sum()))
-        tokens.append(x)
-        if len(tokens) == len(prompt) + length:
-            seq.decode(np.asarray([x], dtype=np.int32))
-            break
-        logits = seq.decode(np.asarray([x], dtype=np.int32))[-1]
+    for t, n in ((1.0, lead), (temperature, length)):
+        if n:
+            cfg = DecodeConfig(temperature=t, max_new_tokens=n, seed=seed, record=False)
+            tokens += list(slim.autoregressive(seq, tokens, cfg).new_tokens)
+    seq.crop(len(tokens) - 1)  # the decode holds every token but its last
+    seq.decode(np.asarray(tokens[-1:], dtype=np.int32))
     return tokens, np.array(seq.features(len(tokens)), dtype=np.float16)
 
 
@@ -66,7 +64,9 @@ def main(argv=None) -> None:
     ap.add_argument("--gguf", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--minutes", type=float, default=60.0)
-    ap.add_argument("--length", type=int, default=160)
+    ap.add_argument("--length", type=int, default=96)
+    ap.add_argument("--lead", type=int, nargs=2, default=(8, 40), metavar=("MIN", "MAX"),
+                    help="tokens sampled at T = 1.0 after the opener, drawn in [MIN, MAX]")
     ap.add_argument("--mix", type=float, nargs=3, default=(0.4, 0.4, 0.2), metavar=("GREEDY", "T08", "T10"))
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
@@ -82,9 +82,11 @@ def main(argv=None) -> None:
         opener = OPENERS[int(rng.integers(len(OPENERS)))]
         ids = tok(opener, add_special_tokens=False).input_ids
         mode = int(rng.choice(3, p=np.asarray(args.mix) / sum(args.mix)))
-        tokens, features = sample_one(seq, [bos, *ids], args.length, (0.0, 0.8, 1.0)[mode], rng)
+        lead = int(rng.integers(args.lead[0], args.lead[1] + 1))
+        tokens, features = sample_one(seq, [bos, *ids], lead, args.length, (0.0, 0.8, 1.0)[mode],
+                                      int(rng.integers(2**31)))
         np.savez(args.out / f"{n:05d}.npz", tokens=np.asarray(tokens, np.int32), features=features,
-                 mode=np.asarray(mode), prompt_len=np.asarray(1 + len(ids)))
+                 mode=np.asarray(mode), prompt_len=np.asarray(1 + len(ids) + lead))
         n, made = n + 1, made + len(tokens)
         if n % 20 == 0:
             rate = made / (time.perf_counter() - t0)

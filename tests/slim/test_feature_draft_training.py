@@ -42,6 +42,10 @@ def test_recorded_text_trains_a_draft_that_keeps_the_targets_greedy_text(tmp_pat
     z = np.load(shards[0])
     seq.decode(z["tokens"])
     assert np.allclose(z["features"], seq.features(), atol=2e-3 * np.abs(seq.features()).max())
+    greedy = next(np.load(f) for f in shards if int(np.load(f)["mode"]) == 0)  # after its sampled lead, greedy text
+    lead = [int(t) for t in greedy["tokens"][: int(greedy["prompt_len"])]]
+    cfg = DecodeConfig(temperature=0.0, max_new_tokens=24)
+    assert lead + autoregressive(seq, lead, cfg).new_tokens == greedy["tokens"].tolist()
     out = tmp_path / "draft"
     script("train_gemma_feature_draft").main([
         "--gguf", str(path), "--data", str(data), "--out", str(out), "--minutes", "0.15", "--vocab", "10",
@@ -52,3 +56,14 @@ def test_recorded_text_trains_a_draft_that_keeps_the_targets_greedy_text(tmp_pat
     cfg, prompt = DecodeConfig(temperature=0.0, max_new_tokens=30, k=3), [2, 9, 5]
     trace = speculative(seq, FeatureDraft(seq, out), prompt, cfg)
     assert trace.new_tokens == autoregressive(seq, prompt, cfg).new_tokens
+    more, again = tmp_path / "more", tmp_path / "again"  # a second recording, and a draft that starts from the first
+    script("gemma_own_text").main(["--gguf", str(path), "--out", str(more), "--minutes", "0.01", "--threads", "1",
+                                   "--seed", "1"])
+    script("train_gemma_feature_draft").main([
+        "--gguf", str(path), "--data", str(data), str(more), "--out", str(again), "--minutes", "0.02", "--init",
+        str(out), "--intermediate", "128", "--heads", "2", "--window", "16", "--batch", "4", "--held-out", "3",
+        "--lr", "1e-4", "--threads", "1"])
+    log2 = json.loads((again / "feature-draft.json").read_text())["training"]
+    first, start = log["held_out_after"][0]["alpha_t08"], log2["held_out_before"][0]["alpha_t08"]
+    assert abs(start - first) < 0.02 and len(log2["recorded"]) == 2  # the saved draft's held-out figure, 8-bit
+    assert log2["train_samples"] > log["train_samples"]

@@ -83,3 +83,25 @@ def test_greedy_verify_is_torchs():
         ours = S.verify_greedy(x, np.asarray(drafted, dtype=np.int64))
         theirs = T.verify_greedy(torch.from_numpy(x[: len(drafted) + 1]), torch.tensor(drafted, dtype=torch.long))
         assert (ours.n_accepted, ours.next_token) == (theirs.n_accepted, theirs.next_token)
+
+
+@pytest.mark.parametrize("vocab", [4097, 262_144, 300_001])
+def test_the_inverted_cdf_by_blocks_is_the_whole_cumulative_sums(vocab):
+    """Over a large vocabulary the inverse CDF goes block by block: the same id as the one cumulative sum over all of
+    it (torch's), for spread, peaked and sparse distributions and draws at the blocks' edges; never a zero."""
+    rng = np.random.default_rng(vocab)
+    spread = S.softmax(rng.standard_normal(vocab).astype(np.float32) * 3)
+    sparse = np.zeros(vocab, np.float32)
+    sparse[rng.choice(vocab, 5, replace=False)] = [0.4, 0.3, 0.2, 0.05, 0.05]
+    one = np.zeros(vocab, np.float32)
+    one[vocab - 1] = 1.0
+    for p in (spread, S.softmax(rng.standard_normal(vocab).astype(np.float32) * 12), sparse, one):
+        for u in [0.0, 0.999999, 1.0 - 1e-12, *rng.random(40)]:
+            x = S.invert_cdf(p, float(u))
+            assert x == int(T.invert_cdf(torch.from_numpy(p)[None], torch.tensor([[u]], dtype=torch.float64)))
+        cdf = np.cumsum(p, dtype=np.float64)
+        for i in range(S.CDF_BLOCK - 1, vocab, S.CDF_BLOCK):  # a draw at a block's edge, where rounding decides:
+            u = cdf[i] / cdf[-1]  # an id with mass whose interval of the CDF reaches the edge
+            if u < 1.0:
+                x = S.invert_cdf(p, u)
+                assert p[x] > 0 and cdf[x - 1] - 1e-9 <= cdf[i] <= cdf[x] + 1e-9
