@@ -4,7 +4,8 @@ against llama.cpp's speculative decoding of the same file, side by side in one r
 Every call of every side is interleaved prompt by prompt (the order rotated each prompt), at greedy and T = 0.8, on
 the same threads. specviz's side: its autoregressive decode and each draft (prompt lookup; an n-gram of Gemma's own
 greedy text with --ngram; on slim-c a feature draft trained for the file with --feature-draft, at each --feature-k
-and --feature-min-q) on one forward (``--forward``; default: the faster on one-row passes here of its lean one
+and --feature-min-q, and with --hybrid the same draft behind prompt lookup of 2-3 tokens in greedy runs,
+``slim.Hybrid``) on one forward (``--forward``; default: the faster on one-row passes here of its lean one
 and llama.cpp's through llama-cpp-python). llama.cpp's side: one llama-server per speculative setting
 (``--spec-types``: each type at its own defaults and, for the lookup types, matching 3 tokens and drafting k) and one
 without speculation, all started before the first call and idle between theirs. Greedy output of each specviz draft
@@ -121,6 +122,10 @@ def drafts(args, model) -> dict[str, tuple[object, int, float]]:
             draft = slim.FeatureDraft(model, args.feature_draft)
             out.update({f"feature draft k={k}" + (f" min q={s:g}" if s else ""): (draft, k, s)
                         for k in args.feature_k for s in args.feature_min_q})
+            if args.hybrid:  # the lookup in greedy runs: sampled, the same as the feature draft alone
+                both = slim.Hybrid(slim.Lookup(3, 2), draft)
+                out.update({f"hybrid k={k}" + (f" min q={s:g}" if s else ""): (both, k, s)
+                            for k in args.feature_k for s in args.feature_min_q if not s})
         return out
     if args.feature_draft:
         raise SystemExit("--feature-draft runs on slim-c (specviz.slim on the C stack)")
@@ -168,6 +173,7 @@ def main(argv=None) -> None:
     ap.add_argument("--feature-min-q", type=float, nargs="+", default=[0.0],
                     help="its confidence thresholds (DecodeConfig.draft_stop: a chain ends at a token whose q is "
                          "below it), each a side")
+    ap.add_argument("--hybrid", action="store_true", help="also the feature draft behind prompt lookup (greedy)")
     ap.add_argument("--port", type=int, default=18617)
     ap.add_argument("--forward", choices=("lean", "llamacpp", "slim-c"), default=None,
                     help="slim-c: specviz.slim (numpy) on specviz's C stack (runtime.gemma_sequence), no torch")

@@ -14,19 +14,19 @@ from ..config import DecodeConfig
 from ..kpolicy import make_policy
 from ..trace import Round, Trace, drawn, pad
 from . import sampling as S
-from .drafts import Lookup, ModelDraft
+from .drafts import Hybrid, Lookup, ModelDraft
 from .feature_draft import FeatureDraft
 
 
 class SlimDecoding:
     """One run on ``forward`` (``decode``, ``crop``, ``length``, ``vocab`` and, optionally, ``limit``): iterate it for
     rounds as they happen; ``trace`` fills in as it goes. ``draft``: None (autoregressive), a ``Lookup``, a
-    ``ModelDraft`` or a ``FeatureDraft`` (one run at a time: its cache follows the run). The trace names the target
-    ``target_name`` (default: the forward's file name, else its class) and ends at ``eos``'s ids (``Vocab.eog`` for a
-    GGUF's own)."""
+    ``ModelDraft``, a ``FeatureDraft`` or a ``Hybrid`` of a lookup and one of them (one run at a time: its cache
+    follows the run). The trace names the target ``target_name`` (default: the forward's file name, else its class)
+    and ends at ``eos``'s ids (``Vocab.eog`` for a GGUF's own)."""
 
     def __init__(self, forward, prompt, cfg: DecodeConfig | None = None,
-                 draft: Lookup | ModelDraft | FeatureDraft | None = None, *, target_name: str | None = None, eos=(),
+                 draft: Lookup | ModelDraft | FeatureDraft | Hybrid | None = None, *, target_name: str | None = None, eos=(),
                  forward_name: str | None = None):
         cfg = cfg or DecodeConfig()
         check_run(forward, prompt, cfg, draft)
@@ -127,8 +127,8 @@ def check_run(forward, prompt, cfg: DecodeConfig, draft) -> None:
     with max_new_tokens."""
     if not isinstance(cfg, DecodeConfig):
         raise ValueError(f"cfg must be a specviz.DecodeConfig, got {type(cfg).__name__}")
-    if draft is not None and not isinstance(draft, (Lookup, ModelDraft, FeatureDraft)):
-        raise ValueError(f"specviz.slim drafts with slim.Lookup, slim.ModelDraft or slim.FeatureDraft, got "
+    if draft is not None and not isinstance(draft, (Lookup, ModelDraft, FeatureDraft, Hybrid)):
+        raise ValueError(f"specviz.slim drafts with slim.Lookup, slim.ModelDraft, slim.FeatureDraft or slim.Hybrid, got "
                          f"{type(draft).__name__}: any other draft needs the torch decoder (specviz.speculative_generate)")
     if draft is not None and (why := draft.fits(int(forward.vocab))):
         raise ValueError(why)
@@ -150,10 +150,11 @@ def autoregressive(forward, prompt, cfg: DecodeConfig | None = None, **names) ->
     return SlimDecoding(forward, prompt, cfg, None, **names).run()
 
 
-def speculative(forward, draft: Lookup | ModelDraft | FeatureDraft, prompt, cfg: DecodeConfig | None = None, **names) -> Trace:
+def speculative(forward, draft: Lookup | ModelDraft | FeatureDraft | Hybrid, prompt, cfg: DecodeConfig | None = None,
+                **names) -> Trace:
     if draft is None:
-        raise ValueError("speculative needs a draft (slim.Lookup, slim.ModelDraft or slim.FeatureDraft); use "
-                         "autoregressive for none")
+        raise ValueError("speculative needs a draft (slim.Lookup, slim.ModelDraft, slim.FeatureDraft or slim.Hybrid); "
+                         "use autoregressive for none")
     return SlimDecoding(forward, prompt, cfg, draft, **names).run()
 
 

@@ -90,3 +90,31 @@ class ModelDraft:
         if extra < 0:
             return np.array(logits[: self.vocab])
         return np.concatenate([logits, np.full(extra, -np.inf, dtype=np.float32)]) if extra else np.array(logits)
+
+
+class Hybrid:
+    """Prompt lookup where the run's own text holds an earlier match of its last n-gram (n >= ``lookup.min_ngram``:
+    a near-free proposal, no pass), ``draft`` (a ``ModelDraft`` or ``FeatureDraft``) in the other rounds. Each
+    round's tokens come with the q they were drawn from (the lookup's: a point mass), so the rule stays exact.
+    ``greedy_only``: the lookup in greedy runs only (sampled, its point mass is accepted with probability p(x), a model
+    draft's q far more often). ``used`` counts the rounds each drafted."""
+
+    def __init__(self, lookup: Lookup, draft, greedy_only: bool = True, name: str | None = None):
+        if not isinstance(lookup, Lookup) or not hasattr(draft, "propose"):
+            raise ValueError("a slim.Hybrid drafts with a slim.Lookup and a slim.ModelDraft or slim.FeatureDraft")
+        self.lookup, self.draft, self.greedy_only = lookup, draft, greedy_only
+        self.fwd = getattr(draft, "fwd", None)  # a draft model's forward: its limit is checked as the target's
+        self.name = name or f"{draft.name} + {lookup.name}"
+        self.used = {"lookup": 0, "draft": 0}
+
+    def fits(self, vocab: int) -> str | None:
+        return self.draft.fits(vocab)
+
+    def propose(self, committed: list[int], k: int, cfg: DecodeConfig, rng) -> tuple[list[int], np.ndarray | None]:
+        if cfg.greedy or not self.greedy_only:
+            xs, _ = self.lookup.propose(committed, k, cfg, rng)
+            if xs:
+                self.used["lookup"] += 1
+                return xs, None
+        self.used["draft"] += 1
+        return self.draft.propose(committed, k, cfg, rng)

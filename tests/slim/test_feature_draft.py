@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 from specviz.config import DecodeConfig
 from specviz.drafts.eagle import FeatureHead, layer_config
 from specviz.runtime.native import gemma as native_gemma
-from specviz.slim import FeatureDraft, autoregressive, speculative
+from specviz.slim import FeatureDraft, Hybrid, Lookup, autoregressive, speculative
 from specviz.slim import feature_draft as F
 from tests.helpers.tiny_gguf import D, write_tiny_gemma
 
@@ -157,16 +157,29 @@ def test_greedy_speculative_text_is_the_targets_own(seq, saved, flat, k, which):
     assert accepted == 0 if which == "saved" else accepted == sum(len(r.drafted) for r in trace.rounds) > 0
 
 
+def test_a_hybrid_drafts_by_lookup_where_the_text_repeats_and_keeps_the_targets_greedy_text(seq, saved):
+    """Lookup rounds (the tiny target's greedy text repeats) and feature-draft rounds (before it does): the target's
+    own greedy text; a hybrid of something that is not a draft is refused."""
+    cfg = DecodeConfig(temperature=0.0, max_new_tokens=40, k=3)
+    draft = Hybrid(Lookup(3, 2), FeatureDraft(seq, saved[0]))
+    assert speculative(seq, draft, IDS[:4], cfg).new_tokens == autoregressive(seq, IDS[:4], cfg).new_tokens
+    assert draft.used["lookup"] > 0 and draft.used["draft"] > 0
+    with pytest.raises(ValueError, match="slim.Hybrid drafts with"):
+        Hybrid(Lookup(), object())
+
+
 @pytest.mark.law
 @pytest.mark.slow
-def test_sampled_runs_emit_the_targets_law(seq, saved):
+@pytest.mark.parametrize("hybrid", [False, True])
+def test_sampled_runs_emit_the_targets_law(seq, saved, hybrid):
     """Two tokens after a prompt over many seeds, k = 2: their frequencies against the law enumerated from the
-    target's own logits (chi-square at the 99.99th percentile); q is a real distribution on the draft's ids."""
+    target's own logits (chi-square at the 99.99th percentile); q is a real distribution on the draft's ids, or (a
+    hybrid, after a prompt whose last token came before) the lookup's point mass."""
     from scipy.stats import chi2 as dist
 
     from specviz.slim import sampling as S
 
-    prompt, runs, t = [2, 9, 5], 2500, 1.0
+    prompt, runs, t = [2, 9, 5, 9] if hybrid else [2, 9, 5], 2500, 1.0
     law = {}
     first = S.logits_to_probs(seq.decode(prompt)[-1:], t)[0]
     for a in np.flatnonzero(first > 0):
@@ -174,6 +187,8 @@ def test_sampled_runs_emit_the_targets_law(seq, saved):
         second = S.logits_to_probs(seq.decode([int(a)])[-1:], t)[0]
         law.update({(int(a), int(b)): float(first[a] * second[b]) for b in np.flatnonzero(second > 0)})
     draft, seen = FeatureDraft(seq, saved[0]), {}
+    if hybrid:
+        draft = Hybrid(Lookup(2, 1), draft, greedy_only=False)
     for seed in range(runs):
         pair = tuple(speculative(seq, draft, prompt, DecodeConfig(seed=seed, temperature=t, max_new_tokens=2,
                                                                    k=2)).new_tokens)
@@ -183,6 +198,7 @@ def test_sampled_runs_emit_the_targets_law(seq, saved):
     observed = [seen.get(s, 0) for s in big] + [runs - sum(seen.get(s, 0) for s in big)]
     chi2 = sum((o - e) ** 2 / e for o, e in zip(observed, expected) if e > 0)
     assert chi2 < dist.ppf(0.9999, len(big)), chi2
+    assert not hybrid or draft.used["lookup"] == runs
 
 
 def test_what_does_not_fit_is_refused_in_words(seq, saved, tmp_path):
