@@ -89,6 +89,13 @@ def initial(folder: Path, head) -> np.ndarray:
     return d2t
 
 
+def started_from(folder: Path) -> dict:
+    """The training log a saved draft's config keeps (empty where it has none)."""
+    from specviz.slim.feature_draft import CONFIG
+
+    return json.loads((Path(folder) / CONFIG).read_text()).get("training", {})
+
+
 class Batches:
     """Windows of the training samples: ids (B, T), features (B, T, d)."""
 
@@ -235,6 +242,8 @@ def main(argv=None) -> None:
            "tokens_seen": steps * args.batch * args.window, "train_samples": len(batches.samples),  # at the end
            "train_tokens": int(sum(len(t) for t, _ in batches.samples)), "coverage": round(covered, 4),
            "held_out_before": before, "held_out_after": after}
+    if args.init:  # where it started: the saved draft's own training log
+        log["init"] = {"folder": str(args.init), **started_from(args.init)}
     recorded = [json.loads((d / "run.json").read_text()) for d in args.data if (d / "run.json").is_file()]
     if recorded:
         log["recorded"] = recorded[0] if len(recorded) == 1 else recorded

@@ -66,4 +66,4 @@ def test_recorded_text_trains_a_draft_that_keeps_the_targets_greedy_text(tmp_pat
     log2 = json.loads((again / "feature-draft.json").read_text())["training"]
     first, start = log["held_out_after"][0]["alpha_t08"], log2["held_out_before"][0]["alpha_t08"]
     assert abs(start - first) < 0.02 and len(log2["recorded"]) == 2  # the saved draft's held-out figure, 8-bit
-    assert log2["train_samples"] > log["train_samples"]
+    assert log2["train_samples"] > log["train_samples"] and log2["init"]["command"] == log["command"]
