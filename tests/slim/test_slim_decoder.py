@@ -135,7 +135,7 @@ def test_draft_stop_ends_a_rounds_drafting_below_the_drafts_confidence():
 
 def test_what_slim_does_not_run_is_refused_before_any_work():
     fwd = ToyForward()
-    with pytest.raises(ValueError, match="slim.Lookup, slim.ModelDraft or slim.FeatureDraft"):
+    with pytest.raises(ValueError, match="slim.Lookup, slim.ModelDraft, slim.FeatureDraft or slim.Hybrid"):
         SlimDecoding(fwd, [1, 2], DecodeConfig(), draft="a model")
     with pytest.raises(ValueError, match="vocabulary of 300 tokens and the target 12"):
         SlimDecoding(fwd, [1, 2], DecodeConfig(), ModelDraft(ToyForward(vocab=300)))
