@@ -50,9 +50,9 @@ def sample_one(seq: GemmaSequence, prompt: list[int], lead: int, length: int, te
     """The prompt, ``lead`` tokens at T = 1.0 and ``length`` more (greedy where temperature is 0), with every
     position's feature."""
     tokens = list(prompt)
-    for t, n in ((1.0, lead), (temperature, length)):
-        if n:
-            cfg = DecodeConfig(temperature=t, max_new_tokens=n, seed=seed, record=False)
+    for part, (t, n) in enumerate(((1.0, lead), (temperature, length))):
+        if n:  # each part its own seed: the continuation does not reuse the lead's uniforms
+            cfg = DecodeConfig(temperature=t, max_new_tokens=n, seed=seed + part, record=False)
             tokens += list(slim.autoregressive(seq, tokens, cfg).new_tokens)
     seq.crop(len(tokens) - 1)  # the decode holds every token but its last
     seq.decode(np.asarray(tokens[-1:], dtype=np.int32))
@@ -84,7 +84,7 @@ def main(argv=None) -> None:
         mode = int(rng.choice(3, p=np.asarray(args.mix) / sum(args.mix)))
         lead = int(rng.integers(args.lead[0], args.lead[1] + 1))
         tokens, features = sample_one(seq, [bos, *ids], lead, args.length, (0.0, 0.8, 1.0)[mode],
-                                      int(rng.integers(2**31)))
+                                      int(rng.integers(2**30)))
         np.savez(args.out / f"{n:05d}.npz", tokens=np.asarray(tokens, np.int32), features=features,
                  mode=np.asarray(mode), prompt_len=np.asarray(1 + len(ids) + lead))
         n, made = n + 1, made + len(tokens)

@@ -100,7 +100,7 @@ class Hybrid:
     draft's q far more often). ``used`` counts the rounds each drafted."""
 
     def __init__(self, lookup: Lookup, draft, greedy_only: bool = True, name: str | None = None):
-        if not isinstance(lookup, Lookup) or not hasattr(draft, "propose"):
+        if not isinstance(lookup, Lookup) or isinstance(draft, (Lookup, Hybrid)) or not hasattr(draft, "propose"):
             raise ValueError("a slim.Hybrid drafts with a slim.Lookup and a slim.ModelDraft or slim.FeatureDraft")
         self.lookup, self.draft, self.greedy_only = lookup, draft, greedy_only
         self.fwd = getattr(draft, "fwd", None)  # a draft model's forward: its limit is checked as the target's

@@ -166,6 +166,8 @@ def test_a_hybrid_drafts_by_lookup_where_the_text_repeats_and_keeps_the_targets_
     assert draft.used["lookup"] > 0 and draft.used["draft"] > 0
     with pytest.raises(ValueError, match="slim.Hybrid drafts with"):
         Hybrid(Lookup(), object())
+    with pytest.raises(ValueError, match="slim.Hybrid drafts with"):
+        Hybrid(Lookup(), Lookup(2, 1))
 
 
 @pytest.mark.law
