@@ -122,10 +122,9 @@ def drafts(args, model) -> dict[str, tuple[object, int, float]]:
             draft = slim.FeatureDraft(model, args.feature_draft)
             out.update({f"feature draft k={k}" + (f" min q={s:g}" if s else ""): (draft, k, s)
                         for k in args.feature_k for s in args.feature_min_q})
-            if args.hybrid:  # the lookup in greedy runs: sampled, the same as the feature draft alone
+            if args.hybrid and 0.0 in args.feature_min_q:  # the lookup in greedy runs: sampled, the draft alone
                 both = slim.Hybrid(slim.Lookup(3, 2), draft)
-                out.update({f"hybrid k={k}" + (f" min q={s:g}" if s else ""): (both, k, s)
-                            for k in args.feature_k for s in args.feature_min_q if not s})
+                out.update({f"hybrid k={k}": (both, k, 0.0) for k in args.feature_k})
         return out
     if args.feature_draft:
         raise SystemExit("--feature-draft runs on slim-c (specviz.slim on the C stack)")

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from specviz.drafts.eagle import FeatureHead, layer_config, unroll_states  # noqa: E402
 from specviz.runtime.gemma_sequence import GemmaSequence  # noqa: E402
-from specviz.slim.feature_draft import save_draft  # noqa: E402
+from specviz.slim.feature_draft import CONFIG, FILE, save_draft, stored  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -79,8 +79,6 @@ def initial(folder: Path, head) -> np.ndarray:
     """A saved draft's weights loaded into ``head`` (8-bit ones dequantized); its vocabulary d2t."""
     from safetensors.numpy import load_file
 
-    from specviz.slim.feature_draft import FILE, stored
-
     state = stored(load_file(str(folder / FILE)))
     d2t = np.asarray(state.pop("d2t"), dtype=np.int64)
     missing, unexpected = head.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()}, strict=False)
@@ -91,8 +89,6 @@ def initial(folder: Path, head) -> np.ndarray:
 
 def started_from(folder: Path) -> dict:
     """The training log a saved draft's config keeps (empty where it has none)."""
-    from specviz.slim.feature_draft import CONFIG
-
     return json.loads((Path(folder) / CONFIG).read_text()).get("training", {})
 
 
