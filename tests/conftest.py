@@ -1,7 +1,15 @@
 """The tests' one conftest: environment, and the fixtures shared across files. Builders and helpers live in
 tests/helpers/ (import them from there, never from another test file or from this one)."""
+import atexit
 import os
+import shutil
+import tempfile
 
+# gradio's upload folder one of this run's own, removed at its end: a folder shared with earlier runs fills to the
+# app's cap (SPECVIZ_TEMP_MB), and then the served tests' uploads are refused as a full server's would be
+if "GRADIO_TEMP_DIR" not in os.environ:
+    os.environ["GRADIO_TEMP_DIR"] = tempfile.mkdtemp(prefix="specviz-tests-gradio-")
+    atexit.register(shutil.rmtree, os.environ["GRADIO_TEMP_DIR"], True)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the tests never reach a model hub (set before transformers loads)
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("SPECVIZ_TRUSTED_PROXIES", "1")  # served tests speak as clients behind one proxy (X-Forwarded-For)
