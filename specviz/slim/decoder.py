@@ -93,8 +93,8 @@ class SlimDecoding:
         rows = np.asarray(self.todo + x.tolist(), dtype=np.int32)
         if not self.todo:  # the first round: p_1 came with the prompt
             out = self.last if len(rows) == 0 else np.concatenate([self.last, self.fwd.decode(rows)])
-        else:
-            out = np.array(self.fwd.decode(rows))
+        else:  # read within this round, before the forward's next pass (llama.cpp's rows are a view of its buffer)
+            out = self.fwd.decode(rows)
         self.todo, self.last = [], None
         return out
 

@@ -1,13 +1,29 @@
 """The sampling math of ``specviz.sampling`` in numpy, for one position at a time (p target, q draft, u uniform,
-beta = sum min(p, q)); tests pin each function to its torch twin on the same inputs."""
+beta = sum min(p, q)); tests pin each function to its torch twin on the same inputs. Over a vocabulary larger than
+``NATIVE_FROM`` ids a row's softmax at a temperature, residual and inverse CDF run in the C stack where it is built
+(``runtime/native/stack.c``: one or two passes each, about a tenth of numpy's time on 262,144 ids; tests pin them to
+these numpy forms)."""
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass
 
 import numpy as np
 
+from ..runtime.native import build
+
 RESIDUAL_TOP = 8  # as specviz.sampling: how many residual tokens a round records for the replay
 CDF_BLOCK = 1024  # ids a block of the inverse CDF: numpy's float64 cumulative sum costs ~9 ns an id (2.4 ms on 262k)
+NATIVE_FROM = 4 * CDF_BLOCK  # rows longer than this sample in C where the C stack is built
+
+
+def native(n: int):
+    """The C stack for a row of n ids, or None (a short row, or no C stack here: numpy then)."""
+    return build.lib() if n > NATIVE_FROM else None
+
+
+def _floats(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.float32)
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -41,10 +57,29 @@ def logits_to_probs(logits: np.ndarray, temperature: float, top_k: int = 0, top_
     return softmax(process_logits(logits, temperature, top_k, top_p))
 
 
+def probs_row(logits: np.ndarray, temperature: float, top_k: int = 0, top_p: float = 1.0) -> np.ndarray:
+    """``logits_to_probs`` of one row (V,): in C where the row is long, sampled at a temperature without top-k or
+    top-p, and the C stack is built."""
+    so = native(logits.shape[-1]) if temperature > 0 and top_k == 0 and top_p >= 1.0 else None
+    if so is None:
+        return logits_to_probs(logits[None], temperature, top_k, top_p)[0]
+    row = _floats(logits)
+    p = np.empty_like(row)
+    if so.sv_softmax_t(row.ctypes.data, len(row), 1.0 / temperature, p.ctypes.data) != 0:
+        raise ValueError("these logits hold a NaN or +inf, or no finite entry: no distribution to sample from")
+    return p
+
+
 def invert_cdf(probs: np.ndarray, u: float) -> int:
     """The first id of probs (V,) whose cumulative probability (float64) exceeds u * total: over a vocabulary of many
     blocks, found by the blocks' sums first and then within the one block (never an id of zero probability)."""
     v = probs.shape[-1]
+    if (so := native(v)) is not None:
+        w = _floats(probs)
+        i = so.sv_invert_cdf(w.ctypes.data, v, ctypes.c_double(u))
+        if i < 0:
+            raise ValueError(f"no id to draw: u = {u} outside [0, 1), or weights negative, non-finite or all zero")
+        return i
     if v <= 4 * CDF_BLOCK:
         cdf = np.cumsum(probs, dtype=np.float64)
         return min(int(np.searchsorted(cdf, u * cdf[-1], side="right")), v - 1)
@@ -78,6 +113,11 @@ def beta(p: np.ndarray, q: np.ndarray) -> np.ndarray:
 
 def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     """norm(max(0, p - q)) over the full vocabulary; where it has no mass, p itself."""
+    if (so := native(p.shape[-1])) is not None and p.shape == q.shape and p.ndim == 1:
+        p, q = _floats(p), _floats(q)
+        r = np.empty_like(p)
+        total = so.sv_residual(p.ctypes.data, q.ctypes.data, len(p), r.ctypes.data)
+        return np.multiply(r, np.float32(1.0 / total), out=r) if total > 0 else p
     r = np.maximum(p - q, 0)
     total = r.sum()
     return r / total if total > 0 else p
@@ -121,7 +161,7 @@ def verify_rows(logits: np.ndarray, q: np.ndarray, drafted: np.ndarray, rng: np.
     """``verify`` on the logits (m+1, V), each row's p computed only when the walk reaches it: the same uniforms
     drawn, the same floats (p of a row does not depend on the others), the same verdict; the accept probabilities
     past a rejection, never needed, are NaN. For runs that keep no record of p."""
-    return walk(lambda i: logits_to_probs(logits[i: i + 1], temperature, top_k, top_p)[0], q, drafted, rng,
+    return walk(lambda i: probs_row(logits[i], temperature, top_k, top_p), q, drafted, rng,
                 np.full(len(drafted), np.nan, dtype=np.float32))
 
 

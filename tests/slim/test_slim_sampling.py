@@ -105,3 +105,91 @@ def test_the_inverted_cdf_by_blocks_is_the_whole_cumulative_sums(vocab):
             if u < 1.0:
                 x = S.invert_cdf(p, u)
                 assert p[x] > 0 and cdf[x - 1] - 1e-9 <= cdf[i] <= cdf[x] + 1e-9
+
+
+def numpy_only(monkeypatch):
+    monkeypatch.setattr(S, "native", lambda n: None)
+
+
+@pytest.fixture
+def so():
+    from specviz.runtime.native import build
+
+    if build.lib() is None:
+        pytest.skip(f"no C stack here: {build.unavailable()}")
+    return build.lib()
+
+
+@pytest.mark.parametrize("vocab", [4097, 262_144])
+def test_a_long_rows_softmax_residual_and_draw_in_c_are_numpys(so, monkeypatch, vocab):
+    """Over a long row the C stack's softmax at a temperature, residual and inverse CDF give numpy's floats (to a few
+    ulp of the exponent; C's exp flushes below e^-87.3, numpy's goes on through subnormals) and numpy's ids, masked (-inf)
+    entries included."""
+    rng = np.random.default_rng(vocab)
+    x = rng.standard_normal(vocab).astype(np.float32) * 4
+    x[rng.choice(vocab, 100, replace=False)] = -np.inf
+    q = np.zeros(vocab, np.float32)
+    q[:3000] = S.softmax(rng.standard_normal(3000).astype(np.float32) * 4)
+    refs = {t: S.logits_to_probs(x[None], t)[0] for t in (0.3, 0.8, 1.0, 1.7)}  # numpy's, always
+    ours = {t: (S.probs_row(x, t), S.residual(p, q)) for t, p in refs.items()}
+    draws = rng.random(200)
+    picked = {t: [S.invert_cdf(r, float(u)) for u in draws] for t, (_, r) in ours.items()}
+    numpy_only(monkeypatch)
+    for t, ref in refs.items():
+        p, r = ours[t]
+        assert p.dtype == np.float32 and np.allclose(p, ref, rtol=1e-5, atol=1e-30)
+        assert (p[ref == 0] == 0).all() and (p[ref > 1e-37] > 0).all()
+        assert np.allclose(r, S.residual(ref, q), rtol=1e-6, atol=1e-30)
+        same = [S.invert_cdf(r, float(u)) for u in draws] == picked[t]
+        assert same, "a draw landed elsewhere than numpy's"
+
+
+def test_c_sampling_refuses_what_it_cannot_sample(so):
+    """NaN or +inf logits, no finite entry, a temperature that is not positive, u outside [0, 1), negative or no
+    weights: refused by the C side (-2 / -1), and by the library with a ValueError."""
+    v = S.NATIVE_FROM + 1
+    good, out = np.zeros(v, np.float32), np.empty(v, np.float32)
+    for bad in (np.nan, np.inf):
+        x = good.copy()
+        x[7] = bad
+        assert so.sv_softmax_t(x.ctypes.data, v, 1.0, out.ctypes.data) == -2
+        with pytest.raises(ValueError, match="NaN"):
+            S.probs_row(x, 0.8)
+    assert so.sv_softmax_t(np.full(v, -np.inf, np.float32).ctypes.data, v, 1.0, out.ctypes.data) == -2
+    for inv_t in (0.0, -1.0, np.inf):
+        assert so.sv_softmax_t(good.ctypes.data, v, inv_t, out.ctypes.data) == -2
+    assert so.sv_softmax_t(good.ctypes.data, 0, 1.0, out.ctypes.data) == -2
+    assert so.sv_softmax_t(good.ctypes.data, v, 1.0, out.ctypes.data) == 0 and np.allclose(out, 1 / v)
+    p = out.copy()
+    for u in (-0.1, 1.0, np.nan):
+        assert so.sv_invert_cdf(p.ctypes.data, v, u) == -1
+    neg = p.copy()
+    neg[3] = -1e-3
+    for w in (neg, np.zeros(v, np.float32)):
+        assert so.sv_invert_cdf(w.ctypes.data, v, 0.5) == -1
+        with pytest.raises(ValueError, match="no id to draw"):
+            S.invert_cdf(w, 0.5)
+    assert so.sv_residual(p.ctypes.data, p.ctypes.data, 0, out.ctypes.data) == -1.0
+
+
+def test_verify_rows_over_a_long_row_keeps_the_targets_law():
+    """Speculative sampling with the C path's p, residual and draws (one draft from a q unlike p): the first token
+    emitted follows p (chi-square over p's likely ids and the rest pooled), over a 5,000-id vocabulary."""
+    from scipy.stats import chisquare
+
+    rng = np.random.default_rng(5)
+    v, n = 5000, 12000
+    x = np.full((2, v), -8.0, np.float32)
+    x[:, :6] = [2.0, 1.5, 1.0, 0.5, 0.0, -0.5]
+    q = np.zeros((1, v), np.float32)
+    q[0, :6] = [0.05, 0.1, 0.3, 0.3, 0.2, 0.05]
+    p = S.logits_to_probs(x[:1], 0.8)[0]
+    counts = np.zeros(7)
+    for _ in range(n):
+        d = np.asarray([S.sample(q[0], rng)])
+        verdict = S.verify_rows(x, q, d, rng, 0.8)
+        first = int(d[0]) if verdict.n_accepted else verdict.next_token
+        counts[min(first, 6)] += 1
+    expected = np.append(p[:6], p[6:].sum()).astype(np.float64)
+    expected *= n / expected.sum()
+    assert chisquare(counts, expected).pvalue > 1e-3

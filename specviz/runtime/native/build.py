@@ -129,6 +129,9 @@ def load_library():
     so.sv_draft_layer.argtypes = [ctypes.POINTER(Dims), ctypes.POINTER(DLayer), p, i, i, p, i, p, p, p, i]
     so.sv_draft_layer.restype = i
     so.sv_qlinear.restype = so.sv_qlinear8.restype = so.sv_qrows.restype = so.sv_qlinear8_available.restype = i
+    so.sv_softmax_t.argtypes, so.sv_softmax_t.restype = [p, i, ctypes.c_float, p], i
+    so.sv_residual.argtypes, so.sv_residual.restype = [p, p, i, p], ctypes.c_double
+    so.sv_invert_cdf.argtypes, so.sv_invert_cdf.restype = [p, i, ctypes.c_double], i
     so.sv_set_pin(os.environ.get(PIN_ENV, "1").strip().lower() not in ("0", "off", "no", "false"))
     so.sv_layers.restype = so.sv_layers_rows.restype = so.sv_panel_width.restype = so.sv_max_head_dim.restype = i
     for name in ("sv_sizeof_dims", "sv_sizeof_layer", "sv_sizeof_head", "sv_sizeof_qmat", "sv_sizeof_glayer",
