@@ -211,7 +211,9 @@ class FeatureDraft:
         del self.ids[n:]
         f = self.target.features()
         need(len(f) >= len(committed) - 1, "the target holds fewer features than the committed text needs")
-        before = np.concatenate([np.zeros((1, self.d), np.float32), f])[n: len(committed)]
+        before = f[max(n - 1, 0): len(committed) - 1]  # the feature before each row fed (none before the first)
+        if n == 0:
+            before = np.concatenate([np.zeros((1, self.d), np.float32), before])
         h = self._layer(before, np.asarray(committed[n:]))
         self.ids += committed[n:]
         return h[-1:]
