@@ -5,6 +5,9 @@ quiet cost. (The torch side chooses threads per call in ``threads.py``.)"""
 from __future__ import annotations
 
 import os
+from collections import deque
+
+WINDOW = 200  # passes a stall is remembered for
 
 
 def usable_cpus() -> int:
@@ -13,18 +16,24 @@ def usable_cpus() -> int:
 
 
 class StallWatch:
-    """Passes timed by row count: ``stalled`` says yes once ``count`` passes took over ``factor`` times the fastest
-    pass of their row count seen before them, and over ``floor`` seconds (calls of a fraction of a millisecond
-    vary by more than the factor with the host's scheduling alone); the first of a row count has nothing to be
-    compared with."""
+    """Passes timed by row count: ``stalled`` says yes once ``count`` of the last ``window`` passes took over
+    ``factor`` times the fastest pass of their row count seen before them, and over ``floor`` seconds (calls of a
+    fraction of a millisecond vary by more than the factor with the host's scheduling alone); the first of a row
+    count has nothing to be compared with. Other work on a core stalls pass after pass; the window keeps a few
+    hiccups hours apart (a page fault, the collector) from adding up to a verdict over a long-lived process."""
 
-    def __init__(self, factor: float, count: int, floor: float = 0.0):
+    def __init__(self, factor: float, count: int, floor: float = 0.0, window: int = WINDOW):
         self.factor, self.count, self.floor = factor, count, floor
         self.fastest: dict[int, float] = {}  # rows -> the fastest pass of that many rows seen
-        self.stalls = 0
+        self.recent: deque[bool] = deque(maxlen=max(window, count))  # stalled or not, the last passes
+
+    @property
+    def stalls(self) -> int:
+        """Stalls among the last ``window`` passes."""
+        return sum(self.recent)
 
     def stalled(self, rows: int, seconds: float) -> bool:
         best = self.fastest.get(rows)
         self.fastest[rows] = seconds if best is None else min(best, seconds)
-        self.stalls += best is not None and seconds > max(self.factor * best, self.floor)
+        self.recent.append(best is not None and seconds > max(self.factor * best, self.floor))
         return self.stalls >= self.count

@@ -1,8 +1,8 @@
 """The sampling math of ``specviz.sampling`` in numpy, for one position at a time (p target, q draft, u uniform,
 beta = sum min(p, q)); tests pin each function to its torch twin on the same inputs. Over a vocabulary larger than
 ``NATIVE_FROM`` ids a row's softmax at a temperature, residual and inverse CDF run in the C stack where it is built
-(``runtime/native/stack.c``: one or two passes each, about a tenth of numpy's time on 262,144 ids; tests pin them to
-these numpy forms)."""
+(``runtime/native/stack.c``: one or two passes each; on 262,144 ids the softmax 0.15 ms against numpy's 0.29, the
+inverse CDF 0.05 ms against 0.10, on an EPYC core, 2026-12-05; tests pin them to these numpy forms)."""
 from __future__ import annotations
 
 import ctypes

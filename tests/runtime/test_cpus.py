@@ -16,3 +16,16 @@ def test_without_a_floor_the_factor_alone_decides():
     watch = StallWatch(4.0, 1)
     watch.stalled(3, 0.0001)
     assert watch.stalled(3, 0.0005) and usable_cpus() >= 1
+
+
+def test_stalls_count_within_the_window_of_the_last_passes():
+    """Stalls far apart (more than ``window`` passes between) never add up to a verdict; as many close together do."""
+    watch = StallWatch(4.0, 3, window=10)
+    watch.stalled(1, 0.001)
+    for _ in range(3):  # a stall, then ten ordinary passes: it has left the window when the next comes
+        assert not watch.stalled(1, 0.01)
+        for _ in range(10):
+            watch.stalled(1, 0.001)
+    assert watch.stalls == 0
+    assert not watch.stalled(1, 0.01) and not watch.stalled(1, 0.001) and not watch.stalled(1, 0.01)
+    assert watch.stalled(1, 0.01) and watch.stalls == 3

@@ -1531,8 +1531,8 @@ int sv_gemma_layers(const sv_dims *m, const sv_glayer *layers, float *const *kv,
 
 /* Sampling over a vocabulary, one row at a time (specviz.slim.sampling's softmax at a temperature, residual and
  * inverse CDF, whose numpy forms stay the reference): each a pass or two over the row, vectorized, with sums kept
- * per block of SB ids in double lanes. Over Gemma-3's 262,144 ids numpy's forms take 0.3-0.6 ms
- * a row (several passes and temporaries); these about a tenth of that. */
+ * per block of SB ids in double lanes. Over Gemma-3's 262,144 ids the softmax takes 0.15 ms on an EPYC core
+ * against numpy's 0.29 (several passes and temporaries), the inverse CDF 0.05 ms against 0.10 (2026-12-05). */
 #define SB 1024
 
 /* the sum of w[0..n) (n <= SB), in double lanes */
