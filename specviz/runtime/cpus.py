@@ -26,14 +26,13 @@ class StallWatch:
         self.factor, self.count, self.floor = factor, count, floor
         self.fastest: dict[int, float] = {}  # rows -> the fastest pass of that many rows seen
         self.recent: deque[bool] = deque(maxlen=max(window, count))  # stalled or not, the last passes
-
-    @property
-    def stalls(self) -> int:
-        """Stalls among the last ``window`` passes."""
-        return sum(self.recent)
+        self.stalls = 0  # stalls among them
 
     def stalled(self, rows: int, seconds: float) -> bool:
         best = self.fastest.get(rows)
         self.fastest[rows] = seconds if best is None else min(best, seconds)
+        if len(self.recent) == self.recent.maxlen:
+            self.stalls -= self.recent[0]  # the oldest leaves the window
         self.recent.append(best is not None and seconds > max(self.factor * best, self.floor))
+        self.stalls += self.recent[-1]
         return self.stalls >= self.count

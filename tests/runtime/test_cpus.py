@@ -28,4 +28,4 @@ def test_stalls_count_within_the_window_of_the_last_passes():
             watch.stalled(1, 0.001)
     assert watch.stalls == 0
     assert not watch.stalled(1, 0.01) and not watch.stalled(1, 0.001) and not watch.stalled(1, 0.01)
-    assert watch.stalled(1, 0.01) and watch.stalls == 3
+    assert watch.stalled(1, 0.01) and watch.stalls == 3 == sum(watch.recent)
