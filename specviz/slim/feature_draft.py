@@ -226,7 +226,7 @@ class FeatureDraft:
         for i in range(k):
             logits = self._head(h)[0]
             need_q = rows is not None or cfg.draft_stop > 0 or not (cfg.greedy or cfg.draft_greedy)
-            q_small = S.probs_row(logits, cfg.temperature, cfg.top_k, cfg.top_p) if need_q else None
+            q_small = S.logits_to_probs(logits[None], cfg.temperature, cfg.top_k, cfg.top_p)[0] if need_q else None
             j = int(logits.argmax()) if cfg.greedy or cfg.draft_greedy else S.sample(q_small, rng)
             xs.append(int(self.d2t[j]))
             if rows is not None:

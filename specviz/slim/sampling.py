@@ -51,23 +51,23 @@ def process_logits(logits: np.ndarray, temperature: float, top_k: int = 0, top_p
 
 
 def logits_to_probs(logits: np.ndarray, temperature: float, top_k: int = 0, top_p: float = 1.0) -> np.ndarray:
-    """The distribution generation samples from; greedy (temperature 0) reports the plain softmax."""
+    """The distribution generation samples from; greedy (temperature 0) reports the plain softmax. Long rows at a
+    temperature without top-k or top-p: in C where the stack is built."""
     if temperature == 0:
         return softmax(logits.astype(np.float32))
+    if top_k == 0 and top_p >= 1.0 and (so := native(logits.shape[-1])) is not None:
+        return softmax_in_c(so, logits, temperature)
     return softmax(process_logits(logits, temperature, top_k, top_p))
 
 
-def probs_row(logits: np.ndarray, temperature: float, top_k: int = 0, top_p: float = 1.0) -> np.ndarray:
-    """``logits_to_probs`` of one row (V,): in C where the row is long, sampled at a temperature without top-k or
-    top-p, and the C stack is built."""
-    so = native(logits.shape[-1]) if temperature > 0 and top_k == 0 and top_p >= 1.0 else None
-    if so is None:
-        return logits_to_probs(logits[None], temperature, top_k, top_p)[0]
-    row = _floats(logits)
-    p = np.empty_like(row)
-    if so.sv_softmax_t(row.ctypes.data, len(row), 1.0 / temperature, p.ctypes.data) != 0:
-        raise ValueError("these logits hold a NaN or +inf, or no finite entry: no distribution to sample from")
-    return p
+def softmax_in_c(so, logits: np.ndarray, temperature: float) -> np.ndarray:
+    """softmax(logits / temperature) over the last axis, row by row in the C stack (``sv_softmax_t``)."""
+    rows = _floats(logits).reshape(-1, logits.shape[-1])
+    p = np.empty_like(rows)
+    for row, out in zip(rows, p):
+        if so.sv_softmax_t(row.ctypes.data, len(row), 1.0 / temperature, out.ctypes.data) != 0:
+            raise ValueError("these logits hold a NaN or +inf, or no finite entry: no distribution to sample from")
+    return p.reshape(logits.shape)
 
 
 def invert_cdf(probs: np.ndarray, u: float) -> int:
@@ -161,7 +161,7 @@ def verify_rows(logits: np.ndarray, q: np.ndarray, drafted: np.ndarray, rng: np.
     """``verify`` on the logits (m+1, V), each row's p computed only when the walk reaches it: the same uniforms
     drawn, the same floats (p of a row does not depend on the others), the same verdict; the accept probabilities
     past a rejection, never needed, are NaN. For runs that keep no record of p."""
-    return walk(lambda i: probs_row(logits[i], temperature, top_k, top_p), q, drafted, rng,
+    return walk(lambda i: logits_to_probs(logits[i: i + 1], temperature, top_k, top_p)[0], q, drafted, rng,
                 np.full(len(drafted), np.nan, dtype=np.float32))
 
 

@@ -130,18 +130,21 @@ def test_a_long_rows_softmax_residual_and_draw_in_c_are_numpys(so, monkeypatch, 
     x[rng.choice(vocab, 100, replace=False)] = -np.inf
     q = np.zeros(vocab, np.float32)
     q[:3000] = S.softmax(rng.standard_normal(3000).astype(np.float32) * 4)
-    refs = {t: S.logits_to_probs(x[None], t)[0] for t in (0.3, 0.8, 1.0, 1.7)}  # numpy's, always
-    ours = {t: (S.probs_row(x, t), S.residual(p, q)) for t, p in refs.items()}
     draws = rng.random(200)
-    picked = {t: [S.invert_cdf(r, float(u)) for u in draws] for t, (_, r) in ours.items()}
     numpy_only(monkeypatch)
+    refs = {t: S.logits_to_probs(x[None], t)[0] for t in (0.3, 0.8, 1.0, 1.7)}
+    theirs = {t: S.residual(ref, q) for t, ref in refs.items()}
+    picked = {t: [S.invert_cdf(r, float(u)) for u in draws] for t, r in theirs.items()}
+    monkeypatch.undo()  # the C stack from here on
     for t, ref in refs.items():
-        p, r = ours[t]
+        p, r = S.logits_to_probs(x[None], t)[0], S.residual(ref, q)
         assert p.dtype == np.float32 and np.allclose(p, ref, rtol=1e-5, atol=1e-30)
         assert (p[ref == 0] == 0).all() and (p[ref > 1e-37] > 0).all()
-        assert np.allclose(r, S.residual(ref, q), rtol=1e-6, atol=1e-30)
+        assert np.allclose(r, theirs[t], rtol=1e-6, atol=1e-30)
         same = [S.invert_cdf(r, float(u)) for u in draws] == picked[t]
         assert same, "a draw landed elsewhere than numpy's"
+    both = S.logits_to_probs(np.stack([x, x[::-1]]), 0.8)  # several rows: each its own softmax
+    assert np.array_equal(both[0], S.logits_to_probs(x[None], 0.8)[0]) and np.allclose(both[1].sum(), 1.0)
 
 
 def test_c_sampling_refuses_what_it_cannot_sample(so):
@@ -154,7 +157,7 @@ def test_c_sampling_refuses_what_it_cannot_sample(so):
         x[7] = bad
         assert so.sv_softmax_t(x.ctypes.data, v, 1.0, out.ctypes.data) == -2
         with pytest.raises(ValueError, match="NaN"):
-            S.probs_row(x, 0.8)
+            S.logits_to_probs(x[None], 0.8)
     assert so.sv_softmax_t(np.full(v, -np.inf, np.float32).ctypes.data, v, 1.0, out.ctypes.data) == -2
     for inv_t in (0.0, -1.0, np.inf):
         assert so.sv_softmax_t(good.ctypes.data, v, inv_t, out.ctypes.data) == -2
