@@ -5,7 +5,7 @@ pay, before any training.
     python scripts/measure/feature_draft_vocab.py --draft assets/models/gemma-3-270m-feature-draft \
         --data data/gemma-lead-a --sizes 4096 6144 8192 12288 16384
 
-Ids are ranked as the trainer ranks them (probability mass under the target's p at T = 0.8 over positions of the
+Ids are ranked by the trainer's own ranking (probability mass under the target's p at T = 0.8 over positions of the
 recording past the held-out samples); a size below the draft's own keeps its best-ranked ids, a size above adds the
 best-ranked others. Prints per size: the held-out tokens the ids cover and, per draft step, alpha = sum min(p, q) at
 T = 0.8 and the argmax agreement (the trainer's own scorer, on the first --held-out samples).
@@ -24,18 +24,6 @@ sys.path[:0] = [str(ROOT), str(ROOT / "scripts" / "train"), str(ROOT / "scripts"
 
 import train_gemma_feature_draft as T  # noqa: E402
 from hostline import host_line  # noqa: E402
-
-
-def ranked(every: torch.Tensor, samples, rows: int, rng) -> np.ndarray:
-    """Every id with mass, best first, as ``train_gemma_feature_draft.vocabulary`` ranks them."""
-    counts = np.bincount(np.concatenate([t[1:] for t, _ in samples]), minlength=len(every)).astype(np.float64)
-    feats = np.concatenate([f for _, f in samples])
-    x = torch.from_numpy(feats[rng.choice(len(feats), size=min(rows, len(feats)), replace=False)].astype(np.float32))
-    mass = torch.zeros(len(every), dtype=torch.float64)
-    for chunk in x.split(200):  # 200 rows of logits over the whole vocabulary at a time
-        logits = chunk @ every.T / 0.8
-        mass += (logits - torch.logsumexp(logits, -1, keepdim=True)).exp().double().sum(0)
-    return np.lexsort((-counts, -mass.numpy()))
 
 
 def ids_of_size(d2t: np.ndarray, order: np.ndarray, size: int) -> np.ndarray:
@@ -69,7 +57,7 @@ def main(argv=None) -> None:
     every = torch.from_numpy(seq.embed(np.arange(seq.vocab)) / seq.scale)
     head = FeatureHead(layer_config(seq.d, 5, 1536, float(seq.dims.eps)))
     d2t = T.initial(args.draft, head)
-    order, embed = ranked(every, rank_on, 2000, np.random.default_rng(0)), T.Embedder(seq)
+    order, embed = T.ranking(every, rank_on, 2000, np.random.default_rng(0)), T.Embedder(seq)
     tokens = np.concatenate([t[1:] for t, _ in test])
     for size in args.sizes:
         ids = ids_of_size(d2t, order, size)

@@ -122,9 +122,14 @@ def objective(head, embed, E, ids, f, steps):
 
 
 def vocabulary(every: torch.Tensor, samples, size: int, rows: int, rng) -> np.ndarray:
-    """The draft's ids, ascending: the ``size`` with the most probability mass under the target's p at T = 0.8 over
-    ``rows`` positions of the text (p from their features through the whole tied head ``every``, a slab of its rows
-    at a time), ties by how often each id follows in the text."""
+    """The draft's ids, ascending: the ``size`` first of ``ranking``."""
+    return np.sort(ranking(every, samples, rows, rng)[:size])
+
+
+def ranking(every: torch.Tensor, samples, rows: int, rng) -> np.ndarray:
+    """Every id, the most probability mass under the target's p at T = 0.8 first, over ``rows`` positions of the text
+    (p from their features through the whole tied head ``every``, a slab of its rows at a time), ties by how often
+    each id follows in the text."""
     vocab = len(every)
     counts = np.bincount(np.concatenate([t[1:] for t, _ in samples]), minlength=vocab).astype(np.float64)
     feats = np.concatenate([f for _, f in samples])
@@ -132,7 +137,7 @@ def vocabulary(every: torch.Tensor, samples, size: int, rows: int, rng) -> np.nd
     slabs = [every[lo: lo + 32768] for lo in range(0, vocab, 32768)]
     lse = torch.logsumexp(torch.stack([torch.logsumexp(x @ slab.T / 0.8, -1) for slab in slabs]), 0)
     mass = torch.cat([(x @ slab.T / 0.8 - lse[:, None]).exp().double().sum(0) for slab in slabs])
-    return np.sort(np.lexsort((-counts, -mass.numpy()))[:size])
+    return np.lexsort((-counts, -mass.numpy()))
 
 
 class HeldOut:
