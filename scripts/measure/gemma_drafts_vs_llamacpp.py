@@ -3,10 +3,10 @@ against llama.cpp's speculative decoding of the same file, side by side in one r
 
 Every call of every side is interleaved prompt by prompt (the order rotated each prompt), at greedy and T = 0.8, on
 the same threads. specviz's side: its autoregressive decode and each draft (prompt lookup; an n-gram of Gemma's own
-greedy text with --ngram; on slim-c a feature draft trained for the file with --feature-draft, at each --feature-k
-and --feature-min-q, and with --hybrid the same draft behind prompt lookup of 2-3 tokens in greedy runs,
-``slim.Hybrid``) on one forward (``--forward``; default: the faster on one-row passes here of its lean one
-and llama.cpp's through llama-cpp-python). llama.cpp's side: one llama-server per speculative setting
+greedy text with --ngram; on slim-c each feature draft trained for the file given to --feature-draft, its weights as
+each of --feature-weights, at each --feature-k and --feature-min-q, and with --hybrid the same draft behind prompt
+lookup of 2-3 tokens in greedy runs, ``slim.Hybrid``) on one forward (``--forward``; default: the faster on one-row
+passes here of its lean one and llama.cpp's through llama-cpp-python). llama.cpp's side: one llama-server per speculative setting
 (``--spec-types``: each type at its own defaults and, for the lookup types, matching 3 tokens and drafting k) and one
 without speculation, all started before the first call and idle between theirs. Greedy output of each specviz draft
 is compared with specviz's own autoregressive output on the same prompt (equal token for token on the lean forward;
@@ -118,13 +118,15 @@ def drafts(args, model) -> dict[str, tuple[object, int, float]]:
         if args.ngram:
             raise SystemExit("--ngram runs on the torch decoder: specviz.slim drafts by prompt lookup or a model")
         out = {"prompt lookup": (slim.Lookup(), args.k, 0.0)}
-        if args.feature_draft:
-            draft = slim.FeatureDraft(model, args.feature_draft)
-            out.update({f"feature draft k={k}" + (f" min q={s:g}" if s else ""): (draft, k, s)
+        several = len(args.feature_draft or ()) > 1
+        for folder, weights in ((f, w) for f in args.feature_draft or () for w in args.feature_weights):
+            draft = slim.FeatureDraft(model, folder, weights=weights)
+            named = (f" ({folder.name})" if several else "") + ("" if weights == "Q8_0" else f" {weights}")
+            out.update({f"feature draft{named} k={k}" + (f" min q={s:g}" if s else ""): (draft, k, s)
                         for k in args.feature_k for s in args.feature_min_q})
             if args.hybrid and 0.0 in args.feature_min_q:  # the lookup in greedy runs: sampled, the draft alone
                 both = slim.Hybrid(slim.Lookup(3, 2), draft)
-                out.update({f"hybrid k={k}": (both, k, 0.0) for k in args.feature_k})
+                out.update({f"hybrid{named} k={k}": (both, k, 0.0) for k in args.feature_k})
         return out
     if args.feature_draft:
         raise SystemExit("--feature-draft runs on slim-c (specviz.slim on the C stack)")
@@ -166,12 +168,14 @@ def main(argv=None) -> None:
     ap.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 0.8])
     ap.add_argument("--spec-types", nargs="*", default=list(SPEC_TYPES))
     ap.add_argument("--ngram", type=Path, default=None, help="an n-gram folder (scripts/train/fit_ngram.py)")
-    ap.add_argument("--feature-draft", type=Path, default=None, help="a feature draft's folder for slim-c "
-                    "(scripts/train/train_gemma_feature_draft.py)")
+    ap.add_argument("--feature-draft", type=Path, nargs="+", default=None, help="feature drafts' folders for "
+                    "slim-c (scripts/train/train_gemma_feature_draft.py), each a side")
     ap.add_argument("--feature-k", type=int, nargs="+", default=[3], help="the feature draft's k, each a side")
     ap.add_argument("--feature-min-q", type=float, nargs="+", default=[0.0],
                     help="its confidence thresholds (DecodeConfig.draft_stop: a chain ends at a token whose q is "
                          "below it), each a side")
+    ap.add_argument("--feature-weights", nargs="+", default=["Q8_0"], choices=("Q8_0", "Q5_0"),
+                    help="the feature draft's weights, each a side (slim.FeatureDraft's weights)")
     ap.add_argument("--hybrid", action="store_true", help="also the feature draft behind prompt lookup (greedy)")
     ap.add_argument("--port", type=int, default=18617)
     ap.add_argument("--forward", choices=("lean", "llamacpp", "slim-c"), default=None,

@@ -79,6 +79,8 @@ def main(argv=None) -> None:
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--weights", nargs="+", default=["Q8_0"], choices=("Q8_0", "Q5_0"),
+                    help="the draft's weights (slim.FeatureDraft's), each a side")
     args = ap.parse_args(argv)
     from specviz import slim
     from specviz.runtime import gguf as loader
@@ -91,13 +93,16 @@ def main(argv=None) -> None:
     print(f"# {host_line()}\n# python {' '.join(sys.argv)}")
     tok = loader.tokenizer(args.gguf.parent, args.gguf.name)
     seq = GemmaSequence.from_gguf(args.gguf, threads=args.threads)
-    passes, draft = TimedPasses(seq), slim.FeatureDraft(seq, args.feature_draft)
-    for _ in range(args.repeats):  # each repeat a pair, the autoregressive side first
-        ar, spec = {}, {}
+    passes = TimedPasses(seq)
+    drafts = {w: slim.FeatureDraft(seq, args.feature_draft, weights=w) for w in args.weights}
+    for _ in range(args.repeats):  # each repeat the autoregressive side, then each draft's
+        ar, spec = {}, {w: {} for w in drafts}
         one_side(seq, passes, tok, None, args, ar)
-        one_side(seq, passes, tok, draft, args, spec)
+        for w, draft in drafts.items():
+            one_side(seq, passes, tok, draft, args, spec[w])
         report("autoregressive", ar, None)
-        report(f"feature draft k={args.k} min q={args.min_q:g}", spec, ar)
+        for w in drafts:
+            report(f"feature draft {w} k={args.k} min q={args.min_q:g}", spec[w], ar)
 
 
 if __name__ == "__main__":

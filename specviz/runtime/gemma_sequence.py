@@ -213,19 +213,23 @@ class GemmaSequence:
         self.caches = (ctypes.c_void_p * len(kv))(*[kv[i].ctypes.data for i in range(len(kv))])
         self.rope = {k: rope_tables(b, self.hd, cap) for k, b in self.bases.items()}
 
-    def decode(self, tokens) -> np.ndarray:
-        """Append tokens (n,); the logits after each, (n, V) float32, from one pass of the C stack."""
+    def decode(self, tokens, head_rows: int | None = None) -> np.ndarray:
+        """Append tokens (n,); the logits after each, (n, V) float32, from one pass of the C stack. ``head_rows``: the
+        logits of only the last that many rows, at least one (the features are every row's)."""
         tokens = np.asarray(tokens).reshape(-1)
         need(tokens.dtype.kind in "iu", f"tokens must be integer ids, got {tokens.dtype}")
         n, start = len(tokens), self.length
+        rows = n if head_rows is None else head_rows
+        need(isinstance(rows, (int, np.integer)) and 1 <= rows <= n, f"head_rows must be 1..{n}, got {head_rows!r}")
         if n == 0:
             return np.zeros((0, self.vocab), dtype=np.float32)
         need(int(tokens.min()) >= 0 and int(tokens.max()) < self.vocab,
               f"token ids must lie in [0, {self.vocab}), got {int(tokens.min())}..{int(tokens.max())}")
         self._reserve(start + n)
         x = self.embed(tokens.astype(np.int64))
-        h, logits = self.hidden[start: start + n], np.empty((n, self.vocab), np.float32)
-        head = build.GHead(self.w.head, self.w.norm.ctypes.data, 1, self.vocab, 0, h.ctypes.data, logits.ctypes.data)
+        h, logits = self.hidden[start: start + n], np.empty((rows, self.vocab), np.float32)
+        head = build.GHead(self.w.head, self.w.norm.ctypes.data, 1, self.vocab, n - rows, h.ctypes.data,
+                           logits.ctypes.data)
         full = self.rope.get("full_attention") or self.rope["sliding_attention"]
         local = self.rope.get("sliding_attention") or full
         t0 = time.perf_counter()

@@ -25,6 +25,7 @@ from ..runtime.gguf_header import BLOCKS
 from ..runtime.native import build
 from ..runtime.native.build import need
 from . import sampling as S
+from .blocks import KINDS, rounded
 from .drafts import shared_prefix
 
 FILE, CONFIG = "feature-draft.safetensors", "feature-draft.json"
@@ -65,22 +66,12 @@ def stored(raw: dict) -> dict:
     return out
 
 
-def q8_0(w: np.ndarray) -> np.ndarray:
-    """A float matrix (rows, K) as GGML Q8_0 rows: per block of 32, a float16 scale amax / 127 and 32 int8."""
-    rows, K = w.shape
-    blocks = w.astype(np.float32).reshape(rows, K // 32, 32)
-    d = np.abs(blocks).max(-1, keepdims=True) / 127
-    q = np.round(np.divide(blocks, d, out=np.zeros_like(blocks), where=d > 0)).clip(-127, 127).astype(np.int8)
-    out = np.empty((rows, K // 32, 34), dtype=np.uint8)
-    out[..., :2] = d.astype(np.float16).view(np.uint8)
-    out[..., 2:] = q.view(np.uint8)
-    return out.reshape(rows, -1)
-
-
 class FeatureDraft:
-    """The saved draft in ``folder``, bound to its target ``GemmaSequence`` (whose features and head rows it reads)."""
+    """The saved draft in ``folder``, bound to its target ``GemmaSequence`` (whose features and head rows it reads).
+    ``weights``: "Q8_0" (the layer's matrices rounded to Q8_0, the head the file's rows as shipped) or "Q5_0" (both
+    rounded to Q5_0: 7 MB read a round instead of 12, at some cost in acceptance)."""
 
-    def __init__(self, target, folder, name: str | None = None, threads: int | None = None):
+    def __init__(self, target, folder, name: str | None = None, threads: int | None = None, weights: str = "Q8_0"):
         from safetensors.numpy import load_file
 
         folder = Path(folder)
@@ -89,6 +80,7 @@ class FeatureDraft:
              "scripts/train/train_gemma_feature_draft.py")
         need(hasattr(target, "features") and hasattr(target, "w"), "a feature draft drafts for a GemmaSequence (it "
                                                                     "reads the target's features and head rows)")
+        need(weights in KINDS, f"a feature draft's weights are {' or '.join(KINDS)}, not {weights!r}")
         meta, state = json.loads((folder / CONFIG).read_text()), stored(load_file(str(folder / FILE)))
         self.target, self.so, self.name = target, target.so, name or f"feature draft ({folder.name})"
         self.d, self.nh, self.hd = int(meta["hidden_size"]), int(meta["num_attention_heads"]), int(meta["head_dim"])
@@ -103,8 +95,11 @@ class FeatureDraft:
                 "o": state[L[0] + "o_proj.weight"],
                 "gate_up": np.concatenate([state[L[1] + n + "_proj.weight"] for n in ("gate", "up")]),
                 "down": state[L[1] + "down_proj.weight"]}
-        self.mats = {k: self._qmat(q8_0(v)) for k, v in mats.items()}
-        self.head = self._qmat(np.ascontiguousarray(target.w.embed[self.d2t]), target.w.embed_kind)
+        self.weights = weights
+        self.mats = {k: self._qmat(rounded(v, weights), weights) for k, v in mats.items()}
+        self.head = (self._qmat(np.ascontiguousarray(target.w.embed[self.d2t]), target.w.embed_kind)
+                     if weights == "Q8_0" else
+                     self._qmat(rounded(target.embed(self.d2t) / target.scale, weights), weights))
         self.layer = build.DLayer(*[ctypes.addressof(self.mats[k][1]) for k in MATRICES],
                                   *[self.norms[k].ctypes.data for k in ("layer.input_layernorm.weight",
                                                                         "layer.post_attention_layernorm.weight",

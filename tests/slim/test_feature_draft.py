@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 from specviz.config import DecodeConfig
 from specviz.drafts.eagle import FeatureHead, layer_config
 from specviz.runtime.native import gemma as native_gemma
-from specviz.slim import FeatureDraft, Hybrid, Lookup, autoregressive, speculative
+from specviz.slim import FeatureDraft, Hybrid, Lookup, autoregressive, blocks, speculative
 from specviz.slim import feature_draft as F
 from tests.helpers.tiny_gguf import D, write_tiny_gemma
 
@@ -87,9 +87,10 @@ def test_features_are_the_heads_input_and_roll_back_with_the_cache(seq):
         seq.features(len(IDS) + 1)
 
 
-def test_its_h_is_the_torch_heads_within_8_bit_rounding(seq, saved):
-    """The draft's layer in one C call (sv_draft_layer, Q8_0 matrices, 8-bit x) against the torch FeatureHead of the
-    weights as stored, over the same true features and embeddings, row by row and a step after."""
+@pytest.mark.parametrize("weights, within", [("Q8_0", 0.15), ("Q5_0", 0.3)])
+def test_its_h_is_the_torch_heads_within_its_rounding(seq, saved, weights, within):
+    """The draft's layer in one C call (sv_draft_layer, Q8_0 or Q5_0 matrices, 8-bit x) against the torch FeatureHead
+    of the weights as stored, over the same true features and embeddings, row by row and a step after."""
     from specviz.runtime.int8 import unpack
 
     folder, trained = saved
@@ -101,7 +102,7 @@ def test_its_h_is_the_torch_heads_within_8_bit_rounding(seq, saved):
     with torch.no_grad():
         theirs = head(torch.cat([torch.zeros(1, seq.d), f])[None], torch.from_numpy(seq.embed(np.asarray(IDS + [3])))[None],
                       torch.arange(n)[None], torch.ones(n, n, dtype=torch.bool).tril())[0].numpy()
-    draft = FeatureDraft(seq, folder)
+    draft = FeatureDraft(seq, folder, weights=weights)
     h = draft._sync(IDS + [3])  # every committed row fed with its true feature: the last one's h
     assert len(draft.ids) == draft.kv.shape[2] == n
     for mine, want in ((h[0], theirs[-1]), (draft._layer(theirs[-1:], np.asarray([5]))[0], None)):
@@ -110,7 +111,7 @@ def test_its_h_is_the_torch_heads_within_8_bit_rounding(seq, saved):
                 x = torch.cat([torch.zeros(1, seq.d), f, torch.from_numpy(theirs[-1:])])[None]
                 e = torch.from_numpy(seq.embed(np.asarray(IDS + [3, 5])))[None]
                 want = head(x, e, torch.arange(n + 1)[None], torch.ones(n + 1, n + 1, dtype=torch.bool).tril())[0, -1].numpy()
-        assert np.abs(mine - want).max() < 0.15 * np.abs(want).max()  # x and the weights rounded: Q8_0 blocks
+        assert np.abs(mine - want).max() < within * np.abs(want).max()  # x and the weights rounded
         assert np.corrcoef(mine, want)[0, 1] > 0.99
 
 
@@ -143,12 +144,13 @@ def test_the_c_layer_refuses_what_does_not_fit_and_writes_nothing(seq, saved):
 
 @pytest.mark.parametrize("k", [1, 3, 6])
 @pytest.mark.parametrize("which", ["saved", "flat"])
-def test_greedy_speculative_text_is_the_targets_own(seq, saved, flat, k, which):
-    """A draft that is rejected at once (random weights) and one accepted every time (its argmax is the target's):
-    the same text, and the draft's cache holds exactly the committed rows between rounds."""
+@pytest.mark.parametrize("weights", ["Q8_0", "Q5_0"])
+def test_greedy_speculative_text_is_the_targets_own(seq, saved, flat, k, which, weights):
+    """A draft that is rejected at once (random weights) and one accepted every time (its argmax is the target's),
+    its weights in 8 or 5 bits: the same text, and the draft's cache holds exactly the committed rows between rounds."""
     cfg = DecodeConfig(temperature=0.0, max_new_tokens=40, k=k)
     reference = autoregressive(seq, IDS[:4], cfg).new_tokens
-    draft = FeatureDraft(seq, saved[0] if which == "saved" else flat)
+    draft = FeatureDraft(seq, saved[0] if which == "saved" else flat, weights=weights)
     trace = speculative(seq, draft, IDS[:4], cfg)
     assert trace.new_tokens == reference
     assert all(all(t in D2T for t in r.drafted) for r in trace.rounds)
@@ -232,6 +234,8 @@ def test_what_does_not_fit_is_refused_in_words(seq, saved, tmp_path):
     (wide / F.CONFIG).write_text(json.dumps({**meta, "hidden_size": 2 * D}))
     with pytest.raises(ValueError, match="fit its config"):
         FeatureDraft(seq, wide)
+    with pytest.raises(ValueError, match="Q8_0 or Q5_0, not 'Q4_K'"):
+        FeatureDraft(seq, folder, weights="Q4_K")
     draft = FeatureDraft(seq, folder)
     assert draft.fits(seq.vocab) is None and "tokens" in draft.fits(seq.vocab + 1)
     draft.vocab = seq.vocab + 1  # bound to another target: refused before any pass
@@ -244,6 +248,6 @@ def test_q8_0_rows_are_ggmls_layout():
     import gguf
 
     w = np.random.default_rng(0).normal(size=(3, 64)).astype(np.float32)
-    back = gguf.quants.dequantize(F.q8_0(w), gguf.GGMLQuantizationType.Q8_0)
+    back = gguf.quants.dequantize(blocks.q8_0(w), gguf.GGMLQuantizationType.Q8_0)
     step = np.abs(w.reshape(3, 2, 32)).max(-1, keepdims=True) / 127
     assert np.all(np.abs(back.reshape(3, 2, 32) - w.reshape(3, 2, 32)) <= step * 0.5 + 1e-3 * step)

@@ -80,6 +80,18 @@ def test_a_row_gets_the_same_floats_whatever_rows_share_its_pass(seq):
     assert np.array_equal(seq.decode(IDS[3:9]), together[3:9])
 
 
+def test_a_pass_can_skip_the_head_for_all_but_its_last_rows(seq):
+    """head_rows: the last rows' logits only, the same floats, and every row's features; 0 or more than the rows
+    is refused."""
+    together, features = seq.decode(IDS), seq.features().copy()
+    seq.crop(0)
+    assert np.array_equal(seq.decode(IDS, head_rows=2), together[-2:])
+    assert np.array_equal(seq.features(), features)
+    for bad in (0, len(IDS) + 1, 1.5):
+        with pytest.raises(ValueError, match="head_rows"):
+            seq.decode(IDS, head_rows=bad)
+
+
 @pytest.mark.parametrize("k", [1, 3, 6])
 def test_greedy_speculative_equals_its_own_greedy_decode(seq, k):
     prompt = [2, 6, 7, 8, 6, 7, 8, 6]
