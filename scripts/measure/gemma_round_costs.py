@@ -81,6 +81,8 @@ def main(argv=None) -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--weights", nargs="+", default=["Q8_0"], choices=("Q8_0", "Q5_0"),
                     help="the draft's weights (slim.FeatureDraft's), each a side")
+    ap.add_argument("--draft-threads", type=int, nargs="+", default=None, help="the draft's threads, each a side "
+                    "(default: --threads)")
     args = ap.parse_args(argv)
     from specviz import slim
     from specviz.runtime import gguf as loader
@@ -94,7 +96,8 @@ def main(argv=None) -> None:
     tok = loader.tokenizer(args.gguf.parent, args.gguf.name)
     seq = GemmaSequence.from_gguf(args.gguf, threads=args.threads)
     passes = TimedPasses(seq)
-    drafts = {w: slim.FeatureDraft(seq, args.feature_draft, weights=w) for w in args.weights}
+    drafts = {f"{w}, {t} thread{'s' * (t > 1)}": slim.FeatureDraft(seq, args.feature_draft, weights=w, threads=t)
+              for w in args.weights for t in args.draft_threads or [args.threads]}
     for _ in range(args.repeats):  # each repeat the autoregressive side, then each draft's
         ar, spec = {}, {w: {} for w in drafts}
         one_side(seq, passes, tok, None, args, ar)

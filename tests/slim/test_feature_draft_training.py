@@ -67,3 +67,40 @@ def test_recorded_text_trains_a_draft_that_keeps_the_targets_greedy_text(tmp_pat
     first, start = log["held_out_after"][0]["alpha_t08"], log2["held_out_before"][0]["alpha_t08"]
     assert abs(start - first) < 0.02 and len(log2["recorded"]) == 2  # the saved draft's held-out figure, 8-bit
     assert log2["train_samples"] > log["train_samples"] and log2["init"]["command"] == log["command"]
+
+
+def test_given_text_is_recorded_with_the_features_a_pass_gives_it(tmp_path, monkeypatch):
+    """gemma_text_features.py: a MediaWiki dump's prose (markup dropped, links kept as their text) and a plain file's
+    paragraphs, cut into samples after BOS, each with the features a pass over it gives."""
+    import bz2
+
+    from specviz.runtime import gguf as loader
+    from specviz.runtime.gemma_sequence import GemmaSequence
+
+    monkeypatch.setenv("SPECVIZ_GGUF_CACHE", str(tmp_path / "cache"))
+    path = write_tiny_gemma(tmp_path / "tiny-gemma3.gguf")
+    loader.described(tmp_path, path.name)
+    text = script("gemma_text_features")
+    wiki = tmp_path / "dump.xml.bz2"
+    with bz2.open(wiki, "wt", encoding="utf-8") as f:
+        f.write("<mediawiki><page><title>T</title><revision><text xml:space=\"preserve\">{{Infobox|a={{b}}}}\n"
+                "the [[Cab (car)|cab]] sat by a [[bed]]&lt;ref&gt;{{cite|x}}&lt;/ref&gt; and the ''bat'' is a bad "
+                "bet\n== Heading ==\n* a list of the cats\n[[Category:Cabs]]\n</text></revision></page></mediawiki>")
+    assert text.paragraphs(wiki, 10) == ["the cab sat by a bed and the bat is a bad bet"]
+    plain = tmp_path / "plain.txt"
+    plain.write_text("the cab sat. a bad bet. the cat is a bed.\n\nshort\n\nthe bat sat at the bed, a cab at the "
+                     "cat.\n")
+    data = tmp_path / "given"
+    text.main(["--gguf", str(path), "--text", str(wiki), str(plain), "--out", str(data), "--length", "12",
+               "--min-chars", "20", "--threads", "1"])
+    shards = sorted(data.glob("*.npz"))
+    assert len(shards) >= 3 and json.loads((data / "run.json").read_text())["samples"] == len(shards)
+    seq = GemmaSequence.from_gguf(path, threads=1)
+    for f in shards:
+        z = np.load(f)
+        assert int(z["mode"]) == text.GIVEN and z["tokens"][0] == 2 and 7 <= len(z["tokens"]) <= 13
+        seq.crop(0)
+        seq.decode(z["tokens"])
+        assert np.allclose(z["features"], seq.features(), atol=2e-3 * np.abs(seq.features()).max())
+    with pytest.raises(SystemExit, match="no paragraph"):
+        text.main(["--gguf", str(path), "--text", str(plain), "--out", str(data), "--min-chars", "500"])
