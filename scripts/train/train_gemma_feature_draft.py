@@ -13,7 +13,8 @@ The target is frozen and not run: its features f_t are the recorded ones, its p_
 vocabulary (the file's tied head E, rows of the ``--vocab`` ids most frequent in the text, dequantized), and the draft's
 input embedding is the target's (rows of E times sqrt(d)). Each update unrolls the draft ``--ttt`` steps over its own
 states (training-time test) and minimises the forward KL(p || q) at every step (weights 0.8^s) plus a smooth-L1 pull of
-h toward f. The first ``--held-out`` samples are not trained on: their acceptance per step (1 - TV at T = 0.8, argmax
+h toward f (``--objective tv08``: the total variation between p and q at T = 0.8 in place of the KL, which stays at a
+tenth). The first ``--held-out`` samples are not trained on: their acceptance per step (1 - TV at T = 0.8, argmax
 match) and the vocabulary's coverage of their tokens are logged before and after.
 """
 from __future__ import annotations
@@ -58,6 +59,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                     "matmuls to bfloat16 (the weights and the optimiser stay float32)")
     ap.add_argument("--reload-minutes", type=float, default=1e9, help="take in new shards this often")
     ap.add_argument("--threads-after", type=int, default=0, help="threads once the recording has ended")
+    ap.add_argument("--objective", choices=("kl", "tv08"), default="kl", help="kl: forward KL(p || q) at T = 1; tv08: "
+                    "the total variation at T = 0.8 (1 - the sampled acceptance), plus a tenth of the KL")
     ap.add_argument("--seed", type=int, default=0)
     return ap.parse_args(argv)
 
@@ -110,13 +113,20 @@ class Batches:
         return torch.from_numpy(np.stack(ids)), torch.from_numpy(np.stack(feats))
 
 
-def objective(head, embed, E, ids, f, steps):
-    """Σ_s 0.8^s KL(p || q_s) over rows with a chain, + 0.1 smooth-L1(h_s, f); and the held-out figures' parts."""
-    p_log = F.log_softmax(f @ E.T, -1)
+def objective(head, embed, E, ids, f, steps, kind: str = "kl"):
+    """Σ_s 0.8^s (KL(p || q_s) + 0.1 smooth-L1(h_s, f)) over rows with a chain. ``kind`` "tv08": the first term is
+    instead the total variation between p and q_s at T = 0.8, 1 - Σ min(p, q) (what a sampled round at T = 0.8 fails
+    to accept), plus 0.1 KL(p || q_s) to keep q covering p's mass."""
+    p_logits = f @ E.T
+    p_log = F.log_softmax(p_logits, -1)
+    p_t08 = F.softmax(p_logits / 0.8, -1) if kind == "tv08" else None
     loss = 0.0
     for s, h in enumerate(unroll_states(head, embed(ids), f, steps)):
-        q_log = F.log_softmax(h[:, s:] @ E.T, -1)
-        kl = F.kl_div(q_log, p_log[:, s:], log_target=True, reduction="none").sum(-1).mean()
+        q_logits = h[:, s:] @ E.T
+        kl = F.kl_div(F.log_softmax(q_logits, -1), p_log[:, s:], log_target=True, reduction="none").sum(-1).mean()
+        if p_t08 is not None:
+            tv = 1 - torch.minimum(p_t08[:, s:], F.softmax(q_logits / 0.8, -1)).sum(-1).mean()
+            kl = tv + 0.1 * kl
         loss = loss + 0.8 ** s * (kl + 0.1 * F.smooth_l1_loss(h[:, s:], f[:, s:]))
     return loss
 
@@ -205,7 +215,7 @@ def train(head, embed, E, batches, args) -> int:
             g["lr"] = lr
         ids, f = next(batches)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):  # matmuls in bf16, softmaxes in float32
-            loss = objective(head, embed, E, ids, f, args.ttt)
+            loss = objective(head, embed, E, ids, f, args.ttt, args.objective)
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -239,7 +249,7 @@ def main(argv=None) -> None:
     after = scorer.score(head.eval(), embed, E, args.ttt)
     print(f"after {steps} steps: {after}", flush=True)
     log = {"command": " ".join(sys.argv), "host": platform.node(),
-           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "steps": steps,
+           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "steps": steps, "objective": args.objective,
            "tokens_seen": steps * args.batch * args.window, "train_samples": len(batches.samples),  # at the end
            "train_tokens": int(sum(len(t) for t, _ in batches.samples)), "coverage": round(covered, 4),
            "held_out_before": before, "held_out_after": after}

@@ -1,7 +1,8 @@
 """A feature draft (EAGLE, ``specviz.drafts.eagle``) for a Gemma-3 GGUF on specviz's C stack, in numpy: one Llama
 layer over the target's own final normed hidden states, its matrices in 8 bits (Q8_0 blocks, rounded here when it
 loads) on the C stack's 8-bit kernels, and a pruned head: the rows of the target's tied head (its Q8_0 bytes, as
-shipped) for the draft vocabulary ``d2t``. q is over those ids (0 elsewhere), under the target's transforms.
+shipped) for the draft vocabulary ``d2t``; or all of them rounded to Q5_0 (``weights="Q5_0"``), a little over half
+the bytes to read each round. q is over those ids (0 elsewhere), under the target's transforms.
 
 Its row at position t reads fc([f_{t-1}, e(x_t)]) (the target's feature before, the token's input embedding); drafting a
 chain, the draft's own h stands in for the feature the target has not computed yet. Each round the committed positions
@@ -82,7 +83,8 @@ class FeatureDraft:
                                                                     "reads the target's features and head rows)")
         need(weights in KINDS, f"a feature draft's weights are {' or '.join(KINDS)}, not {weights!r}")
         meta, state = json.loads((folder / CONFIG).read_text()), stored(load_file(str(folder / FILE)))
-        self.target, self.so, self.name = target, target.so, name or f"feature draft ({folder.name})"
+        self.target, self.so, self.name = target, target.so, name or (
+            f"feature draft ({folder.name}{'' if weights == 'Q8_0' else ', ' + weights})")
         self.d, self.nh, self.hd = int(meta["hidden_size"]), int(meta["num_attention_heads"]), int(meta["head_dim"])
         self.eps = float(meta["rms_norm_eps"])
         self._check(state, int(meta["intermediate_size"]))
@@ -95,7 +97,6 @@ class FeatureDraft:
                 "o": state[L[0] + "o_proj.weight"],
                 "gate_up": np.concatenate([state[L[1] + n + "_proj.weight"] for n in ("gate", "up")]),
                 "down": state[L[1] + "down_proj.weight"]}
-        self.weights = weights
         self.mats = {k: self._qmat(rounded(v, weights), weights) for k, v in mats.items()}
         self.head = (self._qmat(np.ascontiguousarray(target.w.embed[self.d2t]), target.w.embed_kind)
                      if weights == "Q8_0" else
