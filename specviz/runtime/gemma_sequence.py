@@ -219,10 +219,10 @@ class GemmaSequence:
         tokens = np.asarray(tokens).reshape(-1)
         need(tokens.dtype.kind in "iu", f"tokens must be integer ids, got {tokens.dtype}")
         n, start = len(tokens), self.length
-        rows = n if head_rows is None else head_rows
-        need(isinstance(rows, (int, np.integer)) and 1 <= rows <= n, f"head_rows must be 1..{n}, got {head_rows!r}")
         if n == 0:
             return np.zeros((0, self.vocab), dtype=np.float32)
+        rows = n if head_rows is None else head_rows
+        need(isinstance(rows, (int, np.integer)) and 1 <= rows <= n, f"head_rows must be 1..{n}, got {head_rows!r}")
         need(int(tokens.min()) >= 0 and int(tokens.max()) < self.vocab,
               f"token ids must lie in [0, {self.vocab}), got {int(tokens.min())}..{int(tokens.max())}")
         self._reserve(start + n)

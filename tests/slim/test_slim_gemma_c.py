@@ -90,6 +90,7 @@ def test_a_pass_can_skip_the_head_for_all_but_its_last_rows(seq):
     for bad in (0, len(IDS) + 1, 1.5):
         with pytest.raises(ValueError, match="head_rows"):
             seq.decode(IDS, head_rows=bad)
+    assert seq.decode(np.zeros(0, np.int32)).shape == (0, seq.vocab)  # nothing to append: no rows, whatever head_rows says
 
 
 @pytest.mark.parametrize("k", [1, 3, 6])
