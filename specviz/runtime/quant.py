@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import native
+from . import blocks, native
 from .gguf_header import BLOCKS
 from .native.build import INT8_TYPES
 from .native.library import QMat, check_tensor, lib, need, ptr
@@ -167,17 +167,11 @@ def dequantize(w: QuantMatrix) -> torch.Tensor:
 
 def quantize_q8_0(w: torch.Tensor) -> QuantMatrix:
     """A float matrix (rows, cols) as Q8_0 (llama.cpp's quantize_row_q8_0_ref: per block of 32, d = max|w| / 127 stored
-    as float16, q = round(w / d)); cols a multiple of 32."""
+    as float16, q = roundf(w / d), ``blocks.q8_0``); cols a multiple of 32."""
     check_tensor("w", w.float(), (None, None), contiguous=False)
     n, k = w.shape
     row_bytes("Q8_0", k)
-    blocks = w.detach().float().reshape(n, k // 32, 32)
-    d = blocks.abs().amax(-1, keepdim=True) / 127
-    inv = torch.where(d > 0, 1 / d, torch.zeros_like(d))
-    q = torch.round(blocks * inv).clamp(-127, 127).to(torch.int8)
-    scale = d.half().view(torch.uint8).reshape(n, k // 32, 2)
-    data = torch.cat([scale, q.view(torch.uint8)], -1).reshape(n, -1).contiguous()
-    return QuantMatrix(data, "Q8_0", n, k)
+    return QuantMatrix(torch.from_numpy(blocks.q8_0(w.detach().float().numpy())), "Q8_0", n, k)
 
 
 def _block(kind: str) -> tuple[int, int]:

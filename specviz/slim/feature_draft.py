@@ -20,13 +20,13 @@ from pathlib import Path
 import numpy as np
 
 from ..config import DecodeConfig
+from ..runtime.blocks import KINDS, rounded
 from ..runtime.cpus import StallWatch
 from ..runtime.gemma_sequence import STALL, STALLS
 from ..runtime.gguf_header import BLOCKS
 from ..runtime.native import build
 from ..runtime.native.build import need
 from . import sampling as S
-from .blocks import KINDS, rounded
 from .drafts import shared_prefix
 
 FILE, CONFIG = "feature-draft.safetensors", "feature-draft.json"

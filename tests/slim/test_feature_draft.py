@@ -12,8 +12,9 @@ from safetensors.torch import load_file
 
 from specviz.config import DecodeConfig
 from specviz.drafts.eagle import FeatureHead, layer_config
+from specviz.runtime import blocks
 from specviz.runtime.native import gemma as native_gemma
-from specviz.slim import FeatureDraft, Hybrid, Lookup, autoregressive, blocks, speculative
+from specviz.slim import FeatureDraft, Hybrid, Lookup, autoregressive, speculative
 from specviz.slim import feature_draft as F
 from tests.helpers.tiny_gguf import D, write_tiny_gemma
 

@@ -1,5 +1,5 @@
 """A float matrix rounded to GGML's block layouts in numpy (ggml-common.h's block_q8_0 and block_q5_0, as llama.cpp's
-``quantize_row_*_ref`` in ggml-quants.c rounds them), for weights that are not a GGUF's own (a feature draft's):
+``quantize_row_*_ref`` in ggml-quants.c rounds them), for weights that are not a GGUF's own (a feature draft's, a test's):
 rows of whole blocks, each row the run of its blocks' bytes, as ``stack.c`` reads them."""
 from __future__ import annotations
 
@@ -10,11 +10,13 @@ Q5_0_BYTES = 22  # d (float16), 4 bytes of fifth bits, 16 bytes of nibbles
 
 
 def q8_0(w: np.ndarray) -> np.ndarray:
-    """A float matrix (rows, K) as GGML Q8_0 rows: per block of 32, a float16 scale amax / 127 and 32 int8."""
+    """A float matrix (rows, K) as GGML Q8_0 rows: per block of 32, a float16 scale d = amax / 127 and 32 int8, each
+    roundf(x / d) (x times 1 / d, halves away from zero, as C's roundf)."""
     rows, K = _shape(w, 32)
     blocks = w.astype(np.float32).reshape(rows, K // 32, 32)
     d = np.abs(blocks).max(-1, keepdims=True) / 127
-    q = np.round(np.divide(blocks, d, out=np.zeros_like(blocks), where=d > 0)).clip(-127, 127).astype(np.int8)
+    inv = np.divide(np.float32(1.0), d, out=np.zeros_like(d), where=d > 0)
+    q = _roundf(blocks * inv).clip(-127, 127).astype(np.int8)
     out = np.empty((rows, K // 32, 34), dtype=np.uint8)
     out[..., :2] = d.astype(np.float16).view(np.uint8)
     out[..., 2:] = q.view(np.uint8)
@@ -37,6 +39,13 @@ def q5_0(w: np.ndarray) -> np.ndarray:
     out[:, 2:6] = np.bitwise_or.reduce(high, -1).astype("<u4")[:, None].view(np.uint8)
     out[:, 6:] = (q[:, :16] & 0xF) | ((q[:, 16:] & 0xF) << 4)
     return out.reshape(rows, -1)
+
+
+def _roundf(v: np.ndarray) -> np.ndarray:
+    """C's roundf: halves away from zero (np.round takes them to even), exact in float32."""
+    a = np.abs(v)
+    whole = np.floor(a)
+    return np.sign(v) * (whole + np.floor(2 * (a - whole)))
 
 
 def _shape(w: np.ndarray, block: int) -> tuple[int, int]:

@@ -1,10 +1,10 @@
-"""specviz.slim.blocks: a float matrix rounded to GGML's Q8_0 and Q5_0 blocks in numpy, byte for byte what the gguf
+"""specviz.runtime.blocks: a float matrix rounded to GGML's Q8_0 and Q5_0 blocks in numpy, byte for byte what the gguf
 package (llama.cpp's gguf-py, its quantize_row_*_ref ported) writes, and refused in words where it cannot be rows of
 whole blocks."""
 import numpy as np
 import pytest
 
-from specviz.slim import blocks
+from specviz.runtime import blocks
 
 gguf = pytest.importorskip("gguf")
 
@@ -33,11 +33,14 @@ def test_rows_read_back_through_the_gguf_packages_dequantizer(kind):
     assert np.all(back[0, :32] == 0)
 
 
-def test_q5_0_is_the_gguf_packages_q5_0_byte_for_byte():
+@pytest.mark.parametrize("kind, size", [("Q8_0", 34), ("Q5_0", blocks.Q5_0_BYTES)])
+def test_rows_are_the_gguf_packages_byte_for_byte(kind, size):
     w = awkward(8, 640)
-    theirs = gguf.quants.quantize(w, gguf.GGMLQuantizationType.Q5_0).reshape(8, -1)
-    assert np.array_equal(blocks.q5_0(w), theirs)
-    assert blocks.q5_0(w).shape == (8, 640 // 32 * blocks.Q5_0_BYTES)
+    w[4, :32] = [127.0, 2.5, -3.5, 0.5, -0.5, 1.5] + [0.0] * 26  # Q8_0's d is 1: halves, which roundf takes away
+    # from zero (np.round would take 2.5 to 2 and 0.5 to 0)
+    theirs = gguf.quants.quantize(w, getattr(gguf.GGMLQuantizationType, kind)).reshape(8, -1)
+    assert np.array_equal(blocks.rounded(w, kind), theirs)
+    assert blocks.rounded(w, kind).shape == (8, 640 // 32 * size)
 
 
 @pytest.mark.parametrize("w", [np.ones((2, 40), np.float32), np.ones(64, np.float32),
