@@ -13,6 +13,7 @@ T = 0.8 and the argmax agreement (the trainer's own scorer, on the first --held-
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -55,7 +56,8 @@ def main(argv=None) -> None:
     test, rank_on = samples[: args.held_out], samples[args.held_out: args.held_out + args.rank_samples]
     seq = GemmaSequence.from_gguf(args.gguf, threads=args.threads, limit=16)
     every = torch.from_numpy(seq.embed(np.arange(seq.vocab)) / seq.scale)
-    head = FeatureHead(layer_config(seq.d, 5, 1536, float(seq.dims.eps)))
+    meta = json.loads((args.draft / T.CONFIG).read_text())  # the saved draft's own shape
+    head = FeatureHead(layer_config(seq.d, meta["num_attention_heads"], meta["intermediate_size"], float(seq.dims.eps)))
     d2t = T.initial(args.draft, head)
     order, embed = T.ranking(every, rank_on, 2000, np.random.default_rng(0)), T.Embedder(seq)
     tokens = np.concatenate([t[1:] for t, _ in test])
