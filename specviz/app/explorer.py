@@ -446,7 +446,7 @@ def build(store: ModelStore, user_drafts: gr.State) -> tuple[gr.Dropdown, object
     # an opened run sets the form to its settings: Run then makes the run shown
     upload.upload(h.load, [upload], outputs, api_visibility="undocumented").then(
         h.form_of, [trace_state], link_fields, api_visibility="private")
-    follow_target(store, inputs[1], inputs[2], user_drafts)
+    follow_target(store, inputs[1], inputs[2], user_drafts, slim=True)
     for opener, event in [(shown, shown.input)] + [(b, b.click) for _, b in ready_runs]:  # a button passes its title
         event(h.open_gallery, [opener], outputs, api_visibility="private").then(
             h.form_of, [trace_state], link_fields, api_visibility="private")

@@ -15,9 +15,11 @@ from .. import theory
 from ..config import DEFAULTS, DecodeConfig
 from ..decoder import Decoding
 from ..labs.sweep import baseline_run
+from ..models import PROMPT_LOOKUP
 from ..runtime import llamacpp, lm
 from ..trace import Trace
 from ..views import plots
+from . import slim_route
 from .budget import GRACE, Budget
 from .forms import as_int, encode, make_config, number_in
 from .store import ModelStore, user_pair
@@ -34,9 +36,7 @@ def stream_run(store: ModelStore, prompt: str, target: str, draft: str, cfg: Dec
     server's budget (SPECVIZ_MAX_REQUEST_S): a run that would finish past it (with its grace) stops there, its
     tokens so far kept, ``stop_reason`` "budget"."""
     budget = Budget()
-    model, tok, drafter = user_pair(store, target, draft, user_drafts)
-    run = Decoding(model, drafter, encode(tok, prompt), cfg, target_name=target, draft_name=draft,
-                   forward=run_forward(model, cfg))
+    run, tok = start_run(store, prompt, target, draft, cfg, user_drafts)
     last = started = time.perf_counter()
     before = budget.elapsed  # loading the models: spent once, not per token
     for _ in run:
@@ -51,6 +51,23 @@ def stream_run(store: ModelStore, prompt: str, target: str, draft: str, cfg: Dec
             yield run.trace.fill_texts(tok)
     yield run.trace.fill_texts(tok)
 
+
+
+def start_run(store: ModelStore, prompt: str, target: str, draft: str, cfg: DecodeConfig,
+              user_drafts: dict | None = None):
+    """(the run, iterated for its rounds with its ``trace``; the tokenizer): on ``slim_route`` where it runs this pair
+    and settings (a Gemma-3 GGUF with prompt lookup or a feature draft: the C stack's forward), else the torch
+    decoder on ``run_forward``'s forward."""
+    mine = isinstance(draft, str) and draft in (user_drafts or {})
+    if not mine and (draft == PROMPT_LOOKUP or slim_route.is_feature_draft(draft)):
+        model, tok = store.target(target)
+        if slim_route.runs_here(model, draft, cfg):
+            ids = [int(t) for t in encode(tok, prompt)[0]]
+            return slim_route.decoding(model, target, draft, ids, cfg), tok
+    model, tok, drafter = user_pair(store, target, draft, user_drafts)
+    run = Decoding(model, drafter, encode(tok, prompt), cfg, target_name=target, draft_name=draft,
+                   forward=run_forward(model, cfg))
+    return run, tok
 
 
 def run_forward(model, cfg: DecodeConfig) -> str | None:
@@ -80,6 +97,8 @@ def baseline(store: ModelStore, trace: Trace) -> Trace:
     cfg = trace.config
     if trace.stop_reason == "budget":  # as many tokens as the run made before the server stopped it
         cfg = replace(cfg, max_new_tokens=max(len(trace.new_tokens), 1))
+    if trace.forward == slim_route.FORWARD:  # a run of the slim route: its baseline on the same forward
+        return slim_route.decoding(model, trace.target_name, None, list(trace.prompt_ids), replace(cfg, tree=None)).run()
     return baseline_run(model, torch.tensor([trace.prompt_ids]), cfg, target_name=trace.target_name)
 
 
@@ -96,14 +115,22 @@ def speed_pairs(store: ModelStore, trace: Trace, base: Trace, user_drafts: dict 
     if more > PAIRS_BUDGET_S:
         return speedups, (f"{PAIRS - 1} more pairs would take about {more:.0f} s, over the {PAIRS_BUDGET_S:.0f} s a run "
                           "sets aside for them: fewer new tokens give a median and range")
-    model, _, drafter = user_pair(store, trace.target_name, trace.draft_name, user_drafts)
-    ids = torch.tensor([trace.prompt_ids])
     for _ in range(PAIRS - 1):
-        again = Decoding(model, drafter, ids, trace.config, target_name=trace.target_name,
-                         forward=run_forward(model, trace.config)).run()
+        again = rerun(store, trace, user_drafts)
         slow = baseline(store, trace)
         speedups.append(again.summary().tokens_per_s / slow.summary().tokens_per_s)
     return speedups, None
+
+
+def rerun(store: ModelStore, trace: Trace, user_drafts: dict | None = None) -> Trace:
+    """The run again: the same target, draft, prompt, settings and seed, on the forward it took."""
+    if trace.forward == slim_route.FORWARD:
+        model, _ = store.target(trace.target_name)
+        return slim_route.decoding(model, trace.target_name, trace.draft_name, list(trace.prompt_ids),
+                                   trace.config).run()
+    model, _, drafter = user_pair(store, trace.target_name, trace.draft_name, user_drafts)
+    return Decoding(model, drafter, torch.tensor([trace.prompt_ids]), trace.config, target_name=trace.target_name,
+                    forward=run_forward(model, trace.config)).run()
 
 
 def chain_twin(store: ModelStore, trace: Trace, user_drafts: dict | None = None) -> Trace:

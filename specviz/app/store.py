@@ -17,6 +17,7 @@ from ..drafts import eagle, early_exit
 from ..drafts.cross import drafting_through
 from ..drafts.pairing import vocab_fingerprint
 from ..runtime.local import EXTRA_ENV, extra_models
+from . import slim_route
 
 CACHE_ENV = "SPECVIZ_MODEL_CACHE_GB"
 
@@ -45,7 +46,7 @@ class ModelStore:
 
         def targets():  # the bundled family, the operator's local models (SPECVIZ_EXTRA_MODELS), hub presets
             trained = models.local_trained_drafts()  # drafts trained elsewhere draft for a target: not targets
-            local = [name for name in extra_models() if name not in trained]
+            local = [name for name in extra_models() if name not in trained and not slim_route.is_feature_draft(name)]
             return models.list_models() + local + (models.preset_targets() if hub else [])
 
         def drafts():  # the bundled drafts, the early exits of the operator's local models, trained drafts, presets
@@ -89,6 +90,8 @@ class ModelStore:
         (``specviz.drafts.cross.CrossDrafter``, exact at any temperature); a draft of another tokenizer that is not a
         causal LM is refused with a ValueError."""
         name_of("draft", draft)
+        if draft not in self.list_drafters() and slim_route.is_feature_draft(draft):
+            raise ValueError(slim_route.refusal(draft))  # no torch drafter: the explorer's slim route runs it
         model, tok = self.target(target)
         local = target in models.list_models() or target in extra_models()
         if models.self_draft_base(draft) == target and local and draft in self.list_drafters():
@@ -114,17 +117,20 @@ class ModelStore:
             drafter = drafter.for_target(tok)
         return model, tok, drafter
 
-    def drafts_for(self, target: str) -> list[str]:
+    def drafts_for(self, target: str, slim: bool = False) -> list[str]:
         """The drafts that fit ``target``: every one for a target with the bundled family's tokenizer; for another
         (an operator's local model), those that draft through its tokenizer or read its own tokens (model drafts,
-        wrapped as in ``pair``; prompt lookup; its own early exits), not the family's n-grams, hybrids and exits."""
+        wrapped as in ``pair``; prompt lookup; its own early exits; ``slim``: for a Gemma-3 GGUF also the feature
+        drafts saved for its width, which only the explorer runs, on ``slim_route``), not the family's n-grams,
+        hybrids and exits."""
         names = self.list_drafters()
         if target in models.list_models() or self._load_tokenizer is None or target not in self.list_targets():
             return names
         if self._digest(target) == self._digest(models.DEFAULT_TARGET):
             return names
         family = set(models.list_ngrams()) | set(models.list_hybrids())
-        return [d for d in names if d not in family and models.self_draft_base(d) in (None, target)]
+        return ([d for d in names if d not in family and models.self_draft_base(d) in (None, target)]
+                + [d for d in (slim_route.drafts_for(target) if slim else []) if d not in names])
 
     def _digest(self, name: str) -> str | None:
         if name not in self._digests:

@@ -103,25 +103,27 @@ def draft_picker(store: ModelStore, label: str = "Draft", model: bool = False, e
     return gr.Dropdown(store.list_drafters(), value=store.default_draft(model), label=label, elem_id=elem_id)
 
 
-def fitting_update(store: ModelStore, target, current, mine=None):
-    """A draft picker's new choices for a picked target: the drafts that fit it, the user's own after them, the
-    current value (one, or several) kept where it still fits, else the store's default draft or the first."""
-    choices = store.drafts_for(target) + [n for n in (mine or {}) if n not in store.list_drafters()]
+def fitting_update(store: ModelStore, target, current, mine=None, slim: bool = False):
+    """A draft picker's new choices for a picked target: the drafts that fit it (``slim``: with those only the
+    explorer's slim route runs), the user's own after them, the current value (one, or several) kept where it still
+    fits, else the store's default draft or the first."""
+    choices = store.drafts_for(target, slim=slim) + [n for n in (mine or {}) if n not in store.list_drafters()]
     fallback = store.default_draft() if store.default_draft() in choices else (choices[0] if choices else None)
     if isinstance(current, list):
         return gr.update(choices=choices, value=[c for c in current if c in choices] or choices[:1])
     return gr.update(choices=choices, value=current if current in choices else fallback)
 
 
-def follow_target(store: ModelStore, target, draft, user_drafts=None) -> None:
+def follow_target(store: ModelStore, target, draft, user_drafts=None, slim: bool = False) -> None:
     """Keep a draft picker (a dropdown, multiselect or checkboxes) to the drafts that fit the target picked
     (``ModelStore.drafts_for``): no tab offers a draft whose vocabulary cannot be the target's. The picker's value is
     read as the browser holds it, unchecked (``preprocess=False``): a pick fires this event more than once, and the
     second arrives with the old draft after the first has already narrowed the choices; checked, gradio answered it
     with an Error over the picker ("... is not in the list of choices"). Each answer sets the choices and a value
-    among them in one update."""
+    among them in one update. ``slim``: the explorer's picker, which also offers the drafts of its slim route."""
     states = [user_drafts] if user_drafts is not None else []
-    target.input(functools.partial(fitting_update, store), [target, draft, *states], [draft], preprocess=False,
+    target.input(functools.partial(fitting_update, store, slim=slim), [target, draft, *states], [draft],
+                 preprocess=False,
                  api_visibility="private")
 
 

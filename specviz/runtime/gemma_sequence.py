@@ -154,13 +154,16 @@ class GemmaSequence:
 
     forward_name = "gemma-c"  # as a trace names the forward its target ran on
 
-    def __init__(self, path, config: dict, *, threads: int | None = None, limit: int | None = None):
+    def __init__(self, path, config: dict, *, threads: int | None = None, limit: int | None = None,
+                 weights: Weights | None = None):
+        """``weights``: another sequence's of the same file and config (``twin``), shared instead of read again."""
         so = build.lib()
         need(so is not None, f"the C stack is not built here: {build.unavailable()}")
         need(bool(so.sv_qlinear8_available()), "the C stack's Gemma-3 pass needs AVX-512 VNNI, which this CPU lacks")
         check_config(config)
-        self.so, self.path = so, Path(path)
-        self.w = Weights(self.path, config)
+        self.so, self.path, self.config = so, Path(path), config
+        need(weights is None or isinstance(weights, Weights), "weights must be another GemmaSequence's (twin)")
+        self.w = Weights(self.path, config) if weights is None else weights
         self.vocab, self.d = self.w.vocab, config["hidden_size"]
         nh, nkv, hd = config["num_attention_heads"], config["num_key_value_heads"], config["head_dim"]
         self.nkv, self.hd, self.window = nkv, hd, int(config["sliding_window"])
@@ -169,6 +172,7 @@ class GemmaSequence:
         self.scale = np.float32(math.sqrt(self.d))
         self.bases = {k: float(v["rope_theta"]) for k, v in config["rope_parameters"].items()}
         self.limit = int(limit or config.get("max_position_embeddings") or 8192)
+        self.asked_threads = threads  # as given (None: the usable CPUs), for twins: self.threads may fall to one
         self.threads = int(threads or usable_cpus())
         need(min(self.limit, self.threads) > 0, "limit and threads must be positive")
         self.length = self.capacity = 0
@@ -183,6 +187,11 @@ class GemmaSequence:
         path = Path(path)
         config = json.loads((described(path.parent, path.name) / "config.json").read_text())
         return cls(path, config, **kw)
+
+    def twin(self, threads: int | None = None) -> GemmaSequence:
+        """An empty sequence of the same file on the same weights (nothing read or copied again): one per concurrent
+        run, each with its own cache."""
+        return GemmaSequence(self.path, self.config, threads=threads or self.asked_threads, limit=self.limit, weights=self.w)
 
     def features(self, end: int | None = None) -> np.ndarray:
         """The final normed hidden state at each position held, (length, d) (the head's input: a feature draft's), or

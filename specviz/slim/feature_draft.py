@@ -12,6 +12,7 @@ their scales, rounded again to Q8_0 blocks when it loads) and ``feature-draft.js
 """
 from __future__ import annotations
 
+import copy
 import ctypes
 import json
 import time
@@ -112,10 +113,24 @@ class FeatureDraft:
         self.length = 0  # rows the cache holds: the committed ones between rounds, drafted ones while drafting
         self.ids: list[int] = []  # the committed tokens whose rows (true features) the draft's cache holds
         self.vocab = int(target.vocab)
+        self.asked_threads = threads  # as given (None: the target's), for twins: self.threads may fall to one
         self.threads = int(threads or target.threads)
         self._q: np.ndarray | None = None  # q's rows over the target's vocabulary (_q_rows)
         self.stalls = StallWatch(STALL, STALLS, STALL_FLOOR)  # a step's call waits at barriers: on a busy host two
         # threads can cost it many times one
+
+    def twin(self, target) -> FeatureDraft:
+        """The same draft (its rounded matrices and head shared, nothing rounded again) bound to ``target``, a twin of
+        its own target (``GemmaSequence.twin``: the same weights), with an empty cache of its own: one per concurrent
+        run."""
+        need(getattr(target, "w", None) is self.target.w, "a feature draft's twin drafts for a twin of its own target "
+                                                          "(GemmaSequence.twin: the same weights)")
+        other = copy.copy(self)
+        other.target, other.threads = target, int(self.asked_threads or target.threads)
+        other.cache = np.zeros((2, self.nh, 0, self.hd), dtype=np.float32)
+        other.length, other.ids, other._q = 0, [], None
+        other.stalls = StallWatch(STALL, STALLS, STALL_FLOOR)
+        return other
 
     def _check(self, state: dict, inter: int) -> None:
         d, w = self.d, self.nh * self.hd

@@ -180,15 +180,18 @@ def speed_text(trace: Trace, base: Trace | None, spread: list[float] | None, ski
 
 
 FORWARDS = {"lean": "specviz's lean torch forward", "lean-c": "specviz's lean forward, its layers in C",
-            "dynamic": "transformers' forward", "llamacpp": "llama.cpp's own forward (llama-cpp-python)"}
+            "dynamic": "transformers' forward", "llamacpp": "llama.cpp's own forward (llama-cpp-python)",
+            "gemma-c": "specviz's C stack on the GGUF as shipped (specviz.slim, numpy draws)"}
 
 
 def baseline_note(base: Trace | None) -> str:
-    """Which forward the baseline ran on (the speedup divides by it): the lean forward in C or on torch, llama.cpp's
-    or transformers'."""
+    """Which forward the baseline ran on (the speedup divides by it): the lean forward in C or on torch, llama.cpp's,
+    transformers', or the C stack of a GGUF's slim run (the run's own)."""
     if base is None or not base.forward:
         return ""
     note = f"; the baseline ran the target alone on {FORWARDS.get(base.forward) or esc(base.forward)}"
+    if base.forward == "gemma-c":
+        return note + ", the forward the run took"
     if base.forward in ("lean-c", "llamacpp"):
         return note + ", the fastest one-row forward here"
     return note + (" (its layers in C, or llama.cpp's forward, would be faster: neither runs here, "

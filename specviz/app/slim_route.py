@@ -1,0 +1,145 @@
+"""The explorer's chains on a Gemma-3 GGUF served by name (``SPECVIZ_EXTRA_MODELS``) run on ``specviz.slim`` over the C
+stack (``runtime.gemma_sequence``), the forward of the engine benchmark, with its drafts: prompt lookup and the
+feature drafts saved for that model (``slim.FeatureDraft``, offered only where their widths fit the file).
+
+The file's weights are read once per loaded model (a ``GemmaSequence`` kept beside it, dropped with it); each run gets
+a twin sequence and a twin draft of its own (their caches, the same weights), so concurrent visitors never share a
+cache. A run's trace names its forward (``gemma-c``), and its baseline runs there too. What slim does not run (a token
+tree, another accept rule, another draft, an operator's SPECVIZ_FORWARD) takes the torch decoder as before, and a
+feature draft of this kind asked for there is refused in words."""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import threading
+import weakref
+from dataclasses import replace
+from pathlib import Path
+
+from .. import models
+from ..config import DecodeConfig, eos_ids
+from ..runtime import lm
+from ..runtime.gemma_sequence import GemmaSequence
+from ..runtime.llamacpp import source
+from ..runtime.local import extra_models
+from ..runtime.native import gemma as native_gemma
+from ..slim import FeatureDraft, Lookup, SlimDecoding
+from ..slim.feature_draft import CONFIG, FILE
+from ..trace import Trace
+
+FORWARD = GemmaSequence.forward_name
+_SEQUENCES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # loaded model -> (its GemmaSequence, drafts)
+_LOCK = threading.Lock()
+
+
+def feature_draft_folders() -> dict[str, Path]:
+    """name -> folder of every saved slim feature draft: the bundled ones (``assets/models``) and the operator's local
+    models that are one (``SPECVIZ_EXTRA_MODELS``)."""
+    found = {p.name: p for p in sorted(models.ASSETS.glob("*")) if (p / CONFIG).is_file() and (p / FILE).is_file()}
+    found.update({name: Path(path) for name, path in extra_models().items()
+                  if (Path(path) / CONFIG).is_file() and (Path(path) / FILE).is_file()})
+    return found
+
+
+def is_feature_draft(name) -> bool:
+    return isinstance(name, str) and name in feature_draft_folders()
+
+
+def gguf_gemma(target: str) -> Path | None:
+    """The GGUF file the operator's local model ``target`` is, where its header says Gemma-3 and the C stack runs it
+    here (AVX-512 VNNI); else None."""
+    path = extra_models().get(target)
+    if path is None or not native_gemma.available():
+        return None
+    from ..runtime import gguf
+
+    try:
+        found = gguf.locate(path)
+    except ValueError:
+        return None
+    if found is None:
+        return None
+    file = found[0] / found[1]
+    return file if _width(str(file), file.stat().st_mtime_ns) is not None else None
+
+
+@functools.lru_cache(maxsize=32)
+def _width(path: str, mtime_ns: int) -> int | None:
+    """A Gemma-3 GGUF's hidden width from its header (read once per file version); None for another file."""
+    from ..runtime.gguf_header import Header
+
+    try:
+        fields = Header(Path(path)).fields
+    except (OSError, ValueError):
+        return None
+    width = fields.get("gemma3.embedding_length") if fields.get("general.architecture") == "gemma3" else None
+    return int(width) if isinstance(width, int) else None
+
+
+def drafts_for(target: str) -> list[str]:
+    """The feature drafts that fit the operator's Gemma-3 GGUF ``target`` (their features as wide as its hidden
+    states; the vocabulary is checked when a run binds one); none for any other target."""
+    path = gguf_gemma(target)
+    if path is None:
+        return []
+    width, out = _width(str(path), path.stat().st_mtime_ns), []
+    for name, folder in feature_draft_folders().items():
+        try:
+            if json.loads((folder / CONFIG).read_text()).get("hidden_size") == width:
+                out.append(name)
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def runs_here(model, draft: str | None, cfg: DecodeConfig) -> bool:
+    """Whether a run takes the slim route: a Gemma-3 loaded quantized from its GGUF, the C stack here, a chain with
+    Leviathan's rule, no forward named by the operator (SPECVIZ_FORWARD), and prompt lookup, a feature draft or none
+    (the baseline)."""
+    if cfg.tree is not None or cfg.rule != "leviathan" or os.environ.get(lm.PATH_ENV):
+        return False
+    if draft not in (None, models.PROMPT_LOOKUP) and not is_feature_draft(draft):
+        return False
+    path = source(model)
+    return (path is not None and getattr(model.config, "model_type", None) == "gemma3_text"
+            and native_gemma.available() and _width(str(path), path.stat().st_mtime_ns) is not None)
+
+
+def _kept(model, path: Path) -> dict:
+    """The GemmaSequence (and feature drafts) kept for this loaded model: read the first time, shared after."""
+    with _LOCK:
+        kept = _SEQUENCES.get(model)
+        if kept is None:
+            kept = _SEQUENCES[model] = {"sequence": GemmaSequence.from_gguf(path), "drafts": {}}
+        return kept
+
+
+def decoding(model, target: str, draft: str | None, ids: list[int], cfg: DecodeConfig) -> SlimDecoding:
+    """A slim run of ``draft`` (None: autoregressive) on a twin of the model's sequence; its trace names the target
+    and draft as the form does."""
+    kept = _kept(model, source(model))
+    seq = kept["sequence"].twin()
+    drafter = None
+    if draft == models.PROMPT_LOOKUP:
+        drafter = Lookup()
+    elif draft is not None:
+        with _LOCK:
+            if draft not in kept["drafts"]:
+                kept["drafts"][draft] = FeatureDraft(kept["sequence"], feature_draft_folders()[draft], name=draft)
+        drafter = kept["drafts"][draft].twin(seq)
+    run = SlimDecoding(seq, ids, cfg, drafter, target_name=target, eos=eos_ids(model), forward_name=FORWARD)
+    run.trace.draft_name = draft or ""  # as the form names it
+    return run
+
+
+def baseline(model, trace: Trace) -> Trace:
+    """The autoregressive run of a slim trace's target, prompt and settings on the same forward."""
+    cfg = replace(trace.config, tree=None)
+    return decoding(model, trace.target_name, None, list(trace.prompt_ids), cfg).run()
+
+
+def refusal(draft: str) -> str:
+    return (f"{draft} is a feature draft of a Gemma-3 GGUF that runs on specviz's C stack: pick it in the explorer "
+            "(or /generate) with the operator's Gemma-3 GGUF (SPECVIZ_EXTRA_MODELS) as the target, a chain and "
+            "Leviathan's accept rule, and no forward named in SPECVIZ_FORWARD")

@@ -1,0 +1,132 @@
+"""The explorer's chains on an operator's Gemma-3 GGUF run on specviz.slim over the C stack (``app.slim_route``), on a
+tiny GGUF and a tiny feature draft written here: the explorer alone offers the feature drafts whose width fits, greedy
+runs and their baselines keep the target's own greedy text on that forward, sampled runs record every decision and
+repeat with their seed, concurrent runs keep their own caches, and what slim does not run takes the torch decoder or
+is refused in words."""
+import threading
+
+import pytest
+import torch
+
+from specviz import slim
+from specviz.app import runs, slim_route
+from specviz.app.store import ModelStore
+from specviz.app.widgets import fitting_update
+from specviz.config import DecodeConfig
+from specviz.drafts.eagle import FeatureHead, layer_config
+from specviz.runtime.gemma_sequence import GemmaSequence
+from specviz.runtime.native import gemma as native_gemma
+from specviz.slim import feature_draft as F
+from tests.helpers.tiny_gguf import D, write_tiny_gemma
+
+pytest.importorskip("gguf")
+pytestmark = pytest.mark.skipif(not native_gemma.available(), reason="the C Gemma-3 pass needs AVX-512 VNNI")
+
+D2T = [2, 4, 5, 6, 7, 9, 11, 12, 13, 14, 15]
+PROMPT = "a b the c a b the c a"
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """The tiny GGUF, a feature draft of its width (random weights, spread q) and one of another width."""
+    root = tmp_path_factory.mktemp("slim-route")
+    (root / "shipped").mkdir()
+    gguf = write_tiny_gemma(root / "shipped" / "tiny-gemma3.gguf")
+    torch.manual_seed(0)
+    cfg = layer_config(D, 2, 128, 1e-6)
+    head = FeatureHead(cfg)
+    with torch.no_grad():
+        for p in head.parameters():
+            p.mul_(3.0)
+    F.save_draft(head, D2T, cfg, root / "tiny-feature", {"command": "test"})
+    narrow = layer_config(128, 1, 128, 1e-6)
+    F.save_draft(FeatureHead(narrow), D2T, narrow, root / "narrow-feature", {"command": "test"})
+    return root, gguf
+
+
+@pytest.fixture
+def store(files, monkeypatch):
+    root, gguf = files
+    monkeypatch.setenv("SPECVIZ_GGUF_CACHE", str(root / "cache"))
+    monkeypatch.setenv("SPECVIZ_EXTRA_MODELS", f"tiny-gemma={gguf},tiny-feature={root / 'tiny-feature'},"
+                                               f"narrow-feature={root / 'narrow-feature'}")
+    monkeypatch.delenv("SPECVIZ_FORWARD", raising=False)
+    return ModelStore()
+
+
+def own_greedy(gguf, store, cfg):
+    """The reference: the target's own greedy decode on the same forward (slim's autoregressive on a fresh sequence)."""
+    _, tok = store.target("tiny-gemma")
+    ids = [int(t) for t in tok(PROMPT, return_tensors="pt").input_ids[0]]
+    return slim.autoregressive(GemmaSequence.from_gguf(gguf), ids, cfg).new_tokens
+
+
+def test_only_the_explorer_offers_the_feature_drafts_that_fit(store):
+    assert "tiny-feature" not in store.list_targets() and "tiny-gemma" in store.list_targets()
+    mine = store.drafts_for("tiny-gemma", slim=True)
+    assert "tiny-feature" in mine and "prompt-lookup" in mine
+    assert "narrow-feature" not in mine  # 128 wide against the file's 256
+    assert "gemma-3-270m-feature-draft" not in mine  # the bundled one: 640 wide
+    assert "tiny-feature" not in store.drafts_for("tiny-gemma")  # the other tabs' pickers
+    assert "tiny-feature" not in store.drafts_for("target", slim=True)  # the bundled family's target
+    assert "tiny-feature" in fitting_update(store, "tiny-gemma", "tiny-feature", slim=True)["choices"]
+    with pytest.raises(ValueError, match="pick it in the explorer"):
+        store.pair("tiny-gemma", "tiny-feature")
+
+
+@pytest.mark.parametrize("draft", ["prompt-lookup", "tiny-feature"])
+def test_greedy_runs_and_their_baselines_keep_the_targets_own_greedy_text(files, store, draft):
+    cfg = DecodeConfig(k=3, temperature=0, max_new_tokens=16)
+    trace = runs.generate(store, PROMPT, "tiny-gemma", draft, cfg)
+    want = own_greedy(files[1], store, cfg)
+    assert trace.forward == "gemma-c" and trace.draft_name == draft and trace.mode == "speculative"
+    assert trace.new_tokens == want
+    base = runs.baseline(store, trace)
+    assert base.forward == "gemma-c" and base.mode == "autoregressive" and base.new_tokens == want
+    assert runs.rerun(store, trace).new_tokens == want
+    speedups, _ = runs.speed_pairs(store, trace, base)
+    assert speedups and all(s > 0 for s in speedups)
+    assert all(trace.text(t) is not None for t in trace.new_tokens)
+
+
+def test_sampled_runs_record_every_decision_and_repeat_with_their_seed(store):
+    cfg = DecodeConfig(k=3, temperature=0.8, max_new_tokens=24, seed=5)
+    trace = runs.generate(store, PROMPT, "tiny-gemma", "tiny-feature", cfg)
+    assert trace.forward == "gemma-c" and trace.new_tokens and trace.stop_reason in ("length", "eos")
+    drafted = [r for r in trace.rounds if r.drafted]
+    assert drafted
+    for r in drafted:
+        verified = min(r.n_accepted + 1, len(r.drafted))
+        assert len(r.q) == len(r.p) == len(r.drafted) and all(0 < q <= 1 for q in r.q)
+        assert all(u == u for u in r.u[:verified])  # a uniform drawn for every draft the walk reached
+        assert r.emitted[: r.n_accepted] == r.drafted[: r.n_accepted]
+    again = runs.generate(store, PROMPT, "tiny-gemma", "tiny-feature", cfg)
+    assert again.new_tokens == trace.new_tokens
+
+
+def test_concurrent_runs_keep_their_own_caches(files, store):
+    cfg = DecodeConfig(k=2, temperature=0, max_new_tokens=16)
+    want, got = own_greedy(files[1], store, cfg), {}
+
+    def one(name, draft):
+        got[name] = runs.generate(store, PROMPT, "tiny-gemma", draft, cfg).new_tokens
+
+    threads = [threading.Thread(target=one, args=(i, d)) for i, d in enumerate(["tiny-feature", "prompt-lookup"] * 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(got) == 4 and all(tokens == want for tokens in got.values())
+
+
+def test_what_slim_does_not_run_takes_the_torch_decoder_or_is_refused(store, monkeypatch):
+    lossy = DecodeConfig(k=3, temperature=0.8, max_new_tokens=8, rule="lenient")  # another accept rule
+    assert runs.generate(store, PROMPT, "tiny-gemma", "prompt-lookup", lossy).forward != "gemma-c"
+    with pytest.raises(ValueError, match="pick it in the explorer"):
+        runs.generate(store, PROMPT, "tiny-gemma", "tiny-feature", lossy)
+    with pytest.raises(ValueError, match="feature draft"):  # a feature draft needs a Gemma-3 GGUF target
+        runs.generate(store, "a b c", "target", "tiny-feature", DecodeConfig(k=2, temperature=0, max_new_tokens=4))
+    monkeypatch.setenv("SPECVIZ_FORWARD", "lean")
+    chain = DecodeConfig(k=3, temperature=0, max_new_tokens=8)
+    assert runs.generate(store, PROMPT, "tiny-gemma", "prompt-lookup", chain).forward != "gemma-c"
+    assert not slim_route.runs_here(store.target("tiny-gemma")[0], "prompt-lookup", chain)
