@@ -54,7 +54,8 @@ def logits_to_probs(logits: np.ndarray, temperature: float, top_k: int = 0, top_
     """The distribution generation samples from; greedy (temperature 0) reports the plain softmax. Long rows at a
     temperature without top-k or top-p: in C where the stack is built."""
     if temperature == 0:
-        return softmax(logits.astype(np.float32))
+        so = native(logits.shape[-1])
+        return softmax(logits.astype(np.float32)) if so is None else softmax_in_c(so, logits, 1.0)
     if top_k == 0 and top_p >= 1.0 and (so := native(logits.shape[-1])) is not None:
         return softmax_in_c(so, logits, temperature)
     return softmax(process_logits(logits, temperature, top_k, top_p))
@@ -107,7 +108,11 @@ def point_mass(tokens, vocab_size: int) -> np.ndarray:
 
 
 def beta(p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """sum_v min(p, q) per position: (m, V) -> (m,)."""
+    """sum_v min(p, q) per position: (m, V) -> (m,) (long rows in C: ``sv_overlap``)."""
+    if p.ndim == 2 and p.shape == q.shape and (so := native(p.shape[-1])) is not None:
+        p, q = _floats(p), _floats(q)
+        return np.asarray([so.sv_overlap(a.ctypes.data, b.ctypes.data, p.shape[-1]) for a, b in zip(p, q)],
+                          dtype=np.float32)
     return np.minimum(p, q).sum(axis=-1)
 
 
@@ -128,8 +133,13 @@ def residual_top(r: np.ndarray | None, p: np.ndarray, q: np.ndarray | None) -> t
     if r is None:
         return ()
     n = min(RESIDUAL_TOP, r.shape[-1])
-    top = np.argpartition(-r, n - 1)[:n]  # the n largest, then in order: no sort of the whole vocabulary
-    top = top[np.argsort(-r[top], kind="stable")]
+    if (so := native(r.shape[-1])) is not None:  # one pass in C (sv_top_k), not a partition of the vocabulary
+        r, top = _floats(r), np.empty(n, dtype=np.int32)
+        if so.sv_top_k(r.ctypes.data, len(r), n, top.ctypes.data) != n:
+            raise ValueError("the C stack refused the residual's top ids")
+    else:
+        top = np.argpartition(-r, n - 1)[:n]  # the n largest, then in order: no sort of the whole vocabulary
+        top = top[np.argsort(-r[top], kind="stable")]
     return tuple((int(t), float(r[t]), float(p[t]), float(q[t]) if q is not None else 0.0) for t in top if r[t] > 0)
 
 

@@ -196,3 +196,25 @@ def test_verify_rows_over_a_long_row_keeps_the_targets_law():
     expected = np.append(p[:6], p[6:].sum()).astype(np.float64)
     expected *= n / expected.sum()
     assert chisquare(counts, expected).pvalue > 1e-3
+
+
+def test_beta_and_the_residuals_top_in_c_are_numpys(so):
+    """Over a long row, beta (sv_overlap) and the residual's top ids (sv_top_k) are the numpy forms' (ties: the lower
+    id first); greedy records take the C softmax at temperature 1; what the C side cannot take it refuses (-1)."""
+    rng = np.random.default_rng(9)
+    v = S.NATIVE_FROM * 3 + 5
+    x = (rng.standard_normal((3, v)) * 3).astype(np.float32)
+    p, q = S.logits_to_probs(x, 0.8), S.logits_to_probs(x[::-1].copy(), 0.8)
+    assert np.allclose(S.beta(p, q), np.minimum(p, q).sum(-1), rtol=1e-5)
+    r = S.residual(p[0], q[0])
+    top = np.argsort(-r, kind="stable")[: S.RESIDUAL_TOP]
+    assert [t for t, *_ in S.residual_top(r, p[0], q[0])] == top.tolist()
+    tied = np.zeros(v, np.float32)
+    tied[[40, 7, 900, 3]] = [0.5, 0.5, 0.2, 0.5]
+    assert [t for t, *_ in S.residual_top(tied, tied, None)] == [3, 7, 40, 900]
+    assert np.allclose(S.logits_to_probs(x[:1], 0.0), S.softmax(x[:1]), atol=1e-7)
+    out = np.empty(64, np.int32)
+    assert so.sv_overlap(p[0].ctypes.data, q[0].ctypes.data, 0) == -1.0
+    for n, k in ((0, 8), (v, 0), (v, 65)):
+        assert so.sv_top_k(r.ctypes.data, n, k, out.ctypes.data) == -1
+    assert so.sv_top_k(r.ctypes.data, 3, 8, out.ctypes.data) == 3  # fewer ids than asked: all of them

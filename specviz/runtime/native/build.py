@@ -132,6 +132,8 @@ def load_library():
     so.sv_softmax_t.argtypes, so.sv_softmax_t.restype = [p, i, ctypes.c_float, p], i
     so.sv_residual.argtypes, so.sv_residual.restype = [p, p, i, p], ctypes.c_double
     so.sv_invert_cdf.argtypes, so.sv_invert_cdf.restype = [p, i, ctypes.c_double], i
+    so.sv_overlap.argtypes, so.sv_overlap.restype = [p, p, i], ctypes.c_double
+    so.sv_top_k.argtypes, so.sv_top_k.restype = [p, i, i, p], i
     so.sv_set_pin(os.environ.get(PIN_ENV, "1").strip().lower() not in ("0", "off", "no", "false"))
     so.sv_layers.restype = so.sv_layers_rows.restype = so.sv_panel_width.restype = so.sv_max_head_dim.restype = i
     for name in ("sv_sizeof_dims", "sv_sizeof_layer", "sv_sizeof_head", "sv_sizeof_qmat", "sv_sizeof_glayer",

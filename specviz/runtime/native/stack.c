@@ -1583,6 +1583,42 @@ double sv_residual(const float *p, const float *q, int n, float *r) {
     return total;
 }
 
+/* sum over n ids of min(p, q): beta, the chance a draft drawn from q is accepted against p (float sums per block,
+ * added in double); -1 for n < 1 */
+double sv_overlap(const float *p, const float *q, int n) {
+    if (n < 1) return -1.0;
+    double total = 0.0;
+    for (int b = 0; b < n; b += SB) {
+        int e = b + SB < n ? b + SB : n;
+        float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+        for (int i = b; i < e; i++) s += p[i] < q[i] ? p[i] : q[i];
+        total += s;
+    }
+    return total;
+}
+
+/* The ids of the k largest of x (n floats, none NaN), largest first, equal values by lower id first, written to
+ * out: their count, min(k, n); -1 where n < 1 or k is not in 1..64. One pass: an id enters only above the k-th kept. */
+int sv_top_k(const float *x, int n, int k, int *out) {
+    if (n < 1 || k < 1 || k > 64) return -1;
+    float v[64];
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        float xi = x[i];
+        if (m == k && !(xi > v[k - 1])) continue;
+        int j = m < k ? m++ : k - 1;
+        while (j > 0 && xi > v[j - 1]) {
+            v[j] = v[j - 1];
+            out[j] = out[j - 1];
+            j--;
+        }
+        v[j] = xi;
+        out[j] = i;
+    }
+    return m;
+}
+
 /* The first id of w (n non-negative weights, not necessarily normalized) whose running sum exceeds u times their
  * total: the blocks' sums first, then within the one block in double; never an id of zero weight. -1 where u is not
  * in [0, 1), n < 1, or the weights hold no mass or a negative or non-finite one. */
