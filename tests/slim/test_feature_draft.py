@@ -252,3 +252,28 @@ def test_q8_0_rows_are_ggmls_layout():
     back = gguf.quants.dequantize(blocks.q8_0(w), gguf.GGMLQuantizationType.Q8_0)
     step = np.abs(w.reshape(3, 2, 32)).max(-1, keepdims=True) / 127
     assert np.all(np.abs(back.reshape(3, 2, 32) - w.reshape(3, 2, 32)) <= step * 0.5 + 1e-3 * step)
+
+
+def test_twins_share_the_weights_and_keep_their_own_caches(seq, saved):
+    """A twin sequence (GemmaSequence.twin) reads nothing again and starts empty; a twin draft (FeatureDraft.twin)
+    shares the rounded matrices and drafts for its twin alone: two runs interleaved round by round each keep the
+    target's own greedy text. A twin draft for a sequence of other weights is refused in words."""
+    from specviz.runtime.gemma_sequence import GemmaSequence
+    from specviz.slim import SlimDecoding
+
+    cfg = DecodeConfig(k=3, temperature=0, max_new_tokens=14)
+    want = autoregressive(seq, IDS, cfg).new_tokens
+    draft = FeatureDraft(seq, saved[0])
+    a, b = seq.twin(), seq.twin()
+    assert a.w is seq.w and b.w is seq.w and a.length == 0 and a.kv is not seq.kv and a.limit == seq.limit
+    da, db = draft.twin(a), draft.twin(b)
+    assert da.mats is draft.mats and da.head is draft.head and da.length == 0 and da.ids is not draft.ids
+    decodings = [SlimDecoding(a, IDS, cfg, da), SlimDecoding(b, IDS, cfg, db)]
+    steps, live = [iter(d) for d in decodings], [0, 1]
+    while live:  # a round of each in turn: the two caches never mix
+        for i in list(live):
+            if next(steps[i], None) is None:
+                live.remove(i)
+    assert [d.trace.new_tokens for d in decodings] == [want, want]
+    with pytest.raises(ValueError, match="twin of its own target"):
+        draft.twin(GemmaSequence(seq.path, seq.config))
