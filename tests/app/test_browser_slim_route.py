@@ -1,0 +1,53 @@
+"""The explorer in a real browser at 1024 px with an operator's Gemma-3 GGUF (a tiny one written here) and a feature
+draft of its width named in SPECVIZ_EXTRA_MODELS: picking the GGUF as the target offers the feature draft, and a Run
+with it decodes on the C stack (the summary names that forward for its baseline) and ends with the Run button back.
+Same skip/require rules as test_browser.py."""
+import pytest
+import torch
+
+from specviz.app import build_demo
+from specviz.app.store import ModelStore
+from specviz.drafts.eagle import FeatureHead, layer_config
+from specviz.runtime.native import gemma as native_gemma
+from specviz.slim import feature_draft as F
+from tests.helpers.app import chromium_page, needs_chromium, serve, sync_api
+from tests.helpers.tiny_gguf import D, write_tiny_gemma
+
+pytest.importorskip("gguf")
+pytestmark = [needs_chromium, pytest.mark.slow,
+              pytest.mark.skipif(not native_gemma.available(), reason="the C Gemma-3 pass needs AVX-512 VNNI")]
+
+
+@pytest.fixture(scope="module")
+def app_url(tmp_path_factory):
+    root = tmp_path_factory.mktemp("browser-slim")
+    (root / "shipped").mkdir()
+    gguf = write_tiny_gemma(root / "shipped" / "tiny-gemma3.gguf")
+    torch.manual_seed(0)
+    cfg = layer_config(D, 2, 128, 1e-6)
+    F.save_draft(FeatureHead(cfg), [2, 4, 5, 6, 7, 9, 11, 12, 13, 14, 15], cfg, root / "tiny-feature", {"command": "t"})
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SPECVIZ_GGUF_CACHE", str(root / "cache"))
+        mp.setenv("SPECVIZ_EXTRA_MODELS", f"tiny-gemma={gguf},tiny-feature={root / 'tiny-feature'}")
+        mp.delenv("SPECVIZ_FORWARD", raising=False)
+        with serve(build_demo(ModelStore())) as url:
+            yield url
+
+
+def test_the_explorer_runs_a_ggufs_feature_draft_on_the_c_stack(app_url):
+    with chromium_page(viewport={"width": 1024, "height": 768}) as page:
+        page.goto(app_url)
+        sync_api.expect(page.locator("#run")).to_be_visible(timeout=30_000)
+        page.locator("#target input").click()
+        page.get_by_role("option", name="tiny-gemma").click()
+        page.locator("#draft input").click()
+        option = page.get_by_role("option", name="tiny-feature")
+        sync_api.expect(option).to_be_visible(timeout=30_000)
+        option.click()
+        page.locator("#prompt textarea").fill("a b the c a b the c a")
+        page.locator("#run").click()
+        sync_api.expect(page.locator("#summary")).to_contain_text("C stack", timeout=120_000)
+        sync_api.expect(page.locator("#run")).to_have_text("Run", timeout=120_000)
+        assert "tiny-feature" in page.locator("#summary").inner_text()
+        assert page.locator("#timeline .sv-timeline .sv-round .sv-tok").count() > 0
+        assert page.evaluate("document.documentElement.scrollWidth") <= 1024
