@@ -176,6 +176,7 @@ class GemmaSequence:
         self.threads = int(threads or usable_cpus())
         need(min(self.limit, self.threads) > 0, "limit and threads must be positive")
         self.length = self.capacity = 0
+        self.head_seconds: float | None = None  # the last pass's head time (a round's record splits it out)
         self.stalls = StallWatch(STALL, STALLS)
         self._reserve(min(self.limit, FIRST_CAPACITY))
 
@@ -250,7 +251,7 @@ class GemmaSequence:
         if done != 0:
             raise MemoryError("the C stack could not allocate its scratch memory")
         self._watch(n, time.perf_counter() - t0)
-        self.length = start + n
+        self.length, self.head_seconds = start + n, head.seconds  # the final norm's and the head's share of the pass
         return logits
 
     def embed(self, ids: np.ndarray) -> np.ndarray:

@@ -71,8 +71,8 @@ class SlimDecoding:
         t0, cfg = time.perf_counter(), self.cfg
         drafted, q = self.draft.propose(self.committed, k, cfg, self.rng) if k else ([], None)
         x = np.asarray(drafted, dtype=np.int64)
-        t1 = time.perf_counter()
-        logits = self._verify_pass(x)
+        t1, draft_head = time.perf_counter(), getattr(self.draft, "head_seconds", None) if k else None
+        logits, target_head = self._verify_pass(x)
         p = S.logits_to_probs(logits, cfg.temperature, cfg.top_k, cfg.top_p) if cfg.record else None  # for the record
         t2 = time.perf_counter()
         if (q is None and (cfg.record or not cfg.greedy)) or (cfg.draft_greedy and not cfg.greedy):
@@ -86,22 +86,28 @@ class SlimDecoding:
         self.fwd.crop(len(self.committed) + verdict.n_accepted)  # the drafts kept stay in the forward's cache
         emitted = commit(self.committed, x[: verdict.n_accepted].tolist() + [verdict.next_token], self.trace)
         self.todo = [emitted[-1]]
-        return record_round(cfg, index, k, x, q, p, verdict, emitted, t1 - t0, t2 - t1, time.perf_counter() - t0)
+        return record_round(cfg, index, k, x, q, p, verdict, emitted, t1 - t0, t2 - t1, time.perf_counter() - t0,
+                            draft_head, target_head)
 
-    def _verify_pass(self, x: np.ndarray) -> np.ndarray:
-        """ONE forward over the token not yet taken and every draft: the logits at p_1..p_{m+1}, (m+1, V)."""
+    def _verify_pass(self, x: np.ndarray) -> tuple[np.ndarray, float | None]:
+        """ONE forward over the token not yet taken and every draft: the logits at p_1..p_{m+1}, (m+1, V), and the
+        pass's head time where the forward times it apart (``head_seconds``; None otherwise, or with no pass)."""
         rows = np.asarray(self.todo + x.tolist(), dtype=np.int32)
         if not self.todo:  # the first round: p_1 came with the prompt
             out = self.last if len(rows) == 0 else np.concatenate([self.last, self.fwd.decode(rows)])
         else:  # read within this round, before the forward's next pass (llama.cpp's rows are a view of its buffer)
             out = self.fwd.decode(rows)
+        head = getattr(self.fwd, "head_seconds", None) if len(rows) else None
         self.todo, self.last = [], None
-        return out
+        return out, head
 
 
-def record_round(cfg: DecodeConfig, index, k, x, q, p, verdict: S.Verdict, emitted, draft_s, target_s, wall_s) -> Round:
-    """The Round of one verified proposal x (m,), as ``specviz.decoder.record_round`` records it."""
-    times = dict(draft_s=draft_s, target_s=target_s, wall_s=wall_s)
+def record_round(cfg: DecodeConfig, index, k, x, q, p, verdict: S.Verdict, emitted, draft_s, target_s, wall_s,
+                 draft_head_s=None, target_head_s=None) -> Round:
+    """The Round of one verified proposal x (m,), as ``specviz.decoder.record_round`` records it (the heads' times
+    where the draft and the forward time them apart)."""
+    times = dict(draft_s=draft_s, target_s=target_s, wall_s=wall_s, draft_head_s=draft_head_s,
+                 target_head_s=target_head_s)
     n, m = verdict.n_accepted, len(x)
     resampled, bonus = drawn(verdict.rejected, verdict.next_token, n, emitted)
     drafted = tuple(int(t) for t in x)

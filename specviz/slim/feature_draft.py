@@ -116,6 +116,7 @@ class FeatureDraft:
         self.asked_threads = threads  # as given (None: the target's), for twins: self.threads may fall to one
         self.threads = int(threads or target.threads)
         self._q: np.ndarray | None = None  # q's rows over the target's vocabulary (_q_rows)
+        self.head_seconds = 0.0  # the last proposal's time in the head
         self.stalls = StallWatch(STALL, STALLS, STALL_FLOOR)  # a step's call waits at barriers: on a busy host two
         # threads can cost it many times one
 
@@ -169,8 +170,10 @@ class FeatureDraft:
         rows, mat = self.head
         h = np.ascontiguousarray(h, dtype=np.float32)
         y = np.empty((len(h), mat.rows), dtype=np.float32)
+        t0 = time.perf_counter()
         done = self.so.sv_qlinear8(h.ctypes.data, len(h), h.shape[1], ctypes.byref(mat), 1, None, None, y.ctypes.data,
                                    self.threads)
+        self.head_seconds += time.perf_counter() - t0
         need(done == 0, "the C stack's 8-bit kernel refused the feature draft's head")
         return y
 
@@ -232,6 +235,7 @@ class FeatureDraft:
     def propose(self, committed: list[int], k: int, cfg: DecodeConfig, rng) -> tuple[list[int], np.ndarray | None]:
         """k tokens (fewer where q of one falls below cfg.draft_stop) and the q each was drawn from, (m, V): zero off
         the draft's ids. A greedy run that keeps no record gets None (its argmax decides; q is never read)."""
+        self.head_seconds = 0.0  # this proposal's time in the pruned head (the round's record splits it out)
         h = self._sync(committed)
         xs, rows = [], self._q_rows(k) if cfg.record or not cfg.greedy else None
         for i in range(k):

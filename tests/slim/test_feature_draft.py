@@ -277,3 +277,17 @@ def test_twins_share_the_weights_and_keep_their_own_caches(seq, saved):
     assert [d.trace.new_tokens for d in decodings] == [want, want]
     with pytest.raises(ValueError, match="twin of its own target"):
         draft.twin(GemmaSequence(seq.path, seq.config))
+
+
+def test_rounds_split_out_the_heads_time(seq, saved):
+    """The timing chart's split for a real model: each round's verify pass gives its head's share (the C call times
+    it), the draft its pruned head's; both within their parts' times. Prompt lookup times no head."""
+    cfg = DecodeConfig(k=3, temperature=0.8, max_new_tokens=12, seed=1)
+    trace = speculative(seq, FeatureDraft(seq, saved[0]), IDS, cfg)
+    for r in trace.rounds:
+        assert r.target_head_s is not None and 0 < r.target_head_s <= r.target_s
+        assert (r.draft_head_s is None) if r.k == 0 else (0 < r.draft_head_s <= r.draft_s)  # k = 0: no draft
+    assert any(r.k for r in trace.rounds)
+    lookup = speculative(seq, Lookup(), IDS, cfg)
+    assert all(r.draft_head_s is None for r in lookup.rounds)
+    assert all(r.target_head_s is not None for r in lookup.rounds[1:])
