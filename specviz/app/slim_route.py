@@ -9,7 +9,6 @@ tree, another accept rule, another draft, an operator's SPECVIZ_FORWARD) takes t
 feature draft of this kind asked for there is refused in words."""
 from __future__ import annotations
 
-import functools
 import json
 import os
 import threading
@@ -31,6 +30,7 @@ from ..trace import Trace
 FORWARD = GemmaSequence.forward_name
 _SEQUENCES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # loaded model -> (its GemmaSequence, drafts)
 _LOCK = threading.Lock()
+_WIDTHS: dict[tuple[str, int], int | None] = {}  # (GGUF path, its mtime) -> hidden width
 
 
 def feature_draft_folders() -> dict[str, Path]:
@@ -61,20 +61,22 @@ def gguf_gemma(target: str) -> Path | None:
     if found is None:
         return None
     file = found[0] / found[1]
-    return file if _width(str(file), file.stat().st_mtime_ns) is not None else None
+    return file if _width(file) is not None else None
 
 
-@functools.lru_cache(maxsize=32)
-def _width(path: str, mtime_ns: int) -> int | None:
-    """A Gemma-3 GGUF's hidden width from its header (read once per file version); None for another file."""
+def _width(path: Path) -> int | None:
+    """A Gemma-3 GGUF's hidden width from its header (read once per version of the file); None for another file."""
     from ..runtime.gguf_header import Header
 
-    try:
-        fields = Header(Path(path)).fields
-    except (OSError, ValueError):
-        return None
-    width = fields.get("gemma3.embedding_length") if fields.get("general.architecture") == "gemma3" else None
-    return int(width) if isinstance(width, int) else None
+    key = (str(path), path.stat().st_mtime_ns)
+    if key not in _WIDTHS:
+        try:
+            fields = Header(path).fields
+        except (OSError, ValueError):
+            fields = {}
+        width = fields.get("gemma3.embedding_length") if fields.get("general.architecture") == "gemma3" else None
+        _WIDTHS[key] = int(width) if isinstance(width, int) else None
+    return _WIDTHS[key]
 
 
 def drafts_for(target: str) -> list[str]:
@@ -83,7 +85,7 @@ def drafts_for(target: str) -> list[str]:
     path = gguf_gemma(target)
     if path is None:
         return []
-    width, out = _width(str(path), path.stat().st_mtime_ns), []
+    width, out = _width(path), []
     for name, folder in feature_draft_folders().items():
         try:
             if json.loads((folder / CONFIG).read_text()).get("hidden_size") == width:
@@ -103,7 +105,7 @@ def runs_here(model, draft: str | None, cfg: DecodeConfig) -> bool:
         return False
     path = source(model)
     return (path is not None and getattr(model.config, "model_type", None) == "gemma3_text"
-            and native_gemma.available() and _width(str(path), path.stat().st_mtime_ns) is not None)
+            and native_gemma.available() and _width(path) is not None)
 
 
 def _kept(model, path: Path) -> dict:
