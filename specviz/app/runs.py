@@ -61,9 +61,12 @@ def start_run(store: ModelStore, prompt: str, target: str, draft: str, cfg: Deco
     mine = isinstance(draft, str) and draft in (user_drafts or {})
     if not mine and (draft == PROMPT_LOOKUP or slim_route.is_feature_draft(draft)):
         model, tok = store.target(target)
-        if slim_route.runs_here(model, draft, cfg):
+        why = slim_route.why_not(model, draft, cfg)
+        if why is None:
             ids = [int(t) for t in encode(tok, prompt)[0]]
             return slim_route.decoding(model, target, draft, ids, cfg), tok
+        if slim_route.is_feature_draft(draft) and draft not in store.list_drafters():
+            raise ValueError(slim_route.refusal(draft, why))
     model, tok, drafter = user_pair(store, target, draft, user_drafts)
     run = Decoding(model, drafter, encode(tok, prompt), cfg, target_name=target, draft_name=draft,
                    forward=run_forward(model, cfg))

@@ -95,32 +95,48 @@ def drafts_for(target: str) -> list[str]:
     return out
 
 
-def runs_here(model, draft: str | None, cfg: DecodeConfig) -> bool:
-    """Whether a run takes the slim route: a Gemma-3 loaded quantized from its GGUF, the C stack here, a chain with
-    Leviathan's rule, no forward named by the operator (SPECVIZ_FORWARD), and prompt lookup, a feature draft or none
-    (the baseline)."""
-    if cfg.tree is not None or cfg.rule != "leviathan" or os.environ.get(lm.PATH_ENV):
-        return False
+def why_not(model, draft: str | None, cfg: DecodeConfig) -> str | None:
+    """Why a run does not take the slim route, in words; None where it does: a Gemma-3 loaded quantized from its GGUF
+    that the C stack holds here, a chain with Leviathan's rule, no forward named by the operator (SPECVIZ_FORWARD),
+    and prompt lookup, a feature draft or none (the baseline)."""
+    if cfg.tree is not None or cfg.rule != "leviathan":
+        return "the slim route runs chains with Leviathan's accept rule"
+    if os.environ.get(lm.PATH_ENV):
+        return f"the operator named a forward for every run ({lm.PATH_ENV})"
     if draft not in (None, models.PROMPT_LOOKUP) and not is_feature_draft(draft):
-        return False
+        return "the slim route drafts with prompt lookup or a feature draft"
     path = source(model)
-    return (path is not None and getattr(model.config, "model_type", None) == "gemma3_text"
-            and native_gemma.available() and _width(path) is not None)
+    if path is None or getattr(model.config, "model_type", None) != "gemma3_text" or _width(path) is None:
+        return "the target is not a Gemma-3 GGUF loaded quantized"
+    if not native_gemma.available():
+        return "the C stack's Gemma-3 pass needs AVX-512 VNNI, which this CPU lacks"
+    return _kept(model)["refusal"]
 
 
-def _kept(model, path: Path) -> dict:
-    """The GemmaSequence (and feature drafts) kept for this loaded model: read the first time, shared after."""
+def runs_here(model, draft: str | None, cfg: DecodeConfig) -> bool:
+    return why_not(model, draft, cfg) is None
+
+
+def _kept(model) -> dict:
+    """The GemmaSequence (and feature drafts) kept for this loaded model, read the first time and shared after; or,
+    where the C stack refuses the file, why (remembered: the torch decoder runs it instead)."""
     with _LOCK:
         kept = _SEQUENCES.get(model)
         if kept is None:
-            kept = _SEQUENCES[model] = {"sequence": GemmaSequence.from_gguf(path), "drafts": {}}
+            try:
+                kept = {"sequence": GemmaSequence.from_gguf(source(model)), "drafts": {}, "refusal": None}
+            except (ValueError, OSError) as e:
+                kept = {"sequence": None, "drafts": {}, "refusal": f"the C stack cannot hold this GGUF: {e}"}
+            _SEQUENCES[model] = kept
         return kept
 
 
 def decoding(model, target: str, draft: str | None, ids: list[int], cfg: DecodeConfig) -> SlimDecoding:
     """A slim run of ``draft`` (None: autoregressive) on a twin of the model's sequence; its trace names the target
     and draft as the form does."""
-    kept = _kept(model, source(model))
+    kept = _kept(model)
+    if kept["refusal"]:
+        raise ValueError(kept["refusal"])
     seq = kept["sequence"].twin()
     drafter = None
     if draft == models.PROMPT_LOOKUP:
@@ -141,7 +157,8 @@ def baseline(model, trace: Trace) -> Trace:
     return decoding(model, trace.target_name, None, list(trace.prompt_ids), cfg).run()
 
 
-def refusal(draft: str) -> str:
+def refusal(draft: str, why: str | None = None) -> str:
+    """Why a feature draft of this kind cannot run here, in words: where it runs, and this run's reason if known."""
     return (f"{draft} is a feature draft of a Gemma-3 GGUF that runs on specviz's C stack: pick it in the explorer "
             "(or /generate) with the operator's Gemma-3 GGUF (SPECVIZ_EXTRA_MODELS) as the target, a chain and "
-            "Leviathan's accept rule, and no forward named in SPECVIZ_FORWARD")
+            "Leviathan's accept rule, and no forward named in SPECVIZ_FORWARD" + (f" (here: {why})" if why else ""))

@@ -130,3 +130,25 @@ def test_what_slim_does_not_run_takes_the_torch_decoder_or_is_refused(store, mon
     chain = DecodeConfig(k=3, temperature=0, max_new_tokens=8)
     assert runs.generate(store, PROMPT, "tiny-gemma", "prompt-lookup", chain).forward != "gemma-c"
     assert not slim_route.runs_here(store.target("tiny-gemma")[0], "prompt-lookup", chain)
+
+
+def test_a_gguf_the_c_stack_refuses_runs_on_the_torch_decoder(store, monkeypatch):
+    """Where the C stack cannot hold the file (say an untied output matrix), prompt lookup runs as before on the torch
+    decoder and the feature draft is refused with the reason; the refusal is read once per loaded model."""
+    model, _ = store.target("tiny-gemma")
+    slim_route._SEQUENCES.pop(model, None)
+    calls = []
+
+    def refuse(path, **kw):
+        calls.append(path)
+        raise ValueError("this Gemma-3 GGUF has an untied output matrix; the C stack reads tied ones")
+
+    monkeypatch.setattr(slim_route.GemmaSequence, "from_gguf", refuse)
+    try:
+        cfg = DecodeConfig(k=3, temperature=0, max_new_tokens=8)
+        assert runs.generate(store, PROMPT, "tiny-gemma", "prompt-lookup", cfg).forward != "gemma-c"
+        with pytest.raises(ValueError, match="untied output matrix"):
+            runs.generate(store, PROMPT, "tiny-gemma", "tiny-feature", cfg)
+        assert len(calls) == 1
+    finally:
+        slim_route._SEQUENCES.pop(model, None)
