@@ -5,8 +5,10 @@ forward, its layers in C), interleaved prompt by prompt.
 
     python scripts/measure/gemma_app_routes.py --drafts prompt-lookup gemma-3-270m-feature-draft --k 2
 
-Prints the host line, each run's tokens/s, then per temperature, route and draft the median tokens/s, the median
-speedup over its own baseline and the median tokens a round.
+Prints the host line, the process's resident memory (``gemma_memory.status``) once the target is loaded and after
+a first run of each route (the slim route reads the file's weights again for the C stack, beside the torch model's),
+each run's tokens/s, then per temperature, route and draft the median tokens/s, the median speedup over its own
+baseline and the median tokens a round.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parents[1]), str(HERE)]
 
+from gemma_memory import KEYS, status  # noqa: E402
 from gemma_vs_llamacpp import PROMPTS  # noqa: E402
 from hostline import host_line  # noqa: E402
 
@@ -36,6 +39,11 @@ def one(store, prompt, draft, cfg, route):
     s, b = trace.summary(), base.summary()
     return dict(forward=trace.forward, tok_s=s.tokens_per_s, base_tok_s=b.tokens_per_s,
                 speedup=s.tokens_per_s / b.tokens_per_s, tau=len(trace.new_tokens) / max(len(trace.rounds), 1))
+
+
+def memory(step: str) -> None:
+    s = status()
+    print(f"# memory, {step}: " + ", ".join(f"{k} {s[k]:.0f} MB" for k in KEYS), flush=True)
 
 
 def main(argv=None) -> None:
@@ -57,6 +65,12 @@ def main(argv=None) -> None:
 
     print(f"# {host_line()}\n# python {' '.join(sys.argv)}", flush=True)
     store = ModelStore()
+    store.target("gemma-3-270m")
+    memory("the target loaded (the torch model)")
+    for route in ROUTES:  # a first run of each route, for its memory
+        for draft in args.drafts if not ROUTES[route] else ["prompt-lookup"]:
+            one(store, PROMPTS[0], draft, DecodeConfig(k=args.k, max_new_tokens=8), route)
+            memory(f"after a first run: {route}, {draft}")
     rows = []
     for t in args.temperatures:
         for i, prompt in enumerate(PROMPTS[: args.prompts]):
