@@ -3,15 +3,12 @@ draft of its width named in SPECVIZ_EXTRA_MODELS: picking the GGUF as the target
 with it decodes on the C stack (the summary names that forward for its baseline) and ends with the Run button back.
 Same skip/require rules as test_browser.py."""
 import pytest
-import torch
 
 from specviz.app import build_demo
 from specviz.app.store import ModelStore
-from specviz.drafts.eagle import FeatureHead, layer_config
 from specviz.runtime.native import gemma as native_gemma
-from specviz.slim import feature_draft as F
 from tests.helpers.app import chromium_page, needs_chromium, serve, sync_api
-from tests.helpers.tiny_gguf import D, write_tiny_gemma
+from tests.helpers.tiny_gguf import served_tiny_gemma
 
 pytest.importorskip("gguf")
 pytestmark = [needs_chromium, pytest.mark.slow,
@@ -20,16 +17,8 @@ pytestmark = [needs_chromium, pytest.mark.slow,
 
 @pytest.fixture(scope="module")
 def app_url(tmp_path_factory):
-    root = tmp_path_factory.mktemp("browser-slim")
-    (root / "shipped").mkdir()
-    gguf = write_tiny_gemma(root / "shipped" / "tiny-gemma3.gguf")
-    torch.manual_seed(0)
-    cfg = layer_config(D, 2, 128, 1e-6)
-    F.save_draft(FeatureHead(cfg), [2, 4, 5, 6, 7, 9, 11, 12, 13, 14, 15], cfg, root / "tiny-feature", {"command": "t"})
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SPECVIZ_GGUF_CACHE", str(root / "cache"))
-        mp.setenv("SPECVIZ_EXTRA_MODELS", f"tiny-gemma={gguf},tiny-feature={root / 'tiny-feature'}")
-        mp.delenv("SPECVIZ_FORWARD", raising=False)
+        served_tiny_gemma(tmp_path_factory.mktemp("browser-slim"), mp)
         with serve(build_demo(ModelStore())) as url:
             yield url
 

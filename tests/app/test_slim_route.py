@@ -6,58 +6,39 @@ is refused in words."""
 import threading
 
 import pytest
-import torch
 
 from specviz import slim
 from specviz.app import runs, slim_route
 from specviz.app.store import ModelStore
 from specviz.app.widgets import fitting_update
 from specviz.config import DecodeConfig
-from specviz.drafts.eagle import FeatureHead, layer_config
 from specviz.runtime.gemma_sequence import GemmaSequence
 from specviz.runtime.native import gemma as native_gemma
-from specviz.slim import feature_draft as F
-from tests.helpers.tiny_gguf import D, write_tiny_gemma
+from tests.helpers.tiny_gguf import served_tiny_gemma
 
 pytest.importorskip("gguf")
 pytestmark = pytest.mark.skipif(not native_gemma.available(), reason="the C Gemma-3 pass needs AVX-512 VNNI")
 
-D2T = [2, 4, 5, 6, 7, 9, 11, 12, 13, 14, 15]
 PROMPT = "a b the c a b the c a"
 
 
 @pytest.fixture(scope="module")
-def files(tmp_path_factory):
-    """The tiny GGUF, a feature draft of its width (random weights, spread q) and one of another width."""
-    root = tmp_path_factory.mktemp("slim-route")
-    (root / "shipped").mkdir()
-    gguf = write_tiny_gemma(root / "shipped" / "tiny-gemma3.gguf")
-    torch.manual_seed(0)
-    cfg = layer_config(D, 2, 128, 1e-6)
-    head = FeatureHead(cfg)
-    with torch.no_grad():
-        for p in head.parameters():
-            p.mul_(3.0)
-    F.save_draft(head, D2T, cfg, root / "tiny-feature", {"command": "test"})
-    narrow = layer_config(128, 1, 128, 1e-6)
-    F.save_draft(FeatureHead(narrow), D2T, narrow, root / "narrow-feature", {"command": "test"})
-    return root, gguf
+def root(tmp_path_factory):
+    return tmp_path_factory.mktemp("slim-route")
 
 
 @pytest.fixture
-def store(files, monkeypatch):
-    root, gguf = files
-    monkeypatch.setenv("SPECVIZ_GGUF_CACHE", str(root / "cache"))
-    monkeypatch.setenv("SPECVIZ_EXTRA_MODELS", f"tiny-gemma={gguf},tiny-feature={root / 'tiny-feature'},"
-                                               f"narrow-feature={root / 'narrow-feature'}")
-    monkeypatch.delenv("SPECVIZ_FORWARD", raising=False)
+def store(root, monkeypatch):
+    """The tiny GGUF, a feature draft of its width (random weights, spread q) and one of another width, served."""
+    served_tiny_gemma(root, monkeypatch, narrow=True)
     return ModelStore()
 
 
-def own_greedy(gguf, store, cfg):
+def own_greedy(store, cfg):
     """The reference: the target's own greedy decode on the same forward (slim's autoregressive on a fresh sequence)."""
     _, tok = store.target("tiny-gemma")
     ids = [int(t) for t in tok(PROMPT, return_tensors="pt").input_ids[0]]
+    gguf = slim_route.source(store.target("tiny-gemma")[0])
     return slim.autoregressive(GemmaSequence.from_gguf(gguf), ids, cfg).new_tokens
 
 
@@ -75,10 +56,10 @@ def test_only_the_explorer_offers_the_feature_drafts_that_fit(store):
 
 
 @pytest.mark.parametrize("draft", ["prompt-lookup", "tiny-feature"])
-def test_greedy_runs_and_their_baselines_keep_the_targets_own_greedy_text(files, store, draft):
+def test_greedy_runs_and_their_baselines_keep_the_targets_own_greedy_text(store, draft):
     cfg = DecodeConfig(k=3, temperature=0, max_new_tokens=16)
     trace = runs.generate(store, PROMPT, "tiny-gemma", draft, cfg)
-    want = own_greedy(files[1], store, cfg)
+    want = own_greedy(store, cfg)
     assert trace.forward == "gemma-c" and trace.draft_name == draft and trace.mode == "speculative"
     assert trace.new_tokens == want
     base = runs.baseline(store, trace)
@@ -104,9 +85,9 @@ def test_sampled_runs_record_every_decision_and_repeat_with_their_seed(store):
     assert again.new_tokens == trace.new_tokens
 
 
-def test_concurrent_runs_keep_their_own_caches(files, store):
+def test_concurrent_runs_keep_their_own_caches(store):
     cfg = DecodeConfig(k=2, temperature=0, max_new_tokens=16)
-    want, got = own_greedy(files[1], store, cfg), {}
+    want, got = own_greedy(store, cfg), {}
 
     def one(name, draft):
         got[name] = runs.generate(store, PROMPT, "tiny-gemma", draft, cfg).new_tokens

@@ -47,3 +47,43 @@ def write_tiny_gemma(path, seed: int = 0, kinds=("Q8_0", "Q5_0"), pieces=None, p
     w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file()
     w.close()
     return path
+
+
+FEATURE_D2T = [2, 4, 5, 6, 7, 9, 11, 12, 13, 14, 15]  # the tiny vocabulary's ids a tiny feature draft drafts
+
+
+def write_tiny_feature_draft(folder, width: int = D, scale: float = 3.0, d2t=FEATURE_D2T, seed: int = 0):
+    """A feature draft for the tiny GGUF (``width`` its features'), random weights times ``scale`` (3: a spread q;
+    0: h = 0, so its argmax is its first id), saved as the trainer saves one (``slim.feature_draft.save_draft``).
+    Returns (folder, the torch FeatureHead)."""
+    from specviz.drafts.eagle import FeatureHead, layer_config
+    from specviz.slim.feature_draft import save_draft
+
+    torch.manual_seed(seed)
+    cfg = layer_config(width, max(width // 128, 1), 128, 1e-6)
+    head = FeatureHead(cfg)
+    with torch.no_grad():
+        for p in head.parameters():
+            p.mul_(scale)
+    save_draft(head, list(d2t), cfg, folder, {"command": "test"})
+    return folder, head
+
+
+def served_tiny_gemma(root, monkeypatch, narrow: bool = False):
+    """The tiny GGUF and a feature draft of its width written under ``root`` (and, ``narrow``, one 128 wide), named
+    in the environment as an operator serves them (SPECVIZ_EXTRA_MODELS: tiny-gemma, tiny-feature, narrow-feature;
+    the GGUF cache under root; no SPECVIZ_FORWARD). Returns the GGUF's path."""
+    from pathlib import Path
+
+    root = Path(root)
+    gguf = root / "shipped" / "tiny-gemma3.gguf"
+    if not gguf.is_file():
+        gguf.parent.mkdir(parents=True, exist_ok=True)
+        write_tiny_gemma(gguf)
+        write_tiny_feature_draft(root / "tiny-feature")
+        write_tiny_feature_draft(root / "narrow-feature", width=128, scale=1.0)
+    names = f"tiny-gemma={gguf},tiny-feature={root / 'tiny-feature'}"
+    monkeypatch.setenv("SPECVIZ_GGUF_CACHE", str(root / "cache"))
+    monkeypatch.setenv("SPECVIZ_EXTRA_MODELS", names + (f",narrow-feature={root / 'narrow-feature'}" if narrow else ""))
+    monkeypatch.delenv("SPECVIZ_FORWARD", raising=False)
+    return gguf

@@ -11,12 +11,12 @@ import torch
 from safetensors.torch import load_file
 
 from specviz.config import DecodeConfig
-from specviz.drafts.eagle import FeatureHead, layer_config
+from specviz.drafts.eagle import FeatureHead
 from specviz.runtime import blocks
 from specviz.runtime.native import gemma as native_gemma
 from specviz.slim import FeatureDraft, Hybrid, Lookup, autoregressive, speculative
 from specviz.slim import feature_draft as F
-from tests.helpers.tiny_gguf import D, write_tiny_gemma
+from tests.helpers.tiny_gguf import D, write_tiny_feature_draft, write_tiny_gemma
 
 pytest.importorskip("gguf")
 pytestmark = pytest.mark.skipif(not native_gemma.available(), reason="the C Gemma-3 pass needs AVX-512 VNNI")
@@ -40,28 +40,13 @@ def written(tmp_path_factory):
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     """A feature draft with random weights (scaled so that its q is spread), saved as the trainer saves one."""
-    torch.manual_seed(0)
-    cfg = layer_config(D, 2, 128, 1e-6)
-    head = FeatureHead(cfg)
-    with torch.no_grad():
-        for p in head.parameters():
-            p.mul_(3.0)
-    folder = tmp_path_factory.mktemp("draft")
-    F.save_draft(head, D2T, cfg, folder, {"command": "test"})
-    return folder, head
+    return write_tiny_feature_draft(tmp_path_factory.mktemp("draft"), d2t=D2T)
 
 
 @pytest.fixture(scope="module")
 def flat(tmp_path_factory):
     """A feature draft of zero weights: h = 0, so its argmax is its first id, 2, the tiny target's greedy token."""
-    cfg = layer_config(D, 2, 128, 1e-6)
-    head = FeatureHead(cfg)
-    with torch.no_grad():
-        for p in head.parameters():
-            p.zero_()
-    folder = tmp_path_factory.mktemp("flat")
-    F.save_draft(head, D2T, cfg, folder, {"command": "test"})
-    return folder
+    return write_tiny_feature_draft(tmp_path_factory.mktemp("flat"), scale=0.0, d2t=D2T)[0]
 
 
 @pytest.fixture
