@@ -106,9 +106,12 @@ def draft_picker(store: ModelStore, label: str = "Draft", model: bool = False, e
 def fitting_update(store: ModelStore, target, current, mine=None, slim: bool = False):
     """A draft picker's new choices for a picked target: the drafts that fit it (``slim``: with those only the
     explorer's slim route runs), the user's own after them, the current value (one, or several) kept where it still
-    fits, else the store's default draft or the first."""
+    fits, else the store's default draft, else a draft made for that target (a feature draft of its width), else
+    the first."""
     choices = store.drafts_for(target, slim=slim) + [n for n in (mine or {}) if n not in store.list_drafters()]
-    fallback = store.default_draft() if store.default_draft() in choices else (choices[0] if choices else None)
+    own = [n for n in choices if n not in store.list_drafters() and n not in (mine or {})]  # drafts made for it
+    fallback = (store.default_draft() if store.default_draft() in choices else
+                own[0] if own else (choices[0] if choices else None))
     if isinstance(current, list):
         return gr.update(choices=choices, value=[c for c in current if c in choices] or choices[:1])
     return gr.update(choices=choices, value=current if current in choices else fallback)

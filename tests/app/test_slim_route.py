@@ -51,6 +51,8 @@ def test_only_the_explorer_offers_the_feature_drafts_that_fit(store):
     assert "tiny-feature" not in store.drafts_for("tiny-gemma")  # the other tabs' pickers
     assert "tiny-feature" not in store.drafts_for("target", slim=True)  # the bundled family's target
     assert "tiny-feature" in fitting_update(store, "tiny-gemma", "tiny-feature", slim=True)["choices"]
+    picked = fitting_update(store, "tiny-gemma", "a draft that does not fit", slim=True)["value"]
+    assert picked == (store.default_draft() if store.default_draft() in mine else "tiny-feature")
     with pytest.raises(ValueError, match="pick it in the explorer"):
         store.pair("tiny-gemma", "tiny-feature")
 
