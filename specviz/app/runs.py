@@ -101,7 +101,7 @@ def baseline(store: ModelStore, trace: Trace) -> Trace:
     if trace.stop_reason == "budget":  # as many tokens as the run made before the server stopped it
         cfg = replace(cfg, max_new_tokens=max(len(trace.new_tokens), 1))
     if trace.forward == slim_route.FORWARD:  # a run of the slim route: its baseline on the same forward
-        return slim_route.decoding(model, trace.target_name, None, list(trace.prompt_ids), replace(cfg, tree=None)).run()
+        return slim_route.baseline(model, trace, cfg)
     return baseline_run(model, torch.tensor([trace.prompt_ids]), cfg, target_name=trace.target_name)
 
 

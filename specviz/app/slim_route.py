@@ -151,9 +151,10 @@ def decoding(model, target: str, draft: str | None, ids: list[int], cfg: DecodeC
     return run
 
 
-def baseline(model, trace: Trace) -> Trace:
-    """The autoregressive run of a slim trace's target, prompt and settings on the same forward."""
-    cfg = replace(trace.config, tree=None)
+def baseline(model, trace: Trace, cfg: DecodeConfig | None = None) -> Trace:
+    """The autoregressive run of a slim trace's target and prompt on the same forward, with its settings (or
+    ``cfg``: the app's, its length cut to a run the budget stopped)."""
+    cfg = replace(cfg or trace.config, tree=None)
     return decoding(model, trace.target_name, None, list(trace.prompt_ids), cfg).run()
 
 
