@@ -27,7 +27,7 @@ from .native.build import need
 
 FIRST_CAPACITY = 256
 SLAB = 4096  # rows of a matrix regrouped at a time (whole groups of 16)
-STALL, STALLS = 4.0, 3  # a pass this many times its fastest, this many times: one thread from then on
+STALL, STALLS = 4.0, 3  # a pass this many times its fastest, this many times: one thread for a while
 
 
 class Weights:
@@ -263,6 +263,6 @@ class GemmaSequence:
         return out * self.scale
 
     def _watch(self, rows: int, seconds: float) -> None:
-        """One thread once passes stall (threads spinning at barriers while one waits for a core held by other work)."""
-        if self.stalls.stalled(rows, seconds) and self.threads > 1:
-            self.threads = 1
+        """One thread once passes stall (threads spinning at barriers while one waits for a core held by other work),
+        the threads asked for again some passes later (``StallWatch.threads``)."""
+        self.threads = self.stalls.threads(rows, seconds, self.threads, int(self.asked_threads or usable_cpus()))

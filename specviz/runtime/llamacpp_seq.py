@@ -116,7 +116,7 @@ class Sequence:
         self.vocab = int(vocab or lc.llama_vocab_n_tokens(lc.llama_model_get_vocab(model)))
         self.d = int(d or lc.llama_model_n_embd(model))
         self.limit = int(limit or lc.llama_model_n_ctx_train(model))
-        self.threads = int(threads or usable_cpus())
+        self.threads = self.asked_threads = int(threads or usable_cpus())
         if min(self.vocab, self.d, self.limit, self.threads) <= 0:
             raise ValueError(f"{os.path.basename(self.path)!r}: vocabulary {self.vocab}, width {self.d}, "
                              f"limit {self.limit} and threads {self.threads} must all be positive")
@@ -226,9 +226,10 @@ class Sequence:
         """One thread once decodes stall: where other work holds a core, llama.cpp's threads spin at their barriers
         while one of them waits for the CPU, and a decode costs 10-50x (the bundled target on 2 threads under a load
         of 4: 3 tokens/s against 171 on one thread, docs/LLAMACPP.md)."""
-        if self.stalls.stalled(rows, seconds) and self.threads > 1:
-            self.threads = 1
-            self.lc.llama_set_n_threads(self.ctx, 1, 1)
+        threads = self.stalls.threads(rows, seconds, self.threads, self.asked_threads)
+        if threads != self.threads:  # one thread once decodes stall, the threads asked for again some passes later
+            self.threads = threads
+            self.lc.llama_set_n_threads(self.ctx, threads, threads)
 
 
 class Vocab:

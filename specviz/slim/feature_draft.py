@@ -193,12 +193,13 @@ class FeatureDraft:
 
     def _layer(self, features: np.ndarray, ids: np.ndarray) -> np.ndarray:
         """h for rows at the cache's next positions (their inputs: the feature before each, the token), appended;
-        timed: once its calls stall (or the target's did), one thread from then on."""
+        timed: once its calls stall (or the target's did), one thread, until ``StallWatch.threads`` tries the threads
+        asked for again."""
         t0 = time.perf_counter()
         h = self._rows(features, ids)
-        self.threads = min(self.threads, self.target.threads)
-        if self.stalls.stalled(len(ids), time.perf_counter() - t0) and self.threads > 1:
-            self.threads = 1
+        asked = min(int(self.asked_threads or self.target.threads), self.target.threads)
+        self.threads = self.stalls.threads(len(ids), time.perf_counter() - t0, min(self.threads, self.target.threads),
+                                           asked)
         return h
 
     def _rows(self, features: np.ndarray, ids: np.ndarray) -> np.ndarray:

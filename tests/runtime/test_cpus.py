@@ -29,3 +29,18 @@ def test_stalls_count_within_the_window_of_the_last_passes():
     assert watch.stalls == 0
     assert not watch.stalled(1, 0.01) and not watch.stalled(1, 0.001) and not watch.stalled(1, 0.01)
     assert watch.stalled(1, 0.01) and watch.stalls == 3 == sum(watch.recent)
+
+
+def test_one_thread_after_stalls_then_the_threads_asked_for_again():
+    """Stalls send the next pass to one thread; after ``retry`` passes there (not compared: one thread is slower
+    without stalling) the threads asked for come back with the count cleared, and stalls again send them away."""
+    watch = StallWatch(4.0, 2, retry=5)
+    assert watch.threads(1, 0.001, 2, 2) == 2
+    assert watch.threads(1, 0.010, 2, 2) == 2  # one stall is not two
+    assert watch.threads(1, 0.010, 2, 2) == 1
+    for _ in range(4):
+        assert watch.threads(1, 0.050, 1, 2) == 1  # slow on one thread: not a stall, and no verdict yet
+    assert watch.threads(1, 0.050, 1, 2) == 2 and watch.stalls == 0 and not watch.recent
+    assert watch.fastest[1] == 0.001  # one thread's passes never became the fastest
+    assert watch.threads(1, 0.010, 2, 2) == 2 and watch.threads(1, 0.010, 2, 2) == 1  # still busy: one again
+    assert all(watch.threads(1, 0.001, 1, 1) == 1 for _ in range(10))  # one asked for: one it stays
