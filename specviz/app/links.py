@@ -8,6 +8,7 @@ from urllib.parse import urlencode
 import gradio as gr
 
 from .forms import LIMITS
+from .widgets import fitting_update
 
 FIELDS = ["prompt", "target", "draft", "k", "k_policy", "temperature", "top_k", "top_p", "max_new_tokens", "seed",
           "shape"]
@@ -58,10 +59,18 @@ def _value(name: str, raw: str, targets: list[str], drafts: list[str]):
 
 
 def page_loader(store):
-    """The page-load handler: the explorer's values from the page's URL (gradio passes the request)."""
+    """The page-load handler: the explorer's values from the page's URL (gradio passes the request). A link's target
+    also sets the draft picker's choices to the drafts that fit it (``widgets.fitting_update``, as picking the target
+    does), the link's draft kept where it is among them: a run on a Gemma-3 GGUF with its feature draft reopens so."""
     def from_request(request: gr.Request) -> list:
         params = dict(request.query_params) if request is not None else {}
-        return parse(params, store.list_targets(), store.list_drafters())
+        values = parse(params, store.list_targets(), store.list_drafters())
+        target = values[FIELDS.index("target")]
+        if isinstance(target, str):
+            draft = params.get("draft")
+            values[FIELDS.index("draft")] = fitting_update(store, target, draft if isinstance(draft, str) else None,
+                                                           slim=True)
+        return values
     return from_request
 
 

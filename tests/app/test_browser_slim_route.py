@@ -1,7 +1,7 @@
 """The explorer in a real browser at 1024 px with an operator's Gemma-3 GGUF (a tiny one written here) and a feature
 draft of its width named in SPECVIZ_EXTRA_MODELS: picking the GGUF as the target offers the feature draft, and a Run
-with it decodes on the C stack (the summary names that forward for its baseline) and ends with the Run button back.
-Same skip/require rules as test_browser.py."""
+with it decodes on the C stack (the summary names that forward for its baseline) and ends with the Run button back;
+a link to such a run reopens with that draft picked. Same skip/require rules as test_browser.py."""
 import pytest
 
 from specviz.app import build_demo
@@ -40,3 +40,14 @@ def test_the_explorer_runs_a_ggufs_feature_draft_on_the_c_stack(app_url):
         assert "tiny-feature" in page.locator("#summary").inner_text()
         assert page.locator("#timeline .sv-timeline .sv-round .sv-tok").count() > 0
         assert page.evaluate("document.documentElement.scrollWidth") <= 1024
+
+
+def test_a_link_reopens_the_ggufs_run_with_its_feature_draft(app_url):
+    with chromium_page(viewport={"width": 1024, "height": 768}) as page:
+        page.goto(app_url + "?target=tiny-gemma&draft=tiny-feature&k=2&tab=explorer")
+        sync_api.expect(page.locator("#draft input")).to_have_value("tiny-feature", timeout=30_000)
+        sync_api.expect(page.locator("#target input")).to_have_value("tiny-gemma")
+        page.locator("#prompt textarea").fill("a b the c a b the c a")
+        page.locator("#run").click()
+        sync_api.expect(page.locator("#summary")).to_contain_text("C stack", timeout=120_000)
+        sync_api.expect(page.locator("#run")).to_have_text("Run", timeout=120_000)

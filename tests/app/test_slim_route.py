@@ -135,3 +135,21 @@ def test_a_gguf_the_c_stack_refuses_runs_on_the_torch_decoder(store, monkeypatch
         assert len(calls) == 1
     finally:
         slim_route._SEQUENCES.pop(model, None)
+
+
+def test_a_link_reopens_a_gguf_run_with_its_feature_draft(store):
+    """A link's target sets the draft picker's choices as picking it does, so the link's feature draft is kept; a
+    draft that does not fit the link's target gives way to one that does."""
+    from types import SimpleNamespace
+
+    from specviz.app import links
+
+    load = links.page_loader(store)
+    values = load(SimpleNamespace(query_params={"target": "tiny-gemma", "draft": "tiny-feature", "k": "2"}))
+    draft = values[links.FIELDS.index("draft")]
+    assert values[links.FIELDS.index("target")] == "tiny-gemma" and values[links.FIELDS.index("k")] == 2
+    assert draft["value"] == "tiny-feature" and "tiny-feature" in draft["choices"]
+    other = load(SimpleNamespace(query_params={"target": "tiny-gemma", "draft": "no-such-draft"}))
+    assert other[links.FIELDS.index("draft")]["value"] in store.drafts_for("tiny-gemma", slim=True)
+    bundled = load(SimpleNamespace(query_params={"target": "target", "draft": "tiny-feature"}))
+    assert bundled[links.FIELDS.index("draft")]["value"] != "tiny-feature"  # it does not fit the bundled target
