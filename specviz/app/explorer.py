@@ -28,7 +28,7 @@ from .gpu import gpu_task
 from .sessions import one_per_session
 from .store import ModelStore, draft_choices
 from .tempfiles import discard
-from .widgets import MODEL_QUEUE, SKIP, bind, chart, draft_picker, follow_target, friendly, target_picker
+from .widgets import MODEL_QUEUE, SKIP, bind, chart, draft_picker, fitting_update, follow_target, friendly, target_picker
 
 RUN_LABEL = "Run"
 def ready() -> dict:
@@ -241,10 +241,16 @@ def open_named(name):
 
 
 def form_of(store: ModelStore, trace: Trace | None) -> tuple:
-    """The explorer's form (links.FIELDS) set to an opened run's settings, so that Run makes the run shown."""
+    """The explorer's form (links.FIELDS) set to an opened run's settings, so that Run makes the run shown; the draft
+    picker's choices those that fit the run's target (a Gemma-3 GGUF's feature draft among them)."""
     if trace is None:
         return (SKIP,) * len(links.FIELDS)  # every field as it is
-    values = runs.form_values(trace, store.list_targets(), store.list_drafters())
+    target = trace.target_name if trace.target_name in store.list_targets() else None
+    drafts = store.drafts_for(target, slim=True) if target else store.list_drafters()
+    values = list(runs.form_values(trace, store.list_targets(), drafts))
+    if target is not None:  # the draft picker's choices follow the run's target, as picking it does
+        values[links.FIELDS.index("draft")] = fitting_update(store, target, values[links.FIELDS.index("draft")],
+                                                             slim=True)
     return tuple(SKIP if v is None else v for v in values)
 
 

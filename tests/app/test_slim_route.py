@@ -153,3 +153,16 @@ def test_a_link_reopens_a_gguf_run_with_its_feature_draft(store):
     assert other[links.FIELDS.index("draft")]["value"] in store.drafts_for("tiny-gemma", slim=True)
     bundled = load(SimpleNamespace(query_params={"target": "target", "draft": "tiny-feature"}))
     assert bundled[links.FIELDS.index("draft")]["value"] != "tiny-feature"  # it does not fit the bundled target
+
+
+def test_an_opened_gguf_run_sets_its_feature_draft_in_the_form(store):
+    """Opening a run (an import, a gallery run) sets the form to its settings: for a Gemma-3 GGUF run the draft picker's
+    choices are the target's, its feature draft picked."""
+    from specviz.app import explorer, links
+
+    cfg = DecodeConfig(k=2, temperature=0, max_new_tokens=4)
+    trace = runs.generate(store, PROMPT, "tiny-gemma", "tiny-feature", cfg)
+    form = explorer.form_of(store, trace)
+    draft = form[links.FIELDS.index("draft")]
+    assert form[links.FIELDS.index("target")] == "tiny-gemma" and form[links.FIELDS.index("k")] == 2
+    assert draft["value"] == "tiny-feature" and "tiny-feature" in draft["choices"]
