@@ -23,6 +23,7 @@ from ..runtime.gemma_sequence import GemmaSequence
 from ..runtime.llamacpp import source
 from ..runtime.local import extra_models
 from ..runtime.native import gemma as native_gemma
+from ..runtime.threads import fixed
 from ..slim import FeatureDraft, Lookup, SlimDecoding
 from ..slim.feature_draft import CONFIG, FILE
 from ..trace import Trace
@@ -137,7 +138,7 @@ def decoding(model, target: str, draft: str | None, ids: list[int], cfg: DecodeC
     kept = _kept(model)
     if kept["refusal"]:
         raise ValueError(kept["refusal"])
-    seq = kept["sequence"].twin()
+    seq = kept["sequence"].twin(threads=fixed())  # the operator's SPECVIZ_THREADS, else the usable CPUs
     drafter = None
     if draft == models.PROMPT_LOOKUP:
         drafter = Lookup()

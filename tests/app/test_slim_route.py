@@ -166,3 +166,13 @@ def test_an_opened_gguf_run_sets_its_feature_draft_in_the_form(store):
     draft = form[links.FIELDS.index("draft")]
     assert form[links.FIELDS.index("target")] == "tiny-gemma" and form[links.FIELDS.index("k")] == 2
     assert draft["value"] == "tiny-feature" and "tiny-feature" in draft["choices"]
+
+
+def test_the_slim_route_runs_on_the_operators_threads(store, monkeypatch):
+    """SPECVIZ_THREADS caps the slim route's sequences as it caps the torch side's C calls."""
+    cfg = DecodeConfig(k=2, temperature=0, max_new_tokens=4)
+    model, _ = store.target("tiny-gemma")
+    for value, want in (("1", 1), ("2", 2)):
+        monkeypatch.setenv("SPECVIZ_THREADS", value)
+        run = slim_route.decoding(model, "tiny-gemma", "tiny-feature", [2, 5, 6], cfg)
+        assert run.fwd.threads == want and run.draft.threads == want

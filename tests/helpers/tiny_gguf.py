@@ -72,7 +72,7 @@ def write_tiny_feature_draft(folder, width: int = D, scale: float = 3.0, d2t=FEA
 def served_tiny_gemma(root, monkeypatch, narrow: bool = False):
     """The tiny GGUF and a feature draft of its width written under ``root`` (and, ``narrow``, one 128 wide), named
     in the environment as an operator serves them (SPECVIZ_EXTRA_MODELS: tiny-gemma, tiny-feature, narrow-feature;
-    the GGUF cache under root; no SPECVIZ_FORWARD). Returns the GGUF's path."""
+    the GGUF cache under root; no SPECVIZ_FORWARD; SPECVIZ_THREADS=1). Returns the GGUF's path."""
     from pathlib import Path
 
     root = Path(root)
@@ -86,4 +86,5 @@ def served_tiny_gemma(root, monkeypatch, narrow: bool = False):
     monkeypatch.setenv("SPECVIZ_GGUF_CACHE", str(root / "cache"))
     monkeypatch.setenv("SPECVIZ_EXTRA_MODELS", names + (f",narrow-feature={root / 'narrow-feature'}" if narrow else ""))
     monkeypatch.delenv("SPECVIZ_FORWARD", raising=False)
+    monkeypatch.setenv("SPECVIZ_THREADS", "1")  # the C stack's runs on one thread: tests share the host's cores
     return gguf
