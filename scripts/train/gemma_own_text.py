@@ -13,12 +13,17 @@ features are the ones serving computes (8-bit activations).
 Shards ``NNNN.npz`` hold ``tokens`` (int32, the whole sample: BOS, opener, continuation), ``features`` (float16,
 one row per token: the state after it) and ``mode``; ``run.json`` the command, host and counts. A stopped run keeps its
 shards.
+
+``--prompts-text`` takes plain-text files or MediaWiki dumps (``gemma_text_features.py``'s readers) instead of the
+openers: each prompt is then the first 5 to 16 words of a sentence of that prose, as a user's prompt opens, and the
+lead is 0 unless ``--lead`` says otherwise.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import platform
+import re
 import sys
 import time
 from pathlib import Path
@@ -27,6 +32,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling gemma_text_features, for --prompts-text
 
 from specviz import slim  # noqa: E402
 from specviz.config import DecodeConfig  # noqa: E402
@@ -46,17 +52,40 @@ OPENERS = [
 
 
 def sample_one(seq: GemmaSequence, prompt: list[int], lead: int, length: int, temperature: float,
-               seed: int) -> tuple[list, np.ndarray]:
+               seed: int, draft: slim.FeatureDraft | None = None) -> tuple[list, np.ndarray]:
     """The prompt, ``lead`` tokens at T = 1.0 and ``length`` more (greedy where temperature is 0), with every
-    position's feature."""
+    position's feature. With a ``draft`` the tokens come from speculative sampling (the target's law all the same)
+    and the features from one pass over the whole sample afterwards."""
     tokens = list(prompt)
     for part, (t, n) in enumerate(((1.0, lead), (temperature, length))):
         if n:  # each part its own seed: the continuation does not reuse the lead's uniforms
-            cfg = DecodeConfig(temperature=t, max_new_tokens=n, seed=seed + part, record=False)
-            tokens += list(slim.autoregressive(seq, tokens, cfg).new_tokens)
-    seq.crop(len(tokens) - 1)  # the decode holds every token but its last
-    seq.decode(np.asarray(tokens[-1:], dtype=np.int32))
+            cfg = DecodeConfig(temperature=t, max_new_tokens=n, seed=seed + part, record=False,
+                               k=2 if t else 3, draft_stop=0.2 if t else 0.0)
+            run = slim.autoregressive(seq, tokens, cfg) if draft is None else slim.speculative(seq, draft, tokens, cfg)
+            tokens += list(run.new_tokens)
+    if draft is None:
+        seq.crop(len(tokens) - 1)  # the decode holds every token but its last
+        seq.decode(np.asarray(tokens[-1:], dtype=np.int32))
+    else:
+        seq.crop(0)
+        seq.decode(np.asarray(tokens, dtype=np.int32), head_rows=1)
     return tokens, np.array(seq.features(len(tokens)), dtype=np.float16)
+
+
+def sentence_starts(paths: list[Path], rng, words=(5, 16)) -> list[str]:
+    """The first ``words`` (drawn in [lo, hi]) of every sentence of the prose in ``paths`` with more words than that."""
+    from gemma_text_features import paragraphs
+
+    out = []
+    for para in (p for path in paths for p in paragraphs(path, 80)):
+        for sentence in re.split(r"(?<=[.!?])\s+(?=[A-Z])", para):
+            w = sentence.split()
+            n = int(rng.integers(words[0], words[1] + 1))
+            if len(w) > n:
+                out.append(" ".join(w[:n]))
+    if not out:
+        raise SystemExit(f"no sentence of more than {words[1]} words in {', '.join(map(str, paths))}")
+    return out
 
 
 def main(argv=None) -> None:
@@ -65,26 +94,34 @@ def main(argv=None) -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--minutes", type=float, default=60.0)
     ap.add_argument("--length", type=int, default=96)
-    ap.add_argument("--lead", type=int, nargs=2, default=(8, 40), metavar=("MIN", "MAX"),
-                    help="tokens sampled at T = 1.0 after the opener, drawn in [MIN, MAX]")
+    ap.add_argument("--lead", type=int, nargs=2, default=None, metavar=("MIN", "MAX"),
+                    help="tokens sampled at T = 1.0 after the opener, drawn in [MIN, MAX] (8 40; with "
+                    "--prompts-text 0 0)")
+    ap.add_argument("--prompts-text", type=Path, nargs="+", default=None,
+                    help="prose whose sentence starts are the prompts (instead of the openers)")
     ap.add_argument("--mix", type=float, nargs=3, default=(0.4, 0.4, 0.2), metavar=("GREEDY", "T08", "T10"))
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--draft", type=Path, default=None, help="a feature draft's folder: the text sampled "
+                    "speculatively with it (k = 3 greedy, k = 2 ending at q < 0.2 sampled), the same law, sooner")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
+    args.lead = args.lead or ((0, 0) if args.prompts_text else (8, 40))
     args.out.mkdir(parents=True, exist_ok=True)
     seq = GemmaSequence.from_gguf(args.gguf, threads=args.threads, limit=512)
+    draft = None if args.draft is None else slim.FeatureDraft(seq, args.draft, threads=args.threads)
     tok = loader.tokenizer(args.gguf.parent, args.gguf.name)
     bos = tok.bos_token_id
     rng = np.random.default_rng(args.seed)
+    openers = sentence_starts(args.prompts_text, rng) if args.prompts_text else OPENERS
     first = len(list(args.out.glob("*.npz")))
     t0, made, n = time.perf_counter(), 0, first
     while time.perf_counter() - t0 < 60 * args.minutes:
-        opener = OPENERS[int(rng.integers(len(OPENERS)))]
+        opener = openers[int(rng.integers(len(openers)))]
         ids = tok(opener, add_special_tokens=False).input_ids
         mode = int(rng.choice(3, p=np.asarray(args.mix) / sum(args.mix)))
         lead = int(rng.integers(args.lead[0], args.lead[1] + 1))
         tokens, features = sample_one(seq, [bos, *ids], lead, args.length, (0.0, 0.8, 1.0)[mode],
-                                      int(rng.integers(2**30)))
+                                      int(rng.integers(2**30)), draft)
         np.savez(args.out / f"{n:05d}.npz", tokens=np.asarray(tokens, np.int32), features=features,
                  mode=np.asarray(mode), prompt_len=np.asarray(1 + len(ids) + lead))
         n, made = n + 1, made + len(tokens)

@@ -127,3 +127,48 @@ def test_a_draft_trained_on_the_total_variation_at_t08_gains_acceptance(tmp_path
     log = json.loads((out / "feature-draft.json").read_text())["training"]
     assert log["objective"] == "tv08"
     assert log["steps"] > 5 and log["held_out_after"][0]["alpha_t08"] > log["held_out_before"][0]["alpha_t08"]
+
+
+def test_prose_prompts_and_a_draft_record_the_targets_own_text_and_features(tmp_path, monkeypatch):
+    """gemma_own_text.py --prompts-text --draft: each prompt opens a sentence of the prose given (its first 5-16
+    words), the text comes from speculative sampling with the feature draft (greedy samples: the target's own greedy
+    text), the features from one pass over the sample (those a pass gives it)."""
+    from specviz.runtime import gguf as loader
+    from specviz.runtime.gemma_sequence import GemmaSequence
+    from tests.helpers.tiny_gguf import write_tiny_feature_draft
+
+    monkeypatch.setenv("SPECVIZ_GGUF_CACHE", str(tmp_path / "cache"))
+    path = write_tiny_gemma(tmp_path / "tiny-gemma3.gguf")
+    loader.described(tmp_path, path.name)
+    own = script("gemma_own_text")
+    rng = np.random.default_rng(0)
+    words = ["the", "cab", "sat", "a", "bad", "bet", "cat", "bed", "bat", "tea", "seat", "dab"]
+    lines = [" ".join(rng.choice(words, size=30)) for _ in range(6)]
+    plain = tmp_path / "plain.txt"
+    plain.write_text("\n".join(lines) + "\nshort line\n")
+    starts = own.sentence_starts([plain], np.random.default_rng(1))
+    assert len(starts) == 6 and all(5 <= len(s.split()) <= 16 and any(t.startswith(s + " ") for t in lines)
+                                    for s in starts)
+    split = tmp_path / "split.txt"
+    split.write_text("The cat sat on a bed by the sea all day long. Then it went away to the west for a while.\n")
+    assert [s.split()[0] for s in own.sentence_starts([split], np.random.default_rng(0), words=(5, 5))] == ["The",
+                                                                                                           "Then"]
+    folder, _ = write_tiny_feature_draft(tmp_path / "fd")
+    data = tmp_path / "prose"
+    own.main(["--gguf", str(path), "--prompts-text", str(plain), "--out", str(data), "--minutes", "0.03",
+              "--length", "20", "--threads", "1", "--draft", str(folder)])
+    shards = sorted(data.glob("*.npz"))
+    assert len(shards) >= 6
+    seq, tok = GemmaSequence.from_gguf(path, threads=1), loader.tokenizer(tmp_path, path.name)
+    opened = {tuple(tok(s, add_special_tokens=False).input_ids)  # the script draws them first with its seed (0)
+              for s in own.sentence_starts([plain], np.random.default_rng(0))}
+    for f in shards:
+        z = np.load(f)
+        prompt = [int(t) for t in z["tokens"][: int(z["prompt_len"])]]
+        assert tuple(prompt[1:]) in opened  # BOS, then a sentence's start, no lead
+        seq.crop(0)
+        seq.decode(z["tokens"])
+        assert np.allclose(z["features"], seq.features(), atol=2e-3 * np.abs(seq.features()).max())
+        if int(z["mode"]) == 0:
+            cfg = DecodeConfig(temperature=0.0, max_new_tokens=20)
+            assert prompt + autoregressive(seq, prompt, cfg).new_tokens == z["tokens"].tolist()
