@@ -20,6 +20,7 @@ match) and the vocabulary's coverage of their tokens are logged before and after
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import math
 import platform
@@ -208,6 +209,17 @@ def learning_rate(peak: float, step: int, done: float) -> float:
     return peak * min(1.0, (step + 1) / 50) * (0.1 + 0.45 * (1 + math.cos(math.pi * min(1.0, done))))
 
 
+def trim() -> None:
+    """Hand the heap's freed pages back (glibc's malloc_trim; nothing elsewhere). An update's tensors of a few to
+    30 MB land on the heap, whose freed pages glibc keeps: two trainers side by side grew to 10 and 16 GB in 48
+    minutes, and one was killed for memory. Trimmed every 50 updates, one grew 1.81 -> 2.18 GB in 3 minutes against
+    1.92 -> 2.60 untrimmed, at the same pace (99 and 98 updates): slower growth, not none."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 def train(head, embed, E, batches, args) -> int:
     """AdamW over the wall time asked; every ``--reload-minutes`` the shards written since are taken in (a recording
     still running), and once its run.json is there the threads become ``--threads-after``."""
@@ -235,6 +247,7 @@ def train(head, embed, E, batches, args) -> int:
         step += 1
         if step % 50 == 0:
             print(f"step {step} loss {loss.item():.4f} lr {lr:.2e} {time.perf_counter() - t0:.0f} s", flush=True)
+            trim()
     return step
 
 
