@@ -84,7 +84,8 @@ def sentence_starts(paths: list[Path], rng, words=(5, 16)) -> list[str]:
             if len(w) > n:
                 out.append(" ".join(w[:n]))
     if not out:
-        raise SystemExit(f"no sentence of more than {words[1]} words in {', '.join(map(str, paths))}")
+        raise SystemExit(f"no sentence longer than the {words[0]}-{words[1]} words a prompt takes in "
+                         f"{', '.join(map(str, paths))}")
     return out
 
 
