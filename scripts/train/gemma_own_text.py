@@ -54,8 +54,8 @@ OPENERS = [
 def sample_one(seq: GemmaSequence, prompt: list[int], lead: int, length: int, temperature: float,
                seed: int, draft: slim.FeatureDraft | None = None) -> tuple[list, np.ndarray]:
     """The prompt, ``lead`` tokens at T = 1.0 and ``length`` more (greedy where temperature is 0), with every
-    position's feature. With a ``draft`` the tokens come from speculative sampling (the target's law all the same)
-    and the features from one pass over the whole sample afterwards."""
+    position's feature. With a ``draft`` the tokens come from speculative sampling (the target's law all the same);
+    the features are those the verify passes computed at the committed positions, as the draft itself reads them."""
     tokens = list(prompt)
     for part, (t, n) in enumerate(((1.0, lead), (temperature, length))):
         if n:  # each part its own seed: the continuation does not reuse the lead's uniforms
@@ -63,12 +63,8 @@ def sample_one(seq: GemmaSequence, prompt: list[int], lead: int, length: int, te
                                k=2 if t else 3, draft_stop=0.2 if t else 0.0)
             run = slim.autoregressive(seq, tokens, cfg) if draft is None else slim.speculative(seq, draft, tokens, cfg)
             tokens += list(run.new_tokens)
-    if draft is None:
-        seq.crop(len(tokens) - 1)  # the decode holds every token but its last
-        seq.decode(np.asarray(tokens[-1:], dtype=np.int32))
-    else:
-        seq.crop(0)
-        seq.decode(np.asarray(tokens, dtype=np.int32), head_rows=1)
+    seq.crop(len(tokens) - 1)  # the decode holds every token but its last
+    seq.decode(np.asarray(tokens[-1:], dtype=np.int32))
     return tokens, np.array(seq.features(len(tokens)), dtype=np.float16)
 
 

@@ -132,7 +132,7 @@ def test_a_draft_trained_on_the_total_variation_at_t08_gains_acceptance(tmp_path
 def test_prose_prompts_and_a_draft_record_the_targets_own_text_and_features(tmp_path, monkeypatch):
     """gemma_own_text.py --prompts-text --draft: each prompt opens a sentence of the prose given (its first 5-16
     words), the text comes from speculative sampling with the feature draft (greedy samples: the target's own greedy
-    text), the features from one pass over the sample (those a pass gives it)."""
+    text), the features those its verify passes computed (those a pass over the sample gives it)."""
     from specviz.runtime import gguf as loader
     from specviz.runtime.gemma_sequence import GemmaSequence
     from tests.helpers.tiny_gguf import write_tiny_feature_draft
