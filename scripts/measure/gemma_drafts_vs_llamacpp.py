@@ -124,7 +124,7 @@ def drafts(args, model) -> dict[str, tuple[object, int, float]]:
             named = (f" ({folder.name})" if several else "") + ("" if weights == "Q8_0" else f" {weights}")
             out.update({f"feature draft{named} k={k}" + (f" min q={s:g}" if s else ""): (draft, k, s)
                         for k in args.feature_k for s in args.feature_min_q})
-            if args.hybrid and 0.0 in args.feature_min_q:  # the lookup in greedy runs: sampled, the draft alone
+            if args.hybrid:  # the lookup in greedy runs: sampled, the draft alone; min q 0 whatever the sides'
                 both = slim.Hybrid(slim.Lookup(3, 2), draft)
                 out.update({f"hybrid{named} k={k}": (both, k, 0.0) for k in args.feature_k})
         return out
@@ -176,7 +176,8 @@ def main(argv=None) -> None:
                          "below it), each a side")
     ap.add_argument("--feature-weights", nargs="+", default=["Q8_0"], choices=("Q8_0", "Q5_0"),
                     help="the feature draft's weights, each a side (slim.FeatureDraft's weights)")
-    ap.add_argument("--hybrid", action="store_true", help="also the feature draft behind prompt lookup (greedy)")
+    ap.add_argument("--hybrid", action="store_true", help="also the feature draft behind prompt lookup (greedy; "
+                    "its chains run to k, min q 0, whatever --feature-min-q)")
     ap.add_argument("--port", type=int, default=18617)
     ap.add_argument("--forward", choices=("lean", "llamacpp", "slim-c"), default=None,
                     help="slim-c: specviz.slim (numpy) on specviz's C stack (runtime.gemma_sequence), no torch")
