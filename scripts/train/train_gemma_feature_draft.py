@@ -214,7 +214,8 @@ def trim() -> None:
     """Hand the heap's freed pages back (glibc's malloc_trim; nothing elsewhere). An update's tensors of a few to
     30 MB land on the heap, whose freed pages glibc keeps: two trainers side by side grew to 10 and 16 GB in 48
     minutes, and one was killed for memory. Trimmed every 50 updates, one grew 1.81 -> 2.18 GB in 3 minutes against
-    1.92 -> 2.60 untrimmed, at the same pace (99 and 98 updates): slower growth, not none."""
+    1.92 -> 2.60 untrimmed, at the same pace (99 and 98 updates); two trimmed trainers side by side then stayed
+    within 2.9-3.7 and 3.3-5.6 GB over 47 minutes (docs/benchmarks/2026-12-05-gemma-feature-draft-6-training-*.log)."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
