@@ -16,7 +16,8 @@ shards.
 
 ``--prompts-text`` takes plain-text files or MediaWiki dumps (``gemma_text_features.py``'s readers) instead of the
 openers: each prompt is then the first 5 to 16 words of a sentence of that prose, as a user's prompt opens, and the
-lead is 0 unless ``--lead`` says otherwise.
+lead is 0 unless ``--lead`` says otherwise. ``--prompts-file`` takes prompts one a line, each used whole
+(``everyday_prompts.py`` writes such a file), the lead 0 unless ``--lead`` says otherwise.
 """
 from __future__ import annotations
 
@@ -85,6 +86,16 @@ def sentence_starts(paths: list[Path], rng, words=(5, 16)) -> list[str]:
     return out
 
 
+def prompt_lines(path: Path) -> list[str]:
+    """The prompts of a file, one a line (blank lines skipped)."""
+    if not path.is_file():
+        raise SystemExit(f"--prompts-file {path}: no such file")
+    lines = [ln.strip() for ln in path.read_text("utf-8").splitlines() if ln.strip()]
+    if not lines:
+        raise SystemExit(f"--prompts-file {path}: no prompt in it")
+    return lines
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gguf", type=Path, required=True)
@@ -96,20 +107,25 @@ def main(argv=None) -> None:
                     "--prompts-text 0 0)")
     ap.add_argument("--prompts-text", type=Path, nargs="+", default=None,
                     help="prose whose sentence starts are the prompts (instead of the openers)")
+    ap.add_argument("--prompts-file", type=Path, default=None, help="prompts one a line, each used whole (instead of "
+                    "the openers)")
     ap.add_argument("--mix", type=float, nargs=3, default=(0.4, 0.4, 0.2), metavar=("GREEDY", "T08", "T10"))
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--draft", type=Path, default=None, help="a feature draft's folder: the text sampled "
                     "speculatively with it (k = 3 greedy, k = 2 ending at q < 0.2 sampled), the same law, sooner")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
-    args.lead = args.lead or ((0, 0) if args.prompts_text else (8, 40))
+    if args.prompts_text and args.prompts_file:
+        raise SystemExit("--prompts-text or --prompts-file, not both")
+    args.lead = args.lead or ((0, 0) if args.prompts_text or args.prompts_file else (8, 40))
     args.out.mkdir(parents=True, exist_ok=True)
     seq = GemmaSequence.from_gguf(args.gguf, threads=args.threads, limit=512)
     draft = None if args.draft is None else slim.FeatureDraft(seq, args.draft, threads=args.threads)
     tok = loader.tokenizer(args.gguf.parent, args.gguf.name)
     bos = tok.bos_token_id
     rng = np.random.default_rng(args.seed)
-    openers = sentence_starts(args.prompts_text, rng) if args.prompts_text else OPENERS
+    openers = (sentence_starts(args.prompts_text, rng) if args.prompts_text else
+               prompt_lines(args.prompts_file) if args.prompts_file else OPENERS)
     first = len(list(args.out.glob("*.npz")))
     t0, made, n = time.perf_counter(), 0, first
     while time.perf_counter() - t0 < 60 * args.minutes:

@@ -176,3 +176,43 @@ def test_prose_prompts_and_a_draft_record_the_targets_own_text_and_features(tmp_
         if int(z["mode"]) == 0:
             cfg = DecodeConfig(temperature=0.0, max_new_tokens=20)
             assert prompt + autoregressive(seq, prompt, cfg).new_tokens == z["tokens"].tolist()
+
+
+def test_a_prompts_file_gives_whole_lines_as_prompts(tmp_path, monkeypatch):
+    """gemma_own_text.py --prompts-file: every shard opens with BOS and one line of the file whole (no lead); the
+    file missing or empty, or given beside --prompts-text, is refused in words before any work."""
+    from specviz.runtime import gguf as loader
+
+    monkeypatch.setenv("SPECVIZ_GGUF_CACHE", str(tmp_path / "cache"))
+    path = write_tiny_gemma(tmp_path / "tiny-gemma3.gguf")
+    loader.described(tmp_path, path.name)
+    own = script("gemma_own_text")
+    lines = ["the cab sat by the bed", "a bad bet", "the bat"]
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("\n".join(lines[:2]) + "\n\n" + lines[2] + "\n")
+    assert own.prompt_lines(prompts) == lines
+    data = tmp_path / "lines"
+    own.main(["--gguf", str(path), "--prompts-file", str(prompts), "--out", str(data), "--minutes", "0.01",
+              "--length", "6", "--threads", "1"])
+    tok = loader.tokenizer(tmp_path, path.name)
+    whole = {tuple(tok(s, add_special_tokens=False).input_ids) for s in lines}
+    for f in sorted(data.glob("*.npz")):
+        z = np.load(f)
+        assert tuple(int(t) for t in z["tokens"][1: int(z["prompt_len"])]) in whole
+    (tmp_path / "empty.txt").write_text("\n\n")
+    for extra, why in ((["--prompts-file", str(tmp_path / "empty.txt")], "no prompt"),
+                       (["--prompts-file", str(tmp_path / "none.txt")], "no such file"),
+                       (["--prompts-file", str(prompts), "--prompts-text", str(prompts)], "not both")):
+        with pytest.raises(SystemExit, match=why):
+            own.main(["--gguf", str(path), "--out", str(tmp_path / "x"), *extra])
+
+
+def test_everyday_prompts_fill_every_blank_and_keep_apart_from_the_chosen_sets():
+    """everyday_prompts.py: each frame once for every filling of its blanks, capitalised, no blank left; a prompt
+    opening as a benchmark's (its first four words) is found and refused."""
+    every = script("everyday_prompts")
+    texts = every.prompts()
+    sizes = [np.prod([len(every.FILL[k]) for k in every.FILL if "{" + k + "}" in f]) for f in every.FRAMES]
+    assert len(texts) == len(set(texts)) == sum(sizes)
+    assert all("{" not in t and t[0].isupper() for t in texts) and not every.held_apart(texts)
+    assert every.held_apart(["The recipe calls for two eggs", "A recipe"]) == ["The recipe calls for two eggs"]

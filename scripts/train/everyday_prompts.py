@@ -1,0 +1,94 @@
+#!/usr/bin/env python
+"""Prompts of everyday kinds of writing (how to cook or mend something, advice, a memory, a letter, a review, a
+story, local news, how something works), one a line, for ``gemma_own_text.py --prompts-file``: the target's own
+continuations of them are what a feature draft for ordinary English learns from. Each is a frame with its blanks
+filled from short lists, every combination; none shares its first four words with a prompt of the timed benchmark
+(``scripts/measure/gemma_vs_llamacpp.py``) or of the set drafts are chosen by
+(``scripts/measure/gemma_draft_acceptance.py``), which are checked here and refused.
+
+    python scripts/train/everyday_prompts.py > data/everyday-prompts.txt
+"""
+from __future__ import annotations
+
+import itertools
+import sys
+from pathlib import Path
+
+MEASURE = Path(__file__).resolve().parents[1] / "measure"
+
+FILL = {
+    "dish": ["a vegetable curry", "pancakes", "a fruit salad", "fresh lemonade", "fried rice", "a chocolate cake",
+             "a pot of chili", "banana bread", "a green salad", "potato soup", "roast chicken", "an omelette"],
+    "task": ["learn to swim", "save money", "grow tomatoes", "train a puppy", "write a cover letter",
+             "fix a leaking tap", "clean an oven", "study for an exam", "pack for a long trip", "make new friends",
+             "stop procrastinating", "run a marathon"],
+    "person": ["father", "neighbour", "old coach", "best friend", "uncle", "first boss", "piano teacher",
+               "older sister"],
+    "place": ["the beach near our house", "my school", "the park", "our kitchen", "the farm", "the harbour",
+              "the old cinema", "my grandparents' garden"],
+    "name": ["Sarah", "Mr Jones", "Grandpa", "Emily", "Professor Lee", "Mum", "David", "Mrs Patel"],
+    "thing": ["this vacuum cleaner", "the new phone", "a pair of running shoes", "this coffee machine",
+              "the hotel", "this backpack", "the restaurant on Main Street", "this novel"],
+    "group": ["firefighters", "school children", "volunteers", "shop owners", "nurses", "bus drivers",
+              "gardeners", "students"],
+    "topic": ["tea", "the printing press", "chess", "umbrellas", "the postal service", "football", "glass",
+              "the calendar", "coffee", "paper money"],
+    "role": ["parent", "manager", "coach", "nurse", "friend", "neighbour", "chef", "driver"],
+    "animal": ["fox", "little dog", "old horse", "cat", "owl", "rabbit", "goat", "bear"],
+    "season": ["spring", "summer", "autumn", "winter"],
+}
+FRAMES = [
+    "To make {dish}, you will need",
+    "Here is how I make {dish} at home:",
+    "The trick to {task} is",
+    "Anyone who wants to {task} should start by",
+    "Three things helped me {task}:",
+    "My {person} always told me that",
+    "I will never forget the day my {person}",
+    "When I was young, {place} was",
+    "Every {season}, {place}",
+    "Dear {name}, I hope you are well. I am writing because",
+    "Hello {name}, thanks for your message about",
+    "I bought {thing} last month, and",
+    "Review: {thing} is",
+    "Last week the {group} of our town",
+    "A group of local {group} has",
+    "The story of {topic} begins",
+    "Few people know that {topic}",
+    "A good {role} knows that",
+    "The hardest part of being a {role} is",
+    "Once there was a {animal} who",
+    "Late one {season} evening, a {animal}",
+]
+
+
+def prompts() -> list[str]:
+    """Every frame with every filling of its blanks, in order."""
+    out = []
+    for frame in FRAMES:
+        keys = [k for k in FILL if "{" + k + "}" in frame]
+        for values in itertools.product(*(FILL[k] for k in keys)):
+            text = frame.format(**dict(zip(keys, values)))
+            out.append(text[0].upper() + text[1:])
+    return out
+
+
+def held_apart(texts: list[str]) -> list[str]:
+    """The prompts that share their first four words with a benchmark's prompt or the draft-choosing set's."""
+    sys.path.insert(0, str(MEASURE))
+    from gemma_draft_acceptance import EVERYDAY
+    from gemma_vs_llamacpp import PROMPTS
+
+    taken = {tuple(p.lower().split()[:4]) for p in (*PROMPTS, *EVERYDAY)}
+    return [t for t in texts if tuple(t.lower().split()[:4]) in taken]
+
+
+def main() -> None:
+    texts = prompts()
+    if clash := held_apart(texts):
+        raise SystemExit(f"prompts that open as a benchmark's or the choosing set's: {clash[:3]}")
+    print("\n".join(texts))
+
+
+if __name__ == "__main__":
+    main()
