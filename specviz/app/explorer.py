@@ -22,7 +22,7 @@ from ..views.summary import GLOSSARY, HERE, k_note, summary_markdown
 from ..views.timeline import one_round, replay_html, timeline_html
 from ..views.training_plots import training_vs_serving_figure
 from ..views.tree_view import tree_figure
-from . import links, runs
+from . import links, runs, slim_route
 from .forms import RULE_CHOICES, make_config
 from .gpu import gpu_task
 from .sessions import one_per_session
@@ -279,7 +279,7 @@ def _controls(store: ModelStore) -> dict:
     # a row each: the draft's full name stays readable
     target, draft = target_picker(store, elem_id="target"), draft_picker(store, elem_id="draft")
     k = gr.Slider(1, 16, value=DEFAULTS.k, step=1, label="k (drafts per round)", elem_id="k",
-                  info=k_note(draft.value, DEFAULTS.temperature))  # what the chosen draft makes of k
+                  info=k_info(draft.value, DEFAULTS.temperature)["info"])  # what the chosen draft makes of k
     temperature = gr.Slider(0, 2, value=DEFAULTS.temperature, step=0.05, label="Temperature (0 = greedy)",
                             elem_id="temperature")
     for event in (draft.change, temperature.change):
@@ -288,8 +288,9 @@ def _controls(store: ModelStore) -> dict:
 
 
 def k_info(draft, temperature) -> dict:
-    """The k slider's line for the draft and temperature picked (its value untouched)."""
-    return gr.update(info=k_note(draft, temperature))
+    """The k slider's line for the draft and temperature picked (its value untouched): what the draft makes of k, and
+    for a feature draft that records it, the k and stop it was measured fastest at."""
+    return gr.update(info=k_note(draft, temperature) + slim_route.fastest_note(draft, temperature))
 
 
 def _more_settings() -> dict:

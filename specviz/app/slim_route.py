@@ -25,7 +25,7 @@ from ..runtime.local import extra_models
 from ..runtime.native import gemma as native_gemma
 from ..runtime.threads import fixed
 from ..slim import FeatureDraft, Lookup, SlimDecoding
-from ..slim.feature_draft import CONFIG, FILE
+from ..slim.feature_draft import CONFIG, FILE, served_settings
 from ..trace import Trace
 
 FORWARD = GemmaSequence.forward_name
@@ -45,6 +45,22 @@ def feature_draft_folders() -> dict[str, Path]:
 
 def is_feature_draft(name) -> bool:
     return isinstance(name, str) and name in feature_draft_folders()
+
+
+def fastest_note(draft, temperature) -> str:
+    """For a saved feature draft whose config records where it was measured fastest (``served_settings``): that k and
+    stop for this temperature's case, and where it was measured; else nothing. A record it cannot read says nothing
+    here (the draft itself is checked when a run loads it)."""
+    folder = feature_draft_folders().get(draft) if isinstance(draft, str) else None
+    try:
+        settings = served_settings(folder) if folder is not None else None
+    except ValueError:
+        return ""
+    if settings is None:
+        return ""
+    case = "greedy" if float(temperature or 0) == 0 else "sampled"
+    k, stop = settings[case]
+    return f" · fastest measured {case}: k = {k}, stop below q {stop:g} ({settings['measured']})"
 
 
 def gguf_gemma(target: str) -> Path | None:

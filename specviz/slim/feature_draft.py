@@ -57,6 +57,26 @@ def save_draft(head, d2t, config, folder: Path, log: dict) -> Path:
     return folder / FILE
 
 
+def served_settings(folder) -> dict | None:
+    """The settings a saved draft was measured fastest at, where its config records them (``serving``): {"greedy":
+    (k, draft_stop), "sampled": (k, draft_stop), "measured": where and how}; None where it records none. A record
+    that is not of that form is refused in words."""
+    path = Path(folder) / CONFIG
+    serving = json.loads(path.read_text()).get("serving") if path.is_file() else None
+    if serving is None:
+        return None
+    need(isinstance(serving, dict) and isinstance(serving.get("measured"), str) and serving["measured"].strip(),
+         f"{path}: 'serving' must say where it was measured ('measured': text)")
+    out = {"measured": serving["measured"].strip()}
+    for case in ("greedy", "sampled"):
+        one = serving.get(case)
+        need(isinstance(one, dict) and isinstance(one.get("k"), int) and not isinstance(one.get("k"), bool)
+             and one["k"] >= 1 and isinstance(one.get("draft_stop"), (int, float)) and 0 <= one["draft_stop"] < 1,
+             f"{path}: 'serving'.{case} must be {{'k': a whole number >= 1, 'draft_stop': a number in [0, 1)}}")
+        out[case] = (one["k"], float(one["draft_stop"]))
+    return out
+
+
 def stored(raw: dict) -> dict:
     """The weights of the file, as float32 numpy (an int8 matrix times its rows' scales; d2t as it is)."""
     out = {}

@@ -176,3 +176,56 @@ def test_the_slim_route_runs_on_the_operators_threads(store, monkeypatch):
         monkeypatch.setenv("SPECVIZ_THREADS", value)
         run = slim_route.decoding(model, "tiny-gemma", "tiny-feature", [2, 5, 6], cfg)
         assert run.fwd.threads == want and run.draft.threads == want
+
+
+def test_the_k_line_says_where_a_feature_draft_was_measured_fastest(store, root, tmp_path):
+    """A feature draft's config may record the k and stop it was measured fastest at (``serving``): the explorer's k
+    line then gives the one of the temperature's case and where it was measured; a draft without one adds nothing; a
+    record not of that form is refused in words by the reader and leaves the line as it was."""
+    import json
+
+    from specviz.app.explorer import k_info
+    from specviz.slim.feature_draft import CONFIG, served_settings
+
+    config = root / "tiny-feature" / CONFIG
+    before = config.read_text()
+    assert served_settings(root / "tiny-feature") is None and slim_route.fastest_note("tiny-feature", 0.8) == ""
+    meta = json.loads(before)
+    try:
+        meta["serving"] = {"greedy": {"k": 3, "draft_stop": 0.2}, "sampled": {"k": 2, "draft_stop": 0.1},
+                           "measured": "on the tiny file, here"}
+        config.write_text(json.dumps(meta))
+        assert served_settings(root / "tiny-feature")["sampled"] == (2, 0.1)
+        assert k_info("tiny-feature", 0.8)["info"].endswith(
+            " · fastest measured sampled: k = 2, stop below q 0.1 (on the tiny file, here)")
+        assert "greedy: k = 3, stop below q 0.2" in k_info("tiny-feature", 0.0)["info"]
+        for bad in ({"greedy": {"k": 0, "draft_stop": 0.2}}, {"sampled": {"k": 2, "draft_stop": 1.5}},
+                    {"greedy": {"k": True, "draft_stop": 0}}, {"measured": ""}):
+            config.write_text(json.dumps({**meta, "serving": {**meta["serving"], **bad}}))
+            with pytest.raises(ValueError, match="'serving'"):
+                served_settings(root / "tiny-feature")
+            assert slim_route.fastest_note("tiny-feature", 0.8) == ""
+    finally:
+        config.write_text(before)
+
+
+def test_the_shipped_drafts_fastest_settings_are_the_fastest_its_log_printed():
+    """The bundled Gemma-3 feature draft's ``serving`` record against the benchmark log it names: for greedy and for
+    T = 0.8, the k and stop of the shipped draft's row with the highest speedup over specviz's autoregressive decode."""
+    import re
+    from pathlib import Path
+
+    from specviz import models
+    from specviz.slim.feature_draft import CONFIG, served_settings
+
+    folder = models.ASSETS / "gemma-3-270m-feature-draft"
+    settings = served_settings(folder)
+    log = Path(__file__).resolve().parents[2] / __import__("json").loads((folder / CONFIG).read_text())["serving"]["log"]
+    row = re.compile(r"^\s*(0|0\.8) specviz feature draft \(gemma-3-270m-feature-draft\) k=(\d+)(?: min q=([\d.]+))?"
+                     r"\s+[\d.]+ \[[\d.-]+\]\s+([\d.]+)x")
+    best = {}
+    for m in filter(None, map(row.match, log.read_text().splitlines())):
+        case = "greedy" if m[1] == "0" else "sampled"
+        if float(m[4]) > best.get(case, (0.0,))[0]:
+            best[case] = (float(m[4]), int(m[2]), float(m[3] or 0))
+    assert {case: best[case][1:] for case in best} == {"greedy": settings["greedy"], "sampled": settings["sampled"]}
