@@ -5,6 +5,8 @@ forward, its layers in C), interleaved prompt by prompt.
 
     python scripts/measure/gemma_app_routes.py --drafts prompt-lookup gemma-3-270m-feature-draft --k 2
 
+``--draft-stop`` is the explorer's "stop drafting below draft confidence q(x)" (``DecodeConfig.draft_stop``; 0 off).
+
 Prints the host line, the process's resident memory (``gemma_memory.status``) once the target is loaded and after
 a first run of each route (the slim route reads the file's weights again for the C stack, beside the torch model's),
 each run's tokens/s, then per temperature, route and draft the median tokens/s, the median speedup over its own
@@ -50,6 +52,7 @@ def main(argv=None) -> None:
     ap = gemma_parser(__doc__, feature_draft=False)
     ap.add_argument("--drafts", nargs="+", default=["prompt-lookup", "gemma-3-270m-feature-draft"])
     ap.add_argument("--k", type=int, default=2)
+    ap.add_argument("--draft-stop", type=float, default=0.0, help="stop drafting below this draft confidence (0: off)")
     ap.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 0.8])
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--max-new-tokens", type=int, default=64)
@@ -65,12 +68,12 @@ def main(argv=None) -> None:
     memory("the target loaded (the torch model)")
     for route in ROUTES:  # a first run of each route, for its memory
         for draft in args.drafts if not ROUTES[route] else ["prompt-lookup"]:
-            one(store, PROMPTS[0], draft, DecodeConfig(k=args.k, max_new_tokens=8), route)
+            one(store, PROMPTS[0], draft, DecodeConfig(k=args.k, draft_stop=args.draft_stop, max_new_tokens=8), route)
             memory(f"after a first run: {route}, {draft}")
     rows = []
     for t in args.temperatures:
         for i, prompt in enumerate(PROMPTS[: args.prompts]):
-            cfg = DecodeConfig(k=args.k, temperature=t, max_new_tokens=args.max_new_tokens, seed=i)
+            cfg = DecodeConfig(k=args.k, draft_stop=args.draft_stop, temperature=t, max_new_tokens=args.max_new_tokens, seed=i)
             for route in ROUTES:
                 for draft in args.drafts:
                     if draft != "prompt-lookup" and ROUTES[route]:
