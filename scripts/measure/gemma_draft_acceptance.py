@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import statistics
 import sys
 from pathlib import Path
 
@@ -97,9 +98,8 @@ def tau_runs(model, tok, draft, k: int, stop: float, temperature: float, seeds: 
 
 
 def mean_se(xs: list[float]) -> tuple[float, float]:
-    m = sum(xs) / len(xs)
-    var = sum((x - m) ** 2 for x in xs) / max(len(xs) - 1, 1)
-    return m, math.sqrt(var / len(xs))
+    """The mean of xs and its standard error (0 for a single value)."""
+    return statistics.fmean(xs), statistics.stdev(xs) / math.sqrt(len(xs)) if len(xs) > 1 else 0.0
 
 
 def report(name: str, runs, first) -> str:

@@ -39,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 from specviz.runtime import gguf as loader  # noqa: E402
 from specviz.runtime.gemma_sequence import GemmaSequence  # noqa: E402
 
+FORTUNE_APART = re.compile(r"^%\s*$", flags=re.M)  # the line between two entries of a fortune file
 GIVEN = 3  # a shard's mode: 0 greedy, 1 T = 0.8, 2 T = 1.0 (gemma_own_text.py), 3 text given
 
 
@@ -63,7 +64,7 @@ def fortunes(raw: str) -> list[str]:
     """The entries of a fortune file (apart on lines of ``%``), each one paragraph: its attribution lines (``-- ...``)
     and tabs of layout dropped."""
     out = []
-    for entry in re.split(r"^%\s*$", raw, flags=re.M):
+    for entry in FORTUNE_APART.split(raw):
         lines = [ln.strip() for ln in entry.splitlines() if ln.strip() and not ln.strip().startswith("--")]
         out.append(" ".join(lines))
     return [e for e in out if e]
@@ -79,7 +80,7 @@ def paragraphs(path: Path, min_chars: int) -> list[str]:
         raw = path.read_text("utf-8")
     if raw.lstrip().startswith("<mediawiki"):
         parts = wiki_prose(raw)
-    elif re.search(r"^%$", raw, flags=re.M):
+    elif FORTUNE_APART.search(raw):
         parts = fortunes(raw)
     else:
         parts = re.split(r"\n\s*\n|\n", raw)
