@@ -9,15 +9,15 @@ move its figures.
 
 Each draft decodes every prompt ``--max-new-tokens`` tokens with ``specviz.slim`` on the C stack (seeds 0 ..
 ``--seeds``-1 at a temperature, one greedy run), as the benchmark's sides run. Printed per draft and temperature:
-tau, the new tokens over the rounds of all runs; its standard error over the prompts (each prompt's tokens a round,
-seeds pooled); and for every draft after the first its difference from the first, paired prompt by prompt, with the
-standard error of that difference and the prompts it won.
+tau, the new tokens over the rounds of all runs, with its standard error over the prompts (the delta method for a
+ratio of sums: a prompt's rounds are one correlated draw, seeds pooled); and for every draft after the first the
+difference of its tau from the first's, with the standard error of that difference paired prompt by prompt (the same
+method), and the prompts whose tokens a round it raised.
 """
 from __future__ import annotations
 
 import argparse
 import math
-import statistics
 import sys
 from pathlib import Path
 
@@ -97,20 +97,28 @@ def tau_runs(model, tok, draft, k: int, stop: float, temperature: float, seeds: 
     return out
 
 
-def mean_se(xs: list[float]) -> tuple[float, float]:
-    """The mean of xs and its standard error (0 for a single value)."""
-    return statistics.fmean(xs), statistics.stdev(xs) / math.sqrt(len(xs)) if len(xs) > 1 else 0.0
+def linear_terms(runs) -> tuple[float, list[float]]:
+    """tau = sum of tokens / sum of rounds, and each prompt's term of its first-order expansion (the delta method):
+    the sum of the terms' squares, times n / (n - 1), is tau's variance."""
+    tokens, rounds = sum(t for t, _ in runs), sum(r for _, r in runs)
+    tau = tokens / rounds
+    return tau, [(t - tau * r) / rounds for t, r in runs]
+
+
+def se(terms: list[float]) -> float:
+    """The standard error a list of delta-method terms gives (0 for a single prompt)."""
+    n = len(terms)
+    return math.sqrt(sum(z * z for z in terms) * n / (n - 1)) if n > 1 else 0.0
 
 
 def report(name: str, runs, first) -> str:
-    tokens, rounds = sum(t for t, _ in runs), sum(r for _, r in runs)
-    per = [t / r for t, r in runs]
-    _, se = mean_se(per)
-    line = f"{name:<46} tau {tokens / rounds:.3f} (se {se:.3f} over {len(runs)} prompts)"
+    tau, terms = linear_terms(runs)
+    line = f"{name:<46} tau {tau:.3f} (se {se(terms):.3f} over {len(runs)} prompts)"
     if first is not None and first is not runs:
-        diff = [a - b for a, b in zip(per, [t / r for t, r in first])]
-        d, dse = mean_se(diff)
-        line += f"  vs first {d:+.3f} (se {dse:.3f}), won {sum(x > 0 for x in diff)}/{len(diff)}"
+        tau0, terms0 = linear_terms(first)
+        won = sum(t / r > t0 / r0 for (t, r), (t0, r0) in zip(runs, first))
+        diff = se([z - z0 for z, z0 in zip(terms, terms0)])
+        line += f"  vs first {tau - tau0:+.3f} (se {diff:.3f}), won {won}/{len(runs)}"
     return line
 
 
