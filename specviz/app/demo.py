@@ -77,7 +77,9 @@ def build_demo(store: ModelStore | None = None) -> gr.Blocks:
             with gr.Tab("Your engine", id="engine"):
                 engine_tab.build(store)
         trained.then(h.draft_pickers, [user_drafts], [explorer_draft, compare_drafts], api_visibility="undocumented")
-        demo.load(links.page_loader(store), None, h.link_fields, api_visibility="private")
+        # Run takes clicks once the link's values are in the form (then: also when the loader failed)
+        demo.load(links.page_loader(store), None, h.link_fields, api_visibility="private").then(
+            explorer.ready, None, [h.run_button], queue=False, api_visibility="private")
         demo.load(links.gallery_loader(h.open_named, len(h.run_outputs)), None, h.run_outputs,
                   api_visibility="private")
         demo.load(lambda t: learn.step_view(t, 0), [lesson], lesson_views, api_visibility="private")

@@ -407,7 +407,9 @@ def _form(store: ModelStore) -> tuple[list, gr.Slider, list, gr.Button]:
     run's inputs in the handler's order, the draft-stop slider (passed after the user's drafts), [shape, children,
     rule] and the Run button."""
     c = _controls(store)
-    run_btn = gr.Button(RUN_LABEL, variant="primary", elem_id="run")
+    # disabled until the page's link (if any) has set the form (demo.py enables it then): a click before that ran the
+    # form's defaults, not the link's settings
+    run_btn = gr.Button(RUN_LABEL, variant="primary", elem_id="run", interactive=False)
     line = format_line(c["draft"].value)  # under Run: a trained draft's layout, as read; hidden for any other draft
     draft_format = gr.Markdown(line, visible=bool(line), elem_id="draft-format")
     c["draft"].change(format_shown, [c["draft"]], [draft_format], queue=False, api_visibility="private")
@@ -471,5 +473,5 @@ def build(store: ModelStore, user_drafts: gr.State) -> tuple[gr.Dropdown, object
     link_btn.click(links.query, link_fields, [link], api_visibility="private").then(
         None, [link], [link], js="(q) => q.startsWith('?') ? location.origin + location.pathname + q : q")
     gr.api(h.generate, api_name="generate", **MODEL_QUEUE)
-    h.link_fields, h.run_outputs = link_fields, outputs
+    h.link_fields, h.run_outputs, h.run_button = link_fields, outputs, run_btn
     return inputs[2], h

@@ -4,6 +4,7 @@ else a temporary file). Needs Debian's chromium and playwright
 (CI: apt-get install -y chromium; pip install playwright); skipped without them."""
 import os
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -122,6 +123,29 @@ def test_a_link_reopens_the_settings(app_url):
         assert "k=6" in value and "temperature=0" in value and "seed=3" in value and "shape=2%2C1%2C1" in value
         page.goto(app_url + "?tab=learn")  # a link can open another tab
         sync_api.expect(page.locator("#lesson-step")).to_be_visible(timeout=15_000)
+
+
+def test_run_pressed_as_a_link_opens_runs_the_links_settings(monkeypatch):
+    """Run takes no click until the link's values are in the form: the page loader held back 1.5 s here, a click at
+    once still runs the link's prompt (it ran the form's default prompt before)."""
+    import gradio as gr
+
+    from specviz.app import links
+
+    def slow(store, loader=links.page_loader):
+        load = loader(store)
+
+        def from_request(request: gr.Request):
+            time.sleep(1.5)
+            return load(request)
+        return from_request
+
+    monkeypatch.setattr(links, "page_loader", slow)
+    with serve(build_demo(tiny_store())) as url, chromium_page(viewport={"width": 1024, "height": 768}) as page:
+        page.goto(url + "?prompt=Zebras+cross+the+river+at+noon&max_new_tokens=6&seed=5")
+        page.locator("#run").click()  # playwright waits until it is enabled
+        sync_api.expect(page.locator("#timeline .sv-prompt").first).to_be_visible(timeout=60_000)
+        assert "noon" in page.locator("#timeline").inner_text()
 
 
 def test_a_lesson_asks_then_reveals_from_a_run(app_url, tmp_path):
