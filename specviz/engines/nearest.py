@@ -5,6 +5,7 @@ names the output it recognised and the output of the same engine that does carry
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .lines import counted, short_lines
@@ -16,6 +17,52 @@ class Near:
     name: str
     why: str  # what the line holds, and why it is not enough
     paste: str  # what to paste instead
+    seen: Callable[[list[str]], str] | None = None  # what the lines themselves say, appended to ``why``
+
+
+def decode_batch_means(lines) -> str:
+    """What SGLang's Decode batch lines do say: their 'accept len' range and the most '#running-req' (the load)."""
+    lengths, running = [], []
+    for line in lines:
+        if "Decode batch" not in line:
+            continue
+        for part in line.split(", "):
+            name, sep, value = part.rpartition(": ")
+            if sep and name.endswith("accept len"):
+                lengths.append(_number(value))
+            elif sep and name.endswith("#running-req"):
+                running.append(_number(value))
+    lengths = [x for x in lengths if x is not None]
+    running = [x for x in running if x is not None]
+    if not lengths:
+        return ""
+    spread = f"{min(lengths):.2f}" + (f" to {max(lengths):.2f}" if max(lengths) > min(lengths) else "")
+    return (f"; here {counted(len(lengths), 'line')} with accept len {spread}"
+            + (f" at up to {max(running):.0f} running requests" if running else ""))
+
+
+def token_zero(lines) -> str:
+    """Which version of vLLM's example summary: 'acceptance at token 0' of 1.00 is early 2025's eagle.py, whose
+    position 0 is the token every step emits (its drafts are positions 1 and on)."""
+    for line in lines:
+        name, sep, value = line.strip().partition(":")
+        if sep and name.strip() == "acceptance at token 0":
+            if _number(value) == 1.0:
+                return ("; its 'acceptance at token 0' is 1.00: the eagle.py of early 2025, where position 0 is the "
+                        "token every step emits and the mean length counts it, so its drafts are positions 1 and on")
+            return ""
+    return ""
+
+
+def running_counters(lines) -> str:
+    """Later adaptive-depth lines also print running totals (cur_accepted=, cur_generated=): said, not read."""
+    last = next((line for line in reversed(lines) if "cur_accepted=" in line and "cur_generated=" in line), "")
+    if not last:
+        return ""
+    fields = dict(part.split("=", 1) for part in last.replace(",", " ").replace(")", " ").split() if "=" in part)
+    return (f"; these lines also print running totals (last: cur_accepted={fields.get('cur_accepted')}, "
+            f"cur_generated={fields.get('cur_generated')}) whose start (the request, the slot or the server) the "
+            "line does not state, so they are not read as the run's counts")
 
 
 NEAR = (
@@ -24,7 +71,7 @@ NEAR = (
          "between releases: sglang#11572) over a logging interval, but no counts of steps or drafts",
          "the responses' meta_info (spec_verify_ct, spec_num_correct_drafts, ...) or bench_serving's "
          "'Speculative Decoding' section with Drafts, Draft tokens and Accepted tokens (read_reported keeps these "
-         "lines' means and load as they are)"),
+         "lines' means and load as they are)", decode_batch_means),
     Near(("Decode batch", "#running-req"), "SGLang 'Decode batch' log lines without speculation",
          "they print the load (#running-req, #token, #queue-req) and gen throughput, but no 'accept len': the server "
          "was not speculating, or its build does not log it",
@@ -61,10 +108,20 @@ NEAR = (
     Near(("adaptive", "n_accepted="), "llama.cpp's adaptive draft-depth lines (spec accept: adaptive ...)",
          "each is printed only when the draft depth changes, so the rounds that kept it are missing: their n_draft "
          "and n_accepted do not sum to the run's counts",
-         "the server log's per-task 'draft acceptance = ...' line, or its /metrics (llamacpp:spec_decode_*)"),
+         "the server log's per-task 'draft acceptance = ...' line, or its /metrics (llamacpp:spec_decode_*)",
+         running_counters),
     Near(("#gen drafts",), "llama.cpp 'statistics' lines",
          "they are counters over the server's whole life, per drafter, not one run's",
          "the server log's per-task 'draft acceptance = ...' lines"),
+    Near(("acceptance at token",), "vLLM's offline example summary (eagle.py, later spec_decode.py)",
+         "it holds the mean acceptance length and the acceptance at each position, but not the num_drafts, "
+         "num_draft_tokens and num_accepted_tokens lines that later builds print above them",
+         "the whole summary of a spec_decode.py run, from total_num_output_tokens to the last position", token_zero),
+    Near(("Mean acceptance length:",), "fields of vLLM's 'SpecDecoding metrics' line without its counts",
+         "the means survive (Mean acceptance length = 1 + accepted / drafts, bonus included; Per-position acceptance "
+         "rate = accepted at i / drafts) but not 'Accepted: N tokens, Drafted: M tokens', and no mean gives the "
+         "number of drafts back",
+         "the whole 'SpecDecoding metrics:' lines as the server printed them, or its /metrics (vllm:spec_decode_*)"),
 )
 
 
@@ -75,33 +132,12 @@ def nearest(text: str) -> str:
         for n, line in enumerate(lines, 1):
             if all(needle in line for needle in near.needles):
                 shown = line.strip() if len(line.strip()) <= 120 else line.strip()[:117] + "..."
-                seen = decode_batch_means(lines) if near is NEAR[0] else ""
+                seen = near.seen(lines) if near.seen is not None else ""
                 return (f"closest to {near.name}: {near.why}{seen} (line {n}: {shown!r}). Paste instead: "
                         f"{near.paste}")
     first = next((line.strip() for line in lines if line.strip()), "")
     return (f"no line of a known format, closest to none (the first line: {first[:100]!r}); paste one of the "
             "formats below")
-
-
-def decode_batch_means(lines) -> str:
-    """What SGLang's Decode batch lines do say: their 'accept len' range and the most '#running-req' (the load)."""
-    lengths, running = [], []
-    for line in lines:
-        if "Decode batch" not in line:
-            continue
-        for part in line.split(", "):
-            name, sep, value = part.rpartition(": ")
-            if sep and name.endswith("accept len"):
-                lengths.append(_number(value))
-            elif sep and name.endswith("#running-req"):
-                running.append(_number(value))
-    lengths = [x for x in lengths if x is not None]
-    running = [x for x in running if x is not None]
-    if not lengths:
-        return ""
-    spread = f"{min(lengths):.2f}" + (f" to {max(lengths):.2f}" if max(lengths) > min(lengths) else "")
-    return (f"; here {counted(len(lengths), 'line')} with accept len {spread}"
-            + (f" at up to {max(running):.0f} running requests" if running else ""))
 
 
 def _number(value: str) -> float | None:

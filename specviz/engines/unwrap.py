@@ -11,12 +11,16 @@ unambiguous:
 - a terminal's hard wrap: a statistics line cut into rows of one fixed width (at least two rows that wide) is joined
   back, from the row holding the line's marker on;
 - a code fence: only the fenced lines are kept, and only when the text as pasted is not whole JSON but a fence holds
-  JSON (a log keeps its prose around: the line readers pass over it).
+  JSON or JSON members (a log keeps its prose around: the line readers pass over it);
+- an object's members pasted without its braces (``"key": value`` on each line, as a Markdown list or not, a value
+  in Markdown bold ``**57.79**``): only when every non-blank line is one member and together they parse as one
+  JSON object.
 
 ``clean(text)`` returns the text and a sentence naming what was removed (``""`` when nothing was).
 """
 from __future__ import annotations
 
+import json
 import re
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
@@ -56,6 +60,10 @@ def clean(text: str) -> tuple[str, str]:
     if fenced is not None:
         stripped = fenced
         removed.append("the Markdown code fence and the prose around the JSON")
+    braced = _braced_members(stripped)
+    if braced is not None:
+        stripped = braced
+        removed.append("the list marks and bold around JSON members pasted without their object's braces")
     return stripped, ("read after removing " + ", ".join(removed)) if removed else ""
 
 
@@ -114,4 +122,24 @@ def _fenced_json(text: str) -> str | None:
         if inside:
             keep.append(line)
     body = "\n".join(keep)
-    return body if body.lstrip()[:1] in ("{", "[") else None
+    return body if body.lstrip()[:1] in ("{", "[") or _braced_members(body) is not None else None
+
+
+# one JSON member on a line: an optional Markdown list mark, "key": value (its value optionally in bold), a comma
+MEMBER = re.compile(r'[ \t]*(?:[-*+][ \t]+)?("[^"\n]{1,200}")[ \t]*:[ \t]*(\*\*|__)?(.+?)\2?[ \t]*,?[ \t]*$')
+
+
+def _braced_members(text: str) -> str | None:
+    """One JSON object made of lines that are each one member without the object's braces, or None."""
+    filled = [line for line in text.split("\n") if line.strip()]
+    if not filled or text.lstrip()[:1] in ("{", "["):
+        return None
+    members = [MEMBER.fullmatch(line) for line in filled]
+    if not all(members):
+        return None
+    body = "{" + ", ".join(f"{m.group(1)}: {m.group(3)}" for m in members) + "}"
+    try:
+        obj = json.loads(body)
+    except ValueError:
+        return None
+    return json.dumps(obj, indent=1) if isinstance(obj, dict) and len(obj) == len(members) else None
