@@ -141,6 +141,28 @@ def parse_mtbench(text: str, check=None) -> MeanRun:
 
 
 MTBENCH_SOURCE = "SGLang MT-bench summary"
+SEND_ONE, SEND_ONE_SOURCE = "acc_length=", "SGLang send_one.py"  # python -m sglang.test.send_one: acc_length=, speed=
+
+
+def is_send_one(text: str) -> bool:
+    return any(line.strip().startswith(SEND_ONE) for line in short_lines(text))
+
+
+def parse_send_one(text: str, check=None) -> MeanRun:
+    """One MeanRun an 'acc_length=L' line: one request's completion_tokens / spec_verify_ct (bonus included), with
+    the 'speed=S token/s' line after it as its output tokens/s."""
+    lines = [line.strip() for line in short_lines(text)]
+    runs = []
+    for n, line in enumerate(lines):
+        if line.startswith(SEND_ONE):
+            speed = next((s for s in lines[n + 1:n + 3] if s.startswith("speed=")), None)
+            runs.append(MeanRun(source=SEND_ONE_SOURCE, mean_length=first_number(line[len(SEND_ONE):], "acc_length"),
+                                load=Load(gen_tps=first_number(speed[6:], "speed") if speed else None),
+                                notes=(f"line {n + 1}",)))
+    note = ("read as SGLang's send_one.py: acc_length = one request's completion_tokens / spec_verify_ct (bonus "
+            "included; 1.00 without speculation), speed = its output tokens/s; no counts")
+    return runs[0].with_notes(note) if len(runs) == 1 else MeanRun(source=SEND_ONE_SOURCE, series=tuple(runs),
+                                                                   notes=(note,))
 
 
 def parse_bench_means(text: str, check=None) -> MeanRun:

@@ -24,7 +24,7 @@ def decode_batch_means(lines) -> str:
     """What SGLang's Decode batch lines do say: their 'accept len' range and the most '#running-req' (the load)."""
     lengths, running = [], []
     for line in lines:
-        if "Decode batch" not in line:
+        if "Decode batch" not in line and not line.strip().startswith("accept len:"):
             continue
         for part in line.split(", "):
             name, sep, value = part.rpartition(": ")
@@ -72,6 +72,20 @@ NEAR = (
          "the responses' meta_info (spec_verify_ct, spec_num_correct_drafts, ...) or bench_serving's "
          "'Speculative Decoding' section with Drafts, Draft tokens and Accepted tokens (read_reported keeps these "
          "lines' means and load as they are)", decode_batch_means),
+    Near(("accept len:", "accept rate:"), "SGLang 'Decode batch' log lines' fields, pasted without the lines",
+         "'accept len' is tokens per verify step (bonus included) and 'accept rate' a rate whose meaning changed "
+         "between releases, both over a logging interval; no counts of steps or drafts, and without the line no load",
+         "the responses' meta_info (spec_verify_ct, spec_num_correct_drafts, ...) (read_reported keeps these "
+         "fields' means as they are)", decode_batch_means),
+    Near(("acc_length=",), "SGLang's send_one.py output (python -m sglang.test.send_one)",
+         "'acc_length' is one request's completion tokens / spec_verify_ct (bonus included), a mean, with no counts",
+         "the request's meta_info (spec_verify_ct, spec_num_correct_drafts, ...) (read_reported keeps each "
+         "acc_length and speed as printed)"),
+    Near(("|", "Accept length"), "a Markdown table of SGLang bench_serving results",
+         "its 'Accept length' row is the server's running mean of tokens per verify step (bonus included), read "
+         "from /get_server_info, not counts and not scoped to the run; a table's columns are not read",
+         "bench_serving's own output, with its 'Speculative Decoding' section (Drafts, Draft tokens, Accepted "
+         "tokens) where the build prints one, or the responses' meta_info"),
     Near(("Decode batch", "#running-req"), "SGLang 'Decode batch' log lines without speculation",
          "they print the load (#running-req, #token, #queue-req) and gen throughput, but no 'accept len': the server "
          "was not speculating, or its build does not log it",

@@ -100,7 +100,8 @@ MEANS_KINDS = (("SGLang Decode batch log", sglang_log.is_decode_log, sglang_log.
                ("trtllm-bench decoding statistics", trtllm_bench.is_bench, trtllm_bench.parse),
                ("benchmark block without counts", bench_summary.is_bench_load, bench_summary.parse_bench_means),
                ("vLLM throughput lines without speculation", vllm_log.is_throughput_log, vllm_log.parse_throughput),
-               ("SGLang MT-bench summary", bench_summary.is_mtbench, bench_summary.parse_mtbench))
+               ("SGLang MT-bench summary", bench_summary.is_mtbench, bench_summary.parse_mtbench),
+               ("SGLang send_one.py output", bench_summary.is_send_one, bench_summary.parse_send_one))
 
 
 def read_reported(source, *, temperature: float | None = None, model: str | None = None,

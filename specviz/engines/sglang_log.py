@@ -9,15 +9,21 @@ python/sglang/srt/managers/scheduler_metrics_mixin.py, log_decode_stats():
 'accept len' = tokens emitted per verify step over the interval, bonus token included (the scheduler divides the
 accepted tokens, bonus counted, by the verify forwards) in every version seen. 'accept rate' changed meaning:
   before sglang#11572 (2025-10-13): accept len / speculative_num_steps (it could exceed 1, which #11572 fixed);
-  2025-10 builds: accept len / (speculative_num_steps + 1), so rate = len / n for a whole n, not drafts accepted;
-  2026 builds: (accept len - 1) / (draft tokens - 1), accepted drafts per drafted token, with k = draft tokens - 1.
+  older builds after it: accept len / n, the bonus-inclusive tokens over the step width (speculative_num_steps + 1,
+  or speculative_num_draft_tokens after sglang#13212), so rate = len / n for a whole n, not drafts accepted; a
+  2026-03 build still printed it (sglang#21723: accept len 2.64, accept rate 0.66 with 4 draft tokens);
+  later builds (2026-07 on): (accept len - 1) / (draft tokens - 1), accepted drafts per drafted token.
 The line does not say its version: the definition is told from the printed figures (which one every line satisfies
 for one whole n or k, within the printed rounding), and a line both fit, or neither, is said to be ambiguous.
+Also read: 'accept len: X, accept rate: Y' fields pasted without their 'Decode batch' line (no load then), and lines
+of several data-parallel ranks ('[DP3 TP3 EP3 ...]'), which are concurrent: each rank logs its own batch.
 No counts: the lines are kept as a MeanRun, one entry per line, never pooled.
 """
 from __future__ import annotations
 
-from .lines import count, counted, failed_at, first_number, marked_lines, named_fields
+import re
+
+from .lines import count, counted, failed_at, first_number, marked_lines, named_fields, short_lines
 from .means import MeanRun
 from .run import Load
 
@@ -26,20 +32,32 @@ MARKER = "Decode batch"
 HALF = 0.005  # half the last printed digit of 'accept len' and 'accept rate' (%.2f)
 
 
+FIELDS = "accept len:"  # a line that starts with it: a Decode batch line's fields pasted without the line
+RANK = re.compile(r"\[(?:[^\]]{0,80}\s)?(DP\d{1,4})\s")  # "[DP3 TP3 EP3 ...]", "[2025-10-22 10:27:56 DP0 TP0]"
+
+
 def is_decode_log(text: str) -> bool:
-    return any("#running-req" in body for _, _, body in marked_lines(text, (MARKER,)))
+    return bool(decode_lines(text))
 
 
 def decode_lines(text: str) -> list[tuple[int, str, dict[str, str]]]:
-    """(line number, line, fields by name) of every Decode batch line."""
-    return [(n, line, named_fields(body.lstrip(".,").strip())) for n, line, body in marked_lines(text, (MARKER,))
-            if "#running-req" in body]
+    """(line number, line, fields by name) of every Decode batch line, or else of every line of its fields."""
+    found = [(n, line, named_fields(body.lstrip(".,").strip())) for n, line, body in marked_lines(text, (MARKER,))
+             if "#running-req" in body]
+    return found or field_lines(text)
+
+
+def field_lines(text: str) -> list[tuple[int, str, dict[str, str]]]:
+    """Lines that begin 'accept len: X, accept rate: Y' (the fields someone cut out of Decode batch lines)."""
+    return [(n, line.strip(), named_fields(line.strip())) for n, line in enumerate(short_lines(text, (FIELDS,)), 1)
+            if line.strip().startswith(FIELDS) and "accept rate:" in line]
 
 
 def parse(text: str, check=None) -> MeanRun:
     lines = decode_lines(text)
     if not lines:
-        raise ValueError("no SGLang 'Decode batch' line with '#running-req'")
+        raise ValueError("no SGLang 'Decode batch' line with '#running-req', and no 'accept len: X, accept rate: Y' "
+                         "line")
     entries = []
     for n, line, fields in lines:
         if check is not None:
@@ -56,7 +74,8 @@ def parse(text: str, check=None) -> MeanRun:
     notes = [counted(len(entries), "Decode batch line") + " (one logging interval each); "
              + (f"{speculative} with 'accept len' = tokens per verify step, bonus included (completion tokens over "
                 "verify steps); means are kept per line, not pooled (the lines print no step counts)" if speculative
-                else "none prints 'accept len': speculation off, load and throughput only"), note, _fields_note(lines)]
+                else "none prints 'accept len': speculation off, load and throughput only"), note, _fields_note(lines),
+             _pasted_note(lines), ranks_note(lines)]
     return MeanRun(source=SOURCE, k=k, rate_meaning=meaning, series=tuple(entries), notes=tuple(n for n in notes if n))
 
 
@@ -87,20 +106,21 @@ def rate_meaning(entries, lines=()) -> tuple[str | None, int | None, str]:
     if by_drafts and not by_length:
         k = by_drafts[0] if len(by_drafts) == 1 else None
         return ("accepted drafts / drafted tokens = (accept len - 1) / k", k,
-                "'accept rate' read with 2026 builds' meaning: every line has rate = (accept len - 1) / "
+                "'accept rate' read with later builds' meaning (2026-07 on): every line has rate = (accept len - 1) / "
                 f"{k or 'k'} within its rounding" + (" ('cap len' printed: k = cap len - 1)" if ks else "") +
                 ", so it is accepted drafts per drafted token" +
                 (f" with k = {k}" if k else f"; k is not pinned (k = {', '.join(map(str, by_drafts))} all fit)"))
     if by_length and not by_drafts:
         n = by_length[0]
         return (f"accept len / {n}: not a fraction of drafts accepted", None,
-                f"'accept rate' read with the 2025 builds' meaning: every line has rate = accept len / {n} within its "
-                f"rounding, so it divides tokens per step by a step width ({n} = speculative_num_steps + 1 after "
-                "sglang#11572, speculative_num_steps before it): it is not accepted / drafted, and k is not pinned")
+                f"'accept rate' read with older builds' meaning (2025, and as late as a 2026-03 build): every line has "
+                f"rate = accept len / {n} within its rounding, so it divides tokens per step by a step width ({n} = "
+                "speculative_num_draft_tokens, or speculative_num_steps + 1, or before sglang#11572 "
+                "speculative_num_steps): it is not accepted / drafted, and k is not pinned")
     what = "both" if by_length and by_drafts else "neither"
     return ("ambiguous", None,
             f"'accept rate' is ambiguous here: the printed figures fit {what} of SGLang's definitions (accept len / "
-            f"n of 2025 builds, (accept len - 1) / k of 2026 builds) across {counted(len(entries), 'line')}; it is "
+            f"n of older builds, (accept len - 1) / k of later ones) across {counted(len(entries), 'line')}; it is "
             "kept as printed and not used")
 
 
@@ -125,7 +145,24 @@ def _with(entry: MeanRun, meaning: str | None, k: int | None) -> MeanRun:
                    load=entry.load)
 
 
+def _pasted_note(lines) -> str:
+    if any("#running-req" in fields for _, _, fields in lines):
+        return ""
+    return ("'accept len' / 'accept rate' fields pasted without their 'Decode batch' line: no load (#running-req, "
+            "#token, throughput) and no time; what follows the rate on a line is not read")
+
+
+def ranks_note(lines) -> str:
+    """Lines of several data-parallel ranks are concurrent: each rank's scheduler logs its own batch."""
+    ranks = sorted({m.group(1) for _, line, _ in lines for m in [RANK.search(line)] if m}, key=lambda r: int(r[2:]))
+    if len(ranks) < 2:
+        return ""
+    return (f"lines of {len(ranks)} data-parallel ranks ({', '.join(ranks)}): each rank's scheduler logs its own "
+            "batch, so lines printed at one time are concurrent ranks, not successive intervals")
+
+
 def _fields_note(lines) -> str:
     fields = set().union(*(f for _, _, f in lines))
-    seen = [name for name in ("#token", "#full token", "cap len", "accept rate", "#queue-req") if name in fields]
-    return "fields read by name: #running-req, " + ", ".join(seen) if seen else ""
+    names = ("#running-req", "#token", "#full token", "accept len", "cap len", "accept rate", "#queue-req")
+    seen = [name for name in names if name in fields]
+    return "fields read by name: " + ", ".join(seen) if len(seen) > 1 else ""

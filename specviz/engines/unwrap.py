@@ -14,7 +14,9 @@ unambiguous:
   JSON or JSON members (a log keeps its prose around: the line readers pass over it);
 - an object's members pasted without its braces (``"key": value`` on each line, as a Markdown list or not, a value
   in Markdown bold ``**57.79**``): only when every non-blank line is one member and together they parse as one
-  JSON object.
+  JSON object;
+- a Python dict's repr (a response printed with ``print``, single-quoted): only when the text is not JSON and a line
+  holds a ``'meta_info'`` or ``'spec_verify_ct'`` dict literal that ``ast.literal_eval`` reads (``pyrepr``).
 
 ``clean(text)`` returns the text and a sentence naming what was removed (``""`` when nothing was).
 """
@@ -22,6 +24,8 @@ from __future__ import annotations
 
 import json
 import re
+
+from . import pyrepr
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
 # one wrapper per kind: (what it is, the prefix's pattern); each is tried on every line, outermost first
@@ -64,7 +68,22 @@ def clean(text: str) -> tuple[str, str]:
     if braced is not None:
         stripped = braced
         removed.append("the list marks and bold around JSON members pasted without their object's braces")
+    stripped, what = _python_reprs(stripped)
+    if what:
+        removed.append(what)
     return stripped, ("read after removing " + ", ".join(removed)) if removed else ""
+
+
+def _python_reprs(text: str) -> tuple[str, str]:
+    """The text's Python dict reprs as JSON lines, and what was done in words (``""`` when nothing was)."""
+    if text.lstrip()[:1] in ("{", "["):
+        return text, ""
+    found = pyrepr.as_json(text)
+    if found is None:
+        return text, ""
+    body, failed = found
+    return body, ("the Python print around a response (its dict repr read as JSON)"
+                  + (f"; {failed} line(s) holding a dict that does not parse (cut off?) left out" if failed else ""))
 
 
 def _common_prefix(text: str) -> tuple[str, str]:
