@@ -1,12 +1,12 @@
 """diagnose: what an engine's counts say about its speculative decoding, in plain words.
 
-Per run: alpha fitted under Leviathan's i.i.d. model, the conditional per-position curve beside the marginal
-one and the model's own fit (``specviz.engines.fit``); a ``cliff`` (a position accepting nothing after
-positions that accepted plenty); a ``budget_mismatch`` (output tokens that the accepted drafts plus one token
-per step do not account for); ``positions_do_not_pay`` under a cost model; ``drift`` over a log's series
+Per run: alpha fitted under Leviathan's i.i.d. model, the conditional per-position curve beside the marginal one and
+the model's own fit (``specviz.engines.fit``); a ``cliff`` (a position accepting nothing after positions that
+accepted plenty); a ``budget_mismatch`` (output tokens that the accepted drafts plus one token per step do not
+account for); ``positions_do_not_pay`` under a cost model; ``drift`` within each producer's series of a log
 (``specviz.engines.trends``); the faults users ask about most, ``nothing_accepted``, ``all_or_nothing`` and
-``short_drafts`` (``specviz.engines.findings_faults``). Across runs: ``temperature_collapse`` (the sampled rate
-over the greedy one, with its interval), ``position0_moves_with_k`` and, for two runs, ``runs_compared``
+``short_drafts`` (``specviz.engines.findings_faults``). Across runs: ``temperature_collapse`` (the sampled rate over
+the greedy one, with its interval), ``position0_moves_with_k`` and, for two runs, ``runs_compared``
 (``specviz.engines.compare_runs``). A healthy run raises none of the warnings and problems. Severity: "info" (a
 measurement), "warning" (worth a look), "problem" (a fault). The drafter's kind (``cost.DRAFTERS``) prices the
 positions and words the short-draft check.

@@ -8,6 +8,9 @@ throughput as printed (the whole server's, not one request's). Loads are binned 
 a bin keeps the range of its intervals, and every verdict is read off those ranges: a speedup whose range holds 1 is
 said to be undecided, and fewer than two loads seen both ways is "too few loads to tell". The model's crossover
 comes from ``specviz.goodput`` (its assumptions hold there), fitted on the run with speculation off.
+Each row is one producer's interval (``producers``: the engine, DP rank or server that printed it) with the load that
+same producer printed beside it, so a row never pairs one engine's load with another's figures; rows are binned by
+load, and no finding here reads their order as time.
 """
 from __future__ import annotations
 
@@ -21,7 +24,8 @@ from .finding import Finding
 from .means import MeanRun
 from .run import EngineRun
 
-COLUMNS = ("run", "speculation", "engine", "load", "load_kind", "tokens_per_s", "mean_length", "context_per_request")
+COLUMNS = ("run", "speculation", "engine", "producer", "load", "load_kind", "tokens_per_s", "mean_length",
+           "context_per_request")
 TOO_FEW = "too few loads to tell"
 # vllm/config/speculative.py, SpeculativeConfig.disable_by_batch_size (ge=2): "Disable speculative decoding for new
 # incoming requests when the number of enqueued requests is larger than this value"; V0's engine argument
@@ -66,7 +70,8 @@ def _row(label: str, speculating: bool, engine: str, part) -> dict | None:
     if running < 1:  # no request decoding: nothing to compare
         return None
     context = load.tokens / load.running if load.tokens is not None and load.running else None
-    return {"run": label, "speculation": "on" if speculating else "off", "engine": engine, "load": running,
+    return {"run": label, "speculation": "on" if speculating else "off", "engine": engine,
+            "producer": getattr(part, "producer", None), "load": running,
             "load_kind": "running requests" if load.running is not None else "concurrency",
             "tokens_per_s": load.gen_tps, "mean_length": _mean_length(part) if speculating else None,
             "context_per_request": context}

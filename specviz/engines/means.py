@@ -35,6 +35,7 @@ class MeanRun:
     spreads: tuple[Spread, ...] = ()  # percentiles over requests, where the source gives them
     series: tuple[MeanRun, ...] = ()  # per logging interval or per block, in order
     notes: tuple[str, ...] = ()  # the version's semantics applied, and why
+    producer: str | None = None  # the DP rank or engine whose line this is (None: not named)
 
     def __post_init__(self):
         if not isinstance(self.source, str) or not self.source:

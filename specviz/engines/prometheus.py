@@ -13,7 +13,8 @@ TensorRT-LLM: tensorrt_llm/metrics/collector.py (MetricsCollector) exports no sp
   read the same way, which is not settled upstream.
 Counters are summed over engines; several models need ``model=``. Several scrapes (files, or one text where a
 metric's "# TYPE" line comes round again) give the counts between the first and the last, the deltas between
-consecutive ones forming the series.
+consecutive ones forming the series: each delta is one moment's counts of every engine merged (a scrape reads all
+engines at once), so the series is successive intervals of the whole server, never one engine's after another's.
 """
 from __future__ import annotations
 

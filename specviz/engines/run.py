@@ -61,10 +61,13 @@ class EngineRun:
     series: tuple[EngineRun, ...] = ()  # per interval (log lines, scrape deltas, requests), in order
     notes: tuple[str, ...] = ()  # what was derived, and how
     load: Load | None = None  # the load printed beside this interval's counts (a total of several intervals: None)
+    producer: str | None = None  # the engine, DP rank or server process whose line this is (None: not named)
 
     def __post_init__(self):
         if self.load is not None and not isinstance(self.load, Load):
             raise ValueError(f"load must be a Load, got {type(self.load).__name__}")
+        if self.producer is not None and not isinstance(self.producer, str):
+            raise ValueError(f"producer must be a text, got {type(self.producer).__name__}")
         for name in ("accepted_per_pos", "histogram"):
             value = getattr(self, name)
             if value is not None:
@@ -188,7 +191,8 @@ def total(runs, source: str | None = None, keep_series: bool = True) -> EngineRu
     same_k = len(ks) == 1
     per_pos = _sum_tuples([r.accepted_per_pos for r in runs]) if same_k else None
     histogram = _sum_tuples([r.histogram for r in runs]) if same_k else None
-    shared = {name: _shared(getattr(r, name) for r in runs) for name in ("temperature", "top_p", "top_k", "model")}
+    shared = {name: _shared(getattr(r, name) for r in runs)
+              for name in ("temperature", "top_p", "top_k", "model", "producer")}
     inherited = _shared_notes(runs)
     return EngineRun(source=source or runs[0].source, accepted=sum(r.accepted for r in runs),
                      k=ks.pop() if same_k else None, accepted_per_pos=per_pos, histogram=histogram,
@@ -198,13 +202,19 @@ def total(runs, source: str | None = None, keep_series: bool = True) -> EngineRu
 
 
 def coarsened(run: EngineRun, most: int) -> tuple[EngineRun, int]:
-    """The run with its series pooled into at most ``most`` groups of consecutive intervals (counts summed, so each
-    group's rates are pooled over its steps), and how many intervals a group holds (1: the series as it was)."""
+    """The run with its series pooled into groups of consecutive intervals of one producer (counts summed, so each
+    group's rates are pooled over its steps), and how many intervals a group holds (1: the series as it was). About
+    ``most`` groups: one more per producer at most, since lines of concurrent producers are never pooled together;
+    groups are in the order of their first interval."""
     size = -(-len(run.series) // most)  # ceil
     if size <= 1:
         return run, 1
-    groups = tuple(total(run.series[i:i + size], keep_series=False) for i in range(0, len(run.series), size))
-    return replace(run, series=groups), size
+    own: dict = {}
+    for i, part in enumerate(run.series):
+        own.setdefault(part.producer, []).append((i, part))
+    chunks = sorted((members[j][0], [p for _, p in members[j:j + size]])
+                    for members in own.values() for j in range(0, len(members), size))
+    return replace(run, series=tuple(total(parts, keep_series=False) for _, parts in chunks)), size
 
 
 def _shared_notes(runs) -> tuple[str, ...]:

@@ -16,15 +16,18 @@ accepted tokens, bonus counted, by the verify forwards) in every version seen. '
 The line does not say its version: the definition is told from the printed figures (which one every line satisfies
 for one whole n or k, within the printed rounding), and a line both fit, or neither, is said to be ambiguous.
 Also read: 'accept len: X, accept rate: Y' fields pasted without their 'Decode batch' line (no load then), and lines
-of several data-parallel ranks ('[DP3 TP3 EP3 ...]'), which are concurrent: each rank logs its own batch.
+of several data-parallel ranks ('[DP3 TP3 EP3 ...]'), which are concurrent: each rank logs its own batch, and each
+entry keeps its rank as its producer (``producers``), so no check reads one rank's line as following another's.
 No counts: the lines are kept as a MeanRun, one entry per line, never pooled.
 """
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from .lines import count, counted, failed_at, first_number, marked_lines, named_fields, short_lines
 from .means import MeanRun
+from .producers import producer_of
 from .run import Load
 
 SOURCE = "SGLang Decode batch log"
@@ -63,7 +66,7 @@ def parse(text: str, check=None) -> MeanRun:
         if check is not None:
             check()
         try:
-            entries.append(_interval(fields))
+            entries.append(replace(_interval(fields), producer=producer_of(line[:max(line.find(MARKER), 0)])))
         except ValueError as error:
             raise failed_at(n, line, error) from error
     meaning, k, note = rate_meaning([e for e in entries if e.acceptance_rate is not None
@@ -142,7 +145,7 @@ def _with(entry: MeanRun, meaning: str | None, k: int | None) -> MeanRun:
         return entry
     return MeanRun(source=entry.source, mean_length=entry.mean_length, acceptance_rate=entry.acceptance_rate,
                    rate_meaning=meaning if entry.acceptance_rate is not None else None, k=k or entry.k,
-                   load=entry.load)
+                   load=entry.load, producer=entry.producer)
 
 
 def _pasted_note(lines) -> str:

@@ -1,5 +1,5 @@
-"""What only a series or several runs show: acceptance drifting over a log, and acceptance collapsing when the
-same drafter samples instead of decoding greedily.
+"""What only a series or several runs show: acceptance drifting over a log (within each producer's own lines), and
+acceptance collapsing when the same drafter samples instead of decoding greedily.
 
 The collapse is judged by the ratio of the sampled acceptance rate to the greedy one, with its MOVER-R interval
 (``fit.ratio_interval``; each pool's drafts taken as its trials, so with a step's drafts checked in a chain the
@@ -12,6 +12,7 @@ from scipy.stats import kendalltau
 
 from .finding import Finding
 from .fit import ratio_interval
+from .producers import by_producer
 from .run import EngineRun
 
 DRIFT_MIN_INTERVALS, DRIFT_P, DRIFT_DROP, DRIFT_RELATIVE = 6, 0.01, 0.05, 0.10
@@ -24,24 +25,41 @@ def pooled(runs) -> float:
 
 
 def drift(run: EngineRun) -> Finding | None:
-    """Acceptance falling over the series: Kendall's tau of each interval's rate against its order (a trend
-    test that needs no model of how tokens within an interval correlate), and a fall large enough to matter."""
-    intervals = [r for r in run.series if r.drafted]
-    if len(intervals) < DRIFT_MIN_INTERVALS:
-        return None
+    """Acceptance falling over the series, judged within each producer's own intervals (``producers``).
+
+    Lines of concurrent producers (the engines of a data-parallel server, several API servers) interleave in one
+    log; read as one series, engine A's interval would be compared with engine B's of the same moment, and traffic
+    moving from a high-acceptance engine to a lower one would read as a fall though neither engine changed. Each
+    producer's own lines are successive intervals, so drift is judged there. Merging each moment's lines into one
+    interval instead would need a shared clock the lines do not give (API servers log on their own ticks, an idle
+    engine prints no line, pasted lines carry no time), and would still call a shift of traffic between engines a
+    drift. Per producer: Kendall's tau of each interval's rate against its order (a trend test that needs no model
+    of how tokens within an interval correlate), at DRIFT_P divided among the producers tested (Bonferroni), and a
+    fall large enough to matter; the producer with the largest fall is reported."""
+    own = [(name, [r for r in parts if r.drafted]) for name, parts in by_producer(run.series).items()]
+    tested = [(name, parts) for name, parts in own if len(parts) >= DRIFT_MIN_INTERVALS]
+    found = [f for f in (_drift_in(parts, name, DRIFT_P / len(tested), len(own)) for name, parts in tested) if f]
+    return max(found, key=lambda f: f.numbers["first"] - f.numbers["last"], default=None)
+
+
+def _drift_in(intervals, producer: str | None, level: float, producers: int) -> Finding | None:
+    """Drift over one producer's successive intervals (every one drafted something), at significance ``level``."""
     rates = [r.accepted / r.drafted for r in intervals]
     tau, p = kendalltau(range(len(rates)), rates)
     third = len(intervals) // 3
     first, last = pooled(intervals[:third]), pooled(intervals[-third:])
     fall = first - last
-    if not (tau < 0 and p < DRIFT_P and fall >= DRIFT_DROP and first and fall / first >= DRIFT_RELATIVE):
+    if not (tau < 0 and p < level and fall >= DRIFT_DROP and first and fall / first >= DRIFT_RELATIVE):
         return None
-    text = (f"acceptance fell from {first:.2f} in the first third of the series to {last:.2f} in the last "
+    whose = f"{producer}'s intervals (one of {producers} producers, each read apart)" if producers > 1 else \
+        (f"{producer}'s series" if producer else "the series")
+    text = (f"acceptance fell from {first:.2f} in the first third of {whose} to {last:.2f} in the last "
             f"(Kendall's tau = {tau:.2f}, p = {p:.2g}, over {len(intervals)} intervals): the traffic changed (longer "
             "contexts, other tasks) or the drafter went stale against the target; compare the intervals' prompts, "
             "and re-fit the advice on the recent part")
     return Finding("drift", "warning", text, {"first": first, "last": last, "tau": float(tau), "p_value": float(p),
-                                              "intervals": len(intervals)})
+                                              "intervals": len(intervals), "producer": producer,
+                                              "producers": producers})
 
 
 def temperature_collapse(runs) -> list[Finding]:

@@ -17,7 +17,13 @@ vllm/v1/metrics/loggers.py: "Engine 000: Avg prompt throughput: %.1f tokens/s, A
 tokens/s, Running: %d reqs, Waiting: %d reqs, GPU KV cache usage: %.1f%%, ..." then the SpecDecoding line; V0
 vllm/engine/metrics.py: "Avg prompt throughput: ..., Running: %d reqs, Swapped: %d reqs, Pending: %d reqs, GPU KV
 cache usage: %.1f%%, ..." then the Speculative line). A metrics line takes the last throughput line after the previous
-metrics line; with data parallelism each engine prints its pair, so each interval keeps its own engine's load.
+metrics line of the same process; with data parallelism each engine prints its pair, so each interval keeps its own
+engine's load.
+Producers (``producers``): with data parallelism or several API servers, the lines of concurrent engines interleave.
+Each interval keeps its producer: the process tag its line starts with ('(APIServer pid=N)'), a DP rank tag, and the
+engine its throughput line names ('Engine 001:'; 'N Engines Aggregated:' names one logger for all). Totals sum every
+producer's lines; V0's running totals are differenced within each producer. Where one producer printed several lines
+at one moment (engines whose throughput lines are not in the log), that moment's lines are merged into one interval.
 """
 from __future__ import annotations
 
@@ -26,6 +32,7 @@ from dataclasses import replace
 
 from .lines import count, counted, failed_at, first_number, marked_lines, named_fields, numbers, short_lines
 from .means import MeanRun
+from .producers import engine_of, moment_of, process_of, producer_of, producers_note
 from .rounding import checked_rates, counts_for, half_unit, recover_steps
 from .run import EngineRun, Load, check_k, total
 
@@ -56,15 +63,17 @@ def is_v0(fields: dict[str, str]) -> bool:
 
 
 def parse(text: str, check=None) -> EngineRun:
-    """The log's metrics lines as one run; ``check()`` before each line (a request's budget)."""
+    """The log's metrics lines as one run; ``check()`` before each line (a request's budget). Each interval keeps
+    the producer that printed it (``producers``): totals sum every producer's lines."""
     lines = [(n, line, named_fields(body)) for n, line, body in vllm_lines(text)]
     v0 = [line for line in lines if is_v0(line[2])]
     if v0 and len(v0) < len(lines):
         raise failed_at(v0[0][0], v0[0][1], ValueError("V0 lines (with 'Number of emitted tokens') and V1 lines "
                                                        "mixed: two engines' logs in one file?"))
-    loads = paired_loads(text, [n for n, _, _ in lines])
+    paired = paired_lines(text, [(n, line) for n, line, _ in lines])
+    loads, names = _loads(paired), line_producers([(n, line) for n, line, _ in lines], paired)
     if v0:
-        return _v0_run(v0, check, loads)
+        return _v0_run(v0, check, loads, names)
     runs = []
     for n, line, fields in lines:
         if check is not None:
@@ -74,16 +83,72 @@ def parse(text: str, check=None) -> EngineRun:
         except ValueError as error:
             raise failed_at(n, line, error) from error
         if run is not None:
-            runs.append(replace(run, load=loads.get(n)))
+            runs.append((moment_of(_prefix(line)), replace(run, load=loads.get(n), producer=names[n])))
     if not runs:
         raise ValueError("the vLLM log lines report no drafts (every interval was idle)")
-    return total(runs, SOURCE).with_notes(counted(len(runs), "logging interval") + "; totals are their sums",
-                                          _version_note(lines), _load_note(loads, len(lines)))
+    series, merged = merged_moments(runs)
+    return total(series, SOURCE).with_notes(
+        counted(len(runs), "logging interval") + "; totals are their sums", _version_note(lines),
+        _load_note(loads, len(lines)), producers_note([r.producer for _, r in runs]), merged)
 
 
-def paired_loads(text: str, metric_lines: list[int]) -> dict[int, Load]:
-    """{metrics line number: the Load of the throughput line printed for the same interval} (see the docstring)."""
+def _prefix(line: str) -> str:
+    """The text before the line's marker ("" for a field list pasted without it)."""
+    at = min((line.find(m) for m in MARKERS + (LOAD_MARKER,) if m in line), default=0)
+    return line[:at]
+
+
+def line_producers(metric_lines, paired: dict[int, tuple[int, str]]) -> dict[int, str | None]:
+    """{metrics line number: its producer}: the line's own prefix (process, rank) and the engine its throughput line
+    names ('Engine 001:'; the SpecDecoding line itself names none). A line whose throughput line is not in the log
+    (cut above it, or filtered out) takes the one engine the other lines of its process name, if they name one."""
+    own = {n: (producer_of(_prefix(line)), engine_of(_prefix(paired[n][1])) if n in paired else None)
+           for n, line in metric_lines}
+    engines: dict = {}
+    for base, engine in own.values():
+        engines.setdefault(base, set()).add(engine)
+    out = {}
+    for n, (base, engine) in own.items():
+        named = engines[base] - {None}
+        engine = engine or (next(iter(named)) if len(named) == 1 else None)
+        out[n] = " ".join(p for p in (base, engine) if p) or None
+    return out
+
+
+def merged_moments(runs) -> tuple[list[EngineRun], str]:
+    """The intervals, where one producer printed several lines at one moment (engines of one server whose throughput
+    lines are not in the log, so they cannot be told apart) with each such moment's lines merged into one interval:
+    concurrent lines summed, never read as successive. ``runs``: (moment or None, interval) in log order."""
+    at: dict = {}
+    for i, (moment, run) in enumerate(runs):
+        at.setdefault((run.producer, moment) if moment else i, []).append(run)
+    groups = [g for g in at.values() if len(g) > 1]
+    if not groups:
+        return [run for _, run in runs], ""
+    series = [g[0] if len(g) == 1 else replace(total(g, keep_series=False), producer=g[0].producer)
+              for g in at.values()]
+    return series, (f"{sum(map(len, groups))} lines printed at one moment by one producer ({len(groups)} moments): "
+                    "concurrent engines whose lines do not name them (their throughput lines are not in the log), so "
+                    "each moment's lines are merged into one interval of the series (counts summed); that series is "
+                    "the server's, so traffic moving between its engines moves it too")
+
+
+def paired_lines(text: str, metric_lines: list[tuple[int, str]]) -> dict[int, tuple[int, str]]:
+    """{metrics line number: (number, line) of the throughput line printed for the same interval}: the last one
+    after the previous metrics line of the same process, where every line names its process ('(APIServer pid=N)':
+    several servers' lines interleave), else of the whole log (see the module's docstring)."""
     found = [(n, line) for n, line, _ in marked_lines(text, (LOAD_MARKER,))]
+    every = all(process_of(line) for _, line in found + metric_lines)
+    def key(line):
+        return process_of(line) if every else None
+    out = {}
+    for process in dict.fromkeys(key(line) for _, line in metric_lines):
+        out |= _paired([f for f in found if key(f[1]) == process], [n for n, line in metric_lines
+                                                                     if key(line) == process])
+    return out
+
+
+def _paired(found: list[tuple[int, str]], metric_lines: list[int]) -> dict[int, tuple[int, str]]:
     out, at, previous = {}, 0, 0
     for n in metric_lines:
         last = None
@@ -92,11 +157,18 @@ def paired_loads(text: str, metric_lines: list[int]) -> dict[int, Load]:
                 last = found[at]
             at += 1
         if last is not None:
-            try:
-                out[n] = load_of(last[1])
-            except ValueError as error:
-                raise failed_at(last[0], last[1], error) from error
+            out[n] = last
         previous = n
+    return out
+
+
+def _loads(paired: dict[int, tuple[int, str]]) -> dict[int, Load]:
+    out = {}
+    for n, (at, line) in paired.items():
+        try:
+            out[n] = load_of(line)
+        except ValueError as error:
+            raise failed_at(at, line, error) from error
     return out
 
 
@@ -200,25 +272,32 @@ def _rounded_counts(steps, rates, accepted):
     return counts_for(steps, rates, accepted) if rates and steps else None
 
 
-def _v0_run(lines, check=None, loads=None) -> EngineRun:
+def _v0_run(lines, check=None, loads=None, names=None) -> EngineRun:
+    """V0 lines are totals since their engine started: each producer's intervals are the differences between its
+    own lines (another producer's line is no earlier total of it), and the run's totals add each producer's last."""
+    loads, names = loads or {}, names or {}
     cumulative = []
     for n, line, fields in lines:
         if check is not None:
             check()
         try:
-            cumulative.append(_v0_totals(fields))
+            cumulative.append(replace(_v0_totals(fields), load=loads.get(n), producer=names.get(n)))
         except ValueError as error:
             raise failed_at(n, line, error) from error
-    intervals = [cumulative[0]] + [_difference(b, a, i + 2) for i, (a, b) in
-                                   enumerate(zip(cumulative, cumulative[1:]))]
-    loads = loads or {}
-    intervals = [replace(run, load=loads.get(n)) for run, (n, _, _) in zip(intervals, lines)]
-    last = cumulative[-1]
+    intervals, last_of = [], {}
+    for i, run in enumerate(cumulative):
+        before = last_of.get(run.producer)
+        intervals.append(run if before is None else replace(_difference(run, before, i + 1), load=run.load,
+                                                            producer=run.producer))
+        last_of[run.producer] = run
+    lasts = list(last_of.values())
+    last = lasts[0] if len(lasts) == 1 else total(lasts, keep_series=False)
     return EngineRun(source=SOURCE + " (V0 engine)", drafted=last.drafted, accepted=last.accepted, steps=last.steps,
                      k=last.k, emitted=last.emitted, series=tuple(intervals) if len(intervals) > 1 else (),
-                     load=intervals[0].load if len(intervals) == 1 else None,
+                     load=intervals[0].load if len(intervals) == 1 else None, producer=last.producer,
                      notes=last.notes + ("V0 lines are totals since the engine started: the series holds the "
-                                         "differences between lines",)).with_notes(_load_note(loads, len(lines)))
+                                         "differences between lines",)).with_notes(
+        _load_note(loads, len(lines)), producers_note([r.producer for r in cumulative]))
 
 
 def _v0_field(fields, name: str) -> int:
