@@ -134,28 +134,41 @@ def histogram_chart(frame: pd.DataFrame) -> go.Figure:
 
 
 def series_frame(runs: dict[str, EngineRun]) -> pd.DataFrame:
-    """One row per (run, interval) of a run's series (log lines, scrape deltas, requests), in order."""
-    rows = [dict(run=label, interval=i, drafted=r.drafted, accepted=r.accepted,
+    """One row per (run, interval) of a run's series (log lines, scrape deltas, requests), in order, with the
+    producer (engine, DP rank, server process) that printed it where the line names one."""
+    rows = [dict(run=label, interval=i, producer=r.producer, drafted=r.drafted, accepted=r.accepted,
                  rate=r.accepted / r.drafted if r.drafted else None,
                  length=1 + r.accepted / r.steps if r.steps else None)
             for label, run in runs.items() for i, r in enumerate(run.series, 1)]
-    return pd.DataFrame(rows, columns=["run", "interval", "drafted", "accepted", "rate", "length"])
+    return pd.DataFrame(rows, columns=["run", "interval", "producer", "drafted", "accepted", "rate", "length"])
 
 
 def series_chart(frame: pd.DataFrame) -> go.Figure:
+    """Each run's intervals in log order; where a run's lines come from several concurrent producers, one line per
+    producer (its own intervals joined), never one producer's interval joined to another's."""
     if frame.empty:
         return message_figure("No time series in this run (one interval)")
     fig = make_subplots(rows=1, cols=2, subplot_titles=("acceptance rate per interval",
                                                         "mean acceptance length per interval"))
-    for i, (label, g) in enumerate(frame.groupby("run", sort=False)):
-        label = plain(label)
+    for i, (label, g) in enumerate(_series_lines(frame)):
         for col, column in ((1, "rate"), (2, "length")):
             fig.add_trace(go.Scatter(x=g.interval, y=g[column], mode="lines+markers", name=label, legendgroup=label,
                                      showlegend=col == 1, line=dict(color=colour(i)),
-                                     hovertemplate="interval %{x}: %{y:.3f}<extra>" + plain(label) + "</extra>"),
+                                     hovertemplate="interval %{x}: %{y:.3f}<extra>" + label + "</extra>"),
                           row=1, col=col)
-    fig.update_xaxes(title_text="interval, in order")
+    fig.update_xaxes(title_text="interval, in log order")
     return layout(fig, "Over the run", "", "")
+
+
+def _series_lines(frame: pd.DataFrame):
+    """(legend label, rows) per run, or per (run, producer) where a run has several producers."""
+    for run, g in frame.groupby("run", sort=False):
+        producers = g.producer.dropna().unique() if "producer" in g else []
+        if len(producers) < 2:
+            yield plain(run), g
+            continue
+        for producer, part in g.groupby(g.producer.fillna("(unnamed)"), sort=False):
+            yield f"{plain(run)} · {plain(producer)}", part
 
 
 def advice_chart(table: pd.DataFrame, label: str = "") -> go.Figure:

@@ -43,7 +43,10 @@ def run_markdown(run: EngineRun, label: str = "") -> str:
         lines += ["", "**Derived, not reported** (how the reader recovered them):"]
         lines += [f"- {md(n)}" for n in run.notes]
     if run.series:
-        lines += ["", f"A series of {len(run.series)} intervals (log lines, scrape deltas or requests), in order."]
+        names = producers(run.series)
+        lines += ["", f"A series of {len(run.series)} intervals (log lines, scrape deltas or requests), in order"
+                  + (f", printed by {len(names)} concurrent producers ({md(', '.join(names))}): each one's "
+                     "intervals are read as its own series." if len(names) > 1 else ".")]
     lines += ["", "| rate (derived) | value | definition |", "| --- | --- | --- |"]
     lines += [f"| {md(r.name)} | {r.value:.4g} | {md(r.definition)} |" for r in rates(run)]
     return "\n".join(lines)
@@ -92,16 +95,23 @@ def _printed_rows(run: MeanRun) -> list[str]:
     return shown or ["| - | printed per interval only (below) |"]
 
 
+def producers(series) -> list[str]:
+    """The producers (engines, DP ranks, server processes) a series' lines name, in order of first appearance."""
+    return list(dict.fromkeys(p.producer for p in series if getattr(p, "producer", None)))
+
+
 def _intervals_table(series) -> str:
     """Each part's (interval's or block's) mean length, rate and load as printed (the first MAX_INTERVALS_SHOWN)."""
     fields = [(f, name) for f, name in LOAD_FIELDS if any(p.load and getattr(p.load, f) is not None for p in series)]
-    heads = ["part", "mean acceptance length", "acceptance rate"] + [name for _, name in fields]
+    by = len(producers(series)) > 1  # concurrent producers: say whose each line is
+    heads = ["part"] + ["printed by"] * by + ["mean acceptance length", "acceptance rate"] + [name for _, name in fields]
     lines = [f"Each of its {len(series):,} parts (logging intervals or blocks) as printed"
              + (f" (the first {MAX_INTERVALS_SHOWN})" if len(series) > MAX_INTERVALS_SHOWN else "") + ":", "",
              "| " + " | ".join(heads) + " |", "|" + " --- |" * len(heads)]
     for i, p in enumerate(series[:MAX_INTERVALS_SHOWN], 1):
         cells = [p.mean_length, p.acceptance_rate] + [getattr(p.load, f) if p.load else None for f, _ in fields]
-        lines.append(f"| {i} | " + " | ".join("-" if c is None else f"{c:g}" for c in cells) + " |")
+        who = [md(p.producer or "-")] * by
+        lines.append(f"| {i} | " + " | ".join(who + ["-" if c is None else f"{c:g}" for c in cells]) + " |")
     return "\n".join(lines)
 
 

@@ -194,3 +194,34 @@ def test_drift_of_one_unnamed_series_reads_as_before():
     parts = [EngineRun(source="vLLM log", drafted=400, accepted=360 - 20 * i) for i in range(9)]
     found = drift(EngineRun(source="vLLM log", drafted=3600, accepted=sum(p.accepted for p in parts), series=parts))
     assert "in the first third of the series" in found.text and found.numbers["producers"] == 1
+
+
+def test_the_series_chart_draws_each_producer_as_its_own_line():
+    """The chart of a run over time: two engines' lines interleaved are two traces (each producer's own intervals
+    joined), not one line zigzagging between 0.8 and 0.5; a run of one producer stays one trace."""
+    from specviz.views.engine_plots import series_chart, series_frame
+
+    run = read_engine_run(two_engines(lambda t: 200))
+    frame = series_frame({"dp": run})
+    assert set(frame.producer) == {"APIServer pid=1 engine 0", "APIServer pid=1 engine 1"}
+    rates = [trace for trace in series_chart(frame).data if trace.xaxis == "x"]
+    assert sorted(trace.name for trace in rates) == ["dp · APIServer pid=1 engine 0", "dp · APIServer pid=1 engine 1"]
+    assert sorted(tuple(set(trace.y)) for trace in rates) == [(0.5,), (0.8,)]  # 200 / 400 and 320 / 400, constant
+    one = read_engine_run(two_engines(lambda t: 200, range(TICKS), range(0)))
+    assert [trace.name for trace in series_chart(series_frame({"one": one})).data if trace.xaxis == "x"] == ["one"]
+
+
+def test_the_reports_say_whose_each_interval_is():
+    """The run's report names its producers; a run of means (SGLang's DP ranks' Decode batch lines) lists each
+    interval with the rank that printed it; one producer's series says nothing of producers."""
+    from specviz.views.engine_report import mean_run_markdown, run_markdown
+
+    text = run_markdown(read_engine_run(two_engines(lambda t: 200)))
+    assert "printed by 2 concurrent producers (APIServer pid=1 engine 0, APIServer pid=1 engine 1)" in text
+    ranks = read_reported(WILD / "sglang-decode-batch-dp-ranks-11.txt")
+    lines = mean_run_markdown(ranks).splitlines()
+    table = [line for line in lines[next(i for i, x in enumerate(lines) if x.startswith("| part")):] if
+             line.startswith("| ")]
+    assert table[0].startswith("| part | printed by |")
+    assert {row.split(" | ")[1] for row in table[2:]} == {r.producer for r in ranks.series} and len(ranks.series) > 1
+    assert "producers" not in run_markdown(read_engine_run(two_engines(lambda t: 200, range(TICKS), range(0))))
