@@ -78,3 +78,20 @@ def test_sglang_decode_batch_lines_are_refused_with_what_they_do_say(name):
     assert "JSON" not in message and "closest to SGLang 'Decode batch' log lines" in message
     spread = f"{min(lengths):.2f}" + (f" to {max(lengths):.2f}" if max(lengths) > min(lengths) else "")
     assert f"with accept len {spread}" in message, message
+
+
+def test_the_readme_and_engines_doc_state_the_corpus_as_it_reads():
+    """README's and docs/ENGINES.md's tally of the corpus (excerpts, those with counts, those read right) is this
+    corpus's, read now: a fixture added or a reader changed without the docs following fails here."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    right = sum(not read_wrong(e) for e in COUNTED)
+    total = len(COUNTED) + len(UNCOUNTED)
+    readme = " ".join((root / "README.md").read_text().split())
+    assert re.search(rf"Of {total} excerpts from public engine threads .{{0,60}} {right} of the {len(COUNTED)} that "
+                     "carry counts read with every figure right", readme)
+    engines = " ".join((root / "docs" / "ENGINES.md").read_text().split())
+    assert f"checked against {total} excerpts" in engines
+    assert f"reads each of the {len(COUNTED)} excerpts that carry counts" in engines and f"; {right} read with" in engines
