@@ -287,6 +287,14 @@ def _controls(store: ModelStore) -> dict:
     return dict(prompt=prompt, target=target, draft=draft, k=k, temperature=temperature)
 
 
+def served_form(draft, temperature) -> tuple:
+    """k and the draft stop set to those a feature draft records as its fastest for this temperature's case, when the
+    user picks it (or a target that brings it); other drafts leave both. A link's own k, set by the page loader, is
+    not a pick and stays."""
+    found = slim_route.fastest(draft, temperature)
+    return (gr.skip(), gr.skip()) if found is None else (found[0], found[1])
+
+
 def k_info(draft, temperature) -> dict:
     """The k slider's line for the draft and temperature picked (its value untouched): what the draft makes of k, and
     for a feature draft that records it, the k and stop it was measured fastest at."""
@@ -455,7 +463,11 @@ def build(store: ModelStore, user_drafts: gr.State) -> tuple[gr.Dropdown, object
     # an opened run sets the form to its settings: Run then makes the run shown
     upload.upload(h.load, [upload], outputs, api_visibility="undocumented").then(
         h.form_of, [trace_state], link_fields, api_visibility="private")
-    follow_target(store, inputs[1], inputs[2], user_drafts, slim=True)
+    # a pick of a draft that records its fastest settings sets k and the stop to them (the k line names them)
+    served = dict(fn=served_form, inputs=[inputs[2], inputs[5]], outputs=[inputs[3], draft_stop], queue=False,
+                  preprocess=False, api_visibility="private")
+    follow_target(store, inputs[1], inputs[2], user_drafts, slim=True).then(**served)
+    inputs[2].input(**served)
     for opener, event in [(shown, shown.input)] + [(b, b.click) for _, b in ready_runs]:  # a button passes its title
         event(h.open_gallery, [opener], outputs, api_visibility="private").then(
             h.form_of, [trace_state], link_fields, api_visibility="private")

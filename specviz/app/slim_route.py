@@ -47,20 +47,36 @@ def is_feature_draft(name) -> bool:
     return isinstance(name, str) and name in feature_draft_folders()
 
 
-def fastest_note(draft, temperature) -> str:
-    """For a saved feature draft whose config records where it was measured fastest (``served_settings``): that k and
-    stop for this temperature's case, and where it was measured; else nothing. A record it cannot read says nothing
-    here (the draft itself is checked when a run loads it)."""
+def fastest(draft, temperature) -> tuple[int, float, str] | None:
+    """(k, stop, where measured) a saved feature draft's config records as its fastest for this temperature's case
+    (``served_settings``: greedy at 0, sampled above), or None: another draft, no record, or a record it cannot read
+    (the draft itself is checked when a run loads it)."""
     folder = feature_draft_folders().get(draft) if isinstance(draft, str) else None
     try:
         settings = served_settings(folder) if folder is not None else None
     except ValueError:
-        return ""
+        return None
     if settings is None:
+        return None
+    k, stop = settings["greedy" if _number(temperature) == 0 else "sampled"]
+    return k, stop, settings["measured"]
+
+
+def fastest_note(draft, temperature) -> str:
+    """The k line's words for ``fastest``: that k and stop for this temperature's case, and where it was measured."""
+    found = fastest(draft, temperature)
+    if found is None:
         return ""
-    case = "greedy" if float(temperature or 0) == 0 else "sampled"
-    k, stop = settings[case]
-    return f" · fastest measured {case}: k = {k}, stop below q {stop:g} ({settings['measured']})"
+    case = "greedy" if _number(temperature) == 0 else "sampled"
+    return f" · fastest measured {case}: k = {found[0]}, stop below q {found[1]:g} ({found[2]})"
+
+
+def _number(value) -> float:
+    """A temperature as the browser may hold it (a number, its text, or nothing: 0)."""
+    try:
+        return float(value or 0)
+    except (TypeError, ValueError):
+        return 0.0
 
 
 def gguf_gemma(target: str) -> Path | None:

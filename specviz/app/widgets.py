@@ -117,15 +117,16 @@ def fitting_update(store: ModelStore, target, current, mine=None, slim: bool = F
     return gr.update(choices=choices, value=current if current in choices else fallback)
 
 
-def follow_target(store: ModelStore, target, draft, user_drafts=None, slim: bool = False) -> None:
+def follow_target(store: ModelStore, target, draft, user_drafts=None, slim: bool = False):
     """Keep a draft picker (a dropdown, multiselect or checkboxes) to the drafts that fit the target picked
     (``ModelStore.drafts_for``): no tab offers a draft whose vocabulary cannot be the target's. The picker's value is
     read as the browser holds it, unchecked (``preprocess=False``): a pick fires this event more than once, and the
     second arrives with the old draft after the first has already narrowed the choices; checked, gradio answered it
     with an Error over the picker ("... is not in the list of choices"). Each answer sets the choices and a value
-    among them in one update. ``slim``: the explorer's picker, which also offers the drafts of its slim route."""
+    among them in one update. ``slim``: the explorer's picker, which also offers the drafts of its slim route.
+    Returns the event (to chain what follows a pick)."""
     states = [user_drafts] if user_drafts is not None else []
-    target.input(functools.partial(fitting_update, store, slim=slim), [target, draft, *states], [draft],
+    return target.input(functools.partial(fitting_update, store, slim=slim), [target, draft, *states], [draft],
                  preprocess=False,
                  api_visibility="private")
 

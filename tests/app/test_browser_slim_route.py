@@ -16,11 +16,18 @@ pytestmark = [needs_chromium, pytest.mark.slow,
 
 
 @pytest.fixture(scope="module")
-def app_url(tmp_path_factory):
+def served(tmp_path_factory):
+    """(the app's URL, the folder of the tiny GGUF and its feature draft)."""
     with pytest.MonkeyPatch.context() as mp:
-        served_tiny_gemma(tmp_path_factory.mktemp("browser-slim"), mp)
+        root = tmp_path_factory.mktemp("browser-slim")
+        served_tiny_gemma(root, mp)
         with serve(build_demo(ModelStore())) as url:
-            yield url
+            yield url, root
+
+
+@pytest.fixture
+def app_url(served):
+    return served[0]
 
 
 def test_the_explorer_runs_a_ggufs_feature_draft_on_the_c_stack(app_url):
@@ -51,3 +58,37 @@ def test_a_link_reopens_the_ggufs_run_with_its_feature_draft(app_url):
         page.locator("#run").click()
         sync_api.expect(page.locator("#summary")).to_contain_text("C stack", timeout=120_000)
         sync_api.expect(page.locator("#run")).to_have_text("Run", timeout=120_000)
+
+
+def test_picking_a_draft_that_records_its_fastest_settings_sets_them_and_a_link_keeps_its_own_k(served):
+    """The tiny draft's config records k = 4, stop 0.25 as its fastest sampled setting: picking it sets k and the
+    stop to those (the form's default temperature is 0.8); a link that names k = 2 with it keeps k = 2."""
+    import json
+
+    from specviz.slim.feature_draft import CONFIG
+
+    url, root = served
+    config = root / "tiny-feature" / CONFIG
+    before = config.read_text()
+    config.write_text(json.dumps({**json.loads(before), "serving": {
+        "greedy": {"k": 5, "draft_stop": 0.3}, "sampled": {"k": 4, "draft_stop": 0.25}, "measured": "here"}}))
+    try:
+        with chromium_page(viewport={"width": 1024, "height": 768}) as page:
+            page.goto(url)
+            sync_api.expect(page.locator("#run")).to_be_enabled(timeout=30_000)
+            page.locator("#target input").click()
+            page.get_by_role("option", name="tiny-gemma").click()
+            page.locator("#draft input").click()
+            page.get_by_role("option", name="tiny-feature").click()
+            sync_api.expect(page.locator("#k input[type=number]")).to_have_value("4", timeout=15_000)
+            page.locator("#more-settings").click()
+            sync_api.expect(page.locator("#draft-stop input[type=number]")).to_have_value("0.25")
+            assert "fastest measured sampled: k = 4, stop below q 0.25 (here)" in page.locator("#k").inner_text()
+        with chromium_page(viewport={"width": 1024, "height": 768}) as page:
+            page.goto(url + "?target=tiny-gemma&draft=tiny-feature&k=2&tab=explorer")
+            sync_api.expect(page.locator("#draft input")).to_have_value("tiny-feature", timeout=30_000)
+            sync_api.expect(page.locator("#run")).to_be_enabled(timeout=30_000)
+            page.wait_for_timeout(1000)  # any change event the link's values fire has landed
+            assert page.locator("#k input[type=number]").input_value() == "2"
+    finally:
+        config.write_text(before)

@@ -184,7 +184,7 @@ def test_the_k_line_says_where_a_feature_draft_was_measured_fastest(store, root,
     record not of that form is refused in words by the reader and leaves the line as it was."""
     import json
 
-    from specviz.app.explorer import k_info
+    from specviz.app.explorer import k_info, served_form
     from specviz.slim.feature_draft import CONFIG, served_settings
 
     config = root / "tiny-feature" / CONFIG
@@ -199,12 +199,16 @@ def test_the_k_line_says_where_a_feature_draft_was_measured_fastest(store, root,
         assert k_info("tiny-feature", 0.8)["info"].endswith(
             " · fastest measured sampled: k = 2, stop below q 0.1 (on the tiny file, here)")
         assert "greedy: k = 3, stop below q 0.2" in k_info("tiny-feature", 0.0)["info"]
+        # a pick sets k and the stop to the record's, the temperature as the browser holds it (unchecked)
+        assert served_form("tiny-feature", 0.8) == (2, 0.1) and served_form("tiny-feature", "0") == (3, 0.2)
+        assert all(isinstance(v, dict) for v in served_form("prompt-lookup", 0.8))  # gr.skip(): left as they are
         for bad in ({"greedy": {"k": 0, "draft_stop": 0.2}}, {"sampled": {"k": 2, "draft_stop": 1.5}},
                     {"greedy": {"k": True, "draft_stop": 0}}, {"measured": ""}):
             config.write_text(json.dumps({**meta, "serving": {**meta["serving"], **bad}}))
             with pytest.raises(ValueError, match="'serving'"):
                 served_settings(root / "tiny-feature")
             assert slim_route.fastest_note("tiny-feature", 0.8) == ""
+            assert all(isinstance(v, dict) for v in served_form("tiny-feature", 0.8))
     finally:
         config.write_text(before)
 
