@@ -37,8 +37,12 @@ def decode_batch_means(lines) -> str:
     if not lengths:
         return ""
     spread = f"{min(lengths):.2f}" + (f" to {max(lengths):.2f}" if max(lengths) > min(lengths) else "")
+    ones = sum(x == 1.0 for x in lengths)
     return (f"; here {counted(len(lengths), 'line')} with accept len {spread}"
-            + (f" at up to {max(running):.0f} running requests" if running else ""))
+            + (f" at up to {max(running):.0f} running requests" if running else "")
+            + (f" ({'all' if ones == len(lengths) else ones} at 1.00: one token a verify step, so no draft token was "
+               "accepted, or the server was not drafting then: adaptive speculation turns it off above a batch size)"
+               if ones else ""))
 
 
 def token_zero(lines) -> str:

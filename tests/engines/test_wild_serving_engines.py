@@ -71,6 +71,10 @@ def test_decode_lines_above_the_adaptive_threshold_print_one_token_a_step():
     assert [e.mean_length for e in run.series] == figures(name)["accept len"] == [1.0, 1.0]
     assert [e.load.running for e in run.series] == figures(name)["#running-req"]
     assert run.rate_meaning == "accept len / 9: not a fraction of drafts accepted"  # 1.00 / 9 = 0.111 -> 0.11
+    with pytest.raises(ValueError) as refused:  # no counts; the refusal says what 1.00 a step can mean
+        read_engine_run(WILD / name)
+    assert "(all at 1.00: one token a verify step, so no draft token was accepted, or the server was not drafting" \
+        in str(refused.value)
 
 
 def test_decode_lines_of_several_dp_ranks_are_said_to_be_concurrent():
