@@ -9,6 +9,7 @@ import pandas as pd
 
 from ..engines import Advice, CostModel, EngineRun, Finding, MeanRun, fit_alpha, mean_figures, rates, underived
 from ..engines.flags import engine_of, flag_for
+from ..engines.producers import by_producer
 from ..engines.run import count_fields
 from .timeline import esc
 
@@ -97,7 +98,7 @@ def _printed_rows(run: MeanRun) -> list[str]:
 
 def producers(series) -> list[str]:
     """The producers (engines, DP ranks, server processes) a series' lines name, in order of first appearance."""
-    return list(dict.fromkeys(p.producer for p in series if getattr(p, "producer", None)))
+    return [name for name in by_producer(series) if name]
 
 
 def _intervals_table(series) -> str:

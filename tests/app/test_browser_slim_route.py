@@ -30,16 +30,21 @@ def app_url(served):
     return served[0]
 
 
+def pick_the_tiny_pair(page):
+    """The tiny GGUF picked as the target, then its feature draft among the drafts that fit it."""
+    page.locator("#target input").click()
+    page.get_by_role("option", name="tiny-gemma").click()
+    page.locator("#draft input").click()
+    option = page.get_by_role("option", name="tiny-feature")
+    sync_api.expect(option).to_be_visible(timeout=30_000)
+    option.click()
+
+
 def test_the_explorer_runs_a_ggufs_feature_draft_on_the_c_stack(app_url):
     with chromium_page(viewport={"width": 1024, "height": 768}) as page:
         page.goto(app_url)
         sync_api.expect(page.locator("#run")).to_be_visible(timeout=30_000)
-        page.locator("#target input").click()
-        page.get_by_role("option", name="tiny-gemma").click()
-        page.locator("#draft input").click()
-        option = page.get_by_role("option", name="tiny-feature")
-        sync_api.expect(option).to_be_visible(timeout=30_000)
-        option.click()
+        pick_the_tiny_pair(page)
         page.locator("#prompt textarea").fill("a b the c a b the c a")
         page.locator("#run").click()
         sync_api.expect(page.locator("#summary")).to_contain_text("C stack", timeout=120_000)
@@ -76,10 +81,7 @@ def test_picking_a_draft_that_records_its_fastest_settings_sets_them_and_a_link_
         with chromium_page(viewport={"width": 1024, "height": 768}) as page:
             page.goto(url)
             sync_api.expect(page.locator("#run")).to_be_enabled(timeout=30_000)
-            page.locator("#target input").click()
-            page.get_by_role("option", name="tiny-gemma").click()
-            page.locator("#draft input").click()
-            page.get_by_role("option", name="tiny-feature").click()
+            pick_the_tiny_pair(page)
             sync_api.expect(page.locator("#k input[type=number]")).to_have_value("4", timeout=15_000)
             page.locator("#more-settings").click()
             sync_api.expect(page.locator("#draft-stop input[type=number]")).to_have_value("0.25")
