@@ -23,6 +23,7 @@ from . import (
     specviz_trace,
     trtllm,
     trtllm_bench,
+    trtllm_iter,
     unwrap,
     vllm_bench,
     vllm_log,
@@ -40,6 +41,7 @@ FORMATS = (
     "vLLM responses with per-request metrics (metrics.speculative_decoding or speculative_decoding_stats)",
     "SGLang responses with meta_info spec_verify_ct, spec_num_correct_drafts, ...",
     "TensorRT-LLM responses with a per-choice speculative_decoding object",
+    "TensorRT-LLM iteration stats (trtllm-serve /metrics JSON, llm.get_stats()) with specDecodingStats",
     "llama.cpp server responses with timings.draft_n / draft_n_accepted",
     "llama.cpp server logs ('draft acceptance = ... (N accepted / M generated), mean len = ...')",
     "llama-server -v per-round lines ('accepted N/M draft tokens, new n_tokens = ...')",
@@ -49,7 +51,8 @@ FORMATS = (
     "vllm bench serve --save-result JSON with spec_decode_num_drafts, spec_decode_accepted_tokens, ...",
     "specviz trace JSON (Trace.to_json)",
 )
-JSON_KINDS = (vllm_requests, trtllm, sglang, llamacpp_json, vllm_bench)  # each: carries(obj), parse(records), SOURCE
+# each: carries(obj), parse(records), SOURCE
+JSON_KINDS = (vllm_requests, trtllm, trtllm_iter, sglang, llamacpp_json, vllm_bench)
 LOG_KINDS = (("vllm log", lambda t: bool(vllm_log.vllm_lines(t)), vllm_log.parse),
              ("llama.cpp server log", llamacpp_log.is_server_log, llamacpp_log.parse_server_log),
              ("llama-speculative summary", llamacpp_log.is_summary, llamacpp_log.parse_summary),
@@ -228,7 +231,8 @@ def _parse(kind: str, texts: list[str], model: str | None, check=None) -> Engine
 # an engine's statistics object pasted on its own, and the response that carries it: (a key only it has, wrapper)
 BARE = (("num_spec_steps", lambda o: {"metrics": {"speculative_decoding": o}}, "vLLM per-request metrics object"),
         ("spec_verify_ct", lambda o: {"meta_info": o}, "SGLang meta_info object"),
-        ("draft_n", lambda o: {"timings": o}, "llama.cpp timings object (jq .timings)"))
+        ("draft_n", lambda o: {"timings": o}, "llama.cpp timings object (jq .timings)"),
+        ("numRequestsWithDraftTokens", lambda o: {"specDecodingStats": o}, "TensorRT-LLM specDecodingStats object"))
 PLACEHOLDERS = ("[ ... ]", "{ ... }", "[...]", "{...}")  # how people shorten a response they paste
 EMBEDDED = ('"speculative_decoding"', '"speculative_decoding_stats"', '"meta_info"', '"timings"')
 

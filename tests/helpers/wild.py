@@ -21,18 +21,18 @@ UNCOUNTED = [e for e in MANIFEST if not e["carries_counts"]]
 COUNTS = {
     "drafted": {"Drafted": "sum", "generated": "sum", "draft tokens": "sum", "n_drafted": "last", "draft_n": "last",
                 "num_draft_tokens": "last", "Draft tokens": "last", "spec_num_proposed_drafts": "last",
-                "Number of draft tokens": "last", "Number of draft tokens tokens": "last"},
+                "Number of draft tokens": "last", "Number of draft tokens tokens": "last", "numDraftTokens": "sum"},
     "accepted": {"Accepted": "sum", "accepted": "sum", "n_accept": "last", "draft_n_accepted": "last",
                  "num_accepted_tokens": "last", "Accepted tokens": "last", "spec_num_correct_drafts": "last",
-                 "num_accepted_draft_tokens": "last"},
+                 "num_accepted_draft_tokens": "last", "numAcceptedTokens": "sum"},
     "steps": {"num_drafts": "last", "Drafts": "last", "num_spec_steps": "last", "spec_verify_ct": "last",
-              "vllm:spec_decode_num_drafts_total": "sum"},
+              "vllm:spec_decode_num_drafts_total": "sum", "numRequestsWithDraftTokens": "sum"},
     "k": {"Number of speculative tokens": "last", "n_draft": "last", "num_spec_tokens": "last"},
     "emitted": {"Number of emitted tokens": "last", "Number of emitted tokens tokens": "last", "n_predict": "last",
                 "predicted_n": "last", "total_num_output_tokens": "last"},
 }
 MEANS = ("Mean acceptance length", "mean len", "mean acceptance length", "mean_acceptance_length",
-         "Acceptance length", "Acceptance length (benchmark)", "spec_accept_length")
+         "Acceptance length", "Acceptance length (benchmark)", "spec_accept_length", "acceptanceLength")
 RATES = ("Draft acceptance rate", "Avg Draft acceptance rate", "draft acceptance", "draft acceptance rate", "accept",
          "Acceptance rate (%)", "draft_acceptance_rate", "spec_accept_rate")
 HISTOGRAMS = ("acceptance_histogram", "spec_correct_drafts_histogram")
