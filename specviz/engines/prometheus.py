@@ -8,9 +8,10 @@ llama.cpp, tools/server/server-task.cpp, server_task_result_metrics::to_metrics(
   llamacpp: (num_drafts = verification steps), per-position counters sized to the draft n_max, and
   llamacpp:tokens_predicted_total. It prints values through a C++ stream (six significant digits), so counts above
   a million arrive rounded.
-TensorRT-LLM: tensorrt_llm/metrics/collector.py (MetricsCollector) exports no speculative-decoding counter as read
-  (Dynamo re-exports its metrics prefixed trtllm_ / trtllm:); a build exporting these names under any prefix is
-  read the same way, which is not settled upstream.
+TensorRT-LLM, tensorrt_llm/metrics/collector.py: trtllm_spec_decode_num_draft_tokens_total and
+  ..._num_accepted_tokens_total (cumulative, no verify-step count), or in a build of PR #12545's first form the same
+  names as per-iteration gauges, beside the trtllm_spec_decode_acceptance_length gauge: trtllm_prom.py reads each form
+  with its meaning (a gauge build's scrape is one iteration, never a total).
 Counters are summed over engines; several models need ``model=``. Several scrapes (files, or one text where a
 metric's "# TYPE" line comes round again) give the counts between the first and the last, the deltas between
 consecutive ones forming the series: each delta is one moment's counts of every engine merged (a scrape reads all
@@ -22,6 +23,7 @@ import math
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from . import trtllm_prom
 from .lines import MAX_LINE, too_long
 from .run import MAX_K, EngineRun
 
@@ -104,15 +106,23 @@ def scrape_counts(text: str) -> dict[str, dict]:
             if sample.name not in (family.name, family.name + "_total"):
                 continue  # _created timestamps and the like
             model = next((sample.labels[k] for k in MODEL_LABELS if k in sample.labels), "")
-            _add(out.setdefault(model, {"prefix": prefix}), field, sample)
+            counts = out.setdefault(model, {"prefix": prefix})
+            if trtllm_prom.is_trtllm(prefix):
+                trtllm_prom.record(counts, field, family, sample)
+            if field != "length":
+                _add(counts, field, sample)
     if len(prefixes) > 1:
         raise ValueError(f"counters of several engines in one scrape ({', '.join(sorted(prefixes))}): mixed files?")
     return out
 
 
 def _field_of(name: str) -> tuple[str | None, str]:
+    """The field a family feeds and the engine's prefix; an untyped family keeps its "_total" in its name."""
     if name in EXTRAS:
         return EXTRAS[name], name.split(":")[0] + ":"
+    name = name.removesuffix("_total")
+    if name.endswith(trtllm_prom.LENGTH) and trtllm_prom.is_trtllm(name):
+        return "length", name[: -len(trtllm_prom.LENGTH)]
     for suffix in sorted(COUNTERS, key=len, reverse=True):
         if name.endswith(suffix):
             return COUNTERS[suffix], name[: -len(suffix)]
@@ -152,14 +162,18 @@ def parse(texts, model: str | None = None, check=None) -> EngineRun:
     if any(v is None or "accepted" not in v for v in values):
         raise ValueError("a scrape without spec_decode_num_accepted_tokens counters (speculative decoding off, or "
                          f"another model): accepted names end in {', '.join(COUNTERS)}")
+    trtllm = trtllm_prom.is_trtllm(values[0]["prefix"])
+    if trtllm and trtllm_prom.form(values) == "gauge":
+        return trtllm_prom.gauge_run(values, chosen, "\n".join(scrapes))
+    extra = trtllm_prom.counter_notes(values) if trtllm else ()
     runs = [counts_run(v, chosen) for v in values]
     if len(runs) == 1:
         return runs[0].with_notes("one scrape: counts since the server started", "read from a copy of Prometheus's "
-                                  "web UI table (series | value); counters summed over engines" if ui else "")
+                                  "web UI table (series | value); counters summed over engines" if ui else "", *extra)
     series = tuple(difference(b, a, i + 1) for i, (a, b) in enumerate(zip(runs, runs[1:]))) if len(runs) > 2 else ()
     return difference(runs[-1], runs[0], 0, series).with_notes(
         f"{len(runs)} scrapes: counts between the first and the last" + ("; the series holds each interval"
-                                                                        if series else ""))
+                                                                        if series else ""), *extra)
 
 
 def _model(counts, model):
