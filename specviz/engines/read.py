@@ -37,7 +37,8 @@ from .run import EngineRun, total
 MAX_BYTES = 256 * 2**20
 FORMATS = (
     "vLLM log lines ('SpecDecoding metrics: Mean acceptance length: ...', or the V0 'Speculative metrics: ...')",
-    "Prometheus text scrapes of /metrics with spec_decode_* counters (vLLM 'vllm:', llama.cpp 'llamacpp:')",
+    "Prometheus text scrapes of /metrics with spec_decode_* series (vLLM 'vllm:', llama.cpp 'llamacpp:', TensorRT-LLM "
+    "'trtllm_')",
     "vLLM responses with per-request metrics (metrics.speculative_decoding or speculative_decoding_stats)",
     "SGLang responses with meta_info spec_verify_ct, spec_num_correct_drafts, ...",
     "TensorRT-LLM responses with a per-choice speculative_decoding object",
