@@ -110,6 +110,12 @@ NEAR = (
          "configured maximum times the iterations, an upper bound; no totals",
          "the responses with their per-choice speculative_decoding object (read_reported keeps these percentiles "
          "as printed)"),
+    Near(("Output throughput:", "token/s"), "SGLang's benchmark scripts' summary (benchmark/gsm8k, humaneval: "
+         "Latency, Output throughput, Accept length)",
+         "its 'Accept length' is a mean (tokens per verify step, bonus included; 1.000 where the server did not "
+         "speculate) next to a speed, with no counts of drafts or steps",
+         "the responses' meta_info (spec_verify_ct, spec_num_correct_drafts, ...), or bench_serving's 'Speculative "
+         "Decoding' section with Drafts, Draft tokens and Accepted tokens"),
     Near(("Accept length:",), "SGLang bench_serving summary",
          "'Accept length' is the server's running mean (bonus included), not counts, and not scoped to this run",
          "a bench_serving build's 'Speculative Decoding' section with Drafts, Draft tokens and Accepted tokens, or "
@@ -149,13 +155,17 @@ def nearest(text: str) -> str:
     for near in NEAR:
         for n, line in enumerate(lines, 1):
             if all(needle in line for needle in near.needles):
-                shown = line.strip() if len(line.strip()) <= 120 else line.strip()[:117] + "..."
                 seen = near.seen(lines) if near.seen is not None else ""
-                return (f"closest to {near.name}: {near.why}{seen} (line {n}: {shown!r}). Paste instead: "
-                        f"{near.paste}")
+                return closest(near.name, near.why + seen, n, line, near.paste)
     first = next((line.strip() for line in lines if line.strip()), "")
     return (f"no line of a known format, closest to none (the first line: {first[:100]!r}); paste one of the "
             "formats below")
+
+
+def closest(name: str, why: str, n: int, line: str, paste: str) -> str:
+    """The refusal's one form: 'closest to NAME: WHY (line N: LINE). Paste instead: PASTE'."""
+    shown = line.strip() if len(line.strip()) <= 120 else line.strip()[:117] + "..."
+    return f"closest to {name}: {why} (line {n}: {shown!r}). Paste instead: {paste}"
 
 
 def _number(value: str) -> float | None:

@@ -253,6 +253,10 @@ def _parse_json(text: str, check=None) -> EngineRun:
         return specviz_trace.parse(text)
     records, bare = _wrapped(records)
     notes += bare
+    if trtllm_bench.REPORT_KEY in text and not any(m.carries(obj) for _, obj in records for m in JSON_KINDS):
+        refusal = trtllm_bench.report_refusal(text, records)
+        if refusal is not None:
+            raise ValueError(refusal)
     return _parse_records(records).with_notes(*notes)
 
 

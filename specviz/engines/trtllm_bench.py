@@ -11,15 +11,23 @@ each printed as "[XX] MINIMUM / MAXIMUM / AVERAGE / P50 / P90 / P95 / P99: %.2f"
 above 1; reporting.py then named output tokens / iterations 'acceptance rate'): '[AR]' values of at least 1 are read
 as lengths, and '[AR]' values below 1 are ambiguous and kept as printed.
 A block ends where a label's statistic repeats (several batch sizes pasted one after another): one MeanRun each.
+``--report_json`` writes the same four statistics under "decoding_stats" ("mode", then num_draft_tokens_percentiles,
+num_accepted_draft_tokens_percentiles, draft_acceptance_rate_percentiles, acceptance_length_percentiles: each
+{"minimum", "maximum", "average", "p50", "p90", "p95", "p99"}), so that file carries no totals either: it is
+refused, named (``report_refusal``).
 """
 from __future__ import annotations
 
 from .lines import counted, failed_at, first_number, short_lines
 from .means import MeanRun, Spread
+from .nearest import closest
 
 SOURCE = "trtllm-bench decoding statistics"
 LABELS = ("[AL]", "[AR]", "[DAR]", "[DT]", "[ADT]")
 STATS = ("MINIMUM", "MAXIMUM", "AVERAGE")
+REPORT_KEY = '"decoding_stats"'
+REPORT_STATS = ("num_draft_tokens_percentiles", "num_accepted_draft_tokens_percentiles",
+                "draft_acceptance_rate_percentiles", "acceptance_length_percentiles")
 
 
 def rows(text: str) -> list[tuple[int, str, Spread]]:
@@ -92,3 +100,26 @@ def _block(block) -> MeanRun:
         raise failed_at(n, line, ValueError(f"an acceptance length of {length} is not one (1 to 65)"))
     return MeanRun(source=SOURCE, mean_length=length, acceptance_rate=rate, rate_meaning=meaning, spreads=spreads,
                    notes=tuple(notes))
+
+
+def report_refusal(text: str, records) -> str | None:
+    """The refusal for trtllm-bench --report_json's "decoding_stats" (percentiles over requests, no totals), naming
+    what it holds and the line of its key; None where no record holds one."""
+    stats = next((obj["decoding_stats"] for _, obj in records if isinstance(obj.get("decoding_stats"), dict)
+                  and any(key in obj["decoding_stats"] for key in REPORT_STATS)), None)
+    at = text.find(REPORT_KEY)
+    if stats is None or at < 0:
+        return None
+    start = text.rfind("\n", 0, at) + 1
+    line = text[start:text.find("\n", at) if "\n" in text[at:] else len(text)]
+    shown = line if len(line) <= 120 else line[at - start:]
+    length = (stats.get("acceptance_length_percentiles") or {}).get("average")
+    said = f"; here mode {stats.get('mode')!r}" + (
+        f", acceptance length AVERAGE {length:.2f}" if isinstance(length, (int, float)) else "")
+    return closest("TensorRT-LLM trtllm-bench --report_json 'decoding_stats'",
+                   "it holds percentiles over requests (minimum to p99) of the draft tokens (the configured maximum x "
+                   "decode iterations, an upper bound), accepted draft tokens, acceptance rate and acceptance length "
+                   "(bonus included), with no totals: drafted, accepted and step counts cannot be recovered" + said,
+                   text.count("\n", 0, at) + 1, shown,
+                   "the responses with their per-choice speculative_decoding object, or trtllm-serve's iteration "
+                   "stats (/metrics JSON with specDecodingStats)")

@@ -32,6 +32,7 @@ from dataclasses import replace
 
 from .lines import count, counted, failed_at, first_number, marked_lines, named_fields, numbers, short_lines
 from .means import MeanRun
+from .nearest import closest
 from .producers import engine_of, moment_of, process_of, producer_of, producers_note
 from .rounding import checked_rates, counts_for, half_unit, recover_steps
 from .run import EngineRun, Load, check_k, total
@@ -44,6 +45,7 @@ V0_ONLY = ("Number of speculative tokens", "System efficiency", "Number of emitt
            "Number of emitted tokens tokens")  # fields early V1's 'Speculative metrics:' line never printed
 SOURCE = "vLLM log"
 LOAD_MARKER = "Avg prompt throughput:"
+COUNT_FIELDS = ("Accepted", "Drafted", "Number of accepted tokens", "Number of draft tokens")  # V1, early V1 / V0
 
 
 def vllm_lines(text: str) -> list[tuple[int, str, str]]:
@@ -66,6 +68,9 @@ def parse(text: str, check=None) -> EngineRun:
     """The log's metrics lines as one run; ``check()`` before each line (a request's budget). Each interval keeps
     the producer that printed it (``producers``): totals sum every producer's lines."""
     lines = [(n, line, named_fields(body)) for n, line, body in vllm_lines(text)]
+    uncounted = without_counts(lines)
+    if uncounted is not None:
+        raise ValueError(uncounted)
     v0 = [line for line in lines if is_v0(line[2])]
     if v0 and len(v0) < len(lines):
         raise failed_at(v0[0][0], v0[0][1], ValueError("V0 lines (with 'Number of emitted tokens') and V1 lines "
@@ -90,6 +95,25 @@ def parse(text: str, check=None) -> EngineRun:
     return total(series, SOURCE).with_notes(
         counted(len(runs), "logging interval") + "; totals are their sums", _version_note(lines),
         _load_note(loads, len(lines)), producers_note([r.producer for _, r in runs]), merged)
+
+
+def without_counts(lines) -> str | None:
+    """The refusal for metrics lines none of which carries a count (a paste that kept the means and throughputs
+    and dropped 'Accepted: N tokens, Drafted: M tokens', in any build's field order), else None."""
+    if not lines or any(name in fields for _, _, fields in lines for name in COUNT_FIELDS):
+        return None
+    means = [first_number(fields["Mean acceptance length"], "Mean acceptance length")
+             for _, _, fields in lines if "Mean acceptance length" in fields]
+    said = f"; here {counted(len(lines), 'line')}" + (f" with Mean acceptance length {min(means):.2f}" + (
+        f" to {max(means):.2f}" if max(means) > min(means) else "") if means else "")
+    n, line, _ = lines[0]
+    return closest("vLLM 'SpecDecoding metrics' lines without their counts",
+                   "they keep the means (Mean acceptance length = 1 + accepted / drafts, bonus included; Per-position "
+                   "acceptance rate = accepted at i / drafts) and the throughputs (tokens per second over an interval "
+                   "the line does not state) but not 'Accepted: N tokens, Drafted: M tokens', and no mean gives the "
+                   "number of drafts back" + said, n, line,
+                   "the whole 'SpecDecoding metrics:' lines as the server printed them, or its /metrics "
+                   "(vllm:spec_decode_*)")
 
 
 def _prefix(line: str) -> str:
