@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 
+from .nearest import closest
 from .run import MAX_K, EngineRun
 
 LENGTH = "spec_decode_acceptance_length"
@@ -143,9 +144,8 @@ def _check_length(value: float) -> None:
 def refusal(text: str, why: str) -> ValueError:
     """The nearest-format refusal: what the gauges are, the line that shows them, and what to paste instead."""
     lines = text.splitlines()
-    n, line = next(((i, s.strip()) for i, s in enumerate(lines, 1) if _gauge_line(s)), (1, lines[0] if lines else ""))
-    shown = line if len(line) <= 120 else line[:117] + "..."
-    return ValueError(f"closest to {NAME}: {why} (line {n}: {shown!r}). Paste instead: {PASTE}")
+    n, line = next(((i, s) for i, s in enumerate(lines, 1) if _gauge_line(s)), (1, lines[0] if lines else ""))
+    return ValueError(closest(NAME, why, n, line, PASTE))
 
 
 def _gauge_line(line: str) -> bool:
