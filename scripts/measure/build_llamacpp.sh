@@ -27,10 +27,14 @@ if [ ! -d "$LLAMA_CPP" ]; then
   tar xzf "$EXT/llama_cpp_python-$VERSION.tar.gz" -C "$EXT"
 fi
 
+# Without AMX: on a Xeon with AMX (model 207, 2026-12-06) this build's AMX matmul (tinygemm_kernel_amx) stopped at
+# its first tile instruction with SIGILL in every pass of several rows (llama-server's warm-up, llama-bench -p 16), so
+# -march=native's AMX is turned off and those passes run on its AVX-512 VNNI kernels, as on a CPU without AMX.
+NO_AMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 if [ ! -x "$BIN/llama-server" ] || [ ! -x "$BIN/llama-speculative-simple" ] || [ ! -x "$BIN/llama-bench" ] \
-   || [ ! -x "$BIN/llama-batched-bench" ]; then
+   || [ ! -x "$BIN/llama-batched-bench" ] || ! grep -q -- "-mno-amx-int8" "$LLAMA_CPP/build/CMakeCache.txt"; then
   cmake -S "$LLAMA_CPP" -B "$LLAMA_CPP/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
-    -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_OPENSSL=OFF
+    -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_OPENSSL=OFF -DCMAKE_C_FLAGS="$NO_AMX" -DCMAKE_CXX_FLAGS="$NO_AMX"
   cmake --build "$LLAMA_CPP/build" -j "$(nproc)" --target llama-server llama-speculative-simple llama-bench \
     llama-batched-bench
 fi

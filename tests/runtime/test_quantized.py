@@ -3,6 +3,7 @@ type exactly as the gguf package's reference does; a tiny Gemma-3 written here a
 loads quantized (no float copy), matches transformers' float32 forward of the same file to float rounding, decodes
 greedy speculative output equal to its own greedy output token for token, and keeps the target's law when sampling;
 its config and tokenizer are cached by the file's hash and read back from there."""
+import ctypes
 import os
 
 import numpy as np
@@ -150,6 +151,35 @@ def test_a_matrix_regrouped_by_16_rows_multiplies_as_its_rows_do(kind, rows):
     got = run(mine, x, b, res)
     torch.testing.assert_close(got, plain, atol=1e-5 * plain.abs().max().item(), rtol=1e-5)
     assert torch.equal(run(mine, x), torch.cat([run(mine, x[i: i + 1]) for i in range(rows)]))
+
+
+@needs_int8
+@pytest.mark.parametrize("kind", ["Q5_0", "Q8_0", "Q4_K", "Q6_K"])
+def test_asking_for_the_weights_ahead_changes_no_bit(kind):
+    """sv_set_prefetch moves when the weights are read, not what is computed: every kernel (regrouped or row-major)
+    gives the same bits with the weights asked for ahead or not; the setting is clamped (0 off, at most 1 MiB) and
+    the one replaced comes back."""
+    from specviz.runtime.native import build
+
+    g = torch.Generator().manual_seed(7)
+    data = (quant.quantize_q8_0(torch.randn(64, 512, generator=g)).data.numpy() if kind == "Q8_0"
+            else random_blocks(kind, 64, 512, 3))
+    held = regrouped(kind, data, 64, 512) if kind in build.REGROUPED else np.ascontiguousarray(data)
+    part = build.QMat(held.ctypes.data, build.REGROUPED[kind][0] if kind in build.REGROUPED else quant.TYPES[kind][0], 64)
+    x, so = torch.randn(5, 512, generator=g), build.lib()
+    before = so.sv_set_prefetch(0)
+    try:
+        outs = []
+        for ahead in (0, 64, 12288, 1 << 20):
+            so.sv_set_prefetch(ahead)
+            y = torch.empty(5, 64)
+            assert so.sv_qlinear8(x.data_ptr(), 5, 512, ctypes.byref(part), 1, None, None, y.data_ptr(), 2) == 0
+            outs.append(y)
+        assert all(torch.equal(outs[0], y) for y in outs[1:])
+        assert so.sv_set_prefetch(-3) == 1 << 20 and so.sv_set_prefetch((1 << 20) + 1) == 0
+        assert so.sv_set_prefetch(4096) == 0
+    finally:
+        so.sv_set_prefetch(before)
 
 
 @needs_int8

@@ -829,6 +829,15 @@ int sv_qrows(const uint8_t *data, int type, int rows, int K, const int64_t *ids,
 
 int sv_qlinear8_available(void) { return QX; }
 
+/* How far ahead the 8-bit kernels ask for the weights they will read (prefetch_ahead), in bytes, 0 for not at all:
+ * set to measure settings side by side; returns the setting it replaced. */
+static size_t pf_ahead = 12288;
+int sv_set_prefetch(int bytes) {
+    int before = (int)pf_ahead;
+    pf_ahead = bytes > 0 && bytes <= (1 << 20) ? (size_t)bytes : 0;
+    return before;
+}
+
 #if QX
 /* The rows of quantized parts side by side that the 8-bit kernels read (each of a type unpack() reads, with rows
  * and data, K whole chunks of 64 and whole blocks), or 0 where any is not. */
@@ -956,16 +965,14 @@ static inline __attribute__((always_inline)) int unpack(const int type, const ui
     return 0;
 }
 
-/* The weights a kernel will read PF_AHEAD bytes on, asked for now. Without it, a pass of several rows costs about the
+/* The weights a kernel will read some 12 KB on, asked for now. Without it, a pass of several rows costs about the
  * time to stream the weights plus the time to compute on them: the out-of-order window fills with the arithmetic
  * and holds too few loads in flight to keep memory busy. Asked for ahead, the extra rows' arithmetic runs under the
  * stream (Gemma-3 270M's pass on 2 threads, Xeon, 2026-12-06: the 262,144-row head took 7.6 ms for one row and 8.6
  * for four, against 8.9 and 11.6 without; the whole pass 12.4 and 15.5 against 14.8 and 19.5). */
-#ifndef PF_AHEAD
-#define PF_AHEAD 12288
-#endif
 static inline __attribute__((always_inline)) void prefetch_ahead(const uint8_t *at, size_t bytes) {
-    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)at + PF_AHEAD + o, _MM_HINT_T0);
+    if (pf_ahead)
+        for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)at + pf_ahead + o, _MM_HINT_T0);
 }
 
 /* y[r, n] for rows r0..r0+R-1 and output columns [lo, hi) of one part starting at column c0 of y */
