@@ -17,8 +17,9 @@ on llama.cpp's, a several-row pass can round a near-tie otherwise than one-row p
 
 Prints a header (date, host, load average, command), one line per prompt, then a table: tokens/s of the decode
 (new tokens over the decode's wall time without the prefill; llama-server's own predicted_per_second), median
-[min-max] over the prompts; for specviz's drafts the speedup over specviz's autoregressive decode (median of the
-per-prompt ratios, each over the same prompt's autoregressive call); the last column (tau / accept) is specviz's
+[min-max] over the prompts (and --repeats, each call of a prompt with a seed of its own); for specviz's drafts the
+speedup over specviz's autoregressive decode (median of the per-call ratios, each over the same prompt and seed's
+autoregressive call); the last column (tau / accept) is specviz's
 mean new tokens a round, and for llama-server its acceptance (draft_n_accepted / draft_n; nan where it drafted
 nothing); then the best draft against llama.cpp's best speculative setting (medians of tokens/s).
 """
@@ -138,15 +139,16 @@ def drafts(args, model) -> dict[str, tuple[object, int, float]]:
     return out
 
 
-def one_prompt(i, text, temp, args, model, tok, forward, mine, servers, rows, checks) -> None:
-    calls = [("specviz autoregressive", lambda: specviz_call(model, tok, None, text, temp, args.max_new_tokens, i,
+def one_prompt(i, text, temp, args, model, tok, forward, mine, servers, rows, checks, rep=0) -> None:
+    seed = i + 1000 * rep  # each repeat of a prompt its own draws
+    calls = [("specviz autoregressive", lambda: specviz_call(model, tok, None, text, temp, args.max_new_tokens, seed,
                                                              args.k, forward))]
     calls += [(f"specviz {name}", (lambda d=d, k=k, s=s: specviz_call(model, tok, d, text, temp, args.max_new_tokens,
-                                                                      i, k, forward, s)))
+                                                                      seed, k, forward, s)))
               for name, (d, k, s) in mine.items()]
-    calls += [(name, (lambda p=p: server_call(p, tok, text, temp, args.max_new_tokens, i)))
+    calls += [(name, (lambda p=p: server_call(p, tok, text, temp, args.max_new_tokens, seed)))
               for name, (p, _) in servers.items()]
-    turn = i % len(calls)
+    turn = (i + rep) % len(calls)
     got = {name: fn() for name, fn in calls[turn:] + calls[:turn]}
     for name, (_, tps, extra) in got.items():
         rows.setdefault((temp, name), []).append((tps, extra, tps / got["specviz autoregressive"][1]))
@@ -154,7 +156,8 @@ def one_prompt(i, text, temp, args, model, tok, forward, mine, servers, rows, ch
         base = got["specviz autoregressive"][0]
         for name in mine:
             checks[name] = checks.get(name, 0) + (got[f"specviz {name}"][0] == base)
-    print(f"T={temp:g} prompt {i}: " + "  ".join(f"{n} {v[1]:.1f}" for n, v in got.items()), flush=True)
+    said = f"T={temp:g} prompt {i}" + (f" repeat {rep}" if rep else "")
+    print(f"{said}: " + "  ".join(f"{n} {v[1]:.1f}" for n, v in got.items()), flush=True)
 
 
 def main(argv=None) -> None:
@@ -164,6 +167,8 @@ def main(argv=None) -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--repeats", type=int, default=1, help="calls of each side a prompt (a seed each; medians over "
+                    "all prompts and repeats)")
     ap.add_argument("--k", type=int, default=4, help="draft tokens a round (llama.cpp: --spec-draft-n-max)")
     ap.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 0.8])
     ap.add_argument("--spec-types", nargs="*", default=list(SPEC_TYPES))
@@ -200,8 +205,9 @@ def main(argv=None) -> None:
     try:
         specviz_call(model, tok, None, PROMPTS[0], 0.0, 8, 0, args.k, forward)  # warm-up
         for temp in args.temperatures:
-            for i, text in enumerate(PROMPTS[: args.prompts]):
-                one_prompt(i, text, temp, args, model, tok, forward, mine, servers, rows, checks)
+            for rep in range(args.repeats):
+                for i, text in enumerate(PROMPTS[: args.prompts]):
+                    one_prompt(i, text, temp, args, model, tok, forward, mine, servers, rows, checks, rep)
     finally:
         for _, proc in servers.values():
             proc.terminate()
@@ -246,7 +252,7 @@ def report(rows, checks, args) -> None:
             print(f"T={temp:g}: best specviz draft {a} {ours[a]:.1f} tok/s; llama.cpp's best speculative {b} "
                   f"{theirs[b]:.1f} tok/s ({ours[a] / theirs[b]:.2f}x)")
     for name, n in checks.items():
-        print(f"greedy {name} == specviz's autoregressive output: {n}/{args.prompts}")
+        print(f"greedy {name} == specviz's autoregressive output: {n}/{args.prompts * args.repeats}")
 
 
 if __name__ == "__main__":
