@@ -22,6 +22,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parents[1]), str(HERE)]
 
+from gemma_drafts_vs_llamacpp import specviz_call  # noqa: E402
 from gemma_vs_llamacpp import PROMPTS  # noqa: E402
 from hostline import host_line, load_average  # noqa: E402
 
@@ -44,24 +45,18 @@ def passes(seq, rows, settings, repeats):
 
 
 def decodes(seq, tok, draft, args):
-    """{(T, name): [(tokens/s, tau, ratio to the same setting's autoregressive call)]}"""
-    from specviz import slim
-    from specviz.config import DecodeConfig
-
+    """{(T, name): [(tokens/s, tau, ratio to the same setting's autoregressive call)]}, each call the benchmark's own
+    (``gemma_drafts_vs_llamacpp.specviz_call`` on slim-c)."""
     out = {}
     for temp in args.temperatures:
         for i, text in enumerate(PROMPTS[: args.prompts]):
-            ids = list(tok(text).input_ids)
             calls = [(s, d) for s in args.prefetch for d in ((None, draft) if draft else (None,))]
             turn = i % len(calls)
             got = {}
             for s, d in calls[turn:] + calls[:turn]:
                 seq.so.sv_set_prefetch(s)
-                cfg = DecodeConfig(temperature=temp, max_new_tokens=64, seed=i, k=args.k, record=False,
-                                   draft_stop=args.min_q if d else 0.0)
-                tr = slim.autoregressive(seq, ids, cfg) if d is None else slim.speculative(seq, d, ids, cfg)
-                got[(s, d is None)] = ((len(tr.new_tokens) - 1) / (tr.total_s - tr.prefill_s),
-                                       len(tr.new_tokens) / len(tr.rounds))
+                _, tps, tau = specviz_call(seq, tok, d, text, temp, 64, i, args.k, "slim-c", args.min_q if d else 0.0)
+                got[(s, d is None)] = (tps, tau)
             for (s, ar), (tps, tau) in got.items():
                 name = f"prefetch {s:>5} " + ("autoregressive" if ar else f"feature draft k={args.k} min q={args.min_q}")
                 out.setdefault((temp, name), []).append((tps, tau, tps / got[(s, True)][0]))

@@ -965,10 +965,10 @@ static inline __attribute__((always_inline)) int unpack(const int type, const ui
     return 0;
 }
 
-/* The weights a kernel will read some 12 KB on, asked for now. Without it, a pass of several rows costs about the
- * time to stream the weights plus the time to compute on them: the out-of-order window fills with the arithmetic
- * and holds too few loads in flight to keep memory busy. Asked for ahead, the extra rows' arithmetic runs under the
- * stream (Gemma-3 270M on 2 threads, a Xeon, 2026-12-06, scripts/measure/gemma_prefetch.py: its 262,144-row head
+/* The weights a kernel will read some 12 KB on, asked for now. Without it, a pass of several rows cost about the
+ * time to stream the weights plus the time to compute on them (likely: the out-of-order window fills with the
+ * arithmetic and holds too few loads in flight to keep memory busy). Asked for ahead, the extra rows' arithmetic
+ * runs under the stream (Gemma-3 270M on 2 threads, a Xeon, 2026-12-06, scripts/measure/gemma_prefetch.py: its 262,144-row head
  * 8.2 ms for one row and 9.4 for four, against 8.6 and 12.3 without; the whole pass 13.7 and 17.0 against 15.2 and
  * 21.2). */
 static inline __attribute__((always_inline)) void prefetch_ahead(const uint8_t *at, size_t bytes) {
