@@ -876,7 +876,7 @@ static void quantize_rows(const float *x, int ldx, int M, int K, uint8_t *u, flo
             float amax = _mm512_reduce_max_ps(_mm512_max_ps(m, _mm512_setzero_ps()));
             float dd = amax / 127.0f, id = dd > 0.0f ? 1.0f / dd : 0.0f;
             float *dl = d + ((size_t)r * C + blk / 2) * 16 + (blk % 2) * 8, *sl = s + (dl - d);
-            int32_t q[32];
+            _mm256_storeu_ps(dl, _mm256_set1_ps(dd));
             for (int i = 0; i < 2; i++) {
                 __m512 v = _mm512_mul_ps(i ? b : a, _mm512_set1_ps(id));
                 __m512 t = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
@@ -884,10 +884,13 @@ static void quantize_rows(const float *x, int ldx, int M, int K, uint8_t *u, flo
                 t = _mm512_mask_add_ps(t, up, t, _mm512_or_ps(one, _mm512_and_ps(sign, v)));
                 __m512i qi = _mm512_max_epi32(_mm512_min_epi32(_mm512_cvttps_epi32(t), lim), _mm512_sub_epi32(_mm512_setzero_si512(), lim));
                 _mm_storeu_si128((void *)(u + (size_t)r * K + blk * 32 + 16 * i), _mm512_cvtepi32_epi8(_mm512_add_epi32(qi, off)));
-                _mm512_storeu_si512(q + 16 * i, qi);
+                /* each 128-bit lane holds one lane's 4 q: their sum, in float (exact: |sum| <= 508), times d */
+                __m512 f = _mm512_cvtepi32_ps(qi);
+                f = _mm512_add_ps(f, _mm512_permute_ps(f, _MM_SHUFFLE(2, 3, 0, 1)));
+                f = _mm512_add_ps(f, _mm512_permute_ps(f, _MM_SHUFFLE(1, 0, 3, 2)));
+                __m512 sums = _mm512_permutexvar_ps(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), f);
+                _mm_storeu_ps(sl + 4 * i, _mm_mul_ps(_mm512_castps512_ps128(sums), _mm_set1_ps(dd)));
             }
-            for (int lane = 0; lane < 8; lane++)
-                dl[lane] = dd, sl[lane] = dd * (float)(q[4 * lane] + q[4 * lane + 1] + q[4 * lane + 2] + q[4 * lane + 3]);
         }
 }
 
