@@ -94,9 +94,9 @@ class Weights:
         return ctypes.addressof(arr)
 
     def regrouped(self, name: str, cols: int):
-        """The matrix regrouped by 16 rows (``build.REGROUPED``: Q5_0, Q8_0 and Q4_K, the same weights read 16 rows a
-        vector operation) as a QMat, or None where its type has no such layout or its rows are not whole groups of
-        16. Read a slab at a time through the file mapping of its own that __init__ closes, each slab's pages given
+        """The matrix regrouped by 16 rows (``build.REGROUPED``: Q5_0, Q8_0, Q4_K and Q6_K, the same weights read 16
+        rows a vector operation) as a QMat, or None where its type has no such layout or its rows are not whole groups
+        of 16. Read a slab at a time through the file mapping of its own that __init__ closes, each slab's pages given
         back once read, so the file's bytes and their regrouped copy are never both resident."""
         t, shape, offset = self.header.tensors[name]
         kind = GGUF_TYPES.get(t)

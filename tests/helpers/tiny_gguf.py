@@ -28,6 +28,9 @@ def write_tiny_gemma(path, seed: int = 0, kinds=("Q8_0", "Q5_0"), pieces=None, p
 
     def mat(name, rows, cols, scale=0.08):
         kind = getattr(gguf.GGMLQuantizationType, kinds[next(turn) % len(kinds)])
+        if kind.name in K_QUANTS:  # the gguf package writes no K-quants: blocks of random codes, scaled to size
+            w.add_tensor(name, k_quant_blocks(kind.name, rows, cols, scale, g), raw_dtype=kind)
+            return
         data = (torch.randn(rows, cols, generator=g) * scale).numpy()
         w.add_tensor(name, gguf.quants.quantize(data, kind), raw_dtype=kind)
 
@@ -47,6 +50,26 @@ def write_tiny_gemma(path, seed: int = 0, kinds=("Q8_0", "Q5_0"), pieces=None, p
     w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file()
     w.close()
     return path
+
+
+K_QUANTS = ("Q4_K", "Q6_K")
+
+
+def k_quant_blocks(kind: str, rows: int, cols: int, scale: float, g: torch.Generator):
+    """rows x cols weights as Q4_K or Q6_K blocks of random codes (256 weights a block) whose scales keep each weight
+    within about +-scale: (rows, bytes) uint8, as a GGUF stores them."""
+    import numpy as np
+
+    nb = cols // 256
+    if kind == "Q6_K":  # 128 bytes of low nibbles, 64 of high bit pairs, 16 int8 scales (1-4), d (f16)
+        codes = torch.randint(0, 256, (rows, nb, 192), generator=g, dtype=torch.uint8).numpy()
+        scales = torch.randint(1, 5, (rows, nb, 16), generator=g, dtype=torch.uint8).numpy()
+        d = np.full((rows, nb, 1), scale / (32 * 4), dtype=np.float16).view(np.uint8)
+        return np.concatenate([codes, scales, d], -1).reshape(rows, nb * 210)
+    # Q4_K: d and dmin (f16), 12 bytes of 6-bit scales and mins, 128 bytes of nibbles: d sc q - dmin m
+    d = np.full((rows, nb, 2), [scale / (63 * 15), scale / (63 * 2)], dtype=np.float16).view(np.uint8)
+    rest = torch.randint(0, 256, (rows, nb, 140), generator=g, dtype=torch.uint8).numpy()
+    return np.concatenate([d, rest], -1).reshape(rows, nb * 144)
 
 
 FEATURE_D2T = [2, 4, 5, 6, 7, 9, 11, 12, 13, 14, 15]  # the tiny vocabulary's ids a tiny feature draft drafts

@@ -114,7 +114,8 @@ def test_with_int8_activations_a_row_gets_what_it_gets_alone(monkeypatch):
 
 
 def regrouped(kind: str, data: np.ndarray, rows: int, cols: int) -> np.ndarray:
-    """A Q5_0, Q8_0 or Q4_K matrix's bytes in stack.c's regrouped layout (build.REGROUPED), written by its repack."""
+    """A Q5_0, Q8_0, Q4_K or Q6_K matrix's bytes in stack.c's regrouped layout (build.REGROUPED), written by its
+    repack."""
     from specviz.runtime.native import build
 
     src = np.ascontiguousarray(data)
@@ -124,7 +125,7 @@ def regrouped(kind: str, data: np.ndarray, rows: int, cols: int) -> np.ndarray:
 
 
 @needs_int8
-@pytest.mark.parametrize("kind", ["Q5_0", "Q8_0", "Q4_K"])
+@pytest.mark.parametrize("kind", ["Q5_0", "Q8_0", "Q4_K", "Q6_K"])
 @pytest.mark.parametrize("rows", [1, 2, 3, 5, 8, 9, 17])
 def test_a_matrix_regrouped_by_16_rows_multiplies_as_its_rows_do(kind, rows):
     """The regrouped kernel against the row-major one on the same bytes, beside another part (its columns offset):
@@ -184,9 +185,9 @@ def test_asking_for_the_weights_ahead_changes_no_bit(kind):
 
 @needs_int8
 def test_the_regrouped_layout_is_refused_where_it_does_not_fit():
-    """Regrouping needs whole groups of 16 rows and whole chunks of 64 columns (Q4_K: whole super-blocks of 256); the
-    8-bit kernel refuses a regrouped part of rows not a multiple of 16, or a Q4_K one of columns not whole
-    super-blocks, writing nothing."""
+    """Regrouping needs whole groups of 16 rows and whole chunks of 64 columns (Q4_K, Q6_K: whole super-blocks of
+    256); the 8-bit kernel refuses a regrouped part of rows not a multiple of 16, or a Q4_K or Q6_K one of columns
+    not whole super-blocks, writing nothing."""
     import ctypes
 
     from specviz.runtime.native import build
@@ -197,13 +198,16 @@ def test_the_regrouped_layout_is_refused_where_it_does_not_fit():
         assert so.sv_repack_q8_0_r16(m.data.data_ptr(), rows, cols, out.ctypes.data) == -2
     for rows, cols in ((40, 256), (32, 128), (32, 320)):
         assert so.sv_repack_q4_k_r16(m.data.data_ptr(), rows, cols, out.ctypes.data) == -2
+        assert so.sv_repack_q6_k_r16(m.data.data_ptr(), rows, cols, out.ctypes.data) == -2
     for rows, cols in ((40, 640), (32, 96)):
         assert so.sv_repack_q5_0_r16(m.data.data_ptr(), rows, cols, out.ctypes.data) == -2
     x, y = torch.randn(1, 640), torch.full((1, 40), 7.0)
-    for kind, rows, cols in ((build.Q8_0_R16, 40, 640), (build.Q4_K_R16, 32, 640), (build.Q4_K_R16, 40, 512)):
+    for kind, rows, cols in ((build.Q8_0_R16, 40, 640), (build.Q4_K_R16, 32, 640), (build.Q4_K_R16, 40, 512),
+                             (build.Q6_K_R16, 32, 640), (build.Q6_K_R16, 40, 512)):
         part = build.QMat(out.ctypes.data, kind, rows)
         assert so.sv_qlinear8(x.data_ptr(), 1, cols, ctypes.byref(part), 1, None, None, y.data_ptr(), 1) == -2
-    for kind in (build.Q5_0_R16, build.Q8_0_R16, build.Q4_K_R16):  # the float path and the lookup read GGML's own
+    for kind in (build.Q5_0_R16, build.Q8_0_R16, build.Q4_K_R16, build.Q6_K_R16):  # the float path and the lookup
+        # read GGML's own
         part = build.QMat(out.ctypes.data, kind, 32)
         assert so.sv_qlinear(x.data_ptr(), 1, 512, ctypes.byref(part), 1, None, None, y.data_ptr(), 1) == -2
         assert so.sv_qrows(out.ctypes.data, kind, 32, 512, torch.tensor([1]).data_ptr(), 1, y.data_ptr()) == -2

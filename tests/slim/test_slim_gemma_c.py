@@ -3,6 +3,7 @@ no torch, on a tiny GGUF written here. Its logits are the torch side's C stack's
 rounded from float64 here), a row's floats do not depend on the rows sharing its pass, greedy speculative text equals
 its own greedy text, its trace names the forward, a process decoding on it never imports torch, and what it cannot
 run is refused in words before any work."""
+import ctypes
 import subprocess
 import sys
 from pathlib import Path
@@ -101,6 +102,38 @@ def test_greedy_speculative_equals_its_own_greedy_decode(seq, k):
     trace = speculative(seq, Lookup(), prompt, cfg)
     assert trace.new_tokens == own.new_tokens and trace.forward == own.forward == "gemma-c"
     assert sum(r.n_accepted for r in trace.rounds) > 0
+
+
+def test_k_quant_matrices_regrouped_give_the_file_blocks_logits(tmp_path, monkeypatch):
+    """A GGUF of Q4_K and Q6_K matrices (as a Q4_K_M file holds), regrouped by 16 rows as the sequence loads them: the
+    logits of the torch side's C stack, which reads the file's blocks row by row, to float rounding until an 8-bit
+    rounding of x falls the other way (then within 1% of the logits' size, the same argmax); greedy speculative
+    decoding its own greedy decode."""
+    from specviz.runtime import gguf as loader
+    from specviz.runtime.gemma_sequence import GemmaSequence
+    from specviz.runtime.lm import CachedLM
+    from specviz.runtime.native import build
+
+    monkeypatch.setenv("SPECVIZ_GGUF_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv(quant.ACTIVATIONS_ENV, "int8")
+    path = write_tiny_gemma(tmp_path / "k.gguf", kinds=("Q6_K", "Q4_K", "Q8_0"))
+    model, _ = loader.load(tmp_path, path.name, torch.float32)
+    seq = GemmaSequence.from_gguf(path)
+    types = {ctypes.cast(getattr(layer, f), ctypes.POINTER(build.QMat))[0].type
+             for layer in seq.w.layers for f in ("qkv", "o", "gu", "down")}
+    assert {build.Q6_K_R16, build.Q4_K_R16} <= types
+    lm = CachedLM(model)
+    theirs = torch.cat([lm.feed(IDS[:5]), lm.feed(IDS[5:6]), lm.feed(IDS[6:])]).numpy()
+    ours = np.concatenate([seq.decode(IDS[:5]), seq.decode(IDS[5:6]), seq.decode(IDS[6:])])
+    assert np.isfinite(ours).all() and np.abs(ours).max() > 0.1
+    gap, top = np.abs(ours - theirs).max(-1), np.abs(theirs).max()
+    assert gap[:4].max() <= 1e-6 * top  # the first rows: float rounding alone
+    assert gap.max() <= 1e-2 * top  # later an 8-bit rounding of x may fall the other way (the Q4_0 test's caveat)
+    assert (ours.argmax(-1) == theirs.argmax(-1)).mean() >= 0.9
+    seq.crop(0)
+    prompt, cfg = [2, 6, 7, 8, 6, 7, 8, 6], DecodeConfig(k=3, temperature=0, max_new_tokens=16)
+    own = autoregressive(seq, prompt, cfg)
+    assert speculative(seq, Lookup(), prompt, cfg).new_tokens == own.new_tokens
 
 
 def test_what_it_cannot_run_is_refused_in_words(written, seq, tmp_path, monkeypatch):

@@ -35,11 +35,11 @@ ENV, CACHE_ENV, PIN_ENV = "SPECVIZ_NATIVE", "SPECVIZ_NATIVE_CACHE", "SPECVIZ_NAT
 FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-shared", "-fPIC", "-fopenmp")
 MAX_HEAD_DIM = 512  # stack.c's rope keeps a head on the stack
 INT8_TYPES = ("Q4_0", "Q5_0", "Q8_0", "Q4_K", "Q6_K")  # the GGML types sv_qlinear8 unpacks (rows of whole 64s)
-Q5_0_R16, Q8_0_R16, Q4_K_R16 = 1006, 1008, 1012  # stack.c's own types: Q5_0, Q8_0 and Q4_K regrouped by 16 rows
-# (sv_repack_*_r16), read by sv_qlinear8 alone
+# stack.c's own types: Q5_0, Q8_0, Q4_K and Q6_K regrouped by 16 rows (sv_repack_*_r16), read by sv_qlinear8 alone
+Q5_0_R16, Q8_0_R16, Q4_K_R16, Q6_K_R16 = 1006, 1008, 1012, 1014
 # each regrouped GGML type -> (its id, a block's columns and bytes, regrouped bytes per 16 rows and column)
 REGROUPED = {"Q5_0": (Q5_0_R16, 32, 22, 352 / 32), "Q8_0": (Q8_0_R16, 32, 34, 576 / 32),
-             "Q4_K": (Q4_K_R16, 256, 144, 2368 / 256)}
+             "Q4_K": (Q4_K_R16, 256, 144, 2368 / 256), "Q6_K": (Q6_K_R16, 256, 210, 4896 / 256)}
 _state: dict = {}
 _lock = threading.Lock()
 
@@ -122,7 +122,7 @@ def load_library():
     so.sv_set_prefetch.restype = i
     so.sv_qlinear.argtypes = so.sv_qlinear8.argtypes = [p, i, i, ctypes.POINTER(QMat), i, p, p, p, i]
     so.sv_qrows.argtypes = [p, i, i, i, p, i, p]
-    for name in ("sv_repack_q5_0_r16", "sv_repack_q8_0_r16", "sv_repack_q4_k_r16"):
+    for name in ("sv_repack_q5_0_r16", "sv_repack_q8_0_r16", "sv_repack_q4_k_r16", "sv_repack_q6_k_r16"):
         getattr(so, name).argtypes, getattr(so, name).restype = [p, i, i, p], i
     so.sv_quant_block.argtypes = [i, ctypes.POINTER(i), ctypes.POINTER(i)]
     so.sv_gemma_layers.argtypes = [ctypes.POINTER(Dims), p, p, i, p, i, i, i, p, p, p, p, i, p, i]

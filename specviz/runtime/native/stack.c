@@ -527,8 +527,8 @@ static int run_stack(struct stack_job *j, int span, int nt) {
  * arithmetic) and dotted with every row of x (float32), so the weights used are exactly the file's and only the
  * order of additions differs from x @ dequantize(W).T. */
 enum { SV_F32 = 0, SV_F16 = 1, SV_Q4_0 = 2, SV_Q5_0 = 6, SV_Q8_0 = 8, SV_Q4_K = 12, SV_Q6_K = 14 }; /* GGML ids */
-enum { SV_Q5_0_R16 = 1006, SV_Q8_0_R16 = 1008, SV_Q4_K_R16 = 1012 }; /* specviz's own: Q5_0, Q8_0 and Q4_K regrouped by
-                                                                    16 rows (sv_repack_*_r16), read by the 8-bit path alone */
+/* specviz's own: Q5_0, Q8_0, Q4_K and Q6_K regrouped by 16 rows (sv_repack_*_r16), read by the 8-bit path alone */
+enum { SV_Q5_0_R16 = 1006, SV_Q8_0_R16 = 1008, SV_Q4_K_R16 = 1012, SV_Q6_K_R16 = 1014 };
 #define QCHUNK 256
 
 /* (elements, bytes) of one block of a type; 0 elements for a type not read here */
@@ -659,6 +659,47 @@ int sv_repack_q4_k_r16(const uint8_t *src, int rows, int K, uint8_t *dst) {
                 }
                 for (int pair = 0; pair < 4; pair++)
                     for (int i = 0; i < 8; i++) memcpy(out + 320 + 512 * pair + 64 * i + 4 * r, blk + 16 + 32 * pair + 4 * i, 4);
+            }
+        }
+    return 0;
+}
+
+/* Q6_K rows (rows, K / 256 super-blocks of 210 bytes) into SV_Q6_K_R16's layout, 4,896 bytes per group of 16 rows
+ * and super-block: the 16 d (f16), then per block of 32 columns (608 bytes) the 16 rows' int8 scales of its first
+ * 16 columns, those of its last 16, the 16 rows' sums of the weights of each half (int16, first halves then second),
+ * then 8 runs of 64 bytes, run i holding columns 4i..4i+3 of each of the 16 rows as int8 (q - 32: the 6-bit values
+ * widened to bytes, so no unpacking is left to the kernel). 0, or -2 where rows is not whole groups of 16 or K not
+ * whole super-blocks. */
+#define R16Q6_SUPER 4896
+#define R16Q6_BLOCK 608
+int sv_repack_q6_k_r16(const uint8_t *src, int rows, int K, uint8_t *dst) {
+    if (!src || !dst || rows < 16 || rows % 16 || K < 256 || K % 256) return -2;
+    int ns = K / 256;
+    for (int g = 0; g < rows / 16; g++)
+        for (int sb = 0; sb < ns; sb++) {
+            uint8_t *out = dst + ((size_t)g * ns + sb) * R16Q6_SUPER;
+            for (int r = 0; r < 16; r++) {
+                const uint8_t *blk = src + ((size_t)(16 * g + r) * ns + sb) * 210, *ql = blk, *qh = blk + 128;
+                const int8_t *sc = (const int8_t *)(blk + 192);
+                int8_t q[256];
+                for (int n = 0; n < 2; n++, ql += 64, qh += 32)
+                    for (int l = 0; l < 32; l++) {
+                        q[128 * n + l] = (int8_t)(((ql[l] & 0xF) | ((qh[l] & 3) << 4)) - 32);
+                        q[128 * n + l + 32] = (int8_t)(((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
+                        q[128 * n + l + 64] = (int8_t)(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+                        q[128 * n + l + 96] = (int8_t)(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+                    }
+                memcpy(out + 2 * r, blk + 208, 2);
+                for (int b = 0; b < 8; b++) {
+                    uint8_t *ob = out + 32 + (size_t)b * R16Q6_BLOCK;
+                    for (int h = 0; h < 2; h++) {
+                        int16_t sum = 0;
+                        for (int i = 0; i < 16; i++) sum += q[32 * b + 16 * h + i];
+                        ob[16 * h + r] = (uint8_t)sc[2 * b + h];
+                        memcpy(ob + 32 + 32 * h + 2 * r, &sum, 2);
+                    }
+                    for (int i = 0; i < 8; i++) memcpy(ob + 96 + 64 * i + 4 * r, q + 32 * b + 4 * i, 4);
+                }
             }
         }
     return 0;
@@ -847,7 +888,8 @@ static int int8_rows(const sv_qmat *parts, int nparts, int K) {
     for (int i = 0; i < nparts; i++) {
         int t = parts[i].type;
         sv_quant_block(t, &e, &bytes);
-        if (t == SV_Q8_0_R16 || t == SV_Q4_K_R16 || t == SV_Q5_0_R16 ? parts[i].rows % 16 != 0 || (t == SV_Q4_K_R16 && K % 256)
+        if (t == SV_Q8_0_R16 || t == SV_Q4_K_R16 || t == SV_Q5_0_R16 || t == SV_Q6_K_R16
+            ? parts[i].rows % 16 != 0 || ((t == SV_Q4_K_R16 || t == SV_Q6_K_R16) && K % 256)
             : (t != SV_Q4_0 && t != SV_Q5_0 && t != SV_Q8_0 && t != SV_Q4_K && t != SV_Q6_K) || K % e)
             return 0;
         if (parts[i].rows < 1 || !parts[i].data) return 0;
@@ -1170,10 +1212,53 @@ static inline __attribute__((always_inline)) void q4k16_r(const int R, const str
     }
 }
 
+/* Q6_K regrouped by 16 rows (sv_repack_q6_k_r16): per block of 32 columns the 16 rows' int8 weights read as they
+ * are, each half's 16 dot products whole in the lanes from its stored sums, scaled by d times the half's scale. */
+static inline __attribute__((always_inline)) void q6k16_r(const int R, const struct q8_job *j, const sv_qmat *p,
+                                                          int c0, int g0, int g1, int r0) {
+    int K = j->K, ns = K / 256, C = K / 64;
+    const __m512i zero = _mm512_setzero_si512();
+    for (int g = g0; g < g1; g++) {
+        __m512 acc[MR16];
+        for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
+        for (int sb = 0; sb < ns; sb++) {
+            const uint8_t *sup = p->data + ((size_t)g * ns + sb) * R16Q6_SUPER;
+            __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)sup));
+            for (int k = 0; k < 8; k++) {
+                const uint8_t *blk = sup + 32 + (size_t)k * R16Q6_BLOCK;
+                int b = 8 * sb + k;
+                prefetch_ahead(blk, R16Q6_BLOCK);
+                __m512 s0 = _mm512_mul_ps(dv, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const void *)blk))));
+                __m512 s1 = _mm512_mul_ps(dv, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                    _mm_loadu_si128((const void *)(blk + 16)))));
+                __m512i st0 = _mm512_sub_epi32(zero, _mm512_slli_epi32(
+                    _mm512_cvtepi16_epi32(_mm256_loadu_si256((const void *)(blk + 32))), 7));
+                __m512i st1 = _mm512_sub_epi32(zero, _mm512_slli_epi32(
+                    _mm512_cvtepi16_epi32(_mm256_loadu_si256((const void *)(blk + 64))), 7));
+                __m512i w[8];
+                for (int i = 0; i < 8; i++) w[i] = _mm512_loadu_si512((const void *)(blk + 96 + 64 * i));
+                for (int r = 0; r < R; r++) {
+                    const uint8_t *ux = j->u + (size_t)(r0 + r) * K + 32 * b;
+                    __m512i h0 = st0, h1 = st1;
+                    for (int i = 0; i < 4; i++) {
+                        h0 = _mm512_dpbusd_epi32(h0, bcast4(ux + 4 * i), w[i]);
+                        h1 = _mm512_dpbusd_epi32(h1, bcast4(ux + 16 + 4 * i), w[i + 4]);
+                    }
+                    __m512 dx = _mm512_set1_ps(j->d[((size_t)(r0 + r) * C + b / 2) * 16 + (b % 2) * 8]);
+                    acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(h0), _mm512_mul_ps(s0, dx), acc[r]);
+                    acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(h1), _mm512_mul_ps(s1, dx), acc[r]);
+                }
+            }
+        }
+        r16_store(R, j, acc, c0, g, r0);
+    }
+}
+
 static void r16_rows(const struct q8_job *j, const sv_qmat *p, int c0, int g0, int g1, int r0, int R) {
 #define R16_CASE(n) \
     case n: \
         if (p->type == SV_Q4_K_R16) q4k16_r(n, j, p, c0, g0, g1, r0); \
+        else if (p->type == SV_Q6_K_R16) q6k16_r(n, j, p, c0, g0, g1, r0); \
         else if (p->type == SV_Q5_0_R16) blk32_r(n, SV_Q5_0_R16, j, p, c0, g0, g1, r0); \
         else blk32_r(n, SV_Q8_0_R16, j, p, c0, g0, g1, r0); \
         break;
@@ -1199,8 +1284,9 @@ static void q8_job_fn(void *ctx, int tid, int nt) {
     share(tid, nt, j->N, &lo, &hi);
     for (int pi = 0, c0 = 0; pi < j->nparts; c0 += j->parts[pi].rows, pi++) {
         int a = lo > c0 ? lo - c0 : 0, z = hi - c0 < j->parts[pi].rows ? hi - c0 : j->parts[pi].rows;
-        if (j->parts[pi].type == SV_Q8_0_R16 || j->parts[pi].type == SV_Q4_K_R16 || j->parts[pi].type == SV_Q5_0_R16) { /* whole groups of 16: each one
-                                                                                       this thread's whose first row it has */
+        int t = j->parts[pi].type;
+        if (t == SV_Q8_0_R16 || t == SV_Q4_K_R16 || t == SV_Q5_0_R16 || t == SV_Q6_K_R16) {
+            /* whole groups of 16: each one this thread's whose first row it has */
             for (int r0 = 0; a < z && r0 < j->M; r0 += MR16)
                 r16_rows(j, &j->parts[pi], c0, (a + 15) / 16, (z + 15) / 16, r0, j->M - r0 < MR16 ? j->M - r0 : MR16);
             continue;
