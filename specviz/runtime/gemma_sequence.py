@@ -15,7 +15,9 @@ import ctypes
 import json
 import math
 import mmap
+import os
 import time
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +37,8 @@ class Weights:
 
     def __init__(self, path: Path, config: dict):
         self.header, self.map = Header(path), np.memmap(path, dtype=np.uint8, mode="r")
+        self.fd = os.open(path, os.O_RDONLY)  # the norms and the embedding rows are read with pread (not mapped)
+        weakref.finalize(self, os.close, self.fd)
         self.keep: list = []
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as self.source:
             self._read(config)
@@ -60,8 +64,9 @@ class Weights:
                 setattr(s, field, self.vector(b + name + ".weight", size).ctypes.data)
             s.sliding = int(kind == "sliding_attention")
         self.layers = layers
-        self.embed_kind, self.embed = self.matrix("token_embd.weight", None, d)
-        self.vocab = self.embed.shape[0]
+        self.embed_kind, embed = self.matrix("token_embd.weight", None, d)
+        self.vocab, self.embed_row_bytes = embed.shape
+        self.embed_offset = self.header.tensors["token_embd.weight"][2]
         self.head = self.parts(["token_embd.weight"], self.vocab, d)
         self.norm = self.vector("output_norm.weight", d)
 
@@ -116,11 +121,31 @@ class Weights:
         self.keep.append(out)
         return build.QMat(out.ctypes.data, rtype, rows)
 
+    def embed_rows(self, ids: np.ndarray) -> np.ndarray:
+        """Rows ``ids`` (n,) of the embedding table as the file stores them, (n, row bytes) uint8: read with pread, a
+        run of consecutive ids at a time, so a lookup maps no page of the file (through the mapping the kernel maps
+        the 64 KB around each row looked up, and a long run's lookups held ever more of the 178 MB table resident)."""
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        need(len(ids) == 0 or (int(ids.min()) >= 0 and int(ids.max()) < self.vocab),
+             f"embedding ids must lie in [0, {self.vocab})")
+        out, rb = np.empty((len(ids), self.embed_row_bytes), dtype=np.uint8), self.embed_row_bytes
+        order = np.argsort(ids, kind="stable")
+        ranked = ids[order]
+        starts = np.flatnonzero(np.r_[True, np.diff(ranked) != 1]) if len(ids) else np.zeros(0, np.int64)
+        for a, b in zip(starts, np.r_[starts[1:], len(ids)]):
+            first, count = int(ranked[a]), int(b - a)
+            data = os.pread(self.fd, count * rb, self.embed_offset + first * rb)
+            need(len(data) == count * rb, f"{self.header.path.name} ended inside its embedding table")
+            out[order[a:b]] = np.frombuffer(data, dtype=np.uint8).reshape(count, rb)
+        return out
+
     def vector(self, name: str, size: int) -> np.ndarray:
         need(name in self.header.tensors, f"{self.header.path.name} has no tensor {name!r}")
         t, shape, offset = self.header.tensors[name]
         need(t == 0 and tuple(shape) == (size,), f"{name} must be an F32 vector of {size}, not type {t} {shape}")
-        v = np.array(self.map[offset: offset + 4 * size].view(np.float32))
+        data = os.pread(self.fd, 4 * size, offset)  # not through the mapping: a page touched there maps its neighbours
+        need(len(data) == 4 * size, f"{name} runs past the end of the file")
+        v = np.frombuffer(data, dtype=np.float32).copy()
         self.keep.append(v)
         return v
 
@@ -256,9 +281,10 @@ class GemmaSequence:
 
     def embed(self, ids: np.ndarray) -> np.ndarray:
         """The input embeddings of ids (n,): the file's rows times sqrt(d), (n, d) float32."""
-        out = np.empty((len(ids), self.d), dtype=np.float32)
-        done = self.so.sv_qrows(self.w.embed.ctypes.data, BLOCKS[self.w.embed_kind][0], self.vocab, self.d,
-                                ids.ctypes.data, len(ids), out.ctypes.data)
+        out, rows = np.empty((len(ids), self.d), dtype=np.float32), self.w.embed_rows(ids)
+        at = np.arange(len(ids), dtype=np.int64)
+        done = self.so.sv_qrows(rows.ctypes.data, BLOCKS[self.w.embed_kind][0], len(ids), self.d, at.ctypes.data,
+                                len(ids), out.ctypes.data)
         need(done == 0, "the C lookup refused the embedding table")
         return out * self.scale
 

@@ -119,7 +119,7 @@ class FeatureDraft:
                 "gate_up": np.concatenate([state[L[1] + n + "_proj.weight"] for n in ("gate", "up")]),
                 "down": state[L[1] + "down_proj.weight"]}
         self.mats = {k: self._qmat(rounded(v, weights), weights) for k, v in mats.items()}
-        self.head = (self._qmat(np.ascontiguousarray(target.w.embed[self.d2t]), target.w.embed_kind)
+        self.head = (self._qmat(target.w.embed_rows(self.d2t), target.w.embed_kind)
                      if weights == "Q8_0" else
                      self._qmat(rounded(target.embed(self.d2t) / target.scale, weights), weights))
         self.layer = build.DLayer(*[ctypes.addressof(self.mats[k][1]) for k in MATRICES],

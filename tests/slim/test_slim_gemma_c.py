@@ -136,6 +136,21 @@ def test_k_quant_matrices_regrouped_give_the_file_blocks_logits(tmp_path, monkey
     assert speculative(seq, Lookup(), prompt, cfg).new_tokens == own.new_tokens
 
 
+def test_embedding_rows_are_the_files_read_without_its_mapping(seq):
+    """A lookup reads the table's rows with pread (a page touched through the mapping maps its neighbours, and a long
+    run's lookups held ever more of a real table resident): the file's bytes, in the order asked, repeats and runs of
+    consecutive ids alike; ids outside the vocabulary refused."""
+    t, shape, offset = seq.w.header.tensors["token_embd.weight"]
+    rb = seq.w.embed_row_bytes
+    table = np.asarray(seq.w.map[offset: offset + seq.vocab * rb]).reshape(seq.vocab, rb)
+    for ids in ([5, 3, 3, 4, 15, 0], [7, 8, 9, 10], [0], list(range(seq.vocab))[::-1]):
+        assert np.array_equal(seq.w.embed_rows(np.asarray(ids)), table[ids])
+    assert seq.w.embed_rows(np.zeros(0, np.int64)).shape == (0, rb)
+    for bad in ([seq.vocab], [-1]):
+        with pytest.raises(ValueError, match="embedding ids"):
+            seq.w.embed_rows(np.asarray(bad))
+
+
 def test_what_it_cannot_run_is_refused_in_words(written, seq, tmp_path, monkeypatch):
     import json
 
