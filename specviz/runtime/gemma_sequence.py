@@ -124,7 +124,8 @@ class Weights:
     def embed_rows(self, ids: np.ndarray) -> np.ndarray:
         """Rows ``ids`` (n,) of the embedding table as the file stores them, (n, row bytes) uint8: read with pread, a
         run of consecutive ids at a time, so a lookup maps no page of the file (through the mapping the kernel maps
-        the 64 KB around each row looked up, and a long run's lookups held ever more of the 178 MB table resident)."""
+        the pages around each row looked up, 64 KB or a large folio, and a long run's lookups held ever more of the
+        table resident)."""
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         need(len(ids) == 0 or (int(ids.min()) >= 0 and int(ids.max()) < self.vocab),
              f"embedding ids must lie in [0, {self.vocab})")
