@@ -664,6 +664,18 @@ int sv_repack_q4_k_r16(const uint8_t *src, int rows, int K, uint8_t *dst) {
     return 0;
 }
 
+/* A Q6_K super-block's 256 weights as the integers q - 32 (-32..31), column by column; weight c is d sc[c / 16] q[c] */
+static void q6_k_values(const uint8_t *b, int8_t *q) { /* 128 low nibbles, 64 bytes of high bit pairs, scales, d */
+    const uint8_t *ql = b, *qh = b + 128;
+    for (int n = 0; n < 256; n += 128, q += 128, ql += 64, qh += 32)
+        for (int l = 0; l < 32; l++) {
+            q[l] = (int8_t)(((ql[l] & 0xF) | ((qh[l] & 3) << 4)) - 32);
+            q[l + 32] = (int8_t)(((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
+            q[l + 64] = (int8_t)(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+            q[l + 96] = (int8_t)(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+        }
+}
+
 /* Q6_K rows (rows, K / 256 super-blocks of 210 bytes) into SV_Q6_K_R16's layout, 4,896 bytes per group of 16 rows
  * and super-block: the 16 d (f16), then per block of 32 columns (608 bytes) the 16 rows' int8 scales of its first
  * 16 columns, those of its last 16, the 16 rows' sums of the weights of each half (int16, first halves then second),
@@ -679,16 +691,10 @@ int sv_repack_q6_k_r16(const uint8_t *src, int rows, int K, uint8_t *dst) {
         for (int sb = 0; sb < ns; sb++) {
             uint8_t *out = dst + ((size_t)g * ns + sb) * R16Q6_SUPER;
             for (int r = 0; r < 16; r++) {
-                const uint8_t *blk = src + ((size_t)(16 * g + r) * ns + sb) * 210, *ql = blk, *qh = blk + 128;
+                const uint8_t *blk = src + ((size_t)(16 * g + r) * ns + sb) * 210;
                 const int8_t *sc = (const int8_t *)(blk + 192);
                 int8_t q[256];
-                for (int n = 0; n < 2; n++, ql += 64, qh += 32)
-                    for (int l = 0; l < 32; l++) {
-                        q[128 * n + l] = (int8_t)(((ql[l] & 0xF) | ((qh[l] & 3) << 4)) - 32);
-                        q[128 * n + l + 32] = (int8_t)(((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
-                        q[128 * n + l + 64] = (int8_t)(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
-                        q[128 * n + l + 96] = (int8_t)(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
-                    }
+                q6_k_values(blk, q);
                 memcpy(out + 2 * r, blk + 208, 2);
                 for (int b = 0; b < 8; b++) {
                     uint8_t *ob = out + 32 + (size_t)b * R16Q6_BLOCK;
@@ -720,17 +726,11 @@ static void deq_q4_k(const uint8_t *b, float *y) { /* d, dmin (f16), 12 bytes of
 }
 
 static void deq_q6_k(const uint8_t *b, float *y) { /* 128 low nibbles, 64 bytes of high bit pairs, 16 int8 scales, d */
-    const uint8_t *ql = b, *qh = b + 128;
     const int8_t *sc = (const int8_t *)(b + 192);
     float d = half(b + 208);
-    for (int n = 0; n < 256; n += 128, y += 128, ql += 64, qh += 32, sc += 8)
-        for (int l = 0; l < 32; l++) {
-            int is = l / 16;
-            int q1 = ((ql[l] & 0xF) | ((qh[l] & 3) << 4)) - 32, q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
-            int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32, q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-            y[l] = d * sc[is] * q1, y[l + 32] = d * sc[is + 2] * q2;
-            y[l + 64] = d * sc[is + 4] * q3, y[l + 96] = d * sc[is + 6] * q4;
-        }
+    int8_t q[256];
+    q6_k_values(b, q);
+    for (int c = 0; c < 256; c++) y[c] = d * sc[c / 16] * q[c];
 }
 
 /* weights [k0, k0 + len) of a row (len <= QCHUNK, k0 and len whole blocks) as floats */
@@ -882,14 +882,18 @@ int sv_set_prefetch(int bytes) {
 #if QX
 /* The rows of quantized parts side by side that the 8-bit kernels read (each of a type unpack() reads, with rows
  * and data, K whole chunks of 64 and whole blocks), or 0 where any is not. */
+/* a type of stack.c's own layouts regrouped by 16 rows; those of K-quants take whole super-blocks of 256 columns */
+static inline int regrouped_type(int t) {
+    return t == SV_Q8_0_R16 || t == SV_Q5_0_R16 || t == SV_Q4_K_R16 || t == SV_Q6_K_R16;
+}
+
 static int int8_rows(const sv_qmat *parts, int nparts, int K) {
     int total = 0, e, bytes;
     if (!parts || nparts < 1 || K < 64 || K % 64) return 0;
     for (int i = 0; i < nparts; i++) {
         int t = parts[i].type;
         sv_quant_block(t, &e, &bytes);
-        if (t == SV_Q8_0_R16 || t == SV_Q4_K_R16 || t == SV_Q5_0_R16 || t == SV_Q6_K_R16
-            ? parts[i].rows % 16 != 0 || ((t == SV_Q4_K_R16 || t == SV_Q6_K_R16) && K % 256)
+        if (regrouped_type(t) ? parts[i].rows % 16 != 0 || ((t == SV_Q4_K_R16 || t == SV_Q6_K_R16) && K % 256)
             : (t != SV_Q4_0 && t != SV_Q5_0 && t != SV_Q8_0 && t != SV_Q4_K && t != SV_Q6_K) || K % e)
             return 0;
         if (parts[i].rows < 1 || !parts[i].data) return 0;
@@ -1284,8 +1288,7 @@ static void q8_job_fn(void *ctx, int tid, int nt) {
     share(tid, nt, j->N, &lo, &hi);
     for (int pi = 0, c0 = 0; pi < j->nparts; c0 += j->parts[pi].rows, pi++) {
         int a = lo > c0 ? lo - c0 : 0, z = hi - c0 < j->parts[pi].rows ? hi - c0 : j->parts[pi].rows;
-        int t = j->parts[pi].type;
-        if (t == SV_Q8_0_R16 || t == SV_Q4_K_R16 || t == SV_Q5_0_R16 || t == SV_Q6_K_R16) {
+        if (regrouped_type(j->parts[pi].type)) {
             /* whole groups of 16: each one this thread's whose first row it has */
             for (int r0 = 0; a < z && r0 < j->M; r0 += MR16)
                 r16_rows(j, &j->parts[pi], c0, (a + 15) / 16, (z + 15) / 16, r0, j->M - r0 < MR16 ? j->M - r0 : MR16);
