@@ -70,6 +70,8 @@ class SlimDecoding:
         """draft -> verify -> accept -> commit, timed; the round's record."""
         t0, cfg = time.perf_counter(), self.cfg
         drafted, q = self.draft.propose(self.committed, k, cfg, self.rng) if k else ([], None)
+        if cfg.record and isinstance(q, S.DraftQ):
+            q = q.dense()  # the record reads every row whole
         x = np.asarray(drafted, dtype=np.int64)
         t1, draft_head = time.perf_counter(), getattr(self.draft, "head_seconds", None) if k else None
         logits, target_head = self._verify_pass(x)

@@ -119,7 +119,8 @@ class FeatureDraft:
                 "gate_up": np.concatenate([state[L[1] + n + "_proj.weight"] for n in ("gate", "up")]),
                 "down": state[L[1] + "down_proj.weight"]}
         self.mats = {k: self._qmat(rounded(v, weights), weights) for k, v in mats.items()}
-        self.head = (self._qmat(target.w.embed_rows(self.d2t), target.w.embed_kind)
+        self.own_rows = target.w.embed_rows(self.d2t)  # the file's rows of the draft's ids: its input embeddings
+        self.head = (self._qmat(self.own_rows, target.w.embed_kind)
                      if weights == "Q8_0" else
                      self._qmat(rounded(target.embed(self.d2t) / target.scale, weights), weights))
         self.layer = build.DLayer(*[ctypes.addressof(self.mats[k][1]) for k in MATRICES],
@@ -135,7 +136,6 @@ class FeatureDraft:
         self.vocab = int(target.vocab)
         self.asked_threads = threads  # as given (None: the target's), for twins: self.threads may fall to one
         self.threads = int(threads or target.threads)
-        self._q: np.ndarray | None = None  # q's rows over the target's vocabulary (_q_rows)
         self.head_seconds = 0.0  # the last proposal's time in the head
         self.stalls = StallWatch(STALL, STALLS, STALL_FLOOR)  # a step's call waits at barriers: on a busy host two
         # threads can cost it many times one
@@ -149,7 +149,7 @@ class FeatureDraft:
         other = copy.copy(self)
         other.target, other.threads = target, int(self.asked_threads or target.threads)
         other.cache = np.zeros((2, self.nh, 0, self.hd), dtype=np.float32)
-        other.length, other.ids, other._q = 0, [], None
+        other.length, other.ids = 0, []
         other.stalls = StallWatch(STALL, STALLS, STALL_FLOOR)
         return other
 
@@ -211,23 +211,23 @@ class FeatureDraft:
             self.cos, self.sin = (np.concatenate([f(angles)] * 2, -1).astype(np.float32) for f in (np.cos, np.sin))
             self.cache = grown
 
-    def _layer(self, features: np.ndarray, ids: np.ndarray) -> np.ndarray:
-        """h for rows at the cache's next positions (their inputs: the feature before each, the token), appended;
-        timed: once its calls stall (or the target's did), one thread, until ``StallWatch.threads`` tries the threads
-        asked for again."""
+    def _layer(self, features: np.ndarray, ids: np.ndarray, embedded: np.ndarray | None = None) -> np.ndarray:
+        """h for rows at the cache's next positions (their inputs: the feature before each, the token; ``embedded``:
+        the tokens' input embeddings where the caller has them), appended; timed: once its calls stall (or the
+        target's did), one thread, until ``StallWatch.threads`` tries the threads asked for again."""
         t0 = time.perf_counter()
-        h = self._rows(features, ids)
+        h = self._rows(features, ids, embedded)
         asked = min(int(self.asked_threads or self.target.threads), self.target.threads)
         self.threads = self.stalls.threads(len(ids), time.perf_counter() - t0, min(self.threads, self.target.threads),
                                            asked)
         return h
 
-    def _rows(self, features: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    def _rows(self, features: np.ndarray, ids: np.ndarray, embedded: np.ndarray | None = None) -> np.ndarray:
         """One call of the C stack's sv_draft_layer over [feature, embedding] of each row."""
         n, start = len(ids), self.length
         self._reserve(start + n)
-        x = np.ascontiguousarray(np.concatenate([features, self.target.embed(ids.astype(np.int64))], -1),
-                                 dtype=np.float32)
+        e = self.target.embed(ids.astype(np.int64)) if embedded is None else embedded
+        x = np.ascontiguousarray(np.concatenate([features, e], -1), dtype=np.float32)
         h = np.empty((n, self.d), dtype=np.float32)
         done = self.so.sv_draft_layer(ctypes.byref(self.dims), ctypes.byref(self.layer), x.ctypes.data, n, start,
                                       self.cache.ctypes.data, self.cache.shape[2], self.cos.ctypes.data,
@@ -253,12 +253,13 @@ class FeatureDraft:
         self.ids += committed[n:]
         return h[-1:]
 
-    def propose(self, committed: list[int], k: int, cfg: DecodeConfig, rng) -> tuple[list[int], np.ndarray | None]:
-        """k tokens (fewer where q of one falls below cfg.draft_stop) and the q each was drawn from, (m, V): zero off
-        the draft's ids. A greedy run that keeps no record gets None (its argmax decides; q is never read)."""
+    def propose(self, committed: list[int], k: int, cfg: DecodeConfig, rng) -> tuple[list[int], S.DraftQ | None]:
+        """k tokens (fewer where q of one falls below cfg.draft_stop) and the q each was drawn from, over the draft's
+        ids (``S.DraftQ``: zero off them). A greedy run that keeps no record gets None (its argmax decides; q is never
+        read)."""
         self.head_seconds = 0.0  # this proposal's time in the pruned head (the round's record splits it out)
         h = self._sync(committed)
-        xs, rows = [], self._q_rows(k) if cfg.record or not cfg.greedy else None
+        xs, rows = [], np.empty((k, len(self.d2t)), np.float32) if cfg.record or not cfg.greedy else None
         for i in range(k):
             logits = self._head(h)[0]
             need_q = rows is not None or cfg.draft_stop > 0 or not (cfg.greedy or cfg.draft_greedy)
@@ -266,16 +267,18 @@ class FeatureDraft:
             j = int(logits.argmax()) if cfg.greedy or cfg.draft_greedy else S.sample(q_small, rng)
             xs.append(int(self.d2t[j]))
             if rows is not None:
-                rows[i, self.d2t] = q_small
+                rows[i] = q_small
             if (need_q and q_small[j] < cfg.draft_stop) or i == k - 1:
                 break
-            h = self._layer(h, np.asarray([xs[-1]]))
+            h = self._layer(h, np.asarray([xs[-1]]), self._embed_own(j))
         self.length = len(self.ids)  # the drafted rows go: next round feeds true features there
-        return xs, None if rows is None else rows[: len(xs)]
+        return xs, None if rows is None else S.DraftQ(self.d2t, rows[: len(xs)], self.vocab)
 
-    def _q_rows(self, k: int) -> np.ndarray:
-        """k rows of q over the target's vocabulary, zero off the draft's ids: one buffer kept across rounds (only the
-        draft's ids are ever written, so it stays zero elsewhere)."""
-        if self._q is None or len(self._q) < k:
-            self._q = np.zeros((k, self.vocab), dtype=np.float32)
-        return self._q
+    def _embed_own(self, j: int) -> np.ndarray:
+        """The input embedding of the draft's own id d2t[j], (1, d): the target's (its file row times sqrt(d)), read
+        from the rows the draft keeps, not the file."""
+        out, at = np.empty((1, self.d), dtype=np.float32), np.asarray([j], dtype=np.int64)
+        done = self.so.sv_qrows(self.own_rows.ctypes.data, BLOCKS[self.target.w.embed_kind][0], len(self.own_rows),
+                                self.d, at.ctypes.data, 1, out.ctypes.data)
+        need(done == 0, "the C lookup refused the feature draft's embedding rows")
+        return out * self.target.scale

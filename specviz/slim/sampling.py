@@ -116,6 +116,38 @@ def beta(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     return np.minimum(p, q).sum(axis=-1)
 
 
+@dataclass(frozen=True)
+class DraftQ:
+    """q's rows of a draft whose vocabulary is some of the target's ids: ``values`` (m, len(ids)) over ``ids``
+    (ascending, in [0, vocab)), zero elsewhere. The accept step reads it as the dense (m, vocab) rows (``dense``)
+    without writing them: q at a draft (``at``) and the residual over the ids (``residual``)."""
+
+    ids: np.ndarray
+    values: np.ndarray
+    vocab: int
+
+    def __post_init__(self):
+        ids, values = self.ids, self.values
+        if ids.ndim != 1 or values.ndim != 2 or values.shape[1] != len(ids) or values.dtype != np.float32:
+            raise ValueError(f"DraftQ: values must be float32 (m, {len(ids)}), one column an id; got {values.shape} "
+                             f"{values.dtype}")
+        if len(ids) and (int(ids[0]) < 0 or int(ids[-1]) >= self.vocab or not bool(np.all(np.diff(ids) > 0))):
+            raise ValueError(f"DraftQ: the ids must ascend within [0, {self.vocab})")
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def at(self, i: int, x: int) -> np.float32:
+        """q of row i at token x (0 off the ids)."""
+        j = int(np.searchsorted(self.ids, x))
+        return self.values[i, j] if j < len(self.ids) and self.ids[j] == x else np.float32(0.0)
+
+    def dense(self) -> np.ndarray:
+        rows = np.zeros((len(self), self.vocab), dtype=np.float32)
+        rows[:, self.ids] = self.values
+        return rows
+
+
 def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     """norm(max(0, p - q)) over the full vocabulary; where it has no mass, p itself."""
     if (so := native(p.shape[-1])) is not None and p.shape == q.shape and p.ndim == 1:
@@ -126,6 +158,19 @@ def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     r = np.maximum(p - q, 0)
     total = r.sum()
     return r / total if total > 0 else p
+
+
+def residual_over(p: np.ndarray, q: DraftQ, i: int) -> np.ndarray:
+    """``residual(p, q.dense()[i])`` without the dense row: the same floats (in C where built, ``sv_residual_over``)."""
+    so = native(p.shape[-1])
+    if so is None or p.ndim != 1 or len(p) != q.vocab:
+        return residual(p, q.dense()[i])
+    p, ids, vals = _floats(p), np.ascontiguousarray(q.ids, dtype=np.int32), _floats(q.values[i])
+    r = np.empty_like(p)
+    total = so.sv_residual_over(p.ctypes.data, len(p), ids.ctypes.data, vals.ctypes.data, len(ids), r.ctypes.data)
+    if total < 0:
+        raise ValueError("the C stack refused the draft's ids for the residual")
+    return np.multiply(r, np.float32(1.0 / total), out=r) if total > 0 else p
 
 
 def residual_top(r: np.ndarray | None, p: np.ndarray, q: np.ndarray | None) -> tuple:
@@ -160,7 +205,7 @@ class Verdict:
 
 def verify(p: np.ndarray, q: np.ndarray, drafted: np.ndarray, rng: np.random.Generator) -> Verdict:
     """Speculative sampling (Leviathan et al. 2023, Algorithm 1): p (m+1, V), q (m, V), drafted (m,)."""
-    m = len(drafted)
+    m, q = len(drafted), q.dense() if isinstance(q, DraftQ) else q
     idx = np.arange(m)
     accept_prob = np.minimum(p[idx, drafted] / q[idx, drafted], np.float32(1.0))
     return walk(lambda i: p[i], q, drafted, rng, accept_prob)
@@ -179,14 +224,14 @@ def walk(p_row, q: np.ndarray, drafted: np.ndarray, rng: np.random.Generator, ac
     """The accept step over p_row(i) (row i's p): m uniforms drawn, drafts kept while u < min(1, p/q) (each row's
     accept probability written into accept_prob as it is reached), then a token from the residual at the first
     rejection or the bonus from the last row."""
-    m = len(drafted)
+    m, sparse = len(drafted), isinstance(q, DraftQ)
     u = rng.random(m, dtype=np.float32)
     for i in range(m):
         p = p_row(i)
         x = drafted[i]
-        accept_prob[i] = min(p[x] / q[i, x], np.float32(1.0))
+        accept_prob[i] = min(p[x] / (q.at(i, x) if sparse else q[i, x]), np.float32(1.0))
         if not u[i] < accept_prob[i]:
-            r = residual(p, q[i])
+            r = residual_over(p, q, i) if sparse else residual(p, q[i])
             return Verdict(i, sample(r, rng), accept_prob, u, r)
     return Verdict(m, sample(p_row(m), rng), accept_prob, u, None)
 

@@ -163,8 +163,9 @@ def test_a_hybrid_drafts_by_lookup_where_the_text_repeats_and_keeps_the_targets_
 @pytest.mark.parametrize("hybrid", [False, True])
 def test_sampled_runs_emit_the_targets_law(seq, saved, hybrid):
     """Two tokens after a prompt over many seeds, k = 2: their frequencies against the law enumerated from the
-    target's own logits (chi-square at the 99.99th percentile); q is a real distribution on the draft's ids, or (a
-    hybrid, after a prompt whose last token came before) the lookup's point mass."""
+    target's own logits (chi-square at the 99.99th percentile); q is a real distribution on the draft's ids (kept
+    over those ids alone, the run unrecorded), or (a hybrid, recorded, after a prompt whose last token came before)
+    the lookup's point mass."""
     from scipy.stats import chi2 as dist
 
     from specviz.slim import sampling as S
@@ -180,8 +181,8 @@ def test_sampled_runs_emit_the_targets_law(seq, saved, hybrid):
     if hybrid:
         draft = Hybrid(Lookup(2, 1), draft, greedy_only=False)
     for seed in range(runs):
-        pair = tuple(speculative(seq, draft, prompt, DecodeConfig(seed=seed, temperature=t, max_new_tokens=2,
-                                                                   k=2)).new_tokens)
+        cfg = DecodeConfig(seed=seed, temperature=t, max_new_tokens=2, k=2, record=hybrid)  # unrecorded: q over
+        pair = tuple(speculative(seq, draft, prompt, cfg).new_tokens)  # the draft's ids (S.DraftQ) decides alone
         seen[pair] = seen.get(pair, 0) + 1
     big = [s for s in law if law[s] * runs >= 5]
     expected = [law[s] * runs for s in big] + [runs * (1 - sum(law[s] for s in big))]
@@ -276,3 +277,26 @@ def test_rounds_split_out_the_heads_time(seq, saved):
     lookup = speculative(seq, Lookup(), IDS, cfg)
     assert all(r.draft_head_s is None for r in lookup.rounds)
     assert all(r.target_head_s is not None for r in lookup.rounds[1:])
+
+
+def test_the_drafts_own_embeddings_and_q_over_its_ids_are_the_targets_and_the_dense_rows(seq, saved):
+    """A drafted token's input embedding, read from the rows the draft keeps, is the target's lookup of the file; the
+    q a sampled proposal returns over the draft's ids is, made dense, zero off them and a distribution on them; an
+    unrecorded run emits what a recorded one does, seed for seed."""
+    from specviz.slim import sampling as S
+
+    draft = FeatureDraft(seq, saved[0])
+    for j in (0, 1, len(draft.d2t) - 1):
+        assert np.array_equal(draft._embed_own(j), seq.embed(draft.d2t[j: j + 1]))
+    seq.crop(0)
+    seq.decode([2, 9, 5])  # the target's features of the committed text, as a run has them
+    xs, q = draft.propose([2, 9, 5], 3, DecodeConfig(temperature=0.9, k=3, record=False), np.random.default_rng(0))
+    assert isinstance(q, S.DraftQ) and len(q) == len(xs)
+    rows = q.dense()
+    off = np.setdiff1d(np.arange(seq.vocab), draft.d2t)
+    assert (rows[:, off] == 0).all() and np.allclose(rows.sum(-1), 1.0, atol=1e-5)
+    assert all(q.at(i, x) == rows[i, x] > 0 for i, x in enumerate(xs))
+    for seed in range(6):
+        runs = [speculative(seq, draft, [2, 9, 5], DecodeConfig(seed=seed, temperature=0.9, max_new_tokens=8, k=3,
+                                                                 record=rec)).new_tokens for rec in (True, False)]
+        assert runs[0] == runs[1]

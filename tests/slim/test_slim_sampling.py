@@ -218,3 +218,53 @@ def test_beta_and_the_residuals_top_in_c_are_numpys(so):
     for n, k in ((0, 8), (v, 0), (v, 65)):
         assert so.sv_top_k(r.ctypes.data, n, k, out.ctypes.data) == -1
     assert so.sv_top_k(r.ctypes.data, 3, 8, out.ctypes.data) == 3  # fewer ids than asked: all of them
+
+
+def draft_q(rows=3, vocab=300, seed=7):
+    """q of a draft over some ids (ascending) of the vocabulary: (DraftQ, the same rows dense)."""
+    rng = np.random.default_rng(seed)
+    ids = np.sort(rng.choice(vocab, vocab // 3, replace=False)).astype(np.int64)
+    q = S.DraftQ(ids, S.softmax(rng.standard_normal((rows, len(ids))).astype(np.float32) * 2), vocab)
+    return q, q.dense()
+
+
+@pytest.mark.parametrize("vocab", [300, 262_144])
+def test_q_over_the_drafts_ids_verifies_as_its_dense_rows(vocab):
+    """The same verdict, draws and residual floats from q kept over the draft's ids as from its dense rows (the
+    residual in C over a long row: ``sv_residual_over``)."""
+    q, dense = draft_q(3, vocab)
+    z = logits(4, vocab, seed=8)
+    assert np.array_equal(dense[:, q.ids], q.values) and dense.sum() == pytest.approx(3.0, abs=1e-5)
+    for seed in range(40):
+        rng = np.random.default_rng(seed)
+        x = np.asarray([q.ids[rng.integers(len(q.ids))] if i or seed % 4 else rng.integers(vocab) for i in range(3)])
+        a = S.verify_rows(z, q, x, np.random.default_rng(seed), 0.8)
+        b = S.verify_rows(z, dense, x, np.random.default_rng(seed), 0.8)
+        assert (a.n_accepted, a.next_token) == (b.n_accepted, b.next_token) and np.array_equal(a.u, b.u)
+        assert np.array_equal(a.accept_prob, b.accept_prob, equal_nan=True)
+        assert (a.residual is None and b.residual is None) or np.array_equal(a.residual, b.residual)
+    p = S.logits_to_probs(z[:1], 0.8)[0]
+    assert np.array_equal(S.residual_over(p, q, 1), S.residual(p, dense[1]))
+
+
+def test_q_over_ids_refuses_what_is_not_a_draft_vocabulary(so):
+    """DraftQ refuses ids that do not ascend within the vocabulary and values of another shape or dtype; the C
+    residual over ids refuses ids out of order or out of range, and an empty row (-1), writing nothing."""
+    q, _ = draft_q()
+    with pytest.raises(ValueError, match="ascend"):
+        S.DraftQ(q.ids[::-1].copy(), q.values[:, ::-1].copy(), q.vocab)
+    with pytest.raises(ValueError, match="ascend"):
+        S.DraftQ(q.ids, q.values, int(q.ids[-1]))
+    with pytest.raises(ValueError, match="float32"):
+        S.DraftQ(q.ids, q.values.astype(np.float64), q.vocab)
+    v = S.NATIVE_FROM + 1
+    p = np.full(v, 1.0 / v, np.float32)
+    out = np.full(v, -7.0, np.float32)
+    vals = np.full(3, 0.1, np.float32)
+    for ids in ([5, 3, 9], [5, 5, 9], [-1, 3, 9], [1, 2, v]):
+        ids = np.asarray(ids, np.int32)
+        assert so.sv_residual_over(p.ctypes.data, v, ids.ctypes.data, vals.ctypes.data, 3, out.ctypes.data) == -1.0
+        assert (out == -7.0).all()
+    ids = np.asarray([1, 2, 3], np.int32)
+    assert so.sv_residual_over(p.ctypes.data, 0, ids.ctypes.data, vals.ctypes.data, 3, out.ctypes.data) == -1.0
+    assert so.sv_residual_over(p.ctypes.data, v, ids.ctypes.data, vals.ctypes.data, -1, out.ctypes.data) == -1.0

@@ -132,6 +132,7 @@ def load_library():
     so.sv_qlinear.restype = so.sv_qlinear8.restype = so.sv_qrows.restype = so.sv_qlinear8_available.restype = i
     so.sv_softmax_t.argtypes, so.sv_softmax_t.restype = [p, i, ctypes.c_float, p], i
     so.sv_residual.argtypes, so.sv_residual.restype = [p, p, i, p], ctypes.c_double
+    so.sv_residual_over.argtypes, so.sv_residual_over.restype = [p, i, p, p, i, p], ctypes.c_double
     so.sv_invert_cdf.argtypes, so.sv_invert_cdf.restype = [p, i, ctypes.c_double], i
     so.sv_overlap.argtypes, so.sv_overlap.restype = [p, p, i], ctypes.c_double
     so.sv_top_k.argtypes, so.sv_top_k.restype = [p, i, i, p], i

@@ -1698,6 +1698,26 @@ double sv_residual(const float *p, const float *q, int n, float *r) {
     return total;
 }
 
+/* sv_residual's r and sum where q is zero off m ascending ids (q_ids, their q in q_vals): the same floats as the dense
+ * q would give, without one (p copied block by block, the ids' entries made max(p - q, 0)). -1 where n < 1, m < 0,
+ * or the ids are not ascending within [0, n). */
+double sv_residual_over(const float *p, int n, const int *q_ids, const float *q_vals, int m, float *r) {
+    if (n < 1 || m < 0) return -1.0;
+    for (int j = 0; j < m; j++)
+        if (q_ids[j] < 0 || q_ids[j] >= n || (j && q_ids[j] <= q_ids[j - 1])) return -1.0;
+    double total = 0.0;
+    for (int b = 0, j = 0; b < n; b += SB) {
+        int e = b + SB < n ? b + SB : n;
+        memcpy(r + b, p + b, sizeof(float) * (size_t)(e - b));
+        for (; j < m && q_ids[j] < e; j++) {
+            int i = q_ids[j];
+            r[i] = p[i] > q_vals[j] ? p[i] - q_vals[j] : 0.0f;
+        }
+        total += block_sum(r + b, e - b);
+    }
+    return total;
+}
+
 /* sum over n ids of min(p, q): beta, the chance a draft drawn from q is accepted against p (float sums per block,
  * added in double); -1 for n < 1 */
 double sv_overlap(const float *p, const float *q, int n) {
