@@ -256,23 +256,62 @@ class FeatureDraft:
     def propose(self, committed: list[int], k: int, cfg: DecodeConfig, rng) -> tuple[list[int], S.DraftQ | None]:
         """k tokens (fewer where q of one falls below cfg.draft_stop) and the q each was drawn from, over the draft's
         ids (``S.DraftQ``: zero off them). A greedy run that keeps no record gets None (its argmax decides; q is never
-        read)."""
+        read). The chain runs in one call of the C stack (``sv_draft_chain``) where q's transforms are a temperature
+        alone and its rows are long enough for C's sampling; else step by step here: the same tokens and floats."""
         self.head_seconds = 0.0  # this proposal's time in the pruned head (the round's record splits it out)
         h = self._sync(committed)
-        xs, rows = [], np.empty((k, len(self.d2t)), np.float32) if cfg.record or not cfg.greedy else None
+        want_q = cfg.record or not cfg.greedy
+        need_q = want_q or cfg.draft_stop > 0 or not (cfg.greedy or cfg.draft_greedy)
+        in_c = cfg.top_k == 0 and cfg.top_p >= 1.0 and S.native(len(self.d2t)) is not None
+        idx, q = (self._chain if in_c else self._steps)(h, k, cfg, rng, need_q)
+        self.length = len(self.ids)  # the drafted rows go: next round feeds true features there
+        return [int(self.d2t[j]) for j in idx], S.DraftQ(self.d2t, q, self.vocab) if want_q else None
+
+    def _steps(self, h: np.ndarray, k: int, cfg: DecodeConfig, rng, need_q: bool):
+        """The chain a step at a time: (the drawn ids' indices in d2t, q's rows over d2t or None)."""
+        idx, rows = [], np.empty((k, len(self.d2t)), np.float32) if need_q else None
         for i in range(k):
             logits = self._head(h)[0]
-            need_q = rows is not None or cfg.draft_stop > 0 or not (cfg.greedy or cfg.draft_greedy)
             q_small = S.logits_to_probs(logits[None], cfg.temperature, cfg.top_k, cfg.top_p)[0] if need_q else None
             j = int(logits.argmax()) if cfg.greedy or cfg.draft_greedy else S.sample(q_small, rng)
-            xs.append(int(self.d2t[j]))
-            if rows is not None:
+            idx.append(j)
+            if need_q:
                 rows[i] = q_small
             if (need_q and q_small[j] < cfg.draft_stop) or i == k - 1:
                 break
-            h = self._layer(h, np.asarray([xs[-1]]), self._embed_own(j))
-        self.length = len(self.ids)  # the drafted rows go: next round feeds true features there
-        return xs, None if rows is None else S.DraftQ(self.d2t, rows[: len(xs)], self.vocab)
+            h = self._layer(h, np.asarray([self.d2t[j]]), self._embed_own(j))
+        return idx, None if rows is None else rows[: len(idx)]
+
+    def _chain(self, h: np.ndarray, k: int, cfg: DecodeConfig, rng, need_q: bool):
+        """The chain in one call of the C stack (sv_draft_chain): k uniforms drawn ahead, the generator put back to
+        where the draws the chain used leave it (as ``_steps`` draws them, one a step)."""
+        greedy = cfg.greedy or cfg.draft_greedy
+        state = None if greedy else rng.bit_generator.state
+        u = None if greedy else np.ascontiguousarray(rng.random(k), dtype=np.float64)
+        self._reserve(self.length + k)
+        (_, head), v, h = self.head, len(self.d2t), np.ascontiguousarray(h, dtype=np.float32)
+        idx, q = np.empty(k, np.int32), np.empty((k, v), np.float32) if need_q else None
+        head_s, t0 = ctypes.c_double(), time.perf_counter()
+        n = self.so.sv_draft_chain(
+            ctypes.byref(self.dims), ctypes.byref(self.layer), ctypes.byref(head), self.own_rows.ctypes.data,
+            BLOCKS[self.target.w.embed_kind][0], float(self.target.scale), v, h.ctypes.data, self.length,
+            self.cache.ctypes.data, self.cache.shape[2], self.cos.ctypes.data, self.sin.ctypes.data, k, int(greedy),
+            1.0 / cfg.temperature if cfg.temperature > 0 else 1.0, cfg.draft_stop if need_q else 0.0,
+            None if u is None else u.ctypes.data, idx.ctypes.data, None if q is None else q.ctypes.data,
+            ctypes.byref(head_s), self.threads)
+        need(n != -2, "the C stack refused the feature draft's chain")
+        if n == -3:
+            raise ValueError("the feature draft's logits hold a NaN or +inf: no distribution to draw from")
+        if n < 1:
+            raise MemoryError("the C stack could not allocate the feature draft's scratch memory")
+        if state is not None and n < k:  # the generator as n draws leave it
+            rng.bit_generator.state = state
+            rng.random(n)
+        self.head_seconds += head_s.value
+        asked = min(int(self.asked_threads or self.target.threads), self.target.threads)  # a chain of n steps is
+        # timed under the key -n, apart from the layer's calls of n rows
+        self.threads = self.stalls.threads(-n, time.perf_counter() - t0, min(self.threads, self.target.threads), asked)
+        return idx[:n].tolist(), None if q is None else q[:n]
 
     def _embed_own(self, j: int) -> np.ndarray:
         """The input embedding of the draft's own id d2t[j], (1, d): the target's (its file row times sqrt(d)), read

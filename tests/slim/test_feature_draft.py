@@ -300,3 +300,62 @@ def test_the_drafts_own_embeddings_and_q_over_its_ids_are_the_targets_and_the_de
         runs = [speculative(seq, draft, [2, 9, 5], DecodeConfig(seed=seed, temperature=0.9, max_new_tokens=8, k=3,
                                                                  record=rec)).new_tokens for rec in (True, False)]
         assert runs[0] == runs[1]
+
+
+@pytest.mark.parametrize("case", [dict(temperature=0.9), dict(temperature=0.7, draft_stop=0.3),
+                                  dict(temperature=0.0, record=True), dict(temperature=0.0, draft_stop=0.2),
+                                  dict(temperature=1.1, draft_greedy=True), dict(temperature=0.0, record=False)])
+@pytest.mark.parametrize("weights", ["Q8_0", "Q5_0"])
+def test_the_chain_in_c_is_the_step_loops(seq, saved, monkeypatch, case, weights):
+    """sv_draft_chain against the loop a step at a time (both on C's sampling, rows of any length let through): the
+    same ids, q floats, rows written into the cache and head time split out, and the generator left where the loop
+    leaves it, for sampled, greedy and stopped chains."""
+    from specviz.slim import sampling as S
+
+    monkeypatch.setattr(S, "NATIVE_FROM", 4)
+    draft = FeatureDraft(seq, saved[0], weights=weights)
+    seq.crop(0)
+    seq.decode(IDS[:5])
+    cfg = DecodeConfig(k=5, **{"record": False, **case})
+    need_q = cfg.record or not cfg.greedy or cfg.draft_stop > 0 or not cfg.draft_greedy
+    for seed in range(8):
+        got = {}
+        for way in ("_steps", "_chain"):
+            draft.length, draft.ids = 0, []
+            h, rng = draft._sync(IDS[:5]), np.random.default_rng(seed)
+            draft.cache[:, :, 5:] = 0
+            idx, q = getattr(draft, way)(h, 5, cfg, rng, need_q)
+            got[way] = idx, q, draft.cache[:, :, : 5 + len(idx) - 1].copy(), rng.random()
+        (a, qa, ca, ua), (b, qb, cb, ub) = got["_steps"], got["_chain"]
+        assert list(a) == list(b) and ua == ub and np.array_equal(ca, cb)
+        assert (qa is None and qb is None) or np.array_equal(qa, qb)
+        assert (qa is None) == (not need_q)
+
+
+def test_the_c_chain_refuses_what_does_not_fit_and_draws_nothing(seq, saved):
+    import ctypes
+
+    from specviz.runtime.gguf_header import BLOCKS
+    from specviz.runtime.native import build
+
+    draft = FeatureDraft(seq, saved[0])
+    draft._reserve(8)
+    so, v, (_, head) = build.lib(), len(D2T), draft.head
+    h, u = np.ones(D, np.float32), np.full(4, 0.5)
+    idx, q, secs = np.full(4, -9, np.int32), np.full((4, v), 7.0, np.float32), ctypes.c_double()
+
+    def call(k=4, start=2, inv_t=1.0, stop=0.0, greedy=0, v=v, head=head, u=u, q=q, cap=draft.cache.shape[2]):
+        return so.sv_draft_chain(ctypes.byref(draft.dims), ctypes.byref(draft.layer), ctypes.byref(head),
+                                 draft.own_rows.ctypes.data, BLOCKS[seq.w.embed_kind][0], float(seq.scale), v,
+                                 h.ctypes.data, start, draft.cache.ctypes.data, cap, draft.cos.ctypes.data,
+                                 draft.sin.ctypes.data, k, greedy, inv_t, stop, None if u is None else u.ctypes.data,
+                                 idx.ctypes.data, None if q is None else q.ctypes.data, ctypes.byref(secs), 1)
+
+    fewer = build.QMat(head.data, head.type, 16 * (v // 16 + 1))
+    for kwargs in ({"k": 0}, {"start": -1}, {"start": draft.cache.shape[2] - 2}, {"inv_t": 0.0},
+                   {"inv_t": float("inf")}, {"stop": 1.0}, {"stop": -0.1}, {"u": None}, {"q": None},
+                   {"u": np.asarray([0.5, 1.0, 0.5, 0.5])}, {"v": v - 1}, {"head": fewer},
+                   {"greedy": 1, "stop": 0.2, "q": None}):
+        assert call(**kwargs) == -2, kwargs
+    assert (idx == -9).all() and (q == 7.0).all()
+    assert 1 <= call(greedy=1, q=None, u=None) <= 4 and 0 <= idx[0] < v

@@ -129,6 +129,10 @@ def load_library():
     so.sv_gemma_layers.restype = i
     so.sv_draft_layer.argtypes = [ctypes.POINTER(Dims), ctypes.POINTER(DLayer), p, i, i, p, i, p, p, p, i]
     so.sv_draft_layer.restype = i
+    f = ctypes.c_float
+    so.sv_draft_chain.argtypes = [ctypes.POINTER(Dims), ctypes.POINTER(DLayer), ctypes.POINTER(QMat), p, i, f, i, p, i,
+                                  p, i, p, p, i, i, f, f, p, p, p, ctypes.POINTER(ctypes.c_double), i]
+    so.sv_draft_chain.restype = i
     so.sv_qlinear.restype = so.sv_qlinear8.restype = so.sv_qrows.restype = so.sv_qlinear8_available.restype = i
     so.sv_softmax_t.argtypes, so.sv_softmax_t.restype = [p, i, ctypes.c_float, p], i
     so.sv_residual.argtypes, so.sv_residual.restype = [p, p, i, p], ctypes.c_double

@@ -1784,3 +1784,59 @@ int sv_invert_cdf(const float *w, int n, double u) {
     }
     return found;
 }
+
+/* A feature draft's chain (specviz.slim.FeatureDraft.propose's loop, one call instead of a few a step): from h0 (d),
+ * each step the pruned head's logits over its V ids (head: one part, its rows the draft's ids), then the id: the
+ * argmax where greedy, else the one u[i] draws from q = softmax(logits * inv_t) (sv_invert_cdf); q is written to
+ * q + i * V (where q is not NULL) as sv_softmax_t gives it. The chain ends at k ids, or after an id whose q falls
+ * below stop (stop > 0 needs q); else that id's input embedding (its row of emb, V rows of emb_type, times scale)
+ * beside h goes through sv_draft_layer at position start + i for the next h. The same calls, in the same order, as
+ * the loop: the same floats. idx gets the ids' indices; head_s the head's seconds. Returns the ids written (1..k);
+ * -2 where a shape, pointer or setting does not fit (nothing drawn), -3 where a q row held no distribution or a draw
+ * failed, -1 for scratch memory. */
+int sv_draft_chain(const sv_dims *m, const sv_dlayer *L, const sv_qmat *head, const uint8_t *emb, int emb_type,
+                   float scale, int V, const float *h0, int start, float *kv, int cap, const float *cos,
+                   const float *sin, int k, int greedy, float inv_t, float stop, const double *u, int *idx, float *q,
+                   double *head_s, int nt) {
+#if QX
+    if (!m || !L || !head || !emb || !h0 || !idx || !head_s || k < 1 || V < 1 || head->rows != V ||
+        start < 0 || (long)start + k - 1 > cap || !(inv_t > 0.0f) || isinf(inv_t) || !(stop >= 0.0f && stop < 1.0f) ||
+        (!greedy && !u) || ((stop > 0.0f || !greedy) && !q) || !draft_fits(m, L))
+        return -2;
+    for (int i = 0; i < k && !greedy; i++)
+        if (!(u[i] >= 0.0 && u[i] < 1.0)) return -2;
+    int d = m->d, n = 0;
+    float *h = malloc(sizeof(float) * (size_t)(3 * d + V)), *x = h + d, *logits = x + 2 * d;
+    if (!h) return -1;
+    memcpy(h, h0, sizeof(float) * (size_t)d);
+    *head_s = 0.0;
+    for (int i = 0; i < k; i++) {
+        double t0 = now();
+        int done = sv_qlinear8(h, 1, d, head, 1, NULL, NULL, logits, nt);
+        *head_s += now() - t0;
+        if (done) return free(h), done;
+        float *qi = q ? q + (size_t)i * V : NULL;
+        if (qi && sv_softmax_t(logits, V, inv_t, qi)) return free(h), -3;
+        int j = 0;
+        if (greedy) {
+            for (int c = 1; c < V; c++) j = logits[c] > logits[j] ? c : j;
+        } else if ((j = sv_invert_cdf(qi, V, u[i])) < 0) {
+            return free(h), -3;
+        }
+        idx[n++] = j;
+        if ((qi && qi[j] < stop) || i == k - 1) break;
+        int64_t at = j;
+        if (sv_qrows(emb, emb_type, V, d, &at, 1, x + d)) return free(h), -2;
+        for (int c = 0; c < d; c++) x[d + c] *= scale;
+        memcpy(x, h, sizeof(float) * (size_t)d);
+        if ((done = sv_draft_layer(m, L, x, 1, start + i, kv, cap, cos, sin, h, nt))) return free(h), done;
+    }
+    free(h);
+    return n;
+#else
+    (void)m, (void)L, (void)head, (void)emb, (void)emb_type, (void)scale, (void)V, (void)h0, (void)start, (void)kv;
+    (void)cap, (void)cos, (void)sin, (void)k, (void)greedy, (void)inv_t, (void)stop, (void)u, (void)idx, (void)q;
+    (void)head_s, (void)nt;
+    return -2;
+#endif
+}
