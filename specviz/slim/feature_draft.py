@@ -226,7 +226,7 @@ class FeatureDraft:
         """One call of the C stack's sv_draft_layer over [feature, embedding] of each row."""
         n, start = len(ids), self.length
         self._reserve(start + n)
-        e = self.target.embed(ids.astype(np.int64)) if embedded is None else embedded
+        e = self._embed(ids.astype(np.int64)) if embedded is None else embedded
         x = np.ascontiguousarray(np.concatenate([features, e], -1), dtype=np.float32)
         h = np.empty((n, self.d), dtype=np.float32)
         done = self.so.sv_draft_layer(ctypes.byref(self.dims), ctypes.byref(self.layer), x.ctypes.data, n, start,
@@ -313,11 +313,20 @@ class FeatureDraft:
         self.threads = self.stalls.threads(-n, time.perf_counter() - t0, min(self.threads, self.target.threads), asked)
         return idx[:n].tolist(), None if q is None else q[:n]
 
-    def _embed_own(self, j: int) -> np.ndarray:
-        """The input embedding of the draft's own id d2t[j], (1, d): the target's (its file row times sqrt(d)), read
-        from the rows the draft keeps, not the file."""
-        out, at = np.empty((1, self.d), dtype=np.float32), np.asarray([j], dtype=np.int64)
+    def _embed(self, ids: np.ndarray) -> np.ndarray:
+        """The target's input embeddings of ids (n,): from the rows the draft keeps where every id is one of its own
+        (the common case: the draft's ids cover most text), else the target's lookup of the file."""
+        at = np.searchsorted(self.d2t, ids)
+        if (at < len(self.d2t)).all() and np.array_equal(self.d2t[np.minimum(at, len(self.d2t) - 1)], ids):
+            return self._embed_own(at)
+        return self.target.embed(ids)
+
+    def _embed_own(self, j) -> np.ndarray:
+        """The input embeddings of the draft's own ids d2t[j] (an index or indices), (n, d): the target's (its file
+        rows times sqrt(d)), read from the rows the draft keeps, not the file."""
+        at = np.asarray(j, dtype=np.int64).reshape(-1)
+        out = np.empty((len(at), self.d), dtype=np.float32)
         done = self.so.sv_qrows(self.own_rows.ctypes.data, BLOCKS[self.target.w.embed_kind][0], len(self.own_rows),
-                                self.d, at.ctypes.data, 1, out.ctypes.data)
+                                self.d, at.ctypes.data, len(at), out.ctypes.data)
         need(done == 0, "the C lookup refused the feature draft's embedding rows")
         return out * self.target.scale

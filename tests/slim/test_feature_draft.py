@@ -288,6 +288,8 @@ def test_the_drafts_own_embeddings_and_q_over_its_ids_are_the_targets_and_the_de
     draft = FeatureDraft(seq, saved[0])
     for j in (0, 1, len(draft.d2t) - 1):
         assert np.array_equal(draft._embed_own(j), seq.embed(draft.d2t[j: j + 1]))
+    for ids in ([2, 15, 4], [2, 3, 4], [0], [15, 1]):  # all the draft's own, or not (3, 0, 1 are not)
+        assert np.array_equal(draft._embed(np.asarray(ids)), seq.embed(np.asarray(ids)))
     seq.crop(0)
     seq.decode([2, 9, 5])  # the target's features of the committed text, as a run has them
     xs, q = draft.propose([2, 9, 5], 3, DecodeConfig(temperature=0.9, k=3, record=False), np.random.default_rng(0))
