@@ -12,20 +12,15 @@ autoregressive text (across layouts the float order differs, so a near tie may f
 """
 from __future__ import annotations
 
-import statistics
 import sys
-import time
 from contextlib import contextmanager
 from pathlib import Path
-
-import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parents[1]), str(HERE)]
 
 from gemma_args import gemma_parser, passes_and_decodes, shipped  # noqa: E402
-from gemma_drafts_vs_llamacpp import specviz_call  # noqa: E402
-from gemma_vs_llamacpp import PROMPTS  # noqa: E402
+from gemma_sides import report  # noqa: E402
 from hostline import host_line, load_average  # noqa: E402
 
 
@@ -39,42 +34,6 @@ def read_row_major(kinds):
         yield
     finally:
         build.REGROUPED.update(held)
-
-
-def passes(seqs, rows, repeats):
-    """{(layout, n): [(pass s, head s)]}, every layout and row count once per repeat, the order reversed each one."""
-    ids = np.arange(1000, 1040 + max(rows), dtype=np.int32)
-    for seq in seqs.values():
-        seq.crop(0)
-        seq.decode(ids[:40])
-    order = [(name, n) for name in seqs for n in rows]
-    out = {key: [] for key in order}
-    for rep in range(repeats):
-        for name, n in order if rep % 2 else order[::-1]:
-            seqs[name].crop(40)
-            t = time.perf_counter()
-            seqs[name].decode(ids[40: 40 + n])
-            out[(name, n)].append((time.perf_counter() - t, seqs[name].head_seconds))
-    return out
-
-
-def decodes(seqs, drafts, tok, args):
-    """{(T, side): [(tokens/s, tau, ratio to the same layout's autoregressive call)]} and the greedy outputs."""
-    out, greedy = {}, {}
-    for temp in args.temperatures:
-        for i, text in enumerate(PROMPTS[: args.prompts]):
-            calls = [(name, d) for name in seqs for d in ((None, drafts[name]) if drafts else (None,))]
-            turn, got = i % len(calls), {}
-            for name, d in calls[turn:] + calls[:turn]:
-                new, tps, tau = specviz_call(seqs[name], tok, d, text, temp, 64, i, args.k, "slim-c",
-                                             args.min_q if d else 0.0)
-                got[(name, d is None)] = (tps, tau)
-                if temp == 0:
-                    greedy.setdefault((i, name), set()).add(tuple(new))
-            for (name, ar), (tps, tau) in got.items():
-                side = f"{name} " + ("autoregressive" if ar else f"feature draft k={args.k} min q={args.min_q}")
-                out.setdefault((temp, side), []).append((tps, tau, tps / got[(name, True)][0]))
-    return out, greedy
 
 
 def main() -> None:
@@ -95,18 +54,9 @@ def main() -> None:
     seqs = {"regrouped": GemmaSequence.from_gguf(args.gguf, threads=args.threads)}
     with read_row_major(args.row_major):
         seqs[f"{'+'.join(args.row_major)} row-major"] = GemmaSequence.from_gguf(args.gguf, threads=args.threads)
-    for (name, n), v in passes(seqs, args.rows, args.repeats).items():
-        w, h = statistics.median(x[0] for x in v), statistics.median(x[1] for x in v)
-        print(f"{name:<18} rows {n}: pass {1e3 * w:6.2f} ms  head {1e3 * h:6.2f}  layers {1e3 * (w - h):6.2f}")
     drafts = {name: slim.FeatureDraft(seq, args.feature_draft) for name, seq in seqs.items()} \
         if args.feature_draft else {}
-    results, greedy = decodes(seqs, drafts, tok, args)
-    for (temp, side), v in results.items():
-        print(f"T={temp:g} {side:<52} {statistics.median(x[0] for x in v):6.1f} tok/s  tau "
-              f"{statistics.mean(x[1] for x in v):.2f}  {statistics.median(x[2] for x in v):.2f}x its autoregressive")
-    for name in seqs if greedy and drafts else ():  # the draft's greedy text its own layout's autoregressive text
-        same = [len(outs) == 1 for (_, n), outs in greedy.items() if n == name]
-        print(f"{name}: greedy draft == autoregressive on {sum(same)}/{len(same)} prompts")
+    report({name: (seq, lambda: None) for name, seq in seqs.items()}, drafts, tok, args, 18)
     print(f"# load average after: {load_average()}")
 
 

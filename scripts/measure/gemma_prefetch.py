@@ -11,56 +11,15 @@ tokens/s medians and the draft's speedup over the same setting's autoregressive 
 """
 from __future__ import annotations
 
-import statistics
 import sys
-import time
 from pathlib import Path
-
-import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parents[1]), str(HERE)]
 
 from gemma_args import gemma_parser, passes_and_decodes, shipped  # noqa: E402
-from gemma_drafts_vs_llamacpp import specviz_call  # noqa: E402
-from gemma_vs_llamacpp import PROMPTS  # noqa: E402
+from gemma_sides import report  # noqa: E402
 from hostline import host_line, load_average  # noqa: E402
-
-
-def passes(seq, rows, settings, repeats):
-    """{(setting, n): [(pass s, head s)]}, every setting and row count once per repeat."""
-    ids = np.arange(1000, 1040 + max(rows), dtype=np.int32)
-    seq.crop(0)
-    seq.decode(ids[:40])
-    out = {(s, n): [] for s in settings for n in rows}
-    for rep in range(repeats):
-        order = [(s, n) for s in settings for n in rows]
-        for s, n in order if rep % 2 else order[::-1]:
-            seq.so.sv_set_prefetch(s)
-            seq.crop(40)
-            t = time.perf_counter()
-            seq.decode(ids[40: 40 + n])
-            out[(s, n)].append((time.perf_counter() - t, seq.head_seconds))
-    return out
-
-
-def decodes(seq, tok, draft, args):
-    """{(T, name): [(tokens/s, tau, ratio to the same setting's autoregressive call)]}, each call the benchmark's own
-    (``gemma_drafts_vs_llamacpp.specviz_call`` on slim-c)."""
-    out = {}
-    for temp in args.temperatures:
-        for i, text in enumerate(PROMPTS[: args.prompts]):
-            calls = [(s, d) for s in args.prefetch for d in ((None, draft) if draft else (None,))]
-            turn = i % len(calls)
-            got = {}
-            for s, d in calls[turn:] + calls[:turn]:
-                seq.so.sv_set_prefetch(s)
-                _, tps, tau = specviz_call(seq, tok, d, text, temp, 64, i, args.k, "slim-c", args.min_q if d else 0.0)
-                got[(s, d is None)] = (tps, tau)
-            for (s, ar), (tps, tau) in got.items():
-                name = f"prefetch {s:>5} " + ("autoregressive" if ar else f"feature draft k={args.k} min q={args.min_q}")
-                out.setdefault((temp, name), []).append((tps, tau, tps / got[(s, True)][0]))
-    return out
 
 
 def main() -> None:
@@ -76,14 +35,10 @@ def main() -> None:
     tok = loader.tokenizer(args.gguf.parent, args.gguf.name)
     seq = GemmaSequence.from_gguf(args.gguf, threads=args.threads)
     default = seq.so.sv_set_prefetch(0)
+    sides = {f"prefetch {b:>5}": (seq, lambda b=b: seq.so.sv_set_prefetch(b)) for b in args.prefetch}
+    draft = slim.FeatureDraft(seq, args.feature_draft) if args.feature_draft else None
     try:
-        for (s, n), v in passes(seq, args.rows, args.prefetch, args.repeats).items():
-            w, h = statistics.median(x[0] for x in v), statistics.median(x[1] for x in v)
-            print(f"prefetch {s:>5} rows {n}: pass {1e3 * w:6.2f} ms  head {1e3 * h:6.2f}  layers {1e3 * (w - h):6.2f}")
-        draft = slim.FeatureDraft(seq, args.feature_draft) if args.feature_draft else None
-        for (temp, name), v in decodes(seq, tok, draft, args).items():
-            print(f"T={temp:g} {name:<50} {statistics.median(x[0] for x in v):6.1f} tok/s  tau "
-                  f"{statistics.mean(x[1] for x in v):.2f}  {statistics.median(x[2] for x in v):.2f}x its autoregressive")
+        report(sides, {name: draft for name in sides} if draft else {}, tok, args, 14)
     finally:
         seq.so.sv_set_prefetch(default)
     print(f"# load average after: {load_average()}")

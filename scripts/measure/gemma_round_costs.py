@@ -6,6 +6,9 @@ rest) is the speedup the round would give with no rest at all.
     python scripts/measure/gemma_round_costs.py --feature-draft assets/models/gemma-3-270m-feature-draft --k 3 \
         --min-q 0.2 --temperature 0.8
 
+``--chain steps c`` runs the draft's chain a step at a time and in one call of the C stack side by side (the same
+tokens).
+
 Prints the host line, then per side: rounds, the mean draft, target (the verify pass) and rest in ms a round, a pass's
 mean ms, tokens a round, and the speedup over the autoregressive side (tokens/s of the rounds) with its bound.
 """
@@ -83,6 +86,8 @@ def main(argv=None) -> None:
                     help="the draft's weights (slim.FeatureDraft's), each a side")
     ap.add_argument("--draft-threads", type=int, nargs="+", default=None, help="the draft's threads, each a side "
                     "(default: --threads)")
+    ap.add_argument("--chain", nargs="+", default=["c"], choices=("c", "steps"), help="the draft's chain in one "
+                    "call of the C stack (c) or a step at a time (steps), each a side")
     args = ap.parse_args(argv)
     from specviz import slim
     from specviz.runtime import gguf as loader
@@ -96,8 +101,13 @@ def main(argv=None) -> None:
     tok = loader.tokenizer(args.gguf.parent, args.gguf.name)
     seq = GemmaSequence.from_gguf(args.gguf, threads=args.threads)
     passes = TimedPasses(seq)
-    drafts = {f"{w}, {t} thread{'s' * (t > 1)}": slim.FeatureDraft(seq, args.feature_draft, weights=w, threads=t)
-              for w in args.weights for t in args.draft_threads or [args.threads]}
+    drafts = {}
+    for w in args.weights:
+        for t in args.draft_threads or [args.threads]:
+            for chain in args.chain:
+                drafts[f"{w}, {t} thread{'s' * (t > 1)}{', chain ' + chain if len(args.chain) > 1 else ''}"] = draft = \
+                    slim.FeatureDraft(seq, args.feature_draft, weights=w, threads=t)
+                draft.chain_in_c = chain == "c"
     for _ in range(args.repeats):  # each repeat the autoregressive side, then each draft's
         ar, spec = {}, {w: {} for w in drafts}
         one_side(seq, passes, tok, None, args, ar)

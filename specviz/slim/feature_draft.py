@@ -137,6 +137,8 @@ class FeatureDraft:
         self.asked_threads = threads  # as given (None: the target's), for twins: self.threads may fall to one
         self.threads = int(threads or target.threads)
         self.head_seconds = 0.0  # the last proposal's time in the head
+        self.chain_in_c = True  # False: every chain a step at a time (to measure sv_draft_chain against; the same
+        # tokens)
         self.stalls = StallWatch(STALL, STALLS, STALL_FLOOR)  # a step's call waits at barriers: on a busy host two
         # threads can cost it many times one
 
@@ -262,7 +264,7 @@ class FeatureDraft:
         h = self._sync(committed)
         want_q = cfg.record or not cfg.greedy
         need_q = want_q or cfg.draft_stop > 0 or not (cfg.greedy or cfg.draft_greedy)
-        in_c = cfg.top_k == 0 and cfg.top_p >= 1.0 and S.native(len(self.d2t)) is not None
+        in_c = self.chain_in_c and cfg.top_k == 0 and cfg.top_p >= 1.0 and S.native(len(self.d2t)) is not None
         idx, q = (self._chain if in_c else self._steps)(h, k, cfg, rng, need_q)
         self.length = len(self.ids)  # the drafted rows go: next round feeds true features there
         return [int(self.d2t[j]) for j in idx], S.DraftQ(self.d2t, q, self.vocab) if want_q else None
