@@ -346,9 +346,10 @@ def test_the_c_chain_refuses_what_does_not_fit_and_draws_nothing(seq, saved):
     h, u = np.ones(D, np.float32), np.full(4, 0.5)
     idx, q, secs = np.full(4, -9, np.int32), np.full((4, v), 7.0, np.float32), ctypes.c_double()
 
-    def call(k=4, start=2, inv_t=1.0, stop=0.0, greedy=0, v=v, head=head, u=u, q=q, cap=draft.cache.shape[2]):
+    def call(k=4, start=2, inv_t=1.0, stop=0.0, greedy=0, v=v, head=head, u=u, q=q, cap=draft.cache.shape[2],
+             emb_type=BLOCKS[seq.w.embed_kind][0]):
         return so.sv_draft_chain(ctypes.byref(draft.dims), ctypes.byref(draft.layer), ctypes.byref(head),
-                                 draft.own_rows.ctypes.data, BLOCKS[seq.w.embed_kind][0], float(seq.scale), v,
+                                 draft.own_rows.ctypes.data, emb_type, float(seq.scale), v,
                                  h.ctypes.data, start, draft.cache.ctypes.data, cap, draft.cos.ctypes.data,
                                  draft.sin.ctypes.data, k, greedy, inv_t, stop, None if u is None else u.ctypes.data,
                                  idx.ctypes.data, None if q is None else q.ctypes.data, ctypes.byref(secs), 1)
@@ -357,7 +358,7 @@ def test_the_c_chain_refuses_what_does_not_fit_and_draws_nothing(seq, saved):
     for kwargs in ({"k": 0}, {"start": -1}, {"start": draft.cache.shape[2] - 2}, {"inv_t": 0.0},
                    {"inv_t": float("inf")}, {"stop": 1.0}, {"stop": -0.1}, {"u": None}, {"q": None},
                    {"u": np.asarray([0.5, 1.0, 0.5, 0.5])}, {"v": v - 1}, {"head": fewer},
-                   {"greedy": 1, "stop": 0.2, "q": None}):
+                   {"greedy": 1, "stop": 0.2, "q": None}, {"emb_type": 99}):
         assert call(**kwargs) == -2, kwargs
     assert (idx == -9).all() and (q == 7.0).all()
     assert 1 <= call(greedy=1, q=None, u=None) <= 4 and 0 <= idx[0] < v

@@ -1805,9 +1805,12 @@ int sv_draft_chain(const sv_dims *m, const sv_dlayer *L, const sv_qmat *head, co
         return -2;
     for (int i = 0; i < k && !greedy; i++)
         if (!(u[i] >= 0.0 && u[i] < 1.0)) return -2;
-    int d = m->d, n = 0;
-    float *h = malloc(sizeof(float) * (size_t)(3 * d + V)), *x = h + d, *logits = x + 2 * d;
+    int d = m->d, n = 0, e, bytes;
+    sv_quant_block(emb_type, &e, &bytes);
+    if (!e || d % e || (e > 1 && QCHUNK % e)) return -2; /* rows sv_qrows reads */
+    float *h = malloc(sizeof(float) * (size_t)(3 * d + V));
     if (!h) return -1;
+    float *x = h + d, *logits = x + 2 * d;
     memcpy(h, h0, sizeof(float) * (size_t)d);
     *head_s = 0.0;
     for (int i = 0; i < k; i++) {
