@@ -28,6 +28,7 @@ from .native import build
 from .native.build import need
 
 FIRST_CAPACITY = 256
+MAX_TAPS = 8  # layers a pass can keep the output of (stack.c's SV_MAX_TAPS)
 SLAB = 4096  # rows of a matrix regrouped at a time (whole groups of 16)
 STALL, STALLS = 4.0, 3  # a pass this many times its fastest, this many times: one thread for a while
 
@@ -181,8 +182,10 @@ class GemmaSequence:
     forward_name = "gemma-c"  # as a trace names the forward its target ran on
 
     def __init__(self, path, config: dict, *, threads: int | None = None, limit: int | None = None,
-                 weights: Weights | None = None):
-        """``weights``: another sequence's of the same file and config (``twin``), shared instead of read again."""
+                 weights: Weights | None = None, taps: tuple[int, ...] = ()):
+        """``weights``: another sequence's of the same file and config (``twin``), shared instead of read again.
+        ``taps``: layers (ascending) whose output, the residual stream after them, each pass keeps too (``tapped``:
+        what a feature draft reading more than the last layer is trained on)."""
         so = build.lib()
         need(so is not None, f"the C stack is not built here: {build.unavailable()}")
         need(bool(so.sv_qlinear8_available()), "the C stack's Gemma-3 pass needs AVX-512 VNNI, which this CPU lacks")
@@ -201,6 +204,11 @@ class GemmaSequence:
         self.asked_threads = threads  # as given (None: the usable CPUs), for twins: self.threads may fall to one
         self.threads = int(threads or usable_cpus())
         need(min(self.limit, self.threads) > 0, "limit and threads must be positive")
+        layers = len(config["layer_types"])
+        need(isinstance(taps, (tuple, list)) and len(taps) <= MAX_TAPS and all(
+            isinstance(t, (int, np.integer)) and 0 <= t < layers for t in taps) and list(taps) == sorted(set(taps)),
+             f"taps must be at most {MAX_TAPS} distinct layers in [0, {layers}), ascending; got {taps!r}")
+        self.taps = np.asarray(taps, dtype=np.int32)
         self.length = self.capacity = 0
         self.head_seconds: float | None = None  # the last pass's head time (a round's record splits it out)
         self.stalls = StallWatch(STALL, STALLS)
@@ -218,7 +226,8 @@ class GemmaSequence:
     def twin(self, threads: int | None = None) -> GemmaSequence:
         """An empty sequence of the same file on the same weights (nothing read or copied again): one per concurrent
         run, each with its own cache."""
-        return GemmaSequence(self.path, self.config, threads=threads or self.asked_threads, limit=self.limit, weights=self.w)
+        return GemmaSequence(self.path, self.config, threads=threads or self.asked_threads, limit=self.limit, weights=self.w,
+                             taps=tuple(int(t) for t in self.taps))
 
     def features(self, end: int | None = None) -> np.ndarray:
         """The final normed hidden state at each position held, (length, d) (the head's input: a feature draft's), or
@@ -226,6 +235,13 @@ class GemmaSequence:
         end = self.length if end is None else end
         need(0 <= end <= self.length, f"this sequence holds {self.length} positions; features of {end} asked")
         return self.hidden[:end]
+
+    def tapped(self, end: int | None = None) -> np.ndarray:
+        """The residual stream after each of ``taps``' layers at each position held, (length, len(taps), d), or at
+        the first ``end`` of them."""
+        end = self.length if end is None else end
+        need(0 <= end <= self.length, f"this sequence holds {self.length} positions; taps of {end} asked")
+        return self.kept_taps[:end]
 
     def get_seq_length(self) -> int:
         return self.length
@@ -243,9 +259,11 @@ class GemmaSequence:
         if self.capacity:
             kv[:, :, : self.length] = self.kv[:, :, : self.length]
         hidden = np.zeros((cap, self.d), dtype=np.float32)
+        kept = np.zeros((cap, len(self.taps), self.d), dtype=np.float32)
         if self.capacity:
             hidden[: self.length] = self.hidden[: self.length]
-        self.kv, self.hidden, self.capacity = kv, hidden, cap
+            kept[: self.length] = self.kept_taps[: self.length]
+        self.kv, self.hidden, self.kept_taps, self.capacity = kv, hidden, kept, cap
         self.caches = (ctypes.c_void_p * len(kv))(*[kv[i].ctypes.data for i in range(len(kv))])
         self.rope = {k: rope_tables(b, self.hd, cap) for k, b in self.bases.items()}
 
@@ -265,7 +283,8 @@ class GemmaSequence:
         x = self.embed(tokens.astype(np.int64))
         h, logits = self.hidden[start: start + n], np.empty((rows, self.vocab), np.float32)
         head = build.GHead(self.w.head, self.w.norm.ctypes.data, 1, self.vocab, n - rows, h.ctypes.data,
-                           logits.ctypes.data)
+                           logits.ctypes.data, 0.0, self.taps.ctypes.data, len(self.taps),
+                           self.kept_taps[start: start + n].ctypes.data)
         full = self.rope.get("full_attention") or self.rope["sliding_attention"]
         local = self.rope.get("sliding_attention") or full
         t0 = time.perf_counter()

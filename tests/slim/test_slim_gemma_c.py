@@ -217,3 +217,38 @@ def test_it_drops_to_one_thread_once_its_passes_stall(seq):
     assert seq.threads == 1
     seq._watch(3, 0.020)
     assert seq.threads == 2
+
+
+def test_taps_keep_each_layers_output_and_change_no_logit(written, seq, monkeypatch):
+    """A sequence that keeps some layers' outputs (taps) gives the same logits and features as one that keeps none; a
+    tap is the residual stream after its layer, transformers' hidden state there (within the two sides' RoPE tables'
+    rounding), the last layer's normed by the final norm the features; it rolls back with the cache; what the C side
+    would refuse is refused in words first."""
+    from specviz.runtime.gemma_sequence import MAX_TAPS, GemmaSequence
+
+    monkeypatch.setenv("SPECVIZ_GGUF_CACHE", str(written[2]))
+    layers = len(seq.config["layer_types"])
+    tapped = GemmaSequence.from_gguf(written[0], taps=tuple(range(layers)))
+    assert np.array_equal(tapped.decode(IDS[:6]), seq.decode(IDS[:6]))
+    assert np.array_equal(tapped.decode(IDS[6:]), seq.decode(IDS[6:]))
+    assert np.array_equal(tapped.features(), seq.features()) and tapped.tapped().shape == (len(IDS), layers, seq.d)
+    from specviz.runtime import gguf as loader
+
+    monkeypatch.setenv("SPECVIZ_GGUF", "dequantize")  # transformers' own forward, on the weights in float32
+    model, _ = loader.load(written[0].parent, written[0].name, torch.float32)
+    with torch.no_grad():
+        hidden = model(torch.tensor([IDS]), output_hidden_states=True).hidden_states
+    for layer in range(layers - 1):  # within the 8-bit rounding of the C side's activations
+        ours, want = tapped.tapped()[:, layer].ravel(), hidden[layer + 1][0].numpy().ravel()
+        assert np.abs(ours - want).max() <= 0.05 * np.abs(want).max() and np.corrcoef(ours, want)[0, 1] > 0.999, layer
+    x = tapped.tapped()[:, -1].astype(np.float64)
+    eps = float(seq.config["rms_norm_eps"])
+    normed = x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * seq.w.norm
+    np.testing.assert_allclose(normed, tapped.features(), rtol=1e-4, atol=1e-5)
+    kept = tapped.tapped(4).copy()
+    tapped.crop(4)
+    tapped.decode(IDS[4:5])
+    assert np.array_equal(tapped.tapped(4), kept) and tapped.tapped().shape[0] == 5
+    for bad in ((layers,), (1, 0), (0, 0), tuple(range(MAX_TAPS + 1)), (-1,)):
+        with pytest.raises(ValueError, match="taps must be"):
+            GemmaSequence.from_gguf(written[0], taps=bad)

@@ -83,7 +83,9 @@ class DLayer(ctypes.Structure):
 class GHead(ctypes.Structure):
     _fields_ = [("parts", ctypes.c_void_p), ("norm", ctypes.c_void_p), ("nparts", ctypes.c_int),
                 ("vocab", ctypes.c_int), ("first", ctypes.c_int), ("h", ctypes.c_void_p), ("logits", ctypes.c_void_p),
-                ("seconds", ctypes.c_double)]  # out: the final norm's and the head's wall time
+                ("seconds", ctypes.c_double),  # out: the final norm's and the head's wall time
+                ("taps", ctypes.c_void_p), ("ntaps", ctypes.c_int),  # layers whose output the pass writes too
+                ("tapped", ctypes.c_void_p)]  # out: (n, ntaps, d)
 
 
 def unavailable() -> str | None:

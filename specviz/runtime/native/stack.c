@@ -1340,7 +1340,11 @@ typedef struct {
     int nparts, vocab, first;
     float *h, *logits; /* out: (n, d) every row normed; (n - first, vocab) */
     double seconds;    /* out: the final norm's and the head's wall time */
+    const int *taps;   /* layers (ascending) whose output, the residual stream after them, the pass also writes */
+    int ntaps;         /* 0..SV_MAX_TAPS */
+    float *tapped;     /* out: (n, ntaps, d) where ntaps > 0 */
 } sv_ghead;
+#define SV_MAX_TAPS 8
 
 size_t sv_sizeof_glayer(void) { return sizeof(sv_glayer); }
 size_t sv_sizeof_ghead(void) { return sizeof(sv_ghead); }
@@ -1420,10 +1424,18 @@ static void gemma_layer(struct gemma_job *g, const sv_glayer *L, float *kv, int 
 static void gemma_job_fn(void *ctx, int tid, int nt) {
     struct gemma_job *g = ctx;
     struct stack_job *a = &g->full;
-    for (int l = 0; l < a->nlayers; l++) gemma_layer(g, &g->layers[l], a->kv[l], tid, nt);
     sv_ghead *H = g->head;
-    if (!H) return;
     int n = a->n, d = a->m->d;
+    for (int l = 0, t = 0; l < a->nlayers; l++) {
+        gemma_layer(g, &g->layers[l], a->kv[l], tid, nt);
+        if (H && t < H->ntaps && H->taps[t] == l) { /* every thread is past the layer's last barrier; x is not */
+            if (tid == 0) /* written again before the next layer's barriers, which this thread joins after */
+                for (int i = 0; i < n; i++)
+                    memcpy(H->tapped + ((size_t)i * H->ntaps + t) * d, a->x + (size_t)i * d, sizeof(float) * d);
+            t++;
+        }
+    }
+    if (!H) return;
     float *h = a->h[tid];
     if (tid == 0) a->head_t0 = now(); /* every thread is past the last layer's barrier */
     for (int i = 0; i < n; i++) rms_norm(a->x + (size_t)i * d, H->norm, d, a->m->eps, h + (size_t)i * d);
@@ -1446,6 +1458,10 @@ static int gemma_fits(const sv_dims *m, const sv_glayer *layers, int nlayers, co
             !L->ln_in || !L->q_norm || !L->k_norm || !L->ln_post_attn || !L->ln_pre_mlp || !L->ln_post_mlp)
             return 0;
     }
+    if (head && (head->ntaps < 0 || head->ntaps > SV_MAX_TAPS || (head->ntaps && (!head->taps || !head->tapped))))
+        return 0;
+    for (int t = 0; head && t < head->ntaps; t++)
+        if (head->taps[t] < 0 || head->taps[t] >= nlayers || (t && head->taps[t] <= head->taps[t - 1])) return 0;
     return !head || (head->first >= 0 && head->first < n && head->norm && head->h && head->logits &&
                      int8_parts(head->parts, head->nparts, m->d, head->vocab));
 }
