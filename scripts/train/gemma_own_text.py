@@ -11,8 +11,10 @@ prompt, as a user's would be) and ``--length`` tokens more: greedy, or sampled a
 tokens are chosen by ``specviz.slim.autoregressive`` on the C stack, one ``GemmaSequence.decode`` a token, so the
 features are the ones serving computes (8-bit activations).
 Shards ``NNNN.npz`` hold ``tokens`` (int32, the whole sample: BOS, opener, continuation), ``features`` (float16,
-one row per token: the state after it) and ``mode``; ``run.json`` the command, host and counts. A stopped run keeps its
-shards.
+one row per token: the state after it) and ``mode``; with ``--taps`` also ``taps`` (float16, (tokens, taps, d): the
+residual stream after each of those layers, divided by its RMS) and ``taps_rms`` (float32, (tokens, taps): that
+RMS), what a draft reading more than the last layer learns from; ``run.json`` the command, host and counts. A stopped
+run keeps its shards.
 
 ``--prompts-text`` takes plain-text files or MediaWiki dumps (``gemma_text_features.py``'s readers) instead of the
 openers: each prompt is then the first 5 to 16 words of a sentence of that prose, as a user's prompt opens, and the
@@ -69,6 +71,14 @@ def sample_one(seq: GemmaSequence, prompt: list[int], lead: int, length: int, te
     return tokens, np.array(seq.features(len(tokens)), dtype=np.float16)
 
 
+def taps_of(seq: GemmaSequence, n: int) -> dict:
+    """The sequence's taps at its first n positions as a shard keeps them: each row over its RMS in float16 (the
+    residual stream's outliers pass float16's range), and the RMS."""
+    x = seq.tapped(n).astype(np.float64)
+    rms = np.sqrt((x * x).mean(-1, keepdims=True))
+    return {"taps": (x / np.maximum(rms, 1e-30)).astype(np.float16), "taps_rms": rms[..., 0].astype(np.float32)}
+
+
 def sentence_starts(paths: list[Path], rng, words=(5, 16)) -> list[str]:
     """The first ``words`` (drawn in [lo, hi]) of every sentence of the prose in ``paths`` with more words than that."""
     from gemma_text_features import paragraphs
@@ -114,12 +124,13 @@ def main(argv=None) -> None:
     ap.add_argument("--draft", type=Path, default=None, help="a feature draft's folder: the text sampled "
                     "speculatively with it (k = 3 greedy, k = 2 ending at q < 0.2 sampled), the same law, sooner")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--taps", type=int, nargs="+", default=(), help="layers whose output each shard keeps too")
     args = ap.parse_args(argv)
     if args.prompts_text and args.prompts_file:
         raise SystemExit("--prompts-text or --prompts-file, not both")
     args.lead = args.lead or ((0, 0) if args.prompts_text or args.prompts_file else (8, 40))
     args.out.mkdir(parents=True, exist_ok=True)
-    seq = GemmaSequence.from_gguf(args.gguf, threads=args.threads, limit=512)
+    seq = GemmaSequence.from_gguf(args.gguf, threads=args.threads, limit=512, taps=tuple(args.taps))
     draft = None if args.draft is None else slim.FeatureDraft(seq, args.draft, threads=args.threads)
     tok = loader.tokenizer(args.gguf.parent, args.gguf.name)
     bos = tok.bos_token_id
@@ -136,7 +147,8 @@ def main(argv=None) -> None:
         tokens, features = sample_one(seq, [bos, *ids], lead, args.length, (0.0, 0.8, 1.0)[mode],
                                       int(rng.integers(2**30)), draft)
         np.savez(args.out / f"{n:05d}.npz", tokens=np.asarray(tokens, np.int32), features=features,
-                 mode=np.asarray(mode), prompt_len=np.asarray(1 + len(ids) + lead))
+                 mode=np.asarray(mode), prompt_len=np.asarray(1 + len(ids) + lead),
+                 **(taps_of(seq, len(tokens)) if args.taps else {}))
         n, made = n + 1, made + len(tokens)
         if n % 20 == 0:
             rate = made / (time.perf_counter() - t0)

@@ -216,3 +216,24 @@ def test_everyday_prompts_fill_every_blank_and_keep_apart_from_the_chosen_sets()
     assert len(texts) == len(set(texts)) == sum(sizes)
     assert all("{" not in t and t[0].isupper() for t in texts) and not every.held_apart(texts)
     assert every.held_apart(["The recipe calls for two eggs", "A recipe"]) == ["The recipe calls for two eggs"]
+
+
+def test_a_recording_with_taps_keeps_each_layers_output_over_its_rms(tmp_path, monkeypatch):
+    """--taps: each shard holds the residual stream after those layers at every token, over its RMS in float16, and
+    the RMS: times the RMS, what the sequence's own pass over the shard's tokens keeps."""
+    from specviz.runtime import gguf as loader
+    from specviz.runtime.gemma_sequence import GemmaSequence
+
+    monkeypatch.setenv("SPECVIZ_GGUF_CACHE", str(tmp_path / "cache"))
+    path = write_tiny_gemma(tmp_path / "tiny-gemma3.gguf")
+    loader.described(tmp_path, path.name)
+    data = tmp_path / "own"
+    script("gemma_own_text").main(["--gguf", str(path), "--out", str(data), "--minutes", "0.01", "--length", "16",
+                                   "--threads", "1", "--taps", "0", "1"])
+    z = np.load(sorted(data.glob("*.npz"))[0])
+    seq = GemmaSequence.from_gguf(path, threads=1, taps=(0, 1))
+    seq.decode(z["tokens"])
+    assert z["taps"].shape == (len(z["tokens"]), 2, seq.d) and z["taps"].dtype == np.float16
+    assert np.allclose(np.sqrt((z["taps"].astype(np.float64) ** 2).mean(-1)), 1.0, atol=1e-2)
+    again = z["taps"].astype(np.float32) * z["taps_rms"][..., None]
+    assert np.allclose(again, seq.tapped(), rtol=2e-3, atol=2e-3 * np.abs(seq.tapped()).max())
