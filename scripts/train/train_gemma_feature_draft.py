@@ -35,7 +35,7 @@ import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-from specviz.drafts.eagle import FeatureHead, layer_config, unroll_states  # noqa: E402
+from specviz.drafts.eagle import FeatureHead, fused, layer_config, unroll_states  # noqa: E402
 from specviz.runtime.gemma_sequence import GemmaSequence  # noqa: E402
 from specviz.slim.feature_draft import CONFIG, FILE, save_draft, stored  # noqa: E402
 
@@ -65,6 +65,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--objective", choices=("kl", "tv08"), default="kl", help="kl: forward KL(p || q) at T = 1; tv08: "
                     "the total variation at T = 0.8 (1 - the sampled acceptance), plus a tenth of the KL")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--taps", type=int, nargs="+", default=(), help="the target's layers whose outputs the recording "
+                    "keeps (gemma_own_text.py --taps, the same layers): the draft fuses them with the features")
     args = ap.parse_args(argv)
     args.bf16 = native_bf16() if args.bf16 is None else args.bf16
     return args
@@ -79,8 +81,9 @@ def native_bf16() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
-def load_samples(folders: list[Path]) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(tokens (n,) int64, features (n, d) float16) of every shard, folder by folder, in order."""
+def load_samples(folders: list[Path], taps: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(tokens (n,) int64, features (n, d) float16) of every shard, folder by folder, in order; with ``taps`` each
+    row of features is the shard's taps (each over its RMS) and then its features, (n, (taps + 1) d) (``split``)."""
     out = []
     for folder in folders:
         shards = sorted(Path(folder).glob("*.npz"))
@@ -88,8 +91,21 @@ def load_samples(folders: list[Path]) -> list[tuple[np.ndarray, np.ndarray]]:
             raise ValueError(f"no shards in {folder}: write them with scripts/train/gemma_own_text.py")
         for f in shards:
             z = np.load(f)
-            out.append((z["tokens"].astype(np.int64), z["features"]))
+            feats = z["features"]
+            if taps:
+                if "taps" not in z or z["taps"].shape != (len(feats), taps, feats.shape[1]):
+                    raise ValueError(f"{f} keeps no {taps} taps of its features' width: record with gemma_own_text.py "
+                                     "--taps, the layers given here")
+                feats = np.concatenate([z["taps"].reshape(len(feats), -1), feats], -1)
+            out.append((z["tokens"].astype(np.int64), feats))
     return out
+
+
+def split(feats: torch.Tensor, d: int) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """(taps (..., taps, d) or None, features (..., d)) of rows ``load_samples`` made."""
+    if feats.shape[-1] == d:
+        return None, feats
+    return feats[..., :-d].reshape(*feats.shape[:-1], -1, d), feats[..., -d:]
 
 
 def initial(folder: Path, head) -> np.ndarray:
@@ -99,7 +115,7 @@ def initial(folder: Path, head) -> np.ndarray:
     state = stored(load_file(str(folder / FILE)))
     d2t = np.asarray(state.pop("d2t"), dtype=np.int64)
     missing, unexpected = head.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()}, strict=False)
-    if unexpected or any(not k.startswith("rotary.") for k in missing):
+    if unexpected or any(not k.startswith(("rotary.", "fuse.")) for k in missing):  # a fuse starts as f alone
         raise ValueError(f"{folder} does not fit this draft's shape: missing {missing}, unexpected {unexpected}")
     return d2t
 
@@ -130,12 +146,14 @@ class Batches:
 def objective(head, embed, E, ids, f, steps, kind: str = "kl"):
     """Σ_s 0.8^s (KL(p || q_s) + 0.1 smooth-L1(h_s, f)) over rows with a chain. ``kind`` "tv08": the first term is
     instead the total variation between p and q_s at T = 0.8, 1 - Σ min(p, q) (what a sampled round at T = 0.8 fails
-    to accept), plus 0.1 KL(p || q_s) to keep q covering p's mass."""
+    to accept), plus 0.1 KL(p || q_s) to keep q covering p's mass. ``f`` may carry taps (``split``): the draft then
+    reads them fused with the features."""
+    taps, f = split(f, E.shape[1])
     p_logits = f @ E.T
     p_log = F.log_softmax(p_logits, -1)
     p_t08 = F.softmax(p_logits / 0.8, -1) if kind == "tv08" else None
     loss = 0.0
-    for s, h in enumerate(unroll_states(head, embed(ids), f, steps)):
+    for s, h in enumerate(unroll_states(head, embed(ids), fused(head, f, taps), steps)):
         q_logits = h[:, s:] @ E.T
         kl = F.kl_div(F.log_softmax(q_logits, -1), p_log[:, s:], log_target=True, reduction="none").sum(-1).mean()
         if p_t08 is not None:
@@ -156,7 +174,7 @@ def ranking(every: torch.Tensor, samples, rows: int, rng) -> np.ndarray:
     each id follows in the text."""
     vocab = len(every)
     counts = np.bincount(np.concatenate([t[1:] for t, _ in samples]), minlength=vocab).astype(np.float64)
-    feats = np.concatenate([f for _, f in samples])
+    feats = np.concatenate([f[:, -every.shape[1]:] for _, f in samples])
     x = torch.from_numpy(feats[rng.choice(len(feats), size=min(rows, len(feats)), replace=False)].astype(np.float32))
     slabs = [every[lo: lo + 32768] for lo in range(0, vocab, 32768)]
     lse = torch.logsumexp(torch.stack([torch.logsumexp(x @ slab.T / 0.8, -1) for slab in slabs]), 0)
@@ -173,7 +191,7 @@ class HeldOut:
         for tokens, f in samples:
             n = min(len(tokens), 4 * window)
             feats = torch.from_numpy(f[:n].astype(np.float32))
-            logits = feats @ every.T
+            logits = split(feats, every.shape[1])[1] @ every.T
             p = F.softmax(logits / 0.8, -1)[:, torch.from_numpy(d2t)]
             self.rows.append((torch.from_numpy(tokens[None, :n]), feats[None], p, logits.argmax(-1)))
         self.d2t = torch.from_numpy(d2t)
@@ -183,7 +201,8 @@ class HeldOut:
         """Per draft step: alpha = sum min(p, q) at T = 0.8 and how often q's argmax is the target's."""
         sums = np.zeros((steps, 3))
         for ids, feats, p, best in self.rows:
-            for s, h in enumerate(unroll_states(head, embed(ids), feats, steps)):
+            taps, f = split(feats, E.shape[1])
+            for s, h in enumerate(unroll_states(head, embed(ids), fused(head, f, taps), steps)):
                 q_logits = h[0, s:] @ E.T
                 q = F.softmax(q_logits / 0.8, -1)
                 sums[s] += (torch.minimum(p[s:], q).sum().item(),
@@ -229,7 +248,8 @@ def train(head, embed, E, batches, args) -> int:
     head.train()
     while time.perf_counter() - t0 < total:
         if time.perf_counter() - reloaded > 60 * args.reload_minutes:
-            batches.samples = [s for s in load_samples(args.data)[args.held_out:] if len(s[0]) > args.window]
+            batches.samples = [s for s in load_samples(args.data, len(args.taps))[args.held_out:]
+                               if len(s[0]) > args.window]
             reloaded = time.perf_counter()
             if args.threads_after and all((d / "run.json").is_file() for d in args.data):
                 torch.set_num_threads(args.threads_after)
@@ -255,12 +275,12 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
-    samples = load_samples(args.data)
+    samples = load_samples(args.data, len(args.taps))
     test, train_set = samples[: args.held_out], samples[args.held_out:]  # the first ones held out: later ones come in
     seq = GemmaSequence.from_gguf(args.gguf, threads=args.threads, limit=16)
     every = torch.from_numpy(seq.embed(np.arange(seq.vocab)) / seq.scale)  # the whole tied head, dequantized once
     cfg = layer_config(seq.d, args.heads, args.intermediate, float(seq.dims.eps))
-    head = FeatureHead(cfg)
+    head = FeatureHead(cfg, taps=len(args.taps))
     d2t = (initial(args.init, head) if args.init else
            vocabulary(every, train_set, args.vocab, args.mass_rows, np.random.default_rng(args.seed)))
     covered = float(np.isin(np.concatenate([t[1:] for t, _ in test]), d2t).mean())
@@ -283,7 +303,7 @@ def main(argv=None) -> None:
     recorded = [json.loads((d / "run.json").read_text()) for d in args.data if (d / "run.json").is_file()]
     if recorded:
         log["recorded"] = recorded[0] if len(recorded) == 1 else recorded
-    save_draft(head, d2t, cfg, args.out, log)
+    save_draft(head, d2t, cfg, args.out, log, taps=tuple(args.taps))
     print(f"saved {args.out}")
 
 

@@ -76,15 +76,24 @@ def layer_config(d: int, heads: int, intermediate: int, eps: float, theta: float
 
 
 class FeatureHead(nn.Module):
-    """fc([f_{t-1}, e(x_t)]) -> one decoder layer -> RMSNorm: h_t, whose logits are the target's head applied to it."""
+    """fc([f_{t-1}, e(x_t)]) -> one decoder layer -> RMSNorm: h_t, whose logits are the target's head applied to it.
+    ``taps`` > 0: f_{t-1} is first fused with that many more of the target's layers' outputs, each over its RMS
+    (``fused``: fuse([taps..., f]), which starts as f alone), where the target's own steps stand; the draft's h stands
+    in for it along a chain, as for f."""
 
-    def __init__(self, config):
+    def __init__(self, config, taps: int = 0):
         super().__init__()
         cfg = copy.deepcopy(config)
         cfg.num_hidden_layers = 1
         cfg._attn_implementation = "sdpa"
         self.config = cfg
         d = cfg.hidden_size
+        self.taps = int(taps)
+        if self.taps:
+            self.fuse = nn.Linear((self.taps + 1) * d, d, bias=False)
+            with torch.no_grad():
+                self.fuse.weight.zero_()
+                self.fuse.weight[:, self.taps * d:] = torch.eye(d)
         self.fc = nn.Linear(2 * d, d, bias=False)
         self.layer = LlamaDecoderLayer(cfg, layer_idx=0)
         self.norm = LlamaRMSNorm(d, eps=cfg.rms_norm_eps)
@@ -99,6 +108,18 @@ class FeatureHead(nn.Module):
         x = self.layer(x, attention_mask=additive[None, None], position_ids=positions,
                        position_embeddings=self.rotary(x, positions))
         return self.norm(x)
+
+
+def fused(head: FeatureHead, features: torch.Tensor, taps: torch.Tensor | None) -> torch.Tensor:
+    """The features the draft reads where the target's stand: ``features`` (..., d) themselves, or fused with
+    ``taps`` (..., head.taps, d), each row over its RMS, by ``head.fuse``."""
+    if not head.taps:
+        return features
+    if taps is None or taps.shape[-2:] != (head.taps, features.shape[-1]):
+        raise ValueError(f"this draft fuses {head.taps} taps of width {features.shape[-1]} with the features; got "
+                         f"{None if taps is None else tuple(taps.shape)}")
+    normed = taps * torch.rsqrt(taps.pow(2).mean(-1, keepdim=True).clamp_min(1e-30))
+    return head.fuse(torch.cat([normed.flatten(-2), features], dim=-1))
 
 
 def unroll_mask(steps: int, length: int, device=None) -> torch.Tensor:

@@ -36,15 +36,18 @@ MATRICES = ("fc", "qkv", "o", "gate_up", "down")
 STALL_FLOOR = 0.002  # seconds: a draft step's call (about 0.2 ms) counts as stalled only past this too
 
 
-def save_draft(head, d2t, config, folder: Path, log: dict) -> Path:
-    """A trained ``eagle.FeatureHead`` (its fc, layer and norm) in the family's 8-bit storage (``runtime.int8``: int8
-    rows with a float16 scale each, vectors in float16), with its vocabulary d2t (ids ascending) and its Llama config,
-    as ``FeatureDraft`` reads them."""
+def save_draft(head, d2t, config, folder: Path, log: dict, taps: tuple[int, ...] = ()) -> Path:
+    """A trained ``eagle.FeatureHead`` (its fc, layer and norm; its fuse where it reads ``taps``, the target's layers
+    whose outputs it fuses with the features) in the family's 8-bit storage (``runtime.int8``: int8 rows with a
+    float16 scale each, vectors in float16), with its vocabulary d2t (ids ascending) and its Llama config, as
+    ``FeatureDraft`` reads them."""
     import torch
     from safetensors.torch import save_file
 
     from ..runtime.int8 import pack
 
+    if len(taps) != getattr(head, "taps", 0):
+        raise ValueError(f"this draft fuses {getattr(head, 'taps', 0)} taps; {len(taps)} layers named")
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     state = pack({k: v for k, v in head.state_dict().items() if not k.startswith("rotary.")})
@@ -53,6 +56,8 @@ def save_draft(head, d2t, config, folder: Path, log: dict) -> Path:
     meta = {"hidden_size": config.hidden_size, "num_attention_heads": config.num_attention_heads,
             "head_dim": config.head_dim, "intermediate_size": config.intermediate_size,
             "rms_norm_eps": config.rms_norm_eps, "rope_theta": config.rope_parameters["rope_theta"], "training": log}
+    if taps:
+        meta["taps"] = [int(t) for t in taps]
     (folder / CONFIG).write_text(json.dumps(meta, indent=2) + "\n")
     return folder / FILE
 
@@ -110,6 +115,7 @@ class FeatureDraft:
         self.eps = float(meta["rms_norm_eps"])
         self._check(state, int(meta["intermediate_size"]))
         self.d2t = np.ascontiguousarray(state["d2t"], dtype=np.int64)
+        self.tap_at, self.fuse_t = self._taps(meta.get("taps", []), state)
         self.norms = {k: np.ascontiguousarray(state[k], dtype=np.float32) for k in
                       ("layer.input_layernorm.weight", "layer.post_attention_layernorm.weight", "norm.weight")}
         L = "layer.self_attn.", "layer.mlp."
@@ -141,6 +147,30 @@ class FeatureDraft:
         # tokens)
         self.stalls = StallWatch(STALL, STALLS, STALL_FLOOR)  # a step's call waits at barriers: on a busy host two
         # threads can cost it many times one
+
+    def _taps(self, layers, state: dict):
+        """(where each layer it fuses sits among the target's taps, fuse's weights transposed), or (None, None) for a
+        draft that reads the features alone; refused where the target does not keep those layers."""
+        if not layers:
+            need("fuse.weight" not in state, "the feature draft has a fuse but its config names no taps")
+            return None, None
+        kept = [int(t) for t in getattr(self.target, "taps", ())]
+        need(all(int(t) in kept for t in layers), f"this feature draft fuses the outputs of layers {list(layers)}: "
+             f"its target must keep them (GemmaSequence(taps=...)), and keeps {kept}")
+        w = state.get("fuse.weight")
+        need(w is not None and w.shape == (self.d, (len(layers) + 1) * self.d),
+             f"the feature draft's fuse.weight must be ({self.d}, {(len(layers) + 1) * self.d})")
+        return np.asarray([kept.index(int(t)) for t in layers]), np.ascontiguousarray(w.T, dtype=np.float32)
+
+    def _fused(self, a: int, b: int) -> np.ndarray:
+        """The features the draft reads at positions a..b-1: the target's own, or fused with its taps there (each
+        over its RMS), as ``eagle.fused`` fuses them."""
+        f = self.target.features()[a:b]
+        if self.tap_at is None:
+            return f
+        t = self.target.tapped()[a:b][:, self.tap_at].astype(np.float32)
+        normed = t / np.sqrt(np.maximum((t * t).mean(-1, keepdims=True), np.float32(1e-30)))
+        return np.concatenate([normed.reshape(len(t), -1), f], -1) @ self.fuse_t
 
     def twin(self, target) -> FeatureDraft:
         """The same draft (its rounded matrices and head shared, nothing rounded again) bound to ``target``, a twin of
@@ -246,9 +276,8 @@ class FeatureDraft:
         n = shared_prefix(self.ids, committed)
         self.length = n
         del self.ids[n:]
-        f = self.target.features()
-        need(len(f) >= len(committed) - 1, "the target holds fewer features than the committed text needs")
-        before = f[max(n - 1, 0): len(committed) - 1]  # the feature before each row fed (none before the first)
+        need(self.target.length >= len(committed) - 1, "the target holds fewer features than the committed text needs")
+        before = self._fused(max(n - 1, 0), len(committed) - 1)  # the feature before each row fed (none before the first)
         if n == 0:
             before = np.concatenate([np.zeros((1, self.d), np.float32), before])
         h = self._layer(before, np.asarray(committed[n:]))

@@ -237,3 +237,52 @@ def test_a_recording_with_taps_keeps_each_layers_output_over_its_rms(tmp_path, m
     assert np.allclose(np.sqrt((z["taps"].astype(np.float64) ** 2).mean(-1)), 1.0, atol=1e-2)
     again = z["taps"].astype(np.float32) * z["taps_rms"][..., None]
     assert np.allclose(again, seq.tapped(), rtol=2e-3, atol=2e-3 * np.abs(seq.tapped()).max())
+
+
+def test_a_draft_trained_on_taps_fuses_them_and_keeps_the_targets_greedy_text(tmp_path, monkeypatch):
+    """--taps through recording and training: the draft's fuse starts as the features alone and learns from the
+    taps; saved, it drafts only for a target that keeps those layers (refused in words otherwise), greedy text the
+    target's own; its h on the C stack is the torch head's (fuse included) within 8-bit rounding."""
+    import torch
+
+    from specviz.drafts.eagle import FeatureHead, fused, layer_config, unroll_states
+    from specviz.runtime import gguf as loader
+    from specviz.runtime.gemma_sequence import GemmaSequence
+    from specviz.slim.feature_draft import stored
+
+    monkeypatch.setenv("SPECVIZ_GGUF_CACHE", str(tmp_path / "cache"))
+    path = write_tiny_gemma(tmp_path / "tiny-gemma3.gguf")
+    loader.described(tmp_path, path.name)
+    data, out = tmp_path / "own", tmp_path / "draft"
+    script("gemma_own_text").main(["--gguf", str(path), "--out", str(data), "--minutes", "0.03", "--length", "24",
+                                   "--threads", "1", "--taps", "0", "1"])
+    script("train_gemma_feature_draft").main([
+        "--gguf", str(path), "--data", str(data), "--out", str(out), "--minutes", "0.15", "--vocab", "10",
+        "--intermediate", "128", "--heads", "2", "--window", "16", "--batch", "4", "--held-out", "3",
+        "--lr", "3e-3", "--threads", "1", "--mass-rows", "64", "--taps", "0", "1"])
+    meta = json.loads((out / "feature-draft.json").read_text())
+    assert meta["taps"] == [0, 1] and meta["training"]["steps"] > 5
+    with pytest.raises(ValueError, match="must keep them"):
+        FeatureDraft(GemmaSequence.from_gguf(path, threads=1), out)
+    seq = GemmaSequence.from_gguf(path, threads=1, taps=(0, 1))
+    draft = FeatureDraft(seq, out)
+    cfg, prompt = DecodeConfig(temperature=0.0, max_new_tokens=30, k=3), [2, 9, 5]
+    assert speculative(seq, draft, prompt, cfg).new_tokens == autoregressive(seq, prompt, cfg).new_tokens
+    from safetensors.numpy import load_file
+
+    head = FeatureHead(layer_config(seq.d, 2, 128, float(seq.dims.eps)), taps=2)
+    state = stored(load_file(str(out / "feature-draft.safetensors")))
+    state.pop("d2t")
+    head.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()}, strict=False)
+    assert not torch.equal(head.fuse.weight[:, : 2 * seq.d], torch.zeros(seq.d, 2 * seq.d))  # it learnt from the taps
+    ids = [2, 9, 5, 13, 7, 4]
+    seq.crop(0)
+    seq.decode(ids)
+    taps, f = torch.from_numpy(seq.tapped().copy()), torch.from_numpy(seq.features().copy())
+    with torch.no_grad():
+        want = unroll_states(head.eval(), torch.from_numpy(seq.embed(np.asarray(ids))[None]),
+                             fused(head, f, taps)[None], 1)[0][0].numpy()
+    draft.length, draft.ids = 0, []
+    before = np.concatenate([np.zeros((1, seq.d), np.float32), draft._fused(0, len(ids) - 1)])
+    mine = draft._layer(before, np.asarray(ids))
+    assert np.abs(mine - want).max() < 0.05 * np.abs(want).max() and np.corrcoef(mine.ravel(), want.ravel())[0, 1] > 0.99
