@@ -143,7 +143,8 @@ def main(argv=None) -> None:
     print("# " + host_line(), flush=True)
     print("# python " + " ".join(sys.argv), flush=True)
     tok = loader.tokenizer(args.gguf.parent, args.gguf.name)
-    model = GemmaSequence.from_gguf(args.gguf, threads=args.threads)
+    model = GemmaSequence.from_gguf(args.gguf, threads=args.threads, taps=slim.feature_draft.draft_taps(
+        *args.feature_draft))  # the layers a draft fuses with the features, where one does
     for temperature in args.temperatures:
         first = None
         for folder in args.feature_draft:

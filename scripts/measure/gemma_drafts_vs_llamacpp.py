@@ -225,7 +225,10 @@ def load(args, loader):
         from specviz.runtime.gemma_sequence import GemmaSequence
 
         tok = loader.tokenizer(args.gguf.parent, args.gguf.name)  # first: its build's peak is freed before the model
-        return GemmaSequence.from_gguf(args.gguf, threads=args.threads), tok, "slim-c", "asked for"
+        from specviz.slim.feature_draft import draft_taps
+
+        taps = draft_taps(*(args.feature_draft or ()))  # the layers a draft fuses with the features, where one does
+        return GemmaSequence.from_gguf(args.gguf, threads=args.threads, taps=taps), tok, "slim-c", "asked for"
     import torch
 
     torch.set_num_threads(args.threads)

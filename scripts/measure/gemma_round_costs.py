@@ -99,7 +99,8 @@ def main(argv=None) -> None:
         args.gguf = Path(assemble())
     print(f"# {host_line()}\n# python {' '.join(sys.argv)}")
     tok = loader.tokenizer(args.gguf.parent, args.gguf.name)
-    seq = GemmaSequence.from_gguf(args.gguf, threads=args.threads)
+    seq = GemmaSequence.from_gguf(args.gguf, threads=args.threads,
+                                  taps=slim.feature_draft.draft_taps(args.feature_draft))
     passes = TimedPasses(seq)
     drafts = {}
     for w in args.weights:

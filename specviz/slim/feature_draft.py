@@ -62,6 +62,19 @@ def save_draft(head, d2t, config, folder: Path, log: dict, taps: tuple[int, ...]
     return folder / FILE
 
 
+def draft_taps(*folders) -> tuple[int, ...]:
+    """The target's layers the saved drafts in ``folders`` fuse with its features, all together, ascending: what
+    their target must keep (``GemmaSequence(taps=...)``); () where none reads more than the features."""
+    layers = set()
+    for folder in folders:
+        path = Path(folder) / CONFIG
+        taps = json.loads(path.read_text()).get("taps", []) if path.is_file() else []
+        need(isinstance(taps, list) and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in taps),
+             f"{path}: 'taps' must be a list of layer numbers")
+        layers.update(taps)
+    return tuple(sorted(layers))
+
+
 def served_settings(folder) -> dict | None:
     """The settings a saved draft was measured fastest at, where its config records them (``serving``): {"greedy":
     (k, draft_stop), "sampled": (k, draft_stop), "measured": where and how}; None where it records none. A record

@@ -262,6 +262,9 @@ def test_a_draft_trained_on_taps_fuses_them_and_keeps_the_targets_greedy_text(tm
         "--lr", "3e-3", "--threads", "1", "--mass-rows", "64", "--taps", "0", "1"])
     meta = json.loads((out / "feature-draft.json").read_text())
     assert meta["taps"] == [0, 1] and meta["training"]["steps"] > 5
+    from specviz.slim.feature_draft import draft_taps
+
+    assert draft_taps(out) == (0, 1) and draft_taps(out, tmp_path) == (0, 1) and draft_taps(tmp_path) == ()
     with pytest.raises(ValueError, match="must keep them"):
         FeatureDraft(GemmaSequence.from_gguf(path, threads=1), out)
     seq = GemmaSequence.from_gguf(path, threads=1, taps=(0, 1))
