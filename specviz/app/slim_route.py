@@ -25,7 +25,7 @@ from ..runtime.local import extra_models
 from ..runtime.native import gemma as native_gemma
 from ..runtime.threads import fixed
 from ..slim import FeatureDraft, Lookup, SlimDecoding
-from ..slim.feature_draft import CONFIG, FILE, served_settings
+from ..slim.feature_draft import CONFIG, FILE, draft_taps, served_settings
 from ..trace import Trace
 
 FORWARD = GemmaSequence.forward_name
@@ -157,11 +157,25 @@ def _kept(model) -> dict:
         kept = _SEQUENCES.get(model)
         if kept is None:
             try:
-                kept = {"sequence": GemmaSequence.from_gguf(source(model)), "drafts": {}, "refusal": None}
+                kept = {"sequence": GemmaSequence.from_gguf(source(model), taps=_taps(model)), "drafts": {},
+                        "refusal": None}
             except (ValueError, OSError) as e:
                 kept = {"sequence": None, "drafts": {}, "refusal": f"the C stack cannot hold this GGUF: {e}"}
             _SEQUENCES[model] = kept
         return kept
+
+
+def _taps(model) -> tuple[int, ...]:
+    """The layers of this model that the saved feature drafts fuse with its features (a draft's own refusal names a
+    layer it lacks, or a config that cannot be read)."""
+    layers = int(getattr(model.config, "num_hidden_layers", 0) or 0)
+    taps = []
+    for folder in feature_draft_folders().values():
+        try:
+            taps += [t for t in draft_taps(folder) if t < layers]
+        except (ValueError, OSError):  # that draft's own load says why
+            continue
+    return tuple(sorted(set(taps)))
 
 
 def decoding(model, target: str, draft: str | None, ids: list[int], cfg: DecodeConfig) -> SlimDecoding:

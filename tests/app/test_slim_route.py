@@ -14,7 +14,7 @@ from specviz.app.widgets import fitting_update
 from specviz.config import DecodeConfig
 from specviz.runtime.gemma_sequence import GemmaSequence
 from specviz.runtime.native import gemma as native_gemma
-from tests.helpers.tiny_gguf import served_tiny_gemma
+from tests.helpers.tiny_gguf import served_tiny_gemma, write_tiny_feature_draft
 
 pytest.importorskip("gguf")
 pytestmark = pytest.mark.skipif(not native_gemma.available(), reason="the C Gemma-3 pass needs AVX-512 VNNI")
@@ -236,3 +236,22 @@ def test_the_shipped_drafts_fastest_settings_are_the_fastest_its_log_printed():
         if float(m[4]) > best.get(case, (0.0,))[0]:
             best[case] = (float(m[4]), int(m[2]), float(m[3] or 0))
     assert {case: best[case][1:] for case in best} == {"greedy": settings["greedy"], "sampled": settings["sampled"]}
+
+
+def test_a_feature_draft_that_fuses_layers_runs_on_a_sequence_that_keeps_them(root, monkeypatch):
+    """An operator's draft that fuses some of the target's layers with its features: the route's sequence keeps
+    those layers, and the draft's greedy runs keep the target's own greedy text."""
+    import os
+
+    served_tiny_gemma(root, monkeypatch)
+    folder = root / "taps-feature"
+    if not folder.is_dir():
+        write_tiny_feature_draft(folder, taps=(0, 1))
+    monkeypatch.setenv("SPECVIZ_EXTRA_MODELS", os.environ["SPECVIZ_EXTRA_MODELS"] + f",taps-feature={folder}")
+    store = ModelStore()
+    assert "taps-feature" in store.drafts_for("tiny-gemma", slim=True)
+    cfg = DecodeConfig(k=3, temperature=0, max_new_tokens=16)
+    trace = runs.generate(store, PROMPT, "tiny-gemma", "taps-feature", cfg)
+    assert trace.forward == "gemma-c" and trace.draft_name == "taps-feature"
+    assert trace.new_tokens == own_greedy(store, cfg)
+    assert tuple(slim_route._kept(store.target("tiny-gemma")[0])["sequence"].taps) == (0, 1)

@@ -75,20 +75,24 @@ def k_quant_blocks(kind: str, rows: int, cols: int, scale: float, g: torch.Gener
 FEATURE_D2T = [2, 4, 5, 6, 7, 9, 11, 12, 13, 14, 15]  # the tiny vocabulary's ids a tiny feature draft drafts
 
 
-def write_tiny_feature_draft(folder, width: int = D, scale: float = 3.0, d2t=FEATURE_D2T, seed: int = 0):
+def write_tiny_feature_draft(folder, width: int = D, scale: float = 3.0, d2t=FEATURE_D2T, seed: int = 0,
+                             taps: tuple[int, ...] = ()):
     """A feature draft for the tiny GGUF (``width`` its features'), random weights times ``scale`` (3: a spread q;
-    0: h = 0, so its argmax is its first id), saved as the trainer saves one (``slim.feature_draft.save_draft``).
-    Returns (folder, the torch FeatureHead)."""
+    0: h = 0, so its argmax is its first id), saved as the trainer saves one (``slim.feature_draft.save_draft``);
+    ``taps``: the target's layers it fuses with the features (a random fuse). Returns (folder, the torch
+    FeatureHead)."""
     from specviz.drafts.eagle import FeatureHead, layer_config
     from specviz.slim.feature_draft import save_draft
 
     torch.manual_seed(seed)
     cfg = layer_config(width, max(width // 128, 1), 128, 1e-6)
-    head = FeatureHead(cfg)
+    head = FeatureHead(cfg, taps=len(taps))
     with torch.no_grad():
         for p in head.parameters():
             p.mul_(scale)
-    save_draft(head, list(d2t), cfg, folder, {"command": "test"})
+        if taps:
+            head.fuse.weight.copy_(torch.randn_like(head.fuse.weight) / (width * (len(taps) + 1)) ** 0.5)
+    save_draft(head, list(d2t), cfg, folder, {"command": "test"}, taps=tuple(taps))
     return folder, head
 
 
