@@ -128,7 +128,7 @@ class FeatureDraft:
         self.eps = float(meta["rms_norm_eps"])
         self._check(state, int(meta["intermediate_size"]))
         self.d2t = np.ascontiguousarray(state["d2t"], dtype=np.int64)
-        self.tap_at, self.fuse_t = self._taps(meta.get("taps", []), state)
+        self.tap_at, self.fuse = self._taps(meta.get("taps", []), state, weights)
         self.norms = {k: np.ascontiguousarray(state[k], dtype=np.float32) for k in
                       ("layer.input_layernorm.weight", "layer.post_attention_layernorm.weight", "norm.weight")}
         L = "layer.self_attn.", "layer.mlp."
@@ -161,9 +161,9 @@ class FeatureDraft:
         self.stalls = StallWatch(STALL, STALLS, STALL_FLOOR)  # a step's call waits at barriers: on a busy host two
         # threads can cost it many times one
 
-    def _taps(self, layers, state: dict):
-        """(where each layer it fuses sits among the target's taps, fuse's weights transposed), or (None, None) for a
-        draft that reads the features alone; refused where the target does not keep those layers."""
+    def _taps(self, layers, state: dict, weights: str):
+        """(where each layer it fuses sits among the target's taps, its fuse rounded as its other matrices), or (None,
+        None) for a draft that reads the features alone; refused where the target does not keep those layers."""
         if not layers:
             need("fuse.weight" not in state, "the feature draft has a fuse but its config names no taps")
             return None, None
@@ -173,7 +173,7 @@ class FeatureDraft:
         w = state.get("fuse.weight")
         need(w is not None and w.shape == (self.d, (len(layers) + 1) * self.d),
              f"the feature draft's fuse.weight must be ({self.d}, {(len(layers) + 1) * self.d})")
-        return np.asarray([kept.index(int(t)) for t in layers]), np.ascontiguousarray(w.T, dtype=np.float32)
+        return np.asarray([kept.index(int(t)) for t in layers]), self._qmat(rounded(w, weights), weights)
 
     def _fused(self, a: int, b: int) -> np.ndarray:
         """The features the draft reads at positions a..b-1: the target's own, or fused with its taps there (each
@@ -182,8 +182,15 @@ class FeatureDraft:
         if self.tap_at is None:
             return f
         t = self.target.tapped()[a:b][:, self.tap_at].astype(np.float32)
+        if not len(t):
+            return f
         normed = t / np.sqrt(np.maximum((t * t).mean(-1, keepdims=True), np.float32(1e-30)))
-        return np.concatenate([normed.reshape(len(t), -1), f], -1) @ self.fuse_t
+        x = np.ascontiguousarray(np.concatenate([normed.reshape(len(t), -1), f], -1), dtype=np.float32)
+        y, (_, mat) = np.empty((len(t), self.d), dtype=np.float32), self.fuse
+        done = self.so.sv_qlinear8(x.ctypes.data, len(t), x.shape[1], ctypes.byref(mat), 1, None, None, y.ctypes.data,
+                                   self.threads)
+        need(done == 0, "the C stack's 8-bit kernel refused the feature draft's fuse")
+        return y
 
     def twin(self, target) -> FeatureDraft:
         """The same draft (its rounded matrices and head shared, nothing rounded again) bound to ``target``, a twin of
