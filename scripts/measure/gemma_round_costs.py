@@ -15,6 +15,7 @@ mean ms, tokens a round, and the speedup over the autoregressive side (tokens/s 
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 import time
 from pathlib import Path
@@ -103,12 +104,10 @@ def main(argv=None) -> None:
                                   taps=slim.feature_draft.draft_taps(args.feature_draft))
     passes = TimedPasses(seq)
     drafts = {}
-    for w in args.weights:
-        for t in args.draft_threads or [args.threads]:
-            for chain in args.chain:
-                drafts[f"{w}, {t} thread{'s' * (t > 1)}{', chain ' + chain if len(args.chain) > 1 else ''}"] = draft = \
-                    slim.FeatureDraft(seq, args.feature_draft, weights=w, threads=t)
-                draft.chain_in_c = chain == "c"
+    for w, t, chain in itertools.product(args.weights, args.draft_threads or [args.threads], args.chain):
+        name = f"{w}, {t} thread{'s' * (t > 1)}{', chain ' + chain if len(args.chain) > 1 else ''}"
+        drafts[name] = slim.FeatureDraft(seq, args.feature_draft, weights=w, threads=t)
+        drafts[name].chain_in_c = chain == "c"
     for _ in range(args.repeats):  # each repeat the autoregressive side, then each draft's
         ar, spec = {}, {w: {} for w in drafts}
         one_side(seq, passes, tok, None, args, ar)

@@ -120,7 +120,7 @@ def beta(p: np.ndarray, q: np.ndarray) -> np.ndarray:
 class DraftQ:
     """q's rows of a draft whose vocabulary is some of the target's ids: ``values`` (m, len(ids)) over ``ids``
     (ascending, in [0, vocab)), zero elsewhere. The accept step reads it as the dense (m, vocab) rows (``dense``)
-    without writing them: q at a draft (``at``) and the residual over the ids (``residual``)."""
+    without writing them: q at a draft (``at``) and the residual over the ids (``residual_over``)."""
 
     ids: np.ndarray
     values: np.ndarray
@@ -154,10 +154,16 @@ def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
         p, q = _floats(p), _floats(q)
         r = np.empty_like(p)
         total = so.sv_residual(p.ctypes.data, q.ctypes.data, len(p), r.ctypes.data)
-        return np.multiply(r, np.float32(1.0 / total), out=r) if total > 0 else p
+        return _normed_in_c(r, total, p)
     r = np.maximum(p - q, 0)
     total = r.sum()
     return r / total if total > 0 else p
+
+
+def _normed_in_c(r: np.ndarray, total: float, p: np.ndarray) -> np.ndarray:
+    """A residual the C stack wrote and summed (in double), times the reciprocal of its sum in place; p itself where
+    it has no mass."""
+    return np.multiply(r, np.float32(1.0 / total), out=r) if total > 0 else p
 
 
 def residual_over(p: np.ndarray, q: DraftQ, i: int) -> np.ndarray:
@@ -170,7 +176,7 @@ def residual_over(p: np.ndarray, q: DraftQ, i: int) -> np.ndarray:
     total = so.sv_residual_over(p.ctypes.data, len(p), ids.ctypes.data, vals.ctypes.data, len(ids), r.ctypes.data)
     if total < 0:
         raise ValueError("the C stack refused the draft's ids for the residual")
-    return np.multiply(r, np.float32(1.0 / total), out=r) if total > 0 else p
+    return _normed_in_c(r, total, p)
 
 
 def residual_top(r: np.ndarray | None, p: np.ndarray, q: np.ndarray | None) -> tuple:

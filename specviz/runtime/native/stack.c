@@ -840,10 +840,17 @@ int sv_qlinear(const float *x, int M, int K, const sv_qmat *parts, int nparts, c
 }
 
 /* out (n, K) = rows ids (n,) of a quantized matrix of `rows` rows x K (an embedding lookup); -2 for a bad argument */
+/* whether sv_qrows reads rows of this type K wide */
+static int qrows_fit(int type, int K) {
+    int e, bytes;
+    sv_quant_block(type, &e, &bytes);
+    return e && !(K % e) && (e == 1 || !(QCHUNK % e));
+}
+
 int sv_qrows(const uint8_t *data, int type, int rows, int K, const int64_t *ids, int n, float *out) {
     int e, bytes;
     sv_quant_block(type, &e, &bytes);
-    if (!e || K % e || (e > 1 && QCHUNK % e)) return -2;
+    if (!qrows_fit(type, K)) return -2;
     for (int i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= rows) return -2;
     size_t row_bytes = (size_t)(K / e) * bytes;
@@ -1821,9 +1828,8 @@ int sv_draft_chain(const sv_dims *m, const sv_dlayer *L, const sv_qmat *head, co
         return -2;
     for (int i = 0; i < k && !greedy; i++)
         if (!(u[i] >= 0.0 && u[i] < 1.0)) return -2;
-    int d = m->d, n = 0, e, bytes;
-    sv_quant_block(emb_type, &e, &bytes);
-    if (!e || d % e || (e > 1 && QCHUNK % e)) return -2; /* rows sv_qrows reads */
+    int d = m->d, n = 0;
+    if (!qrows_fit(emb_type, d)) return -2;
     float *h = malloc(sizeof(float) * (size_t)(3 * d + V));
     if (!h) return -1;
     float *x = h + d, *logits = x + 2 * d;
