@@ -17,6 +17,10 @@ K_POLICIES = get_args(KPolicy)
 Rule = Literal["leviathan", "point_mass", "exact_match", "typical", "optimistic", "lenient"]
 RULES = get_args(Rule)
 LOSSY = frozenset({"typical", "optimistic", "lenient"})
+# how a sampled chain's drafts are verified: one token at a time (Leviathan et al. 2023) or as one block (Sun et al.
+# 2024, "Block Verification Accelerates Speculative Decoding"): both exact; the block keeps at least as many
+Verify = Literal["token", "block"]
+VERIFIES = get_args(Verify)
 TreeChildren = Literal["auto", "top", "iid", "distinct"]
 TREE_CHILDREN = get_args(TreeChildren)
 MAX_TREE_NODES = 128  # nodes one verify pass may hold (a 128-token forward still costs a few one-token ones)
@@ -220,6 +224,9 @@ class DecodeConfig:
     typical_delta: Annotated[float, Field(gt=0, lt=float("inf"), description="Medusa: 0.3"), REAL] = 0.3
     lenience: Annotated[float, Field(gt=0, le=1, description="1 = Leviathan's rule"), REAL] = 0.5
     draft_greedy: bool = False
+    # "block": a sampled chain is verified as one block (Leviathan's rule only; greedy runs decide on the argmax
+    # either way, so their text is the same)
+    verify: Verify = "token"
 
     def __post_init__(self):
         if isinstance(self.tree, dict):  # as to_dict and the trace JSON write it
@@ -235,6 +242,9 @@ class DecodeConfig:
         if self.tree is not None and (self.rule != "leviathan" or self.draft_greedy):
             raise ValueError("a token tree is verified with Leviathan's rule and sampled drafts: use rule='leviathan' "
                              "and draft_greedy=False with a tree, or a chain (tree=None) for the other rules")
+        if self.verify == "block" and (self.tree is not None or self.rule != "leviathan"):
+            raise ValueError("block verification takes a chain (tree=None) under Leviathan's rule (rule='leviathan'): "
+                             "use verify='token' with a tree or another rule")
         if self.k_policy != "fixed" and not self.min_k <= self.k <= self.max_k:
             raise ValueError(f"with k_policy={self.k_policy!r} the starting k must lie in "
                              f"[min_k, max_k] = [{self.min_k}, {self.max_k}]")

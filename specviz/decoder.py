@@ -21,7 +21,7 @@ from .drafts.pairing import check_fits
 from .kpolicy import make_policy
 from .rules import closed_forms, rule_of, verify_rule
 from .runtime.lm import CachedLM, Stopwatch, context_window
-from .sampling import Verdict, beta, logits_to_probs, point_mass, residual_top, verify, verify_greedy
+from .sampling import Verdict, beta, logits_to_probs, point_mass, residual_top, verify, verify_block, verify_greedy
 from .trace import Round, Trace, drawn, pad
 from .trees.chain import grow_chain
 from .trees.round import check_tree_model, keep_path, record_tree_round, verify_tree
@@ -158,13 +158,14 @@ def verified_q(cfg: DecodeConfig, proposal: Proposal, vocab_size: int, dtype) ->
 def accept(cfg: DecodeConfig, p: torch.Tensor, logits: torch.Tensor, q: torch.Tensor, x: torch.Tensor,
            generator: torch.Generator | None) -> Verdict:
     """The accept step for drafts x (m,): greedy keeps x_i while it is the target's argmax (logits (m+1, V));
-    sampling keeps x_i while u_i < min(1, p_i(x_i) / q_i(x_i)), then draws the residual or bonus token. Another
-    cfg.rule (specviz.rules) replaces that test and what a rejection emits."""
+    sampling keeps x_i while u_i < min(1, p_i(x_i) / q_i(x_i)), then draws the residual or bonus token (cfg.verify
+    "block": the chain as one block, ``verify_block``). Another cfg.rule (specviz.rules) replaces that test and what a
+    rejection emits."""
     if cfg.rule != "leviathan" and len(x):  # nothing drafted (autoregressive): the target's own token, any rule
         return verify_rule(rule_of(cfg), p, q, x, generator, logits if cfg.greedy else None)
     if cfg.greedy:
         return verify_greedy(logits, x)
-    return verify(p, q, x, generator)
+    return (verify_block if cfg.verify == "block" else verify)(p, q, x, generator)
 
 
 def record_round(cfg: DecodeConfig, index, k, x, q, p, verdict, emitted, draft_s, target_s, wall_s,
@@ -180,7 +181,8 @@ def record_round(cfg: DecodeConfig, index, k, x, q, p, verdict, emitted, draft_s
         return Round.unrecorded(index=index, k=k, drafted=tuple(x.tolist()), n_accepted=n, emitted=tuple(emitted),
                                 resampled=resampled, bonus=bonus, **times)
     idx = torch.arange(m, device=x.device)
-    verified = min(n + 1, m)  # positions the verify step actually looked at
+    verified = m if cfg.verify == "block" and not cfg.greedy else min(n + 1, m)  # positions the verify step
+    # actually looked at (a block: every draft)
     if cfg.greedy:
         b = (p[:m].argmax(-1) == q.argmax(-1)).to(p.dtype)[:verified].tolist()
     else:

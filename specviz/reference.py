@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from .config import DecodeConfig, eos_ids
-from .sampling import logits_to_probs, sample, verify, verify_greedy
+from .sampling import logits_to_probs, sample, verify, verify_block, verify_greedy
 
 
 @torch.inference_mode()
@@ -45,7 +45,8 @@ def speculative_decode(target, draft, prompt: list[int], cfg: DecodeConfig) -> l
         if cfg.greedy:
             verdict = verify_greedy(target_logits, drafted)
         else:
-            verdict = verify(p, torch.stack(q) if q else p[:0], drafted, generator)  # q: (m, V)
+            rule = verify_block if cfg.verify == "block" else verify  # Step 3 as one block: Sun et al. 2024
+            verdict = rule(p, torch.stack(q) if q else p[:0], drafted, generator)  # q: (m, V)
         # Step 4, commit: the accepted drafts and the drawn token, up to an EOS
         for token in drafts[: verdict.n_accepted] + [verdict.next_token]:
             x.append(token)

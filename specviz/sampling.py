@@ -163,6 +163,52 @@ def verify(p: torch.Tensor, q: torch.Tensor, drafted: torch.Tensor, generator: t
     return Verdict(n, int(sample(r, generator)), accept_prob, u, r)
 
 
+def block_weights(p_x: torch.Tensor, q_x: torch.Tensor) -> list[float]:
+    """Block verification's weights P_0..P_k (Sun et al. 2024, Algorithm 2), in double: P_0 = 1 and
+    P_i = min(1, P_{i-1} p_i(x_i) / q_i(x_i)) over the drafts' p and q (k,)."""
+    weights = [1.0]
+    for a, b in zip(p_x.tolist(), q_x.tolist()):
+        weights.append(min(1.0, weights[-1] * a / b))  # b > 0: x_i was drawn from q_i
+    return weights
+
+
+def block_stop(weight: float, residual_mass: float) -> float:
+    """h_i = R_i / (R_i + 1 - P_i): the chance block verification keeps the first i drafts, given it keeps none
+    after them, where R_i = sum_v max(0, P_i p_{i+1}(v) - q_{i+1}(v)); 1 where both vanish (p = q there, P_i = 1)."""
+    rest = residual_mass + 1.0 - weight
+    return residual_mass / rest if rest > 0 else 1.0
+
+
+def block_residual(p: torch.Tensor, q: torch.Tensor, weight: float) -> torch.Tensor:
+    """norm(max(0, P p - q)) over the full vocabulary: what block verification draws from after keeping i drafts
+    (P = P_i; P_0 = 1 gives Leviathan's residual); where it has no mass, p itself."""
+    if weight >= 1.0:
+        return residual(p, q)
+    r = torch.clamp(p * weight - q, min=0)
+    total = r.sum(dim=-1, keepdim=True)
+    return torch.where(total > 0, r / total.clamp(min=torch.finfo(r.dtype).tiny), p)
+
+
+def verify_block(p: torch.Tensor, q: torch.Tensor, drafted: torch.Tensor, generator: torch.Generator | None) -> Verdict:
+    """Block verification (Sun et al. 2024, "Block Verification Accelerates Speculative Decoding", Algorithm 2):
+    the same k uniforms as ``verify``; the drafts kept are the longest prefix i with u_i < h_i (h_k = P_k; none: 0),
+    then a token from ``block_residual`` at i, or the bonus from p_k where all k are kept. Exact, as Leviathan's
+    rule, and never keeps fewer drafts in expectation. p: (k+1, V), q: (k, V), drafted: (k,); the verdict's
+    accept_prob holds h_1..h_k."""
+    k = drafted.shape[0]
+    idx = torch.arange(k, device=drafted.device)
+    weights = block_weights(p[idx, drafted], q[idx, drafted])
+    u = torch.rand(k, generator=generator, device=p.device, dtype=p.dtype)
+    h = [block_stop(weights[i], float((weights[i] * p[i].double() - q[i].double()).clamp(min=0).sum()))
+         for i in range(1, k)] + [weights[k]]
+    n = next((i for i in range(k, 0, -1) if float(u[i - 1]) < h[i - 1]), 0)
+    stop = torch.tensor(h, dtype=p.dtype, device=p.device)
+    if n == k:
+        return Verdict(n, int(sample(p[k], generator)), stop, u, None)
+    r = block_residual(p[n], q[n], weights[n])
+    return Verdict(n, int(sample(r, generator)), stop, u, r)
+
+
 def first_rejection(accepted: torch.Tensor) -> int:
     """The accept step's outcome: the index of the first draft not accepted (k when all were), accepted: (k,) bool.
     Drafts after it are discarded whatever their own verdict."""

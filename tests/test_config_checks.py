@@ -30,9 +30,10 @@ ADMITS = {  # each field's condition, written out by hand (every other field at 
     "typical_delta": _number(lambda v: 0 < v < math.inf), "lenience": _number(lambda v: 0 < v <= 1),
     "record": lambda v: isinstance(v, bool), "draft_greedy": lambda v: isinstance(v, bool),
     "k_policy": lambda v: isinstance(v, str) and v in K_POLICIES, "rule": lambda v: isinstance(v, str) and v in RULES,
+    "verify": lambda v: isinstance(v, str) and v in ("token", "block"),
 }
 VALUES = [0, 1, -1, 2, 10, 11, 0.0, 0.5, 1.0, 1.5, -0.5, 1e-300, 2**63 - 1, 2**63, 10**400, True, False, math.nan,
-          math.inf, -math.inf, "1", "0.5", "fixed", "history", "lenient", "", None, [1], (1,), {"k": 1},
+          math.inf, -math.inf, "1", "0.5", "fixed", "history", "lenient", "block", "", None, [1], (1,), {"k": 1},
           np.float64(0.5), np.int64(2), np.float32(0.5), HOSTILE]
 
 

@@ -4,7 +4,8 @@ against llama.cpp's speculative decoding of the same file, side by side in one r
 Every call of every side is interleaved prompt by prompt (the order rotated each prompt), at greedy and T = 0.8, on
 the same threads. specviz's side: its autoregressive decode and each draft (prompt lookup; an n-gram of Gemma's own
 greedy text with --ngram; on slim-c each feature draft trained for the file given to --feature-draft, its weights as
-each of --feature-weights, at each --feature-k and --feature-min-q, and with --hybrid the same draft behind prompt
+each of --feature-weights, at each --feature-k, --feature-min-q and --feature-verify (its drafts verified token by
+token or as one block, ``DecodeConfig.verify``), and with --hybrid the same draft behind prompt
 lookup of 2-3 tokens in greedy runs, ``slim.Hybrid``) on one forward (``--forward``; default: the faster on one-row
 passes here of its lean one and llama.cpp's through llama-cpp-python). llama.cpp's side: one llama-server per speculative setting
 (``--spec-types``: each type at its own defaults and, for the lookup types, matching 3 tokens and drafting k) and one
@@ -54,13 +55,14 @@ def spec_settings(types, k: int) -> list[tuple[str, list[str]]]:
 
 
 def specviz_call(model, tok, drafter, text: str, temperature: float, n: int, seed: int, k: int, forward: str,
-                 stop: float = 0.0):
+                 stop: float = 0.0, verify: str = "token"):
     """One specviz decode on ``forward`` (autoregressive where drafter is None): (new tokens, tokens/s, tau).
     slim-c: ``model`` is a ``GemmaSequence`` and the decoder ``specviz.slim``. ``stop``: the draft's confidence
-    threshold (``DecodeConfig.draft_stop``)."""
+    threshold (``DecodeConfig.draft_stop``); ``verify``: token by token or as one block (``DecodeConfig.verify``)."""
     from specviz.config import DecodeConfig
 
-    cfg = DecodeConfig(temperature=temperature, max_new_tokens=n, seed=seed, k=k, record=False, draft_stop=stop)
+    cfg = DecodeConfig(temperature=temperature, max_new_tokens=n, seed=seed, k=k, record=False, draft_stop=stop,
+                       verify=verify)
     if forward == "slim-c":
         from specviz import slim
 
@@ -110,32 +112,33 @@ def start_servers(args) -> dict[str, tuple[int, object]]:
     return servers
 
 
-def drafts(args, model) -> dict[str, tuple[object, int, float]]:
-    """{name: (drafter, k, draft_stop)} of specviz's side: prompt lookup at --k; on slim-c a feature draft
-    (--feature-draft) at each of --feature-k and --feature-min-q; on the torch decoder an n-gram table (--ngram)."""
+def drafts(args, model) -> dict[str, tuple[object, int, float, str]]:
+    """{name: (drafter, k, draft_stop, verify)} of specviz's side: prompt lookup at --k; on slim-c a feature draft
+    (--feature-draft) at each of --feature-k, --feature-min-q and --feature-verify; on the torch decoder an n-gram
+    table (--ngram)."""
     if args.forward == "slim-c":
         from specviz import slim
 
         if args.ngram:
             raise SystemExit("--ngram runs on the torch decoder: specviz.slim drafts by prompt lookup or a model")
-        out = {"prompt lookup": (slim.Lookup(), args.k, 0.0)}
+        out = {"prompt lookup": (slim.Lookup(), args.k, 0.0, "token")}
         several = len(args.feature_draft or ()) > 1
         for folder, weights in ((f, w) for f in args.feature_draft or () for w in args.feature_weights):
             draft = slim.FeatureDraft(model, folder, weights=weights)
             named = (f" ({folder.name})" if several else "") + ("" if weights == "Q8_0" else f" {weights}")
-            out.update({f"feature draft{named} k={k}" + (f" min q={s:g}" if s else ""): (draft, k, s)
-                        for k in args.feature_k for s in args.feature_min_q})
+            out.update({f"feature draft{named} k={k}" + (f" min q={s:g}" if s else "") + (" block" if v == "block" else ""):
+                        (draft, k, s, v) for k in args.feature_k for s in args.feature_min_q for v in args.feature_verify})
             if args.hybrid:  # the lookup in greedy runs: sampled, the draft alone; min q 0 whatever the sides'
                 both = slim.Hybrid(slim.Lookup(3, 2), draft)
-                out.update({f"hybrid{named} k={k}": (both, k, 0.0) for k in args.feature_k})
+                out.update({f"hybrid{named} k={k}": (both, k, 0.0, "token") for k in args.feature_k})
         return out
     if args.feature_draft:
         raise SystemExit("--feature-draft runs on slim-c (specviz.slim on the C stack)")
     from specviz import NGramDrafter, NGramModel, PromptLookupDrafter
 
-    out = {"prompt lookup": (PromptLookupDrafter(), args.k, 0.0)}
+    out = {"prompt lookup": (PromptLookupDrafter(), args.k, 0.0, "token")}
     if args.ngram:
-        out["n-gram of Gemma's greedy text"] = (NGramDrafter(NGramModel.load(args.ngram)), args.k, 0.0)
+        out["n-gram of Gemma's greedy text"] = (NGramDrafter(NGramModel.load(args.ngram)), args.k, 0.0, "token")
     return out
 
 
@@ -143,9 +146,9 @@ def one_prompt(i, text, temp, args, model, tok, forward, mine, servers, rows, ch
     seed = i + 1000 * rep  # each repeat of a prompt its own draws
     calls = [("specviz autoregressive", lambda: specviz_call(model, tok, None, text, temp, args.max_new_tokens, seed,
                                                              args.k, forward))]
-    calls += [(f"specviz {name}", (lambda d=d, k=k, s=s: specviz_call(model, tok, d, text, temp, args.max_new_tokens,
-                                                                      seed, k, forward, s)))
-              for name, (d, k, s) in mine.items()]
+    calls += [(f"specviz {name}", (lambda d=d, k=k, s=s, v=v: specviz_call(model, tok, d, text, temp,
+                                                                           args.max_new_tokens, seed, k, forward, s, v)))
+              for name, (d, k, s, v) in mine.items()]
     calls += [(name, (lambda p=p: server_call(p, tok, text, temp, args.max_new_tokens, seed)))
               for name, (p, _) in servers.items()]
     turn = (i + rep) % len(calls)
@@ -179,6 +182,9 @@ def main(argv=None) -> None:
     ap.add_argument("--feature-min-q", type=float, nargs="+", default=[0.0],
                     help="its confidence thresholds (DecodeConfig.draft_stop: a chain ends at a token whose q is "
                          "below it), each a side")
+    ap.add_argument("--feature-verify", nargs="+", default=["token"], choices=("token", "block"),
+                    help="how its drafts are verified at T > 0 (DecodeConfig.verify: token by token, or as one block, "
+                         "Sun et al. 2024), each a side")
     ap.add_argument("--feature-weights", nargs="+", default=["Q8_0"], choices=("Q8_0", "Q5_0"),
                     help="the feature draft's weights, each a side (slim.FeatureDraft's weights)")
     ap.add_argument("--hybrid", action="store_true", help="also the feature draft behind prompt lookup (greedy; "

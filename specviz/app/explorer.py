@@ -90,7 +90,8 @@ def replay_views(trace: Trace | None, index) -> Replay:
     tree = (gr.update(value=tree_figure(trace, r), visible=True) if r.tree is not None else
             gr.update(value=None, visible=False))
     html = replay_html(trace, i) + alignment_html(r, alone.texts().rounds[0])  # "" unless cross-tokenizer
-    return Replay(replay=html, accept=plots.accept_line(chain), tree=tree,
+    block = trace.config.verify == "block" and not trace.config.greedy  # bars of h, not min(1, p/q)
+    return Replay(replay=html, accept=plots.accept_line(chain, block), tree=tree,
                   residual=plots.residual_bars(plots.residual_frame(trace, i)))
 
 

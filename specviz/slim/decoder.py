@@ -81,6 +81,9 @@ class SlimDecoding:
             q = S.point_mass(x, logits.shape[-1])  # a point mass at each draft: what it was drawn from
         if cfg.greedy:  # greedy decides on the logits
             verdict = S.verify_greedy(logits, x)
+        elif cfg.verify == "block":  # the chain as one block; each row's p read where the walk down reaches it
+            rows = S.RowProbs(logits, cfg.temperature, cfg.top_k, cfg.top_p, getattr(self.fwd, "threads", 1))
+            verdict = S.verify_block(rows, q, x, self.rng, keep=cfg.record)
         elif p is not None:
             verdict = S.verify(p, q, x, self.rng)
         else:  # no record: each row's p only when the walk reaches it
@@ -116,7 +119,7 @@ def record_round(cfg: DecodeConfig, index, k, x, q, p, verdict: S.Verdict, emitt
     if not cfg.record:
         return Round.unrecorded(index=index, k=k, drafted=drafted, n_accepted=n, emitted=tuple(emitted),
                                 resampled=resampled, bonus=bonus, **times)
-    idx, verified = np.arange(m), min(n + 1, m)
+    idx, verified = np.arange(m), m if cfg.verify == "block" and not cfg.greedy else min(n + 1, m)  # a block: all
     if cfg.greedy:
         b = (p[:m].argmax(-1) == q.argmax(-1)).astype(np.float32)[:verified].tolist()
     else:

@@ -242,6 +242,137 @@ def walk(p_row, q: np.ndarray, drafted: np.ndarray, rng: np.random.Generator, ac
     return Verdict(m, sample(p_row(m), rng), accept_prob, u, None)
 
 
+class RowProbs:
+    """p's rows from a verify pass's logits (m+1, V), each computed when first read, in full (``full``) or at a few
+    ids (``at``). Long rows at a temperature alone take their normalisers in C, several rows in one call on
+    ``threads`` (``normalise``: ``sv_softmax_norms``, which keeps each row's exponentials), and p from them: the floats
+    ``logits_to_probs`` gives, without a row's second pass of exponentials."""
+
+    def __init__(self, logits: np.ndarray, temperature: float, top_k: int = 0, top_p: float = 1.0, threads: int = 1):
+        self.logits, self.settings, self.threads = _floats(logits), (temperature, top_k, top_p), max(int(threads), 1)
+        self.so = native(logits.shape[-1]) if temperature > 0 and top_k == 0 and top_p >= 1.0 else None
+        self._full, self._norms, self._exps = {}, {}, {}
+
+    def normalise(self, rows: int) -> None:
+        """The first ``rows`` rows' normalisers (those not taken yet) in one call where the C stack takes them."""
+        if self.so is None or (start := len(self._norms)) >= rows:
+            return
+        n, v = rows - start, self.logits.shape[-1]
+        m, total, e = np.empty(n, np.float32), np.empty(n, np.float64), np.empty((n, v), np.float32)
+        if self.so.sv_softmax_norms(self.logits[start].ctypes.data, n, v, 1.0 / self.settings[0], m.ctypes.data,
+                                    total.ctypes.data, e.ctypes.data, self.threads) != 0:
+            raise ValueError("these logits hold a NaN or +inf, or no finite entry: no distribution to sample from")
+        for i in range(n):
+            scale = np.float32(1.0 / total[i])
+            self._norms[start + i], self._exps[start + i] = (float(m[i]), scale, float(total[i]) * float(scale)), e[i]
+
+    def full(self, i: int) -> np.ndarray:
+        if i not in self._full:
+            if i in self._exps:  # e times the scale: sv_softmax_t's floats
+                self._full[i] = np.multiply(self._exps.pop(i), self._norms[i][1])
+            else:
+                self._full[i] = logits_to_probs(self.logits[i: i + 1], *self.settings)[0]
+        return self._full[i]
+
+    def at(self, i: int, ids: np.ndarray) -> np.ndarray:
+        """p of row i at ids (n,), float32."""
+        if self.so is None or i in self._full:
+            return self.full(i)[ids]
+        self.normalise(i + 1)
+        (m, scale, _), row = self._norms[i], self.logits[i]
+        ids, out = np.ascontiguousarray(ids, dtype=np.int32), np.empty(len(ids), np.float32)
+        if self.so.sv_softmax_at(row.ctypes.data, len(row), 1.0 / self.settings[0], m, scale, ids.ctypes.data,
+                                 len(ids), out.ctypes.data) != 0:
+            raise ValueError(f"ids outside the row's {len(row)}")
+        return out
+
+    def mass(self, i: int) -> float:
+        """The sum of row i's p in double (1 up to its floats' rounding)."""
+        if self.so is None or i in self._full:
+            return float(self.full(i).sum(dtype=np.float64))
+        self.normalise(i + 1)
+        return self._norms[i][2]
+
+
+def block_weights(p_x, q_x) -> list[float]:
+    """Block verification's P_0..P_m (``specviz.sampling.block_weights``), in double."""
+    weights = [1.0]
+    for a, b in zip(p_x, q_x):
+        weights.append(min(1.0, weights[-1] * float(a) / float(b)))
+    return weights
+
+
+def block_stop(weight: float, residual_mass: float) -> float:
+    """h_i = R_i / (R_i + 1 - P_i) (``specviz.sampling.block_stop``); 1 where both vanish."""
+    rest = residual_mass + 1.0 - weight
+    return residual_mass / rest if rest > 0 else 1.0
+
+
+def residual_mass(rows: RowProbs, q, i: int, weight: float) -> float:
+    """R_i = sum_v max(0, P p_i(v) - q_i(v)) in double: over q's ids alone where q is a ``DraftQ`` (elsewhere q is 0,
+    so the row's mass there is P p), else over the full rows."""
+    if isinstance(q, DraftQ):
+        p = rows.at(i, q.ids).astype(np.float64) * weight
+        return weight * rows.mass(i) - float(np.minimum(p, q.values[i]).sum())
+    return float(np.maximum(rows.full(i).astype(np.float64) * weight - q[i], 0).sum())
+
+
+def block_residual(p: np.ndarray, q, i: int, weight: float) -> np.ndarray:
+    """norm(max(0, P p - q_i)) over the full vocabulary (``specviz.sampling.block_residual``); P_0 = 1: Leviathan's
+    residual, the same floats; where it has no mass, p itself."""
+    if weight >= 1.0:
+        return residual_over(p, q, i) if isinstance(q, DraftQ) else residual(p, q[i])
+    scaled = p * np.float32(weight)
+    r = residual_over(scaled, q, i) if isinstance(q, DraftQ) else residual(scaled, q[i])
+    return p if r is scaled else r
+
+
+def verify_block(rows: RowProbs, q, drafted: np.ndarray, rng: np.random.Generator, keep: bool = True) -> Verdict:
+    """Block verification (Sun et al. 2024, Algorithm 2; ``specviz.sampling.verify_block``) over p's rows as the
+    accept step reads them: m uniforms drawn as ``walk`` draws them, each row's p read at its draft, the stop
+    chances h_i taken from the last draft down until one keeps (those below it, never needed, NaN), then one draw.
+    ``keep`` False (a run that records nothing): the draw from the row's exponentials in C where it can
+    (``draw_kept``), the verdict's residual then None."""
+    m, sparse = len(drafted), isinstance(q, DraftQ)
+    u = rng.random(m, dtype=np.float32)
+    rows.normalise(m)  # every draft's row is read: their normalisers in one call
+    p_x = [rows.at(i, drafted[i: i + 1])[0] for i in range(m)]
+    weights = block_weights(p_x, [q.at(i, x) if sparse else q[i, x] for i, x in enumerate(drafted)])
+    h, n = np.full(m, np.nan, dtype=np.float32), 0
+    for i in range(m, 0, -1):
+        stop = weights[m] if i == m else block_stop(weights[i], residual_mass(rows, q, i, weights[i]))
+        h[i - 1] = stop
+        if float(u[i - 1]) < stop:
+            n = i
+            break
+    if not keep and sparse and (token := draw_kept(rows, q, n, weights[n], rng)) is not None:
+        return Verdict(n, token, h, u, None)
+    if n == m:
+        return Verdict(m, sample(rows.full(m), rng), h, u, None)
+    r = block_residual(rows.full(n), q, n, weights[n])
+    return Verdict(n, sample(r, rng), h, u, r)
+
+
+def draw_kept(rows: RowProbs, q: DraftQ, n: int, weight: float, rng: np.random.Generator) -> int | None:
+    """The token ``verify_block`` draws after keeping n drafts, from row n's exponentials in C (``sv_residual_draw``):
+    the id ``sample(block_residual(...))`` (n < m) or ``sample(p_m)`` (n = m) gives, one uniform drawn, no row
+    written. None where row n has no exponentials kept (numpy's or top-k's rows; n = m with no C stack)."""
+    if rows.so is None:
+        return None
+    rows.normalise(n + 1)
+    e = rows._exps.get(n)
+    if e is None:
+        return None
+    bonus = n == len(q)
+    ids = np.ascontiguousarray(q.ids, dtype=np.int32)
+    vals = _floats(q.values[n] if not bonus else np.zeros(0, np.float32))  # held: its pointer is passed
+    token = rows.so.sv_residual_draw(e.ctypes.data, len(e), rows._norms[n][1], 1.0 if bonus else weight,
+                                     ids.ctypes.data, vals.ctypes.data, -1 if bonus else len(ids), float(rng.random()))
+    if token < 0:
+        raise ValueError("the C stack refused the residual's draw: no id with mass, or the draft's ids out of order")
+    return token
+
+
 def verify_greedy(logits: np.ndarray, drafted: np.ndarray) -> Verdict:
     """Keep drafts while each is the target's argmax, then append the target's argmax. logits (m+1, V)."""
     m = len(drafted)

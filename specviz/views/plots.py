@@ -91,20 +91,24 @@ def round_times(rounds: pd.DataFrame) -> go.Figure:
     return layout(fig, "Time per round: draft vs target" + (", layers vs LM head" if split else ""), "round", "ms")
 
 
-def accept_line(round_tokens: pd.DataFrame) -> go.Figure:
+def accept_line(round_tokens: pd.DataFrame, block: bool = False) -> go.Figure:
     """One round: min(1, p/q) per draft position (bars) and the uniform draw u (markers).
-    Sampling accepts a draft when u < min(1, p/q): markers inside their bar were accepted."""
+    Sampling accepts a draft when u < min(1, p/q): markers inside their bar were accepted. ``block``: a
+    block-verified round's bars are h_i (block verification keeps the longest prefix i with u_i < h_i)."""
     d = round_tokens[round_tokens["drafted"]]
     x = d["position"].to_numpy() + 1
     colours = [COLOURS[s] for s in d["status"]]
-    fig = go.Figure(go.Bar(x=x, y=d["accept_prob"], name="min(1, p/q)", marker_color=colours, opacity=0.55,
-                           hovertemplate="position %{x}: min(1, p/q) = %{y:.3f}<extra></extra>"))
+    name = "h (block)" if block else "min(1, p/q)"
+    fig = go.Figure(go.Bar(x=x, y=d["accept_prob"], name=name, marker_color=colours, opacity=0.55,
+                           hovertemplate="position %{x}: " + name + " = %{y:.3f}<extra></extra>"))
     fig.add_trace(go.Scatter(x=x, y=d["u"], mode="markers", name="u", marker=dict(symbol="x", size=13, color="#111827",
                              line=dict(width=1.5, color="#f9fafb")),
                              hovertemplate="position %{x}: u = %{y:.3f}<extra></extra>"))
     fig.update_yaxes(range=[0, 1.05])
     fig.update_xaxes(dtick=1)
-    return layout(fig, "Accept line: u against min(1, p/q)", "draft position", "probability")
+    title = ("Block verification: u against h, the longest prefix with u < h kept" if block
+             else "Accept line: u against min(1, p/q)")
+    return layout(fig, title, "draft position", "probability")
 
 
 def residual_bars(residual: pd.DataFrame) -> go.Figure:

@@ -145,10 +145,13 @@ RULE_TESTS = {  # rule -> (its test: the bar u must pass, or the test in words; 
 }
 
 
-def decision(r: Round, i: int, greedy: bool, rule: str = "leviathan") -> str:
+def decision(r: Round, i: int, greedy: bool, rule: str = "leviathan", verify: str = "token") -> str:
     """The verify step's decision at drafted position i under the run's rule, in words, with the recorded numbers;
-    under another rule than Leviathan's, also what Leviathan's would have done with the same u."""
+    under another rule than Leviathan's, also what Leviathan's would have done with the same u; a block-verified round
+    (``verify="block"``, sampled) in block verification's own terms (``block_decision``)."""
     status = _status(r, i)
+    if verify == "block" and not greedy:
+        return block_decision(r, i, status)
     if status == "discarded":
         why = "an accepted EOS ended the run" if i < r.n_accepted else "an earlier draft in this round was rejected"
         return f"not verified: {why}; discarded"
@@ -169,6 +172,25 @@ def decision(r: Round, i: int, greedy: bool, rule: str = "leviathan") -> str:
     return f"{said} · Leviathan's rule, same u: {'accepted' if u < bar else 'rejected'} (min(1, p/q) = {_num(bar)})"
 
 
+def block_decision(r: Round, i: int, status: str) -> str:
+    """Block verification keeps the longest prefix of drafts j with u_j < h_j (h_j: the chance it stops after j
+    drafts, recorded in accept_prob; NaN where the walk down from the last draft never needed it), whatever the drafts
+    before it did: position i in those words, with the numbers the run recorded."""
+    n, h, u = r.n_accepted, r.accept_prob[i], r.u[i]
+    if h != h:
+        return (f"kept: block verification kept the first {n} drafts (u = {_num(r.u[n - 1])} < h = "
+                f"{_num(r.accept_prob[n - 1])} at draft {n}); h here was not needed")
+    test = f"u = {_num(u)} {'<' if u < h else '≥'} h = {_num(h)}"
+    if i < n:
+        return f"kept: {test}" + ("" if i == n - 1 else f"; block verification kept the first {n} drafts")
+    if status == "discarded" and i < len(r.emitted):
+        return f"kept, then discarded: an accepted EOS ended the run ({test})"
+    if i == n:
+        return f"{test}: not kept; block verification kept {n} draft{'s' if n != 1 else ''} and drew the next " \
+               "token from norm(max(0, P p − q)) here"
+    return f"{test}: not kept (block verification keeps a prefix: {n} draft{'s' if n != 1 else ''})"
+
+
 def _status(r: Round, i: int) -> str:
     s = r.status(i)
     return "discarded" if s == "accepted" and i >= len(r.emitted) else s  # accepted after an emitted EOS
@@ -184,7 +206,7 @@ def _draft_title(trace: Trace, r: Round, i: int, text: str) -> str:
     ratio = p / q if q else None
     return (f"{quoted(trace, r.drafted[i], text)}  round {r.index + 1}, draft {i + 1} of {len(r.drafted)}\n"
             f"p = {_num(p)}   q = {_num(q)}   p/q = {_num(ratio)}   u = {_num(u)}   beta = {_num(b)}\n"
-            f"{decision(r, i, trace.config.greedy, trace.config.rule)}")
+            f"{decision(r, i, trace.config.greedy, trace.config.rule, trace.config.verify)}")
 
 
 def _next_title(trace: Trace, r: Round, status: str, token: int, text: str) -> str:
@@ -330,13 +352,14 @@ def replay_html(trace: Trace | None, index: int) -> str:
         return "<p><i>No rounds yet.</i></p>"
     i = max(0, min(int(index), len(trace.rounds) - 1))
     r, texts = trace.rounds[i], one_round(trace, i).texts().rounds[0]
-    head = "".join(f"<th>{h}</th>" for h in ("#", "q", "p", "p/q", "min(1, p/q)", "u", "beta"))
+    block = trace.config.verify == "block" and not trace.config.greedy
+    head = "".join(f"<th>{h}</th>" for h in ("#", "q", "p", "p/q", "h (block)" if block else "min(1, p/q)", "u", "beta"))
     rows = []
     for i, x in enumerate(r.drafted):
         ratio = r.p[i] / r.q[i] if r.q[i] else None
         cells = "".join(f"<td>{esc(_num(v))}</td>" for v in (r.q[i], r.p[i], ratio, r.accept_prob[i], r.u[i], r.beta[i]))
         span = token_span(texts.drafted[i], _status(r, i), _draft_title(trace, r, i, texts.drafted[i]))
-        verdict = esc(decision(r, i, trace.config.greedy, trace.config.rule))
+        verdict = esc(decision(r, i, trace.config.greedy, trace.config.rule, trace.config.verify))
         rows.append(f'<tr><td class="sv-left">{span}'
                     f'</td><td>{i + 1}</td>{cells}<td class="sv-left sv-decision">{verdict}</td></tr>')
     table = (f'<table class="sv-table"><tr><th class="sv-left">draft</th>{head}<th class="sv-left">decision</th></tr>'

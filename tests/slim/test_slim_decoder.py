@@ -4,15 +4,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
-import torch
 
 from specviz import DecodeConfig, TreeConfig
-from specviz import sampling as T
 from specviz.slim import Lookup, ModelDraft, SlimDecoding, autoregressive, speculative
 from specviz.trace import Trace
 from tests.helpers.numpy_lm import ToyForward
+from tests.helpers.slim_law import LAW_SHARPEN, law_statistic
 
 PROMPTS = ([1, 2, 3, 1, 2, 3, 1, 2], [5, 4, 9, 4, 9, 4], [7], [3, 8, 2, 11, 0, 6, 3, 8])
 
@@ -43,42 +41,6 @@ def test_a_run_with_accepted_drafts_records_each_decision():
     assert (trace.target_name, trace.draft_name, trace.mode) == ("ToyForward", "prompt-lookup (n=1..3)", "speculative")
     again = Trace.from_json(trace.to_json())
     assert again.rounds == trace.rounds and again.new_tokens == trace.new_tokens
-
-
-LAW_PROMPT, LAW_SHARPEN = [2, 0, 2], 1.5  # lookup drafts 0, which the target gives p = 0.46 there
-
-
-def exact_law(prompt, n, temperature, top_k):
-    """P(first n tokens) of the toy at these settings, enumerated through specviz.sampling's torch transforms."""
-    fwd, out = ToyForward(sharpen=LAW_SHARPEN), {(): 1.0}
-    for _ in range(n):
-        nxt = {}
-        for seq, prob in out.items():
-            ids = list(prompt) + list(seq)
-            p = T.logits_to_probs(torch.from_numpy(fwd.logits_at(ids, len(ids) - 1)), temperature, top_k).numpy()
-            nxt.update({seq + (v,): prob * float(p[v]) for v in np.flatnonzero(p)})
-        out = nxt
-    return out
-
-
-def law_statistic(temperature, top_k, runs=6000, draft=None, k=1, **extra):
-    """(chi-square of the emitted pairs' frequencies against the law enumerated from the target alone, its 99.99th
-    percentile): two tokens after a prompt, over ``runs`` seeds, drafted by ``draft()`` (default: prompt lookup,
-    which drafts one token there)."""
-    from scipy.stats import chi2 as dist
-
-    prompt, cfg = LAW_PROMPT, dict(temperature=temperature, top_k=top_k, max_new_tokens=2, k=k, **extra)
-    seen: dict = {}
-    for seed in range(runs):
-        pair = tuple(speculative(ToyForward(sharpen=LAW_SHARPEN), (draft or Lookup)(), prompt,
-                                 DecodeConfig(seed=seed, **cfg)).new_tokens)
-        seen[pair] = seen.get(pair, 0) + 1
-    law = exact_law(prompt, 2, temperature, top_k)
-    assert set(seen) <= set(law)
-    big = [s for s in law if law[s] * runs >= 5]  # cells too rare for the statistic are pooled
-    expected = [law[s] * runs for s in big] + [runs * (1 - sum(law[s] for s in big))]
-    observed = [seen.get(s, 0) for s in big] + [runs - sum(seen.get(s, 0) for s in big)]
-    return sum((o - e) ** 2 / e for o, e in zip(observed, expected) if e > 0), dist.ppf(0.9999, len(big))
 
 
 def toy_draft():

@@ -136,12 +136,7 @@ def load_library():
                                   p, i, p, p, i, i, f, f, p, p, p, ctypes.POINTER(ctypes.c_double), i]
     so.sv_draft_chain.restype = i
     so.sv_qlinear.restype = so.sv_qlinear8.restype = so.sv_qrows.restype = so.sv_qlinear8_available.restype = i
-    so.sv_softmax_t.argtypes, so.sv_softmax_t.restype = [p, i, ctypes.c_float, p], i
-    so.sv_residual.argtypes, so.sv_residual.restype = [p, p, i, p], ctypes.c_double
-    so.sv_residual_over.argtypes, so.sv_residual_over.restype = [p, i, p, p, i, p], ctypes.c_double
-    so.sv_invert_cdf.argtypes, so.sv_invert_cdf.restype = [p, i, ctypes.c_double], i
-    so.sv_overlap.argtypes, so.sv_overlap.restype = [p, p, i], ctypes.c_double
-    so.sv_top_k.argtypes, so.sv_top_k.restype = [p, i, i, p], i
+    sampling_signatures(so)
     so.sv_set_pin(os.environ.get(PIN_ENV, "1").strip().lower() not in ("0", "off", "no", "false"))
     so.sv_layers.restype = so.sv_layers_rows.restype = so.sv_panel_width.restype = so.sv_max_head_dim.restype = i
     for name in ("sv_sizeof_dims", "sv_sizeof_layer", "sv_sizeof_head", "sv_sizeof_qmat", "sv_sizeof_glayer",
@@ -149,6 +144,23 @@ def load_library():
         getattr(so, name).restype = ctypes.c_size_t
     why = disagreement(so)
     return (None, why) if why else (so, None)
+
+
+def sampling_signatures(so) -> None:
+    """The argument and result types of the C stack's sampling over a vocabulary (specviz.slim.sampling's C paths)."""
+    p, i, f = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
+    so.sv_softmax_t.argtypes, so.sv_softmax_t.restype = [p, i, f, p], i
+    so.sv_softmax_norm.argtypes, so.sv_softmax_norm.restype = [p, i, f, p], ctypes.c_double
+    so.sv_softmax_at.argtypes, so.sv_softmax_at.restype = [p, i, f, f, f, p, i, p], i
+    so.sv_softmax_from.argtypes, so.sv_softmax_from.restype = [p, i, f, f, f, p], i
+    so.sv_softmax_norms.argtypes, so.sv_softmax_norms.restype = [p, i, i, f, p, p, p, i], i
+    so.sv_residual_draw.argtypes = [p, i, f, f, p, p, i, ctypes.c_double]
+    so.sv_residual_draw.restype = i
+    so.sv_residual.argtypes, so.sv_residual.restype = [p, p, i, p], ctypes.c_double
+    so.sv_residual_over.argtypes, so.sv_residual_over.restype = [p, i, p, p, i, p], ctypes.c_double
+    so.sv_invert_cdf.argtypes, so.sv_invert_cdf.restype = [p, i, ctypes.c_double], i
+    so.sv_overlap.argtypes, so.sv_overlap.restype = [p, p, i], ctypes.c_double
+    so.sv_top_k.argtypes, so.sv_top_k.restype = [p, i, i, p], i
 
 
 def disagreement(so) -> str | None:

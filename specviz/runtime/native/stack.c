@@ -22,6 +22,7 @@
 #include <time.h>
 
 #if defined(__AVX512F__)
+#include <immintrin.h>
 #define VL 16
 #elif defined(__AVX__)
 #define VL 8
@@ -1673,26 +1674,51 @@ int sv_gemma_layers(const sv_dims *m, const sv_glayer *layers, float *const *kv,
  * against numpy's 0.29 (several passes and temporaries), the inverse CDF 0.05 ms against 0.10 (2026-12-05). */
 #define SB 1024
 
-/* the sum of w[0..n) (n <= SB), in double lanes */
+/* the sum of w[0..n) (n <= SB), in double lanes (held in registers: the compiler's reduction kept its lanes on the
+ * stack, a store and a load an iteration) */
 static double block_sum(const float *w, int n) {
+    int i = 0;
+#if defined(__AVX512F__)
+    __m512d a = _mm512_setzero_pd(), b = _mm512_setzero_pd();
+    for (; i + 16 <= n; i += 16) {
+        __m512 v = _mm512_loadu_ps(w + i);
+        a = _mm512_add_pd(a, _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
+        b = _mm512_add_pd(b, _mm512_cvtps_pd(_mm256_castsi256_ps(_mm512_extracti64x4_epi64(_mm512_castps_si512(v), 1))));
+    }
+    double s = _mm512_reduce_add_pd(_mm512_add_pd(a, b));
+#else
     double s = 0.0;
-#pragma omp simd reduction(+ : s)
-    for (int i = 0; i < n; i++) s += w[i];
+#endif
+    for (; i < n; i++) s += w[i];
     return s;
+}
+
+/* The largest of x[0..n) and whether any is NaN or +inf (*bad), in vector lanes held in registers. */
+static float row_max(const float *x, int n, int *bad) {
+    vf top;
+    vi flag = {0};
+    for (int l = 0; l < VL; l++) top[l] = -INFINITY;
+    int i = 0;
+    for (; i + VL <= n; i += VL) {
+        vf v;
+        memcpy(&v, x + i, sizeof v);
+        flag |= (v != v) | (v == INFINITY);
+        top = vmax(top, v);
+    }
+    float m = -INFINITY;
+    int b = 0;
+    for (int l = 0; l < VL; l++) m = top[l] > m ? top[l] : m, b |= flag[l];
+    for (; i < n; i++) b |= (x[i] != x[i]) | (x[i] == INFINITY), m = x[i] > m ? x[i] : m;
+    *bad = b != 0;
+    return m;
 }
 
 /* p = softmax(logits * inv_t) over n ids, float32 (entries of -inf: 0). -2 for n < 1, inv_t not positive and finite,
  * or logits with a NaN, +inf or no finite entry (torch's softmax would give NaN: nothing to sample from). */
 int sv_softmax_t(const float *logits, int n, float inv_t, float *p) {
     if (n < 1 || !(inv_t > 0.0f) || isinf(inv_t)) return -2;
-    float top = -INFINITY;
-    int bad = 0;
-#pragma omp simd reduction(max : top) reduction(| : bad)
-    for (int i = 0; i < n; i++) {
-        float v = logits[i];
-        bad |= (v != v) | (v == INFINITY);
-        top = v > top ? v : top;
-    }
+    int bad;
+    float top = row_max(logits, n, &bad);
     if (bad || top == -INFINITY) return -2;
     const float m = top * inv_t;
     double total = 0.0;
@@ -1706,6 +1732,118 @@ int sv_softmax_t(const float *logits, int n, float inv_t, float *p) {
 #pragma omp simd
     for (int i = 0; i < n; i++) p[i] *= scale;
     return 0;
+}
+
+/* sv_softmax_t's normaliser without writing p: *m_out = max(logits) * inv_t, and the sum of vexp(logits * inv_t - m)
+ * added block by block as sv_softmax_t adds it, so that p[i] = vexp(logits[i] * inv_t - m) * (float)(1 / sum)
+ * (sv_softmax_at) is the float sv_softmax_t writes. One read of the row instead of three passes and a write; what an
+ * accept step needs where it reads p at a few ids. -2 where sv_softmax_t refuses. */
+double sv_softmax_norm(const float *logits, int n, float inv_t, float *m_out) {
+    if (n < 1 || !(inv_t > 0.0f) || isinf(inv_t) || !m_out) return -2.0;
+    int bad;
+    float top = row_max(logits, n, &bad);
+    if (bad || top == -INFINITY) return -2.0;
+    const float m = top * inv_t;
+    float e[SB];
+    double total = 0.0;
+    for (int b = 0; b < n; b += SB) {
+        int len = b + SB < n ? SB : n - b;
+#pragma omp simd
+        for (int i = 0; i < len; i++) e[i] = vexp(logits[b + i] * inv_t - m);
+        total += block_sum(e, len);
+    }
+    *m_out = m;
+    return total;
+}
+
+/* p at k ids (sv_softmax_norm's m and scale = (float)(1 / sum)): the floats sv_softmax_t writes there. -1 where an
+ * id is outside [0, n), k < 0, or inv_t, m or scale is not what sv_softmax_norm gives. */
+int sv_softmax_at(const float *logits, int n, float inv_t, float m, float scale, const int *ids, int k, float *out) {
+    if (n < 1 || k < 0 || !(inv_t > 0.0f) || isinf(inv_t) || !(scale > 0.0f) || isinf(scale) || !isfinite(m)) return -1;
+    int bad = 0;
+#pragma omp simd reduction(| : bad)
+    for (int j = 0; j < k; j++) bad |= (ids[j] < 0) | (ids[j] >= n);
+    if (bad) return -1;
+    for (int j = 0; j < k; j++) out[j] = logits[ids[j]]; /* gathered, then exponentiated a vector at a time */
+#pragma omp simd
+    for (int j = 0; j < k; j++) {
+        float e = vexp(out[j] * inv_t - m);
+        out[j] = e * scale;
+    }
+    return 0;
+}
+
+/* The whole row p from sv_softmax_norm's m and scale: the floats sv_softmax_t writes, in one pass. -1 where n < 1 or
+ * inv_t, m or scale is not what sv_softmax_norm gives (positive and finite; m finite). */
+int sv_softmax_from(const float *logits, int n, float inv_t, float m, float scale, float *p) {
+    if (n < 1 || !(inv_t > 0.0f) || isinf(inv_t) || !(scale > 0.0f) || isinf(scale) || !isfinite(m)) return -1;
+#pragma omp simd
+    for (int i = 0; i < n; i++) {
+        float e = vexp(logits[i] * inv_t - m);
+        p[i] = e * scale;
+    }
+    return 0;
+}
+
+/* sv_softmax_norm of rows rows of n logits each (row r at logits + r * n) on nt threads, each a share of every
+ * row's blocks: m_out[r] and total_out[r] the float and double sv_softmax_norm gives row by row (the blocks' sums kept
+ * apart, then added in order); where e is not NULL, each row's vexp(logits * inv_t - m) written there (rows x n), so
+ * that e times (float)(1 / total) is the row sv_softmax_t writes. 0; -2 where a row is refused (as sv_softmax_norm),
+ * -1 where scratch memory fails. */
+struct norms_job { const float *x; int rows, n, nb; float inv_t; float *tmax; int *bad; double *sums; float *e; };
+
+static void norms_job(void *ctx, int tid, int nt) {
+    struct norms_job *j = ctx;
+    int lo, hi;
+    share(tid, nt, j->nb, &lo, &hi);
+    for (int r = 0; r < j->rows; r++) {
+        const float *x = j->x + (size_t)r * j->n;
+        int a = lo * SB, z = hi * SB < j->n ? hi * SB : j->n, bad = 0;
+        j->tmax[tid * j->rows + r] = a < z ? row_max(x + a, z - a, &bad) : -INFINITY;
+        j->bad[tid * j->rows + r] = bad;
+    }
+    barrier(nt);
+    float scratch[SB];
+    for (int r = 0; r < j->rows; r++) {
+        float top = -INFINITY;
+        int bad = 0;
+        for (int t = 0; t < nt; t++)
+            top = j->tmax[t * j->rows + r] > top ? j->tmax[t * j->rows + r] : top, bad |= j->bad[t * j->rows + r];
+        if (bad || top == -INFINITY) continue;
+        const float *x = j->x + (size_t)r * j->n;
+        const float m = top * j->inv_t;
+        for (int b = lo; b < hi; b++) {
+            int len = (b + 1) * SB < j->n ? SB : j->n - b * SB;
+            float *e = j->e ? j->e + (size_t)r * j->n + (size_t)b * SB : scratch;
+#pragma omp simd
+            for (int i = 0; i < len; i++) e[i] = vexp(x[b * SB + i] * j->inv_t - m);
+            j->sums[(size_t)r * j->nb + b] = block_sum(e, len);
+        }
+    }
+}
+
+int sv_softmax_norms(const float *logits, int rows, int n, float inv_t, float *m_out, double *total_out, float *e,
+                     int nt) {
+    if (rows < 1 || n < 1 || !(inv_t > 0.0f) || isinf(inv_t) || !m_out || !total_out) return -2;
+    nt = nt < 1 ? 1 : (nt > MAXT ? MAXT : nt);
+    int nb = (n + SB - 1) / SB;
+    struct norms_job j = {logits, rows, n, nb, inv_t, malloc(sizeof(float) * nt * rows), malloc(sizeof(int) * nt * rows),
+                          malloc(sizeof(double) * (size_t)rows * nb), e};
+    if (!j.tmax || !j.bad || !j.sums) return free(j.tmax), free(j.bad), free(j.sums), -1;
+    run(norms_job, &j, nt);
+    int refused = 0;
+    for (int r = 0; r < rows; r++) {
+        float top = -INFINITY;
+        int bad = 0;
+        for (int t = 0; t < nt; t++)
+            top = j.tmax[t * rows + r] > top ? j.tmax[t * rows + r] : top, bad |= j.bad[t * rows + r];
+        if (bad || top == -INFINITY) { refused = 1; break; }
+        double total = 0.0;
+        for (int b = 0; b < nb; b++) total += j.sums[(size_t)r * nb + b];
+        m_out[r] = top * inv_t, total_out[r] = total;
+    }
+    free(j.tmax), free(j.bad), free(j.sums);
+    return refused ? -2 : 0;
 }
 
 /* r = max(p - q, 0) over n ids (not normalized); its sum, or -1 for n < 1 */
@@ -1739,6 +1877,68 @@ double sv_residual_over(const float *p, int n, const int *q_ids, const float *q_
         total += block_sum(r + b, e - b);
     }
     return total;
+}
+
+/* One block of the residual sv_residual_over writes for p * w where p = e * scale (sv_softmax_norms' exponentials;
+ * w = 1: p itself): ids from *j on that fall in [b0, b0 + len) made max(p - q, 0); times s where s is not 1. */
+static void residual_block(const float *e, float scale, float w, const int *ids, const float *qv, int k, int *j, int b0,
+                           int len, float s, float *r) {
+#pragma omp simd
+    for (int i = 0; i < len; i++) {
+        float p = e[b0 + i] * scale;
+        r[i] = w < 1.0f ? p * w : p;
+    }
+    for (; *j < k && ids[*j] < b0 + len; (*j)++) {
+        int i = ids[*j] - b0;
+        r[i] = r[i] > qv[*j] ? r[i] - qv[*j] : 0.0f;
+    }
+    if (s != 1.0f) {
+#pragma omp simd
+        for (int i = 0; i < len; i++) r[i] *= s;
+    }
+}
+
+/* The id block verification draws after keeping some drafts: sv_invert_cdf(u) over norm(max(0, w p - q)), p = e *
+ * scale, q zero off k ascending ids (qv their q), as specviz.slim.sampling.block_residual writes that row (the
+ * residual's floats, times the reciprocal of its sum), without writing it; where it has no mass, or k is -1 (the
+ * bonus token), over p itself. -1 where the ids are not ascending in [0, n), u is not in [0, 1), or nothing has mass. */
+int sv_residual_draw(const float *e, int n, float scale, float w, const int *ids, const float *qv, int k, double u) {
+    if (n < 1 || k < -1 || !(u >= 0.0 && u < 1.0) || !(w >= 0.0f) || !(scale > 0.0f) || isinf(scale)) return -1;
+    for (int j = 0; j < k; j++)
+        if (ids[j] < 0 || ids[j] >= n || (j && ids[j] <= ids[j - 1])) return -1;
+    int nb = (n + SB - 1) / SB, j = 0, last = -1;
+    double *sums = malloc(sizeof(double) * nb), total = 0.0;
+    float r[SB];
+    if (!sums) return -1;
+    for (int b = 0; b < nb && k >= 0; b++) {
+        int len = (b + 1) * SB < n ? SB : n - b * SB;
+        residual_block(e, scale, w, ids, qv, k, &j, b * SB, len, 1.0f, r);
+        total += block_sum(r, len);
+    }
+    int bare = !(total > 0.0); /* no residual mass, or k = -1 (the bonus): p itself */
+    float s = bare ? 1.0f : (float)(1.0 / total);
+    double all = 0.0;
+    for (int b = 0, jj = 0; b < nb; b++) {
+        int len = (b + 1) * SB < n ? SB : n - b * SB;
+        residual_block(e, scale, bare ? 1.0f : w, ids, qv, bare ? 0 : k, &jj, b * SB, len, s, r);
+        sums[b] = block_sum(r, len);
+        all += sums[b];
+        if (sums[b] > 0.0) last = b;
+    }
+    if (last < 0 || !(all > 0.0)) return free(sums), -1;
+    double target = u * all, before = 0.0;
+    int b = 0;
+    while (b < last && before + sums[b] <= target) before += sums[b++];
+    free(sums);
+    int at = 0, len = (b + 1) * SB < n ? SB : n - b * SB, found = -1;
+    while (!bare && at < k && ids[at] < b * SB) at++;
+    residual_block(e, scale, bare ? 1.0f : w, ids, qv, bare ? 0 : k, &at, b * SB, len, s, r);
+    for (int i = 0; i < len; i++) {
+        if (r[i] > 0.0f) found = b * SB + i;
+        before += r[i];
+        if (before > target && r[i] > 0.0f) return b * SB + i;
+    }
+    return found;
 }
 
 /* sum over n ids of min(p, q): beta, the chance a draft drawn from q is accepted against p (float sums per block,
