@@ -235,6 +235,33 @@ static inline float vexp(float x) {
     return x < -87.3f ? 0.0f : (x > 88.7f ? INFINITY : p * scale);
 }
 
+/* y[i] = vexp(x[i] * inv_t - m) over n lanes: where AVX-512 is built, 16 lanes at a time with the same operations
+ * as vexp's for every argument the sampling loops give it (at most a rounding above 0: their m is the row's largest
+ * logit times inv_t), its power of two made by vscalefps, which rounds as vexp's product by the exact power does;
+ * without vexp's clamps and selects, a third fewer instructions. The tail, lane by lane, through vexp itself. */
+static void exp_row(const float *x, int n, float inv_t, float m, float *y) {
+    int i = 0;
+#if defined(__AVX512F__)
+    const __m512 it = _mm512_set1_ps(inv_t), mv = _mm512_set1_ps(m), lo = _mm512_set1_ps(-87.3f);
+    const __m512 l2e = _mm512_set1_ps(1.44269504088896341f), a = _mm512_set1_ps(0.693359375f);
+    const __m512 b = _mm512_set1_ps(2.12194440e-4f), one = _mm512_set1_ps(1.0f);
+    for (; i + 16 <= n; i += 16) {
+        __m512 v = _mm512_fmsub_ps(_mm512_loadu_ps(x + i), it, mv);
+        __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(v, l2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __m512 r = _mm512_fmadd_ps(k, b, _mm512_fnmadd_ps(k, a, v));
+        __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+        p = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), one);
+        _mm512_storeu_ps(y + i, _mm512_maskz_scalef_ps(_mm512_cmp_ps_mask(v, lo, _CMP_GE_OQ), p, k));
+    }
+#endif
+    for (; i < n; i++) y[i] = vexp(x[i] * inv_t - m);
+}
+
 static void rms_norm(const float *x, const float *w, int n, float eps, float *out) {
     float ss = 0.0f;
 #pragma omp simd reduction(+ : ss)
@@ -1724,8 +1751,7 @@ int sv_softmax_t(const float *logits, int n, float inv_t, float *p) {
     double total = 0.0;
     for (int b = 0; b < n; b += SB) {
         int e = b + SB < n ? b + SB : n;
-#pragma omp simd
-        for (int i = b; i < e; i++) p[i] = vexp(logits[i] * inv_t - m);
+        exp_row(logits + b, e - b, inv_t, m, p + b);
         total += block_sum(p + b, e - b);
     }
     const float scale = (float)(1.0 / total);
@@ -1748,8 +1774,7 @@ double sv_softmax_norm(const float *logits, int n, float inv_t, float *m_out) {
     double total = 0.0;
     for (int b = 0; b < n; b += SB) {
         int len = b + SB < n ? SB : n - b;
-#pragma omp simd
-        for (int i = 0; i < len; i++) e[i] = vexp(logits[b + i] * inv_t - m);
+        exp_row(logits + b, len, inv_t, m, e);
         total += block_sum(e, len);
     }
     *m_out = m;
@@ -1765,11 +1790,9 @@ int sv_softmax_at(const float *logits, int n, float inv_t, float m, float scale,
     for (int j = 0; j < k; j++) bad |= (ids[j] < 0) | (ids[j] >= n);
     if (bad) return -1;
     for (int j = 0; j < k; j++) out[j] = logits[ids[j]]; /* gathered, then exponentiated a vector at a time */
+    exp_row(out, k, inv_t, m, out);
 #pragma omp simd
-    for (int j = 0; j < k; j++) {
-        float e = vexp(out[j] * inv_t - m);
-        out[j] = e * scale;
-    }
+    for (int j = 0; j < k; j++) out[j] *= scale;
     return 0;
 }
 
@@ -1777,11 +1800,9 @@ int sv_softmax_at(const float *logits, int n, float inv_t, float m, float scale,
  * inv_t, m or scale is not what sv_softmax_norm gives (positive and finite; m finite). */
 int sv_softmax_from(const float *logits, int n, float inv_t, float m, float scale, float *p) {
     if (n < 1 || !(inv_t > 0.0f) || isinf(inv_t) || !(scale > 0.0f) || isinf(scale) || !isfinite(m)) return -1;
+    exp_row(logits, n, inv_t, m, p);
 #pragma omp simd
-    for (int i = 0; i < n; i++) {
-        float e = vexp(logits[i] * inv_t - m);
-        p[i] = e * scale;
-    }
+    for (int i = 0; i < n; i++) p[i] *= scale;
     return 0;
 }
 
@@ -1815,8 +1836,7 @@ static void norms_job(void *ctx, int tid, int nt) {
         for (int b = lo; b < hi; b++) {
             int len = (b + 1) * SB < j->n ? SB : j->n - b * SB;
             float *e = j->e ? j->e + (size_t)r * j->n + (size_t)b * SB : scratch;
-#pragma omp simd
-            for (int i = 0; i < len; i++) e[i] = vexp(x[b * SB + i] * j->inv_t - m);
+            exp_row(x + (size_t)b * SB, len, j->inv_t, m, e);
             j->sums[(size_t)r * j->nb + b] = block_sum(e, len);
         }
     }
