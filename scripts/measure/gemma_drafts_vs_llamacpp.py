@@ -221,7 +221,7 @@ def main(argv=None) -> None:
     report(rows, checks, args)
     if forward == "slim-c":  # a sequence whose passes stalled runs on one thread from then on: said
         print(f"slim-c threads at the end: the sequence {model.threads}, the feature draft "
-              f"{', '.join(str(d.threads) for d, _, _ in mine.values() if hasattr(d, 'threads')) or '-'}")
+              f"{', '.join(str(d.threads) for d, *_ in mine.values() if hasattr(d, 'threads')) or '-'}")
 
 
 def load(args, loader):
