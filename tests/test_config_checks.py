@@ -8,7 +8,7 @@ from dataclasses import fields, replace
 import numpy as np
 import pytest
 
-from specviz.config import K_POLICIES, RULES, DecodeConfig, TreeConfig
+from specviz.config import K_POLICIES, RULES, VERIFIES, DecodeConfig, TreeConfig
 
 HOSTILE = "<script>alert(1)</script>" + "x" * 10_000
 
@@ -30,7 +30,7 @@ ADMITS = {  # each field's condition, written out by hand (every other field at 
     "typical_delta": _number(lambda v: 0 < v < math.inf), "lenience": _number(lambda v: 0 < v <= 1),
     "record": lambda v: isinstance(v, bool), "draft_greedy": lambda v: isinstance(v, bool),
     "k_policy": lambda v: isinstance(v, str) and v in K_POLICIES, "rule": lambda v: isinstance(v, str) and v in RULES,
-    "verify": lambda v: isinstance(v, str) and v in ("token", "block"),
+    "verify": lambda v: isinstance(v, str) and v in VERIFIES,
 }
 VALUES = [0, 1, -1, 2, 10, 11, 0.0, 0.5, 1.0, 1.5, -0.5, 1e-300, 2**63 - 1, 2**63, 10**400, True, False, math.nan,
           math.inf, -math.inf, "1", "0.5", "fixed", "history", "lenient", "block", "", None, [1], (1,), {"k": 1},
