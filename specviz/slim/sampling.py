@@ -286,6 +286,12 @@ class RowProbs:
             raise ValueError(f"ids outside the row's {len(row)}")
         return out
 
+    def kept(self, i: int) -> tuple[np.ndarray, np.float32] | None:
+        """Row i's exponentials and scale (p = e times it) where ``normalise`` kept them and ``full`` has not used
+        them; else None."""
+        self.normalise(i + 1)
+        return (self._exps[i], self._norms[i][1]) if i in self._exps else None
+
     def mass(self, i: int) -> float:
         """The sum of row i's p in double (1 up to its floats' rounding)."""
         if self.so is None or i in self._full:
@@ -357,17 +363,13 @@ def draw_kept(rows: RowProbs, q: DraftQ, n: int, weight: float, rng: np.random.G
     """The token ``verify_block`` draws after keeping n drafts, from row n's exponentials in C (``sv_residual_draw``):
     the id ``sample(block_residual(...))`` (n < m) or ``sample(p_m)`` (n = m) gives, one uniform drawn, no row
     written. None where row n has no exponentials kept (numpy's or top-k's rows; n = m with no C stack)."""
-    if rows.so is None:
+    if rows.so is None or (kept := rows.kept(n)) is None:
         return None
-    rows.normalise(n + 1)
-    e = rows._exps.get(n)
-    if e is None:
-        return None
-    bonus = n == len(q)
+    (e, scale), bonus = kept, n == len(q)
     ids = np.ascontiguousarray(q.ids, dtype=np.int32)
-    vals = _floats(q.values[n] if not bonus else np.zeros(0, np.float32))  # held: its pointer is passed
-    token = rows.so.sv_residual_draw(e.ctypes.data, len(e), rows._norms[n][1], 1.0 if bonus else weight,
-                                     ids.ctypes.data, vals.ctypes.data, -1 if bonus else len(ids), float(rng.random()))
+    vals = _floats(q.values[n] if not bonus else np.zeros(0, np.float32))  # held: a copy where q's rows are strided
+    token = rows.so.sv_residual_draw(e.ctypes.data, len(e), scale, 1.0 if bonus else weight, ids.ctypes.data,
+                                     vals.ctypes.data, -1 if bonus else len(ids), float(rng.random()))
     if token < 0:
         raise ValueError("the C stack refused the residual's draw: no id with mass, or the draft's ids out of order")
     return token

@@ -1850,6 +1850,7 @@ int sv_softmax_norms(const float *logits, int rows, int n, float inv_t, float *m
     struct norms_job j = {logits, rows, n, nb, inv_t, malloc(sizeof(float) * nt * rows), malloc(sizeof(int) * nt * rows),
                           malloc(sizeof(double) * (size_t)rows * nb), e};
     if (!j.tmax || !j.bad || !j.sums) return free(j.tmax), free(j.bad), free(j.sums), -1;
+    for (int t = 0; t < nt * rows; t++) j.tmax[t] = -INFINITY, j.bad[t] = 0; /* a thread the pool did not give */
     run(norms_job, &j, nt);
     int refused = 0;
     for (int r = 0; r < rows; r++) {
