@@ -325,7 +325,7 @@ def _more_settings() -> dict:
         children = gr.Radio(["auto", "top", "iid", "distinct"], value="auto", label="Tree children",
                             info="how a tree picks its siblings (auto suits most runs)")
         rule = gr.Dropdown(RULE_CHOICES, value="leviathan", label="Acceptance rule", elem_id="rule",
-                           info="Leviathan's keeps the target's law exactly; lossy ones do not")
+                           info="Leviathan's, by token or as a block, is exact; lossy ones are not")
     return dict(k_policy=k_policy, draft_stop=draft_stop, top_k=top_k, top_p=top_p, max_new=max_new, seed=seed,
                 with_baseline=with_baseline, shape=shape, children=children, rule=rule)
 

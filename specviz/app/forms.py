@@ -9,6 +9,8 @@ from ..labs.rules import VARIANTS
 
 MAX_PROMPT_CHARS = 4000
 
+BLOCK = "leviathan+block"  # the form value of Leviathan's rule with the chain verified as one block
+
 
 def as_int(x, name: str) -> int:
     if isinstance(x, float) and x.is_integer():
@@ -47,22 +49,35 @@ def make_config(k, k_policy, temperature, top_k, top_p, max_new_tokens, seed, dr
         number_in(v[name], name, low, high)
     if 0 < v["temperature"] < 0.01:
         raise ValueError(f"temperature must be 0 (greedy) or at least 0.01, got {v['temperature']:g}")
+    verify = parse_verify(rule)
     rule, draft_greedy = parse_rule(rule)
     return DecodeConfig(**v, k_policy=k_policy or "fixed", seed=as_int(seed, "seed"), max_k=max(10, v["k"]),
-                        tree=parse_tree(shape, children), rule=rule, draft_greedy=draft_greedy, **(rule_options or {}))
+                        tree=parse_tree(shape, children), rule=rule, draft_greedy=draft_greedy, verify=verify,
+                        **(rule_options or {}))
 
 
 # the accept rules a form offers (the rule lab's variants), as (label, value): lossy ones say so
+# and Leviathan's rule applied to a chain as one block (Sun et al. 2024's block verification, DecodeConfig.verify)
 RULE_CHOICES = [(v.replace("+argmax", ", argmax drafts") + (" (lossy)" if v in LOSSY else ""), v) for v in VARIANTS]
+RULE_CHOICES.insert(1, ("leviathan, the chain verified as one block", BLOCK))
 
 
 def parse_rule(value) -> tuple[str, bool]:
-    """(rule, draft_greedy) from a form's rule: a rule name, "name+argmax", or a label ending in " (lossy)"."""
+    """(rule, draft_greedy) from a form's rule: a rule name, "name+argmax", "leviathan+block" (``parse_verify``), or
+    a label ending in " (lossy)"."""
     text = str(value or "leviathan").removesuffix(" (lossy)")
+    if text == BLOCK:
+        return "leviathan", False
     rule, plus, drafting = text.partition("+")
     if rule not in RULES or (plus and drafting != "argmax"):
-        raise ValueError(f"unknown acceptance rule: choose one of {', '.join(RULES)}, optionally with +argmax")
+        raise ValueError(f"unknown acceptance rule: choose one of {', '.join(RULES)}, optionally with +argmax, or "
+                         f"{BLOCK}")
     return rule, bool(plus)
+
+
+def parse_verify(value) -> str:
+    """How a form's rule verifies a chain: "block" for "leviathan+block", else "token"."""
+    return "block" if str(value or "") == BLOCK else "token"
 
 
 def parse_tree(shape, children="auto") -> TreeConfig | None:

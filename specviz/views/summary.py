@@ -106,6 +106,10 @@ def summary_markdown(trace: Trace | None, base: Trace | None, chain: Trace | Non
 def rule_note(trace: Trace, measured: float | None) -> str:
     """The accept rule, where it is not Leviathan's with sampled drafts; a lossy one's cost in truth beside its speedup."""
     cfg = trace.config
+    if trace.mode == "speculative" and cfg.verify == "block" and not cfg.greedy:
+        return ("\n\n*Verification*: **as one block** (Sun et al. 2024): a round keeps the longest prefix of drafts i "
+                "with u_i < h_i, h_i the chance it stops after i (in the replay), whatever the drafts before it did; "
+                "lossless, and never fewer drafts kept in expectation than token by token.")
     if trace.mode != "speculative" or (cfg.rule == "leviathan" and not cfg.draft_greedy):
         return ""
     alpha, tv = run_closed_forms(trace.rounds)

@@ -219,6 +219,8 @@ def _next_title(trace: Trace, r: Round, status: str, token: int, text: str) -> s
         what = "after the rejection: the target's argmax"
     elif trace.config.rule != "leviathan":
         what = f"after the rejection ({trace.config.rule}): {RULE_TESTS[trace.config.rule][1]}"
+    elif trace.config.verify == "block":
+        what = f"after {r.n_accepted} drafts kept (block verification): drawn from norm(max(0, P p − q))"
     else:
         what = "after the rejection: drawn from the residual norm(max(0, p − q))"
     return f"{quoted(trace, token, text)}  {pos}\np = {_num(r.next_p)}\n{what}"

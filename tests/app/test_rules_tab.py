@@ -64,6 +64,25 @@ def test_rule_choices_label_lossy_rules():
     assert forms.parse_rule("exact_match+argmax") == ("exact_match", True)
     with pytest.raises(ValueError, match="unknown acceptance rule"):
         forms.parse_rule("leviathan+sampled")
+    assert forms.parse_rule(forms.BLOCK) == ("leviathan", False) and forms.parse_verify(forms.BLOCK) == "block"
+    assert forms.parse_verify("leviathan") == "token" and labels["leviathan, the chain verified as one block"]
+
+
+@pytest.mark.slow
+def test_the_explorer_verifies_a_chain_as_one_block_and_says_so(store):
+    """Leviathan's rule with the chain as one block: the run's config, the summary's note, the replay's h column and
+    block verification's own words for each draft (never min(1, p/q)); greedy runs keep the target's text either way."""
+    h = explorer.handlers(store)
+    out = last(h.run("ROMEO:", "tiny-target", "tiny", 3, "fixed", 1.0, 0, 1.0, 12, 3, False, None, 0.0, "chain",
+                     "auto", forms.BLOCK))
+    trace, summary, replay = out[0], out[3], out[5]
+    assert (trace.config.rule, trace.config.verify) == ("leviathan", "block") and "as one block" in summary
+    assert "h (block)" in replay and "min(1, p/q)" not in replay and "block verification" in replay
+    greedy = last(h.run("ROMEO:", "tiny-target", "tiny", 3, "fixed", 0.0, 0, 1.0, 12, 3, False, None, 0.0, "chain",
+                        "auto", forms.BLOCK))
+    token = last(h.run("ROMEO:", "tiny-target", "tiny", 3, "fixed", 0.0, 0, 1.0, 12, 3, False, None, 0.0, "chain",
+                       "auto", "leviathan"))
+    assert greedy[0].new_tokens == token[0].new_tokens
 
 
 @pytest.mark.slow
