@@ -109,7 +109,8 @@ def rule_note(trace: Trace, measured: float | None) -> str:
     if trace.mode == "speculative" and cfg.verify == "block" and not cfg.greedy:
         return ("\n\n*Verification*: **as one block** (Sun et al. 2024): a round keeps the longest prefix of drafts i "
                 "with u_i < h_i, h_i the chance it stops after i (in the replay), whatever the drafts before it did; "
-                "lossless, and never fewer drafts kept in expectation than token by token.")
+                "lossless, and never fewer drafts kept in expectation than token by token (the prediction above is token "
+                "by token's, which a block meets or beats in expectation).")
     if trace.mode != "speculative" or (cfg.rule == "leviathan" and not cfg.draft_greedy):
         return ""
     alpha, tv = run_closed_forms(trace.rounds)
