@@ -82,7 +82,7 @@ class SlimDecoding:
         if cfg.greedy:  # greedy decides on the logits
             verdict = S.verify_greedy(logits, x)
         elif cfg.verify == "block":  # the chain as one block; each row's p read where the walk down reaches it
-            rows = S.RowProbs(logits, cfg.temperature, cfg.top_k, cfg.top_p, getattr(self.fwd, "threads", 1))
+            rows = S.RowProbs(logits, cfg.temperature, cfg.top_k, cfg.top_p, getattr(self.fwd, "threads", 1), p)
             verdict = S.verify_block(rows, q, x, self.rng, keep=cfg.record)
         elif p is not None:
             verdict = S.verify(p, q, x, self.rng)

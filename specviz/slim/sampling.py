@@ -248,14 +248,17 @@ class RowProbs:
     ``threads`` (``normalise``: ``sv_softmax_norms``, which keeps each row's exponentials), and p from them: the floats
     ``logits_to_probs`` gives, without a row's second pass of exponentials."""
 
-    def __init__(self, logits: np.ndarray, temperature: float, top_k: int = 0, top_p: float = 1.0, threads: int = 1):
+    def __init__(self, logits: np.ndarray, temperature: float, top_k: int = 0, top_p: float = 1.0, threads: int = 1,
+                 probs: np.ndarray | None = None):
+        """``probs``: the rows' p where the caller has them already (a recorded run's, from ``logits_to_probs``)."""
         self.logits, self.settings, self.threads = _floats(logits), (temperature, top_k, top_p), max(int(threads), 1)
         self.so = native(logits.shape[-1]) if temperature > 0 and top_k == 0 and top_p >= 1.0 else None
-        self._full, self._norms, self._exps = {}, {}, {}
+        self._full = {} if probs is None else dict(enumerate(probs))
+        self._norms, self._exps = {}, {}
 
     def normalise(self, rows: int) -> None:
         """The first ``rows`` rows' normalisers (those not taken yet) in one call where the C stack takes them."""
-        if self.so is None or (start := len(self._norms)) >= rows:
+        if self.so is None or (start := len(self._norms)) >= rows or all(i in self._full for i in range(rows)):
             return
         n, v = rows - start, self.logits.shape[-1]
         m, total, e = np.empty(n, np.float32), np.empty(n, np.float64), np.empty((n, v), np.float32)

@@ -1760,27 +1760,6 @@ int sv_softmax_t(const float *logits, int n, float inv_t, float *p) {
     return 0;
 }
 
-/* sv_softmax_t's normaliser without writing p: *m_out = max(logits) * inv_t, and the sum of vexp(logits * inv_t - m)
- * added block by block as sv_softmax_t adds it, so that p[i] = vexp(logits[i] * inv_t - m) * (float)(1 / sum)
- * (sv_softmax_at) is the float sv_softmax_t writes. One read of the row instead of three passes and a write; what an
- * accept step needs where it reads p at a few ids. -2 where sv_softmax_t refuses. */
-double sv_softmax_norm(const float *logits, int n, float inv_t, float *m_out) {
-    if (n < 1 || !(inv_t > 0.0f) || isinf(inv_t) || !m_out) return -2.0;
-    int bad;
-    float top = row_max(logits, n, &bad);
-    if (bad || top == -INFINITY) return -2.0;
-    const float m = top * inv_t;
-    float e[SB];
-    double total = 0.0;
-    for (int b = 0; b < n; b += SB) {
-        int len = b + SB < n ? SB : n - b;
-        exp_row(logits + b, len, inv_t, m, e);
-        total += block_sum(e, len);
-    }
-    *m_out = m;
-    return total;
-}
-
 /* p at k ids (sv_softmax_norm's m and scale = (float)(1 / sum)): the floats sv_softmax_t writes there. -1 where an
  * id is outside [0, n), k < 0, or inv_t, m or scale is not what sv_softmax_norm gives. */
 int sv_softmax_at(const float *logits, int n, float inv_t, float m, float scale, const int *ids, int k, float *out) {
@@ -1813,6 +1792,15 @@ int sv_softmax_from(const float *logits, int n, float inv_t, float m, float scal
  * -1 where scratch memory fails. */
 struct norms_job { const float *x; int rows, n, nb; float inv_t; float *tmax; int *bad; double *sums; float *e; };
 
+/* row r's largest logit over the nt threads' shares, and whether any share held a NaN or +inf (*bad) */
+static float row_top(const struct norms_job *j, int nt, int r, int *bad) {
+    float top = -INFINITY;
+    *bad = 0;
+    for (int t = 0; t < nt; t++)
+        top = j->tmax[t * j->rows + r] > top ? j->tmax[t * j->rows + r] : top, *bad |= j->bad[t * j->rows + r];
+    return top;
+}
+
 static void norms_job(void *ctx, int tid, int nt) {
     struct norms_job *j = ctx;
     int lo, hi;
@@ -1826,10 +1814,8 @@ static void norms_job(void *ctx, int tid, int nt) {
     barrier(nt);
     float scratch[SB];
     for (int r = 0; r < j->rows; r++) {
-        float top = -INFINITY;
-        int bad = 0;
-        for (int t = 0; t < nt; t++)
-            top = j->tmax[t * j->rows + r] > top ? j->tmax[t * j->rows + r] : top, bad |= j->bad[t * j->rows + r];
+        int bad;
+        float top = row_top(j, nt, r, &bad);
         if (bad || top == -INFINITY) continue;
         const float *x = j->x + (size_t)r * j->n;
         const float m = top * j->inv_t;
@@ -1854,10 +1840,8 @@ int sv_softmax_norms(const float *logits, int rows, int n, float inv_t, float *m
     run(norms_job, &j, nt);
     int refused = 0;
     for (int r = 0; r < rows; r++) {
-        float top = -INFINITY;
-        int bad = 0;
-        for (int t = 0; t < nt; t++)
-            top = j.tmax[t * rows + r] > top ? j.tmax[t * rows + r] : top, bad |= j.bad[t * rows + r];
+        int bad;
+        float top = row_top(&j, nt, r, &bad);
         if (bad || top == -INFINITY) { refused = 1; break; }
         double total = 0.0;
         for (int b = 0; b < nb; b++) total += j.sums[(size_t)r * nb + b];
@@ -1865,6 +1849,16 @@ int sv_softmax_norms(const float *logits, int rows, int n, float inv_t, float *m
     }
     free(j.tmax), free(j.bad), free(j.sums);
     return refused ? -2 : 0;
+}
+
+/* sv_softmax_t's normaliser without writing p: *m_out = max(logits) * inv_t, and the sum of vexp(logits * inv_t - m)
+ * added block by block as sv_softmax_t adds it, so that p[i] = vexp(logits[i] * inv_t - m) * (float)(1 / sum)
+ * (sv_softmax_at) is the float sv_softmax_t writes: sv_softmax_norms of one row on one thread. -2 where sv_softmax_t
+ * refuses, -1 where scratch memory fails. */
+double sv_softmax_norm(const float *logits, int n, float inv_t, float *m_out) {
+    double total;
+    int done = sv_softmax_norms(logits, 1, n, inv_t, m_out, &total, NULL, 1);
+    return done ? (double)done : total;
 }
 
 /* r = max(p - q, 0) over n ids (not normalized); its sum, or -1 for n < 1 */
