@@ -1894,6 +1894,26 @@ double sv_residual_over(const float *p, int n, const int *q_ids, const float *q_
     return total;
 }
 
+/* The inverse CDF's two steps over weights kept in blocks of SB: the block whose running sum (before it, *before)
+ * passes target, by the blocks' sums (never past the last block with mass); then, within that block's weights w
+ * (len, its first id base), the first id whose running sum passes target, or its last id with mass where rounding
+ * carries past the end. */
+static int cdf_block(const double *sums, int last, double target, double *before) {
+    int b = 0;
+    while (b < last && *before + sums[b] <= target) *before += sums[b++];
+    return b;
+}
+
+static int cdf_within(const float *w, int len, int base, double target, double before) {
+    int found = -1;
+    for (int i = 0; i < len; i++) {
+        if (w[i] > 0.0f) found = base + i;
+        before += w[i];
+        if (before > target && w[i] > 0.0f) return base + i;
+    }
+    return found;
+}
+
 /* One block of the residual sv_residual_over writes for p * w where p = e * scale (sv_softmax_norms' exponentials;
  * w = 1: p itself): ids from *j on that fall in [b0, b0 + len) made max(p - q, 0); times s where s is not 1. */
 static void residual_block(const float *e, float scale, float w, const int *ids, const float *qv, int k, int *j, int b0,
@@ -1942,18 +1962,12 @@ int sv_residual_draw(const float *e, int n, float scale, float w, const int *ids
     }
     if (last < 0 || !(all > 0.0)) return free(sums), -1;
     double target = u * all, before = 0.0;
-    int b = 0;
-    while (b < last && before + sums[b] <= target) before += sums[b++];
+    int b = cdf_block(sums, last, target, &before);
     free(sums);
-    int at = 0, len = (b + 1) * SB < n ? SB : n - b * SB, found = -1;
+    int at = 0, len = (b + 1) * SB < n ? SB : n - b * SB;
     while (!bare && at < k && ids[at] < b * SB) at++;
     residual_block(e, scale, bare ? 1.0f : w, ids, qv, bare ? 0 : k, &at, b * SB, len, s, r);
-    for (int i = 0; i < len; i++) {
-        if (r[i] > 0.0f) found = b * SB + i;
-        before += r[i];
-        if (before > target && r[i] > 0.0f) return b * SB + i;
-    }
-    return found;
+    return cdf_within(r, len, b * SB, target, before);
 }
 
 /* sum over n ids of min(p, q): beta, the chance a draft drawn from q is accepted against p (float sums per block,
@@ -2011,16 +2025,10 @@ int sv_invert_cdf(const float *w, int n, double u) {
     }
     if (last < 0 || !(total > 0.0)) return free(sums), -1;
     double target = u * total, before = 0.0;
-    int b = 0;
-    while (b < last && before + sums[b] <= target) before += sums[b++];
+    int b = cdf_block(sums, last, target, &before);
     free(sums);
-    int lo = b * SB, hi = lo + SB < n ? lo + SB : n, found = -1;
-    for (int i = lo; i < hi; i++) {
-        if (w[i] > 0.0f) found = i; /* the block's last id with mass, where rounding carries past the end */
-        before += w[i];
-        if (before > target && w[i] > 0.0f) return i;
-    }
-    return found;
+    int lo = b * SB, hi = lo + SB < n ? lo + SB : n;
+    return cdf_within(w + lo, hi - lo, lo, target, before);
 }
 
 /* A feature draft's chain (specviz.slim.FeatureDraft.propose's loop, one call instead of a few a step): from h0 (d),
