@@ -1,7 +1,10 @@
 """What asking for the weights ahead (``stack.c``'s prefetch_ahead) does on Gemma-3 270M as shipped, specviz.slim on
-the C stack: each setting of ``sv_set_prefetch`` side by side in one run, interleaved.
+the C stack: each setting of ``sv_set_prefetch`` (into L1) and ``sv_set_prefetch_l2`` (into L2 alone) side by side
+in one run, interleaved.
 
     python scripts/measure/gemma_prefetch.py --feature-draft assets/models/gemma-3-270m-feature-draft
+    python scripts/measure/gemma_prefetch.py --prefetch 12288 --prefetch-l2 0 49152 --rows 1 3 6 \
+        --feature-draft assets/models/gemma-3-270m-feature-draft
 
 Prints the host line and command, then (1) a verify pass of each row count after a 40-token context: median ms of the
 pass, its head (final norm and LM head) and the rest (the layers), per prefetch setting; (2) decodes of --prompts
@@ -24,7 +27,8 @@ from hostline import host_line, load_average  # noqa: E402
 
 def main() -> None:
     ap = passes_and_decodes(gemma_parser(__doc__, feature_draft=False))
-    ap.add_argument("--prefetch", type=int, nargs="+", default=[0, 12288], help="bytes ahead; 0: off")
+    ap.add_argument("--prefetch", type=int, nargs="+", default=[0, 12288], help="bytes ahead into L1; 0: off")
+    ap.add_argument("--prefetch-l2", type=int, nargs="+", default=[0], help="bytes ahead into L2 alone; 0: off")
     args = ap.parse_args()
     args.gguf = shipped(args.gguf)
     from specviz import slim
@@ -34,13 +38,15 @@ def main() -> None:
     print(f"# {host_line()}\n# python {' '.join(sys.argv)}", flush=True)
     tok = loader.tokenizer(args.gguf.parent, args.gguf.name)
     seq = GemmaSequence.from_gguf(args.gguf, threads=args.threads)
-    default = seq.so.sv_set_prefetch(0)
-    sides = {f"prefetch {b:>5}": (seq, lambda b=b: seq.so.sv_set_prefetch(b)) for b in args.prefetch}
+    default = seq.so.sv_set_prefetch(0), seq.so.sv_set_prefetch_l2(0)
+    sides = {f"prefetch {b:>5} L2 {b2:>6}": (seq, lambda b=b, b2=b2: (seq.so.sv_set_prefetch(b),
+                                                                      seq.so.sv_set_prefetch_l2(b2)))
+             for b in args.prefetch for b2 in args.prefetch_l2}
     draft = slim.FeatureDraft(seq, args.feature_draft) if args.feature_draft else None
     try:
-        report(sides, {name: draft for name in sides} if draft else {}, tok, args, 14)
+        report(sides, {name: draft for name in sides} if draft else {}, tok, args, 24)
     finally:
-        seq.so.sv_set_prefetch(default)
+        seq.so.sv_set_prefetch(default[0]), seq.so.sv_set_prefetch_l2(default[1])
     print(f"# load average after: {load_average()}")
 
 

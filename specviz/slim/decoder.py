@@ -87,7 +87,8 @@ class SlimDecoding:
         elif p is not None:
             verdict = S.verify(p, q, x, self.rng)
         else:  # no record: each row's p only when the walk reaches it
-            verdict = S.verify_rows(logits, q, x, self.rng, cfg.temperature, cfg.top_k, cfg.top_p)
+            verdict = S.verify_rows(logits, q, x, self.rng, cfg.temperature, cfg.top_k, cfg.top_p,
+                                    threads=getattr(self.fwd, "threads", 1), keep=False)
         self.fwd.crop(len(self.committed) + verdict.n_accepted)  # the drafts kept stay in the forward's cache
         emitted = commit(self.committed, x[: verdict.n_accepted].tolist() + [verdict.next_token], self.trace)
         self.todo = [emitted[-1]]

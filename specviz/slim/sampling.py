@@ -218,12 +218,33 @@ def verify(p: np.ndarray, q: np.ndarray, drafted: np.ndarray, rng: np.random.Gen
 
 
 def verify_rows(logits: np.ndarray, q: np.ndarray, drafted: np.ndarray, rng: np.random.Generator, temperature: float,
-                top_k: int = 0, top_p: float = 1.0) -> Verdict:
+                top_k: int = 0, top_p: float = 1.0, *, threads: int = 1, keep: bool = True) -> Verdict:
     """``verify`` on the logits (m+1, V), each row's p computed only when the walk reaches it: the same uniforms
     drawn, the same floats (p of a row does not depend on the others), the same verdict; the accept probabilities
-    past a rejection, never needed, are NaN. For runs that keep no record of p."""
-    return walk(lambda i: logits_to_probs(logits[i: i + 1], temperature, top_k, top_p)[0], q, drafted, rng,
-                np.full(len(drafted), np.nan, dtype=np.float32))
+    past a rejection, never needed, are NaN. For runs that keep no record of p. ``keep`` False (a run that records
+    nothing, q a ``DraftQ`` or no drafts at all): each row's p read at its draft from the row's normaliser
+    (``RowProbs``, its blocks on ``threads``) and the token after the kept drafts drawn from the row's exponentials in
+    C where it can (``draw_kept``, Leviathan's residual being block verification's with P = 1): the same verdict, its
+    residual None."""
+    if keep or not (isinstance(q, DraftQ) or len(drafted) == 0):
+        return walk(lambda i: logits_to_probs(logits[i: i + 1], temperature, top_k, top_p)[0], q, drafted, rng,
+                    np.full(len(drafted), np.nan, dtype=np.float32))
+    rows, m = RowProbs(logits, temperature, top_k, top_p, threads), len(drafted)
+    u, accept_prob = rng.random(m, dtype=np.float32), np.full(m, np.nan, dtype=np.float32)
+    for i in range(m):
+        accept_prob[i] = min(rows.at(i, drafted[i: i + 1])[0] / q.at(i, drafted[i]), np.float32(1.0))
+        if not u[i] < accept_prob[i]:
+            return Verdict(i, draw_after(rows, q, i, rng), accept_prob, u, None)
+    return Verdict(m, draw_after(rows, q, m, rng), accept_prob, u, None)
+
+
+def draw_after(rows: RowProbs, q: DraftQ, n: int, rng: np.random.Generator) -> int:
+    """The token after n kept drafts, token by token: from norm(max(0, p_n - q_n)) (n < m) or p_m, one uniform drawn;
+    from the row's exponentials in C where it can (``draw_kept``), else from the row written."""
+    if (token := draw_kept(rows, q, n, 1.0, rng)) is not None:
+        return token
+    p = rows.full(n)
+    return sample(residual_over(p, q, n) if n < len(q) else p, rng)
 
 
 def walk(p_row, q: np.ndarray, drafted: np.ndarray, rng: np.random.Generator, accept_prob: np.ndarray) -> Verdict:
@@ -364,12 +385,13 @@ def verify_block(rows: RowProbs, q, drafted: np.ndarray, rng: np.random.Generato
 
 def draw_kept(rows: RowProbs, q: DraftQ, n: int, weight: float, rng: np.random.Generator) -> int | None:
     """The token ``verify_block`` draws after keeping n drafts, from row n's exponentials in C (``sv_residual_draw``):
-    the id ``sample(block_residual(...))`` (n < m) or ``sample(p_m)`` (n = m) gives, one uniform drawn, no row
-    written. None where row n has no exponentials kept (numpy's or top-k's rows; n = m with no C stack)."""
+    the id ``sample(block_residual(...))`` (n < m) or ``sample(p_m)`` (n = m: q's ids are not read, and q may be any
+    rows, as many as the drafts) gives, one uniform drawn, no row written. None where row n has no exponentials kept
+    (numpy's or top-k's rows; n = m with no C stack)."""
     if rows.so is None or (kept := rows.kept(n)) is None:
         return None
     (e, scale), bonus = kept, n == len(q)
-    ids = np.ascontiguousarray(q.ids, dtype=np.int32)
+    ids = np.zeros(0, np.int32) if bonus else np.ascontiguousarray(q.ids, dtype=np.int32)
     vals = _floats(q.values[n] if not bonus else np.zeros(0, np.float32))  # held: a copy where q's rows are strided
     token = rows.so.sv_residual_draw(e.ctypes.data, len(e), scale, 1.0 if bonus else weight, ids.ctypes.data,
                                      vals.ctypes.data, -1 if bonus else len(ids), float(rng.random()))

@@ -157,9 +157,9 @@ def test_a_matrix_regrouped_by_16_rows_multiplies_as_its_rows_do(kind, rows):
 @needs_int8
 @pytest.mark.parametrize("kind", ["Q5_0", "Q8_0", "Q4_K", "Q6_K"])
 def test_asking_for_the_weights_ahead_changes_no_bit(kind):
-    """sv_set_prefetch moves when the weights are read, not what is computed: every kernel (regrouped or row-major)
-    gives the same bits with the weights asked for ahead or not; the setting is clamped (0 off, at most 1 MiB) and
-    the one replaced comes back."""
+    """sv_set_prefetch and sv_set_prefetch_l2 move when the weights are read, not what is computed: every kernel
+    (regrouped or row-major) gives the same bits with the weights asked for ahead (into L1, into L2, both) or not;
+    the settings are clamped (0 off, at most 1 MiB and 4 MiB) and the one replaced comes back."""
     from specviz.runtime.native import build
 
     g = torch.Generator().manual_seed(7)
@@ -168,19 +168,21 @@ def test_asking_for_the_weights_ahead_changes_no_bit(kind):
     held = regrouped(kind, data, 64, 512) if kind in build.REGROUPED else np.ascontiguousarray(data)
     part = build.QMat(held.ctypes.data, build.REGROUPED[kind][0] if kind in build.REGROUPED else quant.TYPES[kind][0], 64)
     x, so = torch.randn(5, 512, generator=g), build.lib()
-    before = so.sv_set_prefetch(0)
+    before = so.sv_set_prefetch(0), so.sv_set_prefetch_l2(0)
     try:
         outs = []
-        for ahead in (0, 64, 12288, 1 << 20):
-            so.sv_set_prefetch(ahead)
+        for ahead, l2 in ((0, 0), (64, 0), (12288, 0), (1 << 20, 0), (0, 49152), (12288, 49152), (64, 1 << 22)):
+            so.sv_set_prefetch(ahead), so.sv_set_prefetch_l2(l2)
             y = torch.empty(5, 64)
             assert so.sv_qlinear8(x.data_ptr(), 5, 512, ctypes.byref(part), 1, None, None, y.data_ptr(), 2) == 0
             outs.append(y)
         assert all(torch.equal(outs[0], y) for y in outs[1:])
-        assert so.sv_set_prefetch(-3) == 1 << 20 and so.sv_set_prefetch((1 << 20) + 1) == 0
+        assert so.sv_set_prefetch(-3) == 64 and so.sv_set_prefetch((1 << 20) + 1) == 0
         assert so.sv_set_prefetch(4096) == 0
+        assert so.sv_set_prefetch_l2(-3) == 1 << 22 and so.sv_set_prefetch_l2((1 << 22) + 1) == 0
+        assert so.sv_set_prefetch_l2(4096) == 0
     finally:
-        so.sv_set_prefetch(before)
+        so.sv_set_prefetch(before[0]), so.sv_set_prefetch_l2(before[1])
 
 
 @needs_int8

@@ -247,6 +247,30 @@ def test_q_over_the_drafts_ids_verifies_as_its_dense_rows(vocab):
     assert np.array_equal(S.residual_over(p, q, 1), S.residual(p, dense[1]))
 
 
+@pytest.mark.parametrize("vocab", [300, 262_144])
+def test_a_run_that_keeps_nothing_decides_as_one_that_keeps_the_residual(vocab):
+    """verify_rows without a record (keep False: p read at each draft from its row's normaliser on two threads, the
+    token after the kept drafts drawn from the row's exponentials in C) gives the verdict the written rows give: the
+    same uniforms, accept probabilities, kept drafts and token, seed for seed; with no drafts (an autoregressive
+    token) the token sampled from p. Rounds of every length of kept drafts are among them."""
+    q, _ = draft_q(3, vocab)
+    seen = set()
+    for seed in range(60):
+        rng = np.random.default_rng(seed)
+        z = logits(4, vocab, seed=seed)
+        z[:, q.ids[:4]] += rng.uniform(0, 8)  # a draft's likely ids likely to the target too, by degrees
+        x = q.ids[rng.integers(4, size=3)]
+        a = S.verify_rows(z, q, x, np.random.default_rng(seed), 0.8)
+        b = S.verify_rows(z, q, x, np.random.default_rng(seed), 0.8, threads=2, keep=False)
+        assert (b.n_accepted, b.next_token) == (a.n_accepted, a.next_token) and np.array_equal(a.u, b.u)
+        assert np.array_equal(a.accept_prob, b.accept_prob, equal_nan=True) and b.residual is None
+        seen.add(a.n_accepted)
+        none = np.zeros(0, np.int64)
+        c = S.verify_rows(z[:1], S.point_mass(none, vocab), none, np.random.default_rng(seed), 0.8, keep=False)
+        assert c.next_token == S.sample(S.logits_to_probs(z[:1], 0.8)[0], np.random.default_rng(seed))
+    assert seen == {0, 1, 2, 3}
+
+
 def test_q_over_ids_refuses_what_is_not_a_draft_vocabulary(so):
     """DraftQ refuses ids that do not ascend within the vocabulary and values of another shape or dtype; the C
     residual over ids refuses ids out of order or out of range, and an empty row (-1), writing nothing."""

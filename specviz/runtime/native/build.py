@@ -120,8 +120,8 @@ def load_library():
     so.sv_layers.argtypes = [ctypes.POINTER(Dims), p, p, i, p, i, i, i, p, p, p, p, ctypes.POINTER(Head), i]
     so.sv_rms_norm.argtypes = [p, i, i, p, ctypes.c_float, p]
     so.sv_layers_rows.argtypes = [ctypes.POINTER(Dims), p, p, i, p, i, p, p, i, p, p, p, ctypes.POINTER(Head), i]
-    so.sv_set_pin.argtypes = so.sv_set_prefetch.argtypes = [i]
-    so.sv_set_prefetch.restype = i
+    so.sv_set_pin.argtypes = so.sv_set_prefetch.argtypes = so.sv_set_prefetch_l2.argtypes = [i]
+    so.sv_set_prefetch.restype = so.sv_set_prefetch_l2.restype = i
     so.sv_qlinear.argtypes = so.sv_qlinear8.argtypes = [p, i, i, ctypes.POINTER(QMat), i, p, p, p, i]
     so.sv_qrows.argtypes = [p, i, i, i, p, i, p]
     for name in ("sv_repack_q5_0_r16", "sv_repack_q8_0_r16", "sv_repack_q4_k_r16", "sv_repack_q6_k_r16"):
