@@ -20,7 +20,8 @@ Prints a header (date, host, load average, command), one line per prompt, then a
 (new tokens over the decode's wall time without the prefill; llama-server's own predicted_per_second), median
 [min-max] over the prompts (and --repeats, each call of a prompt with a seed of its own); for specviz's drafts the
 speedup over specviz's autoregressive decode (median of the per-call ratios, each over the same prompt and seed's
-autoregressive call); the last column (tau / accept) is specviz's
+autoregressive call) and a 95% interval for that median (the calls resampled with replacement, 2,000 times, seeded:
+how far another set of prompts of the same kind could move it); the last column (tau / accept) is specviz's
 mean new tokens a round, and for llama-server its acceptance (draft_n_accepted / draft_n; nan where it drafted
 nothing); then the best draft against llama.cpp's best speculative setting (medians of tokens/s).
 """
@@ -38,6 +39,7 @@ sys.path[:0] = [str(HERE.parents[1]), str(HERE)]
 
 from gemma_vs_llamacpp import PROMPTS, choose_forward  # noqa: E402
 from hostline import host_line, load_average  # noqa: E402
+from timings import median_interval  # noqa: E402
 
 SETTLE = 0.3  # seconds after each llama-server call (its threads poll for work before they sleep)
 SPEC_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
@@ -244,13 +246,13 @@ def load(args, loader):
 
 def report(rows, checks, args) -> None:
     print(f"\n# load average after: {load_average()}")
-    print(f"{'T':>4} {'side':<40} {'tok/s median [min-max]':>24} {'vs specviz AR':>14} {'tau / accept':>13}")
+    print(f"{'T':>4} {'side':<40} {'tok/s median [min-max]':>24} {'vs specviz AR [95%]':>22} {'tau / accept':>13}")
     for (temp, name), vals in sorted(rows.items(), key=lambda kv: (kv[0][0], kv[0][1])):
         tps = [v[0] for v in vals]
         extra = [v[1] for v in vals if v[1] == v[1]]
-        ratio = f"{statistics.median(v[2] for v in vals):.2f}x" if name.startswith("specviz") else ""
+        ratio = median_interval([v[2] for v in vals]) if name.startswith("specviz") else ""
         print(f"{temp:>4g} {name:<40} {statistics.median(tps):8.1f} [{min(tps):.1f}-{max(tps):.1f}]"
-              f"{'':>6} {ratio:>12} {statistics.mean(extra) if extra else float('nan'):>13.2f}")
+              f"{'':>6} {ratio:>20} {statistics.mean(extra) if extra else float('nan'):>13.2f}")
     for temp in args.temperatures:
         ours = {n: statistics.median(v[0] for v in vals) for (t, n), vals in rows.items()
                 if t == temp and n.startswith("specviz ") and n != "specviz autoregressive"}

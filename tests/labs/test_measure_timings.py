@@ -46,3 +46,19 @@ def test_draft_ranking_pools_seeds_and_pairs_its_prompts(monkeypatch):
     line = acceptance.report("b", other, first)
     assert "tau 1.909 (se 0.446 over 2 prompts)" in line and line.endswith("vs first +0.182 (se 0.198), won 1/2")
     assert not set(acceptance.EVERYDAY) & set(load("gemma_vs_llamacpp", monkeypatch).PROMPTS)
+
+
+def test_median_interval_brackets_the_median_and_narrows_with_more_figures(monkeypatch):
+    """The median of the ratios and a 95% bootstrap interval around it: the same text for the same figures (a fixed
+    seed), one figure its own interval, and ten times the figures of the same spread a narrower interval."""
+    median_interval = load("timings", monkeypatch).median_interval
+    few = [1.2, 1.5, 1.3, 1.7, 1.1, 1.6, 1.4, 1.45, 1.38, 1.52]
+    text = median_interval(few)
+    assert text == median_interval(few) and text.startswith("1.42x [")
+    lo, hi = (float(v) for v in text[text.index("[") + 1: -1].split("-"))
+    assert lo < 1.42 < hi
+    lo10, hi10 = (float(v) for v in median_interval(few * 10)[7:-1].split("-"))
+    assert lo <= lo10 < 1.42 < hi10 <= hi and hi10 - lo10 < hi - lo
+    assert median_interval([1.25]) == "1.25x [1.25-1.25]"
+    with pytest.raises(ValueError, match="at least one figure"):
+        median_interval([])
