@@ -7,7 +7,10 @@ rest) is the speedup the round would give with no rest at all.
         --min-q 0.2 --temperature 0.8
 
 ``--chain steps c`` runs the draft's chain a step at a time and in one call of the C stack side by side (the same
-tokens).
+tokens). ``--accept written kept`` runs the accept step two ways side by side, the autoregressive decode and each
+draft under each: each reached row's p written whole, and the residual at a rejection, then drawn from
+(``slim.sampling.verify_rows`` with keep=True), or p read at each draft from the row's normaliser and the token drawn
+from the row's exponentials (keep=False, what a run that records nothing does): the same tokens.
 
 Prints the host line, then per side: rounds, the mean draft, target (the verify pass) and rest in ms a round, a pass's
 mean ms, tokens a round, and the speedup over the autoregressive side (tokens/s of the rounds) with its bound.
@@ -15,6 +18,7 @@ mean ms, tokens a round, and the speedup over the autoregressive side (tokens/s 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import sys
 import time
@@ -59,6 +63,21 @@ def one_side(seq, passes, tok, draft, args, sums: dict) -> None:
         sums["passes"] = sums.get("passes", 0) + len(passes.seconds) - before - 1
 
 
+@contextlib.contextmanager
+def accept_step(mode: str):
+    """The accept step of a run that records nothing as ``mode`` says: "kept" as the library runs it, "written" with
+    every reached row's p and the residual written (slim.sampling.verify_rows, keep=True)."""
+    from specviz.slim import sampling as S
+
+    kept = S.verify_rows
+    if mode == "written":
+        S.verify_rows = lambda *a, **kw: kept(*a, **{**kw, "keep": True})
+    try:
+        yield
+    finally:
+        S.verify_rows = kept
+
+
 def report(name: str, s: dict, ar: dict | None) -> None:
     n = s["rounds"]
     draft, target, wall = (s[k] / n * 1e3 for k in ("draft_s", "target_s", "wall_s"))
@@ -89,6 +108,8 @@ def main(argv=None) -> None:
                     "(default: --threads)")
     ap.add_argument("--chain", nargs="+", default=["c"], choices=("c", "steps"), help="the draft's chain in one "
                     "call of the C stack (c) or a step at a time (steps), each a side")
+    ap.add_argument("--accept", nargs="+", default=["kept"], choices=("kept", "written"), help="the accept step: "
+                    "p read from each row's normaliser (kept) or written whole (written), each a side")
     args = ap.parse_args(argv)
     from specviz import slim
     from specviz.runtime import gguf as loader
@@ -108,14 +129,17 @@ def main(argv=None) -> None:
         name = f"{w}, {t} thread{'s' * (t > 1)}{', chain ' + chain if len(args.chain) > 1 else ''}"
         drafts[name] = slim.FeatureDraft(seq, args.feature_draft, weights=w, threads=t)
         drafts[name].chain_in_c = chain == "c"
-    for _ in range(args.repeats):  # each repeat the autoregressive side, then each draft's
-        ar, spec = {}, {w: {} for w in drafts}
-        one_side(seq, passes, tok, None, args, ar)
-        for w, draft in drafts.items():
-            one_side(seq, passes, tok, draft, args, spec[w])
-        report("autoregressive", ar, None)
-        for w in drafts:
-            report(f"feature draft {w} k={args.k} min q={args.min_q:g}", spec[w], ar)
+    for _ in range(args.repeats):  # each repeat and accept step the autoregressive side, then each draft's
+        for mode in args.accept:
+            label = f", accept {mode}" if len(args.accept) > 1 else ""
+            ar, spec = {}, {w: {} for w in drafts}
+            with accept_step(mode):
+                one_side(seq, passes, tok, None, args, ar)
+                for w, draft in drafts.items():
+                    one_side(seq, passes, tok, draft, args, spec[w])
+            report(f"autoregressive{label}", ar, None)
+            for w in drafts:
+                report(f"feature draft {w} k={args.k} min q={args.min_q:g}{label}", spec[w], ar)
 
 
 if __name__ == "__main__":
