@@ -252,3 +252,53 @@ def test_taps_keep_each_layers_output_and_change_no_logit(written, seq, monkeypa
     for bad in ((layers,), (1, 0), (0, 0), tuple(range(MAX_TAPS + 1)), (-1,)):
         with pytest.raises(ValueError, match="taps must be"):
             GemmaSequence.from_gguf(written[0], taps=bad)
+
+
+def test_several_sequences_in_one_pass_get_each_ones_own_floats(written, seq):
+    """GemmaRows: three sequences of different lengths, their prompts in one pass and then a token each a pass (past
+    the sliding layers' window of 4), every last row's logits and every feature and tap the very floats a
+    GemmaSequence gives each sequence decoded alone."""
+    from specviz.runtime.gemma_rows import GemmaRows
+    from specviz.runtime.gemma_sequence import GemmaSequence
+
+    tapped = GemmaSequence(seq.path, seq.config, weights=seq.w, taps=(1, 3))
+    rows = GemmaRows(tapped, sequences=3, limit=32)
+    texts = [IDS[:7], IDS[3:5], IDS[9:20]]
+    last = rows.decode([2, 0, 1], [texts[2], texts[0], texts[1]])
+    steps = [list(rng_ids) for rng_ids in np.random.default_rng(3).integers(2, 15, size=(9, 3))]
+    for step in steps:
+        last = rows.decode([0, 1, 2], [[t] for t in step])
+    for b in range(3):
+        alone = GemmaSequence(seq.path, seq.config, weights=seq.w, taps=(1, 3))
+        text = texts[b] + [s[b] for s in steps]
+        logits = alone.decode(text)
+        assert np.array_equal(last[b], logits[-1])
+        assert np.array_equal(rows.features(b), alone.features()) and np.array_equal(rows.tapped(b), alone.tapped())
+    rows.reset(1)
+    assert rows.features(1).shape == (0, seq.d)
+
+
+def test_several_sequences_refuse_what_does_not_fit(seq):
+    from specviz.runtime.gemma_rows import GemmaRows
+
+    rows = GemmaRows(seq, sequences=2, limit=8)
+    for which, tokens, said in (([2], [[3]], "index"), ([0, 0], [[3], [4]], "once a pass"), ([0], [[]], "at least one"),
+                                ([0], [[seq.vocab]], "token ids"), ([1], [list(range(2, 11))], "holds 8 positions"),
+                                ([0.5], [[3]], "index"), ([], [], "at least one")):
+        with pytest.raises(ValueError, match=said):
+            rows.decode(which, tokens)
+    for bad in (dict(sequences=0, limit=8), dict(sequences=2, limit=seq.limit + 1)):
+        with pytest.raises(ValueError):
+            GemmaRows(seq, **bad)
+    x = np.zeros((2, seq.d), np.float32)
+    slots, first, wrong = (np.asarray(v, np.int64) for v in ([0, 9], [0, 8], [0, 0]))  # a position not slot - first
+    out = np.empty((2, seq.vocab), np.float32)
+    from specviz.runtime.native import build
+
+    head = build.GHead(seq.w.head, seq.w.norm.ctypes.data, 1, seq.vocab, 0, x.ctypes.data, out.ctypes.data, 0.0,
+                       seq.taps.ctypes.data, 0, None)
+    (cos, sin) = rows.rope["full_attention"]
+    assert seq.so.sv_gemma_layers_rows(ctypes.byref(seq.dims), seq.w.layers, rows.caches, len(seq.w.layers),
+                                       x.ctypes.data, 2, slots.ctypes.data, first.ctypes.data, wrong.ctypes.data, 16,
+                                       cos.ctypes.data, sin.ctypes.data, cos.ctypes.data, sin.ctypes.data, seq.window,
+                                       ctypes.byref(head), 1) == -2

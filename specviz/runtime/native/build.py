@@ -129,6 +129,8 @@ def load_library():
     so.sv_quant_block.argtypes = [i, ctypes.POINTER(i), ctypes.POINTER(i)]
     so.sv_gemma_layers.argtypes = [ctypes.POINTER(Dims), p, p, i, p, i, i, i, p, p, p, p, i, p, i]
     so.sv_gemma_layers.restype = i
+    so.sv_gemma_layers_rows.argtypes = [ctypes.POINTER(Dims), p, p, i, p, i, p, p, p, i, p, p, p, p, i, p, i]
+    so.sv_gemma_layers_rows.restype = i
     so.sv_draft_layer.argtypes = [ctypes.POINTER(Dims), ctypes.POINTER(DLayer), p, i, i, p, i, p, p, p, i]
     so.sv_draft_layer.restype = i
     f = ctypes.c_float

@@ -1441,7 +1441,7 @@ static void gemma_layer(struct gemma_job *g, const sv_glayer *L, float *kv, int 
     for (int i = 0; i < n; i++) rms_norm(a->x + (size_t)i * d, L->ln_in, d, m->eps, h + (size_t)i * d);
     gmatmul(g, tid, nt, h, d, n, d, L->qkv, L->nqkv, NULL, a->qkv, width);
     barrier(nt);
-    if (n * (m->nh / m->nkv) <= VL) {
+    if (n * (m->nh / m->nkv) <= VL && !a->first) {
         prepare_and_attend(a, &qk, kv, tid, nt);
     } else {
         prepare_heads(a, &qk, kv, tid, nt);
@@ -1658,28 +1658,24 @@ int sv_draft_layer(const sv_dims *m, const sv_dlayer *L, const float *x, int n, 
 #endif
 }
 
-int sv_gemma_layers(const sv_dims *m, const sv_glayer *layers, float *const *kv, int nlayers, float *x, int n, int start,
-                    int cap, const float *cos, const float *sin, const float *cos_s, const float *sin_s, int window,
-                    sv_ghead *head, int nt) {
 #if QX
-    if (n < 1 || start < 0 || (long)start + n > cap || window < 1 || !x || !kv || !cos || !sin || !cos_s || !sin_s ||
-        !gemma_fits(m, layers, nlayers, head, n))
-        return -2;
-    for (int l = 0; l < nlayers; l++)
-        if (!kv[l]) return -2;
-    if (nt < 1) nt = 1;
-    if (nt > MAXT) nt = MAXT;
-    int width = (m->nh + 2 * m->nkv) * m->hd, group = m->nh / m->nkv, span = start + n;
+/* A Gemma pass's scratch and blocks for rows whose attention spans at most `span` slots, then the pass on nt threads:
+ * a->m ... a->first set by the caller. */
+static int run_gemma(struct stack_job *a, const sv_glayer *layers, sv_ghead *head, const float *cos_s,
+                     const float *sin_s, int window, int span, int nt) {
+    const sv_dims *m = a->m;
+    int n = a->n, width = (m->nh + 2 * m->nkv) * m->hd, group = m->nh / m->nkv;
     int K = m->inter > m->d ? m->inter : m->d;
     K = m->nh * m->hd > K ? m->nh * m->hd : K;
+    if (nt < 1) nt = 1;
+    if (nt > MAXT) nt = MAXT;
     size_t floats = (size_t)n * width + (size_t)n * m->nh * m->hd + 2 * (size_t)n * m->inter + (size_t)n * m->d;
     size_t per_thread = (size_t)n * m->d + (size_t)span * VL + 2 * (size_t)n * (K / 64) * 16 + ((size_t)n * K + 3) / 4;
     float *buf;
     int *blocks;
     if (scratch(floats + nt * per_thread, n * group, &buf, &blocks)) return -1;
-    struct gemma_job g = {.layers = layers, .head = head};
-    struct stack_job *a = &g.full;
-    *a = (struct stack_job){m, NULL, NULL, kv, nlayers, n, start, cap, x, cos, sin, NULL, NULL};
+    struct gemma_job g = {.full = *a, .layers = layers, .head = head};
+    a = &g.full;
     a->qkv = buf;
     a->attn = a->qkv + (size_t)n * width;
     a->act = a->attn + (size_t)n * m->nh * m->hd;
@@ -1701,9 +1697,53 @@ int sv_gemma_layers(const sv_dims *m, const sv_glayer *layers, float *const *kv,
     free(buf);
     free(blocks);
     return 0;
+}
+#endif
+
+int sv_gemma_layers(const sv_dims *m, const sv_glayer *layers, float *const *kv, int nlayers, float *x, int n, int start,
+                    int cap, const float *cos, const float *sin, const float *cos_s, const float *sin_s, int window,
+                    sv_ghead *head, int nt) {
+#if QX
+    if (n < 1 || start < 0 || (long)start + n > cap || window < 1 || !x || !kv || !cos || !sin || !cos_s || !sin_s ||
+        !gemma_fits(m, layers, nlayers, head, n))
+        return -2;
+    for (int l = 0; l < nlayers; l++)
+        if (!kv[l]) return -2;
+    struct stack_job a = {m, NULL, NULL, kv, nlayers, n, start, cap, x, cos, sin, NULL, NULL};
+    return run_gemma(&a, layers, head, cos_s, sin_s, window, start + n, nt);
 #else
     (void)m, (void)layers, (void)kv, (void)nlayers, (void)x, (void)n, (void)start, (void)cap, (void)cos, (void)sin;
     (void)cos_s, (void)sin_s, (void)window, (void)head, (void)nt;
+    return -2;
+#endif
+}
+
+/* sv_gemma_layers over rows of several sequences in one pass (sv_layers_rows' form): row i at cache slot slots[i],
+ * seeing the slots first[i]..slots[i] of its own sequence, at position slots[i] - first[i] (a sequence's slots run
+ * on from its first, one a position, so that the sliding layers' window counts slots as positions); a sequence's rows
+ * consecutive, their slots ascending. The logits of rows head->first.. as sv_gemma_layers gives them: a row's
+ * floats whatever other rows share its pass. */
+int sv_gemma_layers_rows(const sv_dims *m, const sv_glayer *layers, float *const *kv, int nlayers, float *x, int n,
+                         const int64_t *slots, const int64_t *first, const int64_t *positions, int cap, const float *cos,
+                         const float *sin, const float *cos_s, const float *sin_s, int window, sv_ghead *head, int nt) {
+#if QX
+    if (n < 1 || window < 1 || !x || !kv || !slots || !first || !positions || !cos || !sin || !cos_s || !sin_s ||
+        !gemma_fits(m, layers, nlayers, head, n))
+        return -2;
+    for (int l = 0; l < nlayers; l++)
+        if (!kv[l]) return -2;
+    int span = 1;
+    for (int i = 0; i < n; i++) {
+        if (slots[i] < 0 || slots[i] >= cap || first[i] < 0 || first[i] > slots[i] ||
+            positions[i] != slots[i] - first[i] || (i && first[i] == first[i - 1] && slots[i] <= slots[i - 1]))
+            return -2;
+        span = slots[i] - first[i] + 1 > span ? (int)(slots[i] - first[i] + 1) : span;
+    }
+    struct stack_job a = {m, NULL, NULL, kv, nlayers, n, 0, cap, x, cos, sin, positions, NULL, slots, first};
+    return run_gemma(&a, layers, head, cos_s, sin_s, window, span, nt);
+#else
+    (void)m, (void)layers, (void)kv, (void)nlayers, (void)x, (void)n, (void)slots, (void)first, (void)positions;
+    (void)cap, (void)cos, (void)sin, (void)cos_s, (void)sin_s, (void)window, (void)head, (void)nt;
     return -2;
 #endif
 }
