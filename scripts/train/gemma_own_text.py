@@ -16,6 +16,10 @@ residual stream after each of those layers, divided by its RMS) and ``taps_rms``
 RMS), what a draft reading more than the last layer learns from; ``run.json`` the command, host and counts. A stopped
 run keeps its shards.
 
+``--batch B`` decodes B samples together (``runtime.gemma_rows.GemmaRows``: a pass takes a token of each, the same
+floats as one sample alone), some 3x the tokens a second of one sample at a time; each sample then draws its tokens
+from its own generator (the same laws, other draws than the one-at-a-time path's).
+
 ``--prompts-text`` takes plain-text files or MediaWiki dumps (``gemma_text_features.py``'s readers) instead of the
 openers: each prompt is then the first 5 to 16 words of a sentence of that prose, as a user's prompt opens, and the
 lead is 0 unless ``--lead`` says otherwise. ``--prompts-file`` takes prompts one a line, each used whole
@@ -74,9 +78,59 @@ def sample_one(seq: GemmaSequence, prompt: list[int], lead: int, length: int, te
 def taps_of(seq: GemmaSequence, n: int) -> dict:
     """The sequence's taps at its first n positions as a shard keeps them: each row over its RMS in float16 (the
     residual stream's outliers pass float16's range), and the RMS."""
-    x = seq.tapped(n).astype(np.float64)
+    return taps_shard(seq.tapped(n))
+
+
+def taps_shard(tapped: np.ndarray) -> dict:
+    """Taps (positions, taps, d) as a shard keeps them (``taps_of``)."""
+    x = tapped.astype(np.float64)
     rms = np.sqrt((x * x).mean(-1, keepdims=True))
     return {"taps": (x / np.maximum(rms, 1e-30)).astype(np.float16), "taps_rms": rms[..., 0].astype(np.float32)}
+
+
+class Sample:
+    """One sample of a batch: its tokens so far, the temperatures of the tokens still to draw (the lead's 1.0, then
+    its mode's), its own generator."""
+
+    def __init__(self, prompt: list[int], lead: int, length: int, mode: int, seed: int):
+        self.tokens, self.mode, self.prompt_len, self.seed = list(prompt), mode, len(prompt) + lead, seed
+        self.temperature = (0.0, 0.8, 1.0)[mode]
+        self.plan = [1.0] * lead + [self.temperature] * length
+        self.rng = np.random.default_rng(seed)
+
+    def draw(self, logits: np.ndarray) -> int:
+        """The next token from the logits after the last one, at the plan's next temperature (greedy at 0)."""
+        from specviz.slim import sampling as S
+
+        t = self.plan.pop(0)
+        token = int(logits.argmax()) if t == 0 else S.sample(S.logits_to_probs(logits[None], t)[0], self.rng)
+        self.tokens.append(token)
+        return token
+
+
+def record_batch(rows, start, args, save, deadline: float) -> None:
+    """``--batch``: samples on ``rows`` (a GemmaRows), one a sequence, a token each a pass; a sample's shard saved
+    (``save(sample, features, taps)``) once its last token has been fed (so its feature is there); new samples
+    (``start()``) until ``deadline``, those begun then finished."""
+    live, feed = {}, {}
+    while True:
+        for b in range(rows.sequences):
+            if b not in live and time.perf_counter() < deadline:
+                rows.reset(b)
+                live[b] = start()
+                feed[b] = live[b].tokens
+        if not feed:
+            return
+        which = list(feed)
+        last = rows.decode(which, [feed[b] for b in which])
+        for b, logits in zip(which, last):
+            sample = live[b]
+            if sample.plan:
+                feed[b] = [sample.draw(logits)]
+                continue
+            taps = taps_shard(rows.tapped(b)) if args.taps else {}
+            save(sample, np.array(rows.features(b), dtype=np.float16), taps)
+            del live[b], feed[b]
 
 
 def sentence_starts(paths: list[Path], rng, words=(5, 16)) -> list[str]:
@@ -106,7 +160,7 @@ def prompt_lines(path: Path) -> list[str]:
     return lines
 
 
-def main(argv=None) -> None:
+def parse(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gguf", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)
@@ -123,12 +177,21 @@ def main(argv=None) -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--draft", type=Path, default=None, help="a feature draft's folder: the text sampled "
                     "speculatively with it (k = 3 greedy, k = 2 ending at q < 0.2 sampled), the same law, sooner")
+    ap.add_argument("--batch", type=int, default=1, help="samples decoded together, a token of each a pass "
+                    "(GemmaRows); 1: one at a time (with --draft, speculatively)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--taps", type=int, nargs="+", default=(), help="layers whose output each shard keeps too")
     args = ap.parse_args(argv)
     if args.prompts_text and args.prompts_file:
         raise SystemExit("--prompts-text or --prompts-file, not both")
+    if args.batch < 1 or (args.batch > 1 and args.draft):
+        raise SystemExit("--batch must be 1 or more, and 1 with --draft (a batch decodes a token of each sample a pass)")
     args.lead = args.lead or ((0, 0) if args.prompts_text or args.prompts_file else (8, 40))
+    return args
+
+
+def main(argv=None) -> None:
+    args = parse(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     seq = GemmaSequence.from_gguf(args.gguf, threads=args.threads, limit=512, taps=tuple(args.taps))
     draft = None if args.draft is None else slim.FeatureDraft(seq, args.draft, threads=args.threads)
@@ -137,22 +200,31 @@ def main(argv=None) -> None:
     rng = np.random.default_rng(args.seed)
     openers = (sentence_starts(args.prompts_text, rng) if args.prompts_text else
                prompt_lines(args.prompts_file) if args.prompts_file else OPENERS)
-    first = len(list(args.out.glob("*.npz")))
-    t0, made, n = time.perf_counter(), 0, first
-    while time.perf_counter() - t0 < 60 * args.minutes:
-        opener = openers[int(rng.integers(len(openers)))]
-        ids = tok(opener, add_special_tokens=False).input_ids
+    t0, made, n = time.perf_counter(), 0, len(list(args.out.glob("*.npz")))
+
+    def start() -> Sample:  # a sample's prompt, mode, lead and seed, drawn in the one-at-a-time path's order
+        ids = tok(openers[int(rng.integers(len(openers)))], add_special_tokens=False).input_ids
         mode = int(rng.choice(3, p=np.asarray(args.mix) / sum(args.mix)))
         lead = int(rng.integers(args.lead[0], args.lead[1] + 1))
-        tokens, features = sample_one(seq, [bos, *ids], lead, args.length, (0.0, 0.8, 1.0)[mode],
-                                      int(rng.integers(2**30)), draft)
-        np.savez(args.out / f"{n:05d}.npz", tokens=np.asarray(tokens, np.int32), features=features,
-                 mode=np.asarray(mode), prompt_len=np.asarray(1 + len(ids) + lead),
-                 **(taps_of(seq, len(tokens)) if args.taps else {}))
-        n, made = n + 1, made + len(tokens)
+        return Sample([bos, *ids], lead, args.length, mode, int(rng.integers(2**30)))
+
+    def save(sample: Sample, features: np.ndarray, taps: dict) -> None:
+        nonlocal n, made
+        np.savez(args.out / f"{n:05d}.npz", tokens=np.asarray(sample.tokens, np.int32), features=features,
+                 mode=np.asarray(sample.mode), prompt_len=np.asarray(sample.prompt_len), **taps)
+        n, made = n + 1, made + len(sample.tokens)
         if n % 20 == 0:
-            rate = made / (time.perf_counter() - t0)
-            print(f"{n} samples, {made:,} tokens, {rate:.1f} tok/s", flush=True)
+            print(f"{n} samples, {made:,} tokens, {made / (time.perf_counter() - t0):.1f} tok/s", flush=True)
+
+    if args.batch > 1:
+        from specviz.runtime.gemma_rows import GemmaRows
+
+        record_batch(GemmaRows(seq, args.batch, 512), start, args, save, t0 + 60 * args.minutes)
+    while args.batch == 1 and time.perf_counter() - t0 < 60 * args.minutes:
+        sample = start()
+        sample.tokens, features = sample_one(seq, sample.tokens, sample.prompt_len - len(sample.tokens), args.length,
+                                             sample.temperature, sample.seed, draft)
+        save(sample, features, taps_of(seq, len(sample.tokens)) if args.taps else {})
     (args.out / "run.json").write_text(json.dumps({
         "command": " ".join(sys.argv), "host": platform.node(), "processor": platform.processor(),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "samples": n, "tokens_this_run": made,

@@ -69,6 +69,41 @@ def test_recorded_text_trains_a_draft_that_keeps_the_targets_greedy_text(tmp_pat
     assert log2["train_samples"] > log["train_samples"] and log2["init"]["command"] == log["command"]
 
 
+def test_a_batch_of_samples_is_recorded_as_one_at_a_time_would_record_it(tmp_path, monkeypatch):
+    """gemma_own_text.py --batch 3 --taps: samples decoded together on GemmaRows; each shard's features and taps are
+    what a GemmaSequence gives its tokens alone (the same floats, rounded to float16 as the shards keep them), a
+    greedy sample is the target's greedy text after its lead, and every sample has its lead and length."""
+    from specviz.runtime import gguf as loader
+    from specviz.runtime.gemma_sequence import GemmaSequence
+
+    monkeypatch.setenv("SPECVIZ_GGUF_CACHE", str(tmp_path / "cache"))
+    path = write_tiny_gemma(tmp_path / "tiny-gemma3.gguf")
+    loader.described(tmp_path, path.name)
+    data = tmp_path / "batch"
+    own = script("gemma_own_text")
+    own.main(["--gguf", str(path), "--out", str(data), "--minutes", "0.02", "--length", "12", "--lead", "2", "5",
+              "--threads", "1", "--batch", "3", "--taps", "1", "3", "--mix", "1", "1", "1"])
+    shards = sorted(data.glob("*.npz"))
+    assert len(shards) >= 3 and json.loads((data / "run.json").read_text())["samples"] == len(shards)
+    greedy = [f for f in shards if int(np.load(f)["mode"]) == 0][:2]
+    assert greedy
+    for f in shards[:4] + greedy:
+        z = np.load(f)
+        seq = GemmaSequence.from_gguf(path, threads=1, taps=(1, 3))
+        seq.decode(z["tokens"])
+        assert np.array_equal(z["features"], seq.features().astype(np.float16))
+        mine = own.taps_of(seq, len(z["tokens"]))
+        assert np.array_equal(z["taps"], mine["taps"]) and np.array_equal(z["taps_rms"], mine["taps_rms"])
+        assert len(z["tokens"]) == int(z["prompt_len"]) + 12 and int(z["prompt_len"]) >= 2 + 2
+        if int(z["mode"]) == 0:
+            lead = [int(t) for t in z["tokens"][: int(z["prompt_len"])]]
+            seq.crop(0)
+            again = autoregressive(seq, lead, DecodeConfig(temperature=0.0, max_new_tokens=12)).new_tokens
+            assert lead + again == z["tokens"].tolist()
+    with pytest.raises(SystemExit, match="--batch"):
+        own.main(["--gguf", str(path), "--out", str(data), "--batch", "2", "--draft", str(tmp_path)])
+
+
 def test_given_text_is_recorded_with_the_features_a_pass_gives_it(tmp_path, monkeypatch):
     """gemma_text_features.py: a MediaWiki dump's prose (markup dropped, links kept as their text) and a plain file's
     paragraphs, cut into samples after BOS, each with the features a pass over it gives."""
