@@ -100,9 +100,7 @@ class Sample:
 
     def draw(self, logits: np.ndarray) -> int:
         """The next token from the logits after the last one, at the plan's next temperature (greedy at 0)."""
-        from specviz.slim import sampling as S
-
-        t = self.plan.pop(0)
+        t, S = self.plan.pop(0), slim.sampling
         token = int(logits.argmax()) if t == 0 else S.sample(S.logits_to_probs(logits[None], t)[0], self.rng)
         self.tokens.append(token)
         return token
