@@ -22,6 +22,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parents[1]), str(HERE)]
 
 from gemma_args import gemma_parser, shipped  # noqa: E402
+from gemma_round_costs import accept_step  # noqa: E402
 from gemma_vs_llamacpp import PROMPTS  # noqa: E402
 from hostline import host_line  # noqa: E402
 
@@ -60,7 +61,7 @@ def main(argv=None) -> None:
 
     def watched(p_row, q, drafted, rng, accept_prob):
         verdict = walk(p_row, q, drafted, rng, accept_prob)
-        reached = range(min(verdict.n_accepted + 1, len(drafted)))
+        reached, q = range(min(verdict.n_accepted + 1, len(drafted))), q.dense() if isinstance(q, S.DraftQ) else q
         rounds.append((verdict.n_accepted, len(drafted),
                        [(float(np.minimum(p_row(i), q[i]).sum()), sibling_acceptance(p_row(i), q[i], int(drafted[i])))
                         for i in reached]))
@@ -68,10 +69,11 @@ def main(argv=None) -> None:
 
     S.walk = watched
     try:
-        for i, text in enumerate(PROMPTS[: args.prompts]):
-            cfg = DecodeConfig(temperature=args.temperature, max_new_tokens=args.max_new_tokens, seed=i, k=args.k,
-                               record=False)
-            slim.speculative(seq, draft, list(tok(text).input_ids), cfg)
+        with accept_step("written"):  # the accept step that walks each reached row's p written whole
+            for i, text in enumerate(PROMPTS[: args.prompts]):
+                cfg = DecodeConfig(temperature=args.temperature, max_new_tokens=args.max_new_tokens, seed=i, k=args.k,
+                                   record=False)
+                slim.speculative(seq, draft, list(tok(text).input_ids), cfg)
     finally:
         S.walk = walk
     drafted = [r for r in rounds if r[1] > 0]
