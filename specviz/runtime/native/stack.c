@@ -493,19 +493,29 @@ int sv_layers(const sv_dims *m, const sv_layer *const *layers, float *const *kv,
  * attends to slots first[i]..slots[i] (its sequence's own, causally), at its position positions[i]; a sequence's rows
  * are consecutive, with their slots in order. Then (head not NULL) the final norm and the LM head. Returns as
  * sv_layers. */
+/* The longest run of slots a row of several sequences sees (first[i]..slots[i]), or -1 where a row's slot is outside
+ * [0, cap), its first slot past it, or a sequence's rows (consecutive, one first) do not ascend. */
+static int rows_span(int n, const int64_t *slots, const int64_t *first, int cap) {
+    int span = 1;
+    for (int i = 0; i < n; i++) {
+        if (slots[i] < 0 || slots[i] >= cap || first[i] < 0 || first[i] > slots[i] ||
+            (i && first[i] == first[i - 1] && slots[i] <= slots[i - 1]))
+            return -1;
+        span = slots[i] - first[i] + 1 > span ? (int)(slots[i] - first[i] + 1) : span;
+    }
+    return span;
+}
+
 int sv_layers_rows(const sv_dims *m, const sv_layer *const *layers, float *const *kv, int nlayers, float *x, int n,
                    const int64_t *slots, const int64_t *first, int cap, const float *cos, const float *sin,
                    const int64_t *positions, const sv_head *head, int nt) {
     if (n < 1 || !slots || !first || !positions || m->hd < 1 || m->hd > MAX_HD || m->rot % 2 || m->rot > m->hd ||
         m->nkv < 1 || m->nh % m->nkv || (head && (head->first < 0 || head->first >= n)))
         return -2;
-    int span = 1;
-    for (int i = 0; i < n; i++) {
-        if (slots[i] < 0 || slots[i] >= cap || first[i] < 0 || first[i] > slots[i] || positions[i] < 0 ||
-            positions[i] >= cap || (i && first[i] == first[i - 1] && slots[i] <= slots[i - 1]))
-            return -2;
-        span = slots[i] - first[i] + 1 > span ? (int)(slots[i] - first[i] + 1) : span;
-    }
+    int span = rows_span(n, slots, first, cap);
+    for (int i = 0; i < n && span > 0; i++)
+        if (positions[i] < 0 || positions[i] >= cap) return -2;
+    if (span < 1) return -2;
     struct stack_job j = {m, head, layers, kv, nlayers, n, 0, cap, x, cos, sin, positions, NULL, slots, first};
     return run_stack(&j, span, nt);
 }
@@ -1732,13 +1742,10 @@ int sv_gemma_layers_rows(const sv_dims *m, const sv_glayer *layers, float *const
         return -2;
     for (int l = 0; l < nlayers; l++)
         if (!kv[l]) return -2;
-    int span = 1;
-    for (int i = 0; i < n; i++) {
-        if (slots[i] < 0 || slots[i] >= cap || first[i] < 0 || first[i] > slots[i] ||
-            positions[i] != slots[i] - first[i] || (i && first[i] == first[i - 1] && slots[i] <= slots[i - 1]))
-            return -2;
-        span = slots[i] - first[i] + 1 > span ? (int)(slots[i] - first[i] + 1) : span;
-    }
+    int span = rows_span(n, slots, first, cap);
+    for (int i = 0; i < n && span > 0; i++)
+        if (positions[i] != slots[i] - first[i]) return -2;
+    if (span < 1) return -2;
     struct stack_job a = {m, NULL, NULL, kv, nlayers, n, 0, cap, x, cos, sin, positions, NULL, slots, first};
     return run_gemma(&a, layers, head, cos_s, sin_s, window, span, nt);
 #else
