@@ -7,9 +7,14 @@ filled from short lists, every combination; none shares its first four words wit
 (``scripts/measure/gemma_draft_acceptance.py``), which are checked here and refused.
 
     python scripts/train/everyday_prompts.py > data/everyday-prompts.txt
+
+The frames are only ever added to at the end, so an earlier file is a head of a later one; ``--skip N`` prints what
+came after its N lines (the 26 frames after the first 488 prompts: how things are made and work, body and health,
+sport, stories, notices, buildings, views and opinions).
 """
 from __future__ import annotations
 
+import argparse
 import itertools
 import sys
 from pathlib import Path
@@ -51,6 +56,33 @@ FILL = {
     "feeling": ["nervous", "homesick", "proud", "lonely", "excited", "tired", "grateful", "angry"],
     "product": ["a reading lamp", "noise-cancelling headphones", "a camping tent", "an electric kettle",
                 "a robot vacuum", "a rice cooker", "a standing desk", "a smart watch"],
+    "organ": ["heart", "liver", "lung", "kidney", "skin", "stomach", "brain", "eye"],
+    "material": ["steel", "glass", "paper", "cheese", "soap", "chocolate", "wool", "concrete"],
+    "problem": ["air pollution", "traffic jams", "tooth decay", "rising prices", "floods", "forest fires",
+                "back pain", "loneliness"],
+    "device": ["a microwave oven", "a solar panel", "a thermostat", "a door lock", "a compass", "a car engine",
+               "a camera", "a refrigerator's compressor"],
+    "pair": ["weather and climate", "a lake and a pond", "a crocodile and an alligator", "a cold and the flu",
+             "a town and a city", "a poem and a song", "saving and investing", "a hill and a mountain"],
+    "sport": ["football", "basketball", "cricket", "tennis", "rugby", "volleyball", "ice hockey", "baseball"],
+    "character": ["the detective", "a small girl", "the old sailor", "the stranger", "my brother",
+                  "the new teacher", "the young queen", "the farmer's son"],
+    "daypart": ["morning", "afternoon", "evening", "night"],
+    "club": ["chess club", "book club", "choir", "football club", "garden society", "parents' association",
+             "residents' committee", "drama group"],
+    "building": ["cathedral", "bridge", "town hall", "castle", "railway station", "lighthouse", "market hall",
+                 "old mill"],
+    "century": ["twelfth", "fifteenth", "seventeenth", "eighteenth", "nineteenth", "twentieth"],
+    "view": ["the hill behind the church", "the tower", "the old castle walls", "the top floor",
+             "the mountain pass", "the lighthouse"],
+    "claim": ["homework does more harm than good", "cities should close their centres to cars",
+              "children should learn to cook at school", "everyone should learn a second language",
+              "television is a waste of time", "shops should close on Sundays", "exams are unfair",
+              "working from home is better for everyone"],
+    "activity": ["gardening", "learning an instrument", "volunteering", "walking the dog", "team sports",
+                 "painting", "cycling to work", "playing board games"],
+    "appliance": ["dishwasher", "washing machine", "printer", "boiler", "television", "oven", "router",
+                  "dryer"],
 }
 FRAMES = [
     "To make {dish}, you will need",
@@ -104,6 +136,32 @@ FRAMES = [
     "Chapter One. The {animal} woke up early",
     "The recipe for {dish} has been in our family for",
     "Breaking news: {group} in the city centre",
+    "The {organ} is an organ that",
+    "Keeping the {organ} healthy means",
+    "{material} is made by",
+    "The way {material} was made changed when",
+    "The main causes of {problem} are",
+    "What can a town do about {problem}? First,",
+    "How does {device} work? In simple terms,",
+    "Inside {device} there is",
+    "The difference between {pair} is",
+    "People often confuse {pair}, but",
+    "{sport} is played by two teams",
+    "The rules of {sport} were first written down",
+    "The door creaked open, and {character} stepped into",
+    "Nobody in the village knew why {character}",
+    "It was the last {daypart} of the {season} holidays, and",
+    "The {club} will hold its annual",
+    "Minutes of the {club} meeting: the chair opened by",
+    "The {building} was built in the {century} century",
+    "Visitors to the {building} are often surprised that",
+    "From {view} you can see",
+    "Some people believe that {claim}, but",
+    "I used to think that {claim}. Then",
+    "There are many reasons why {activity} is good for",
+    "I took up {activity} last {season}, and",
+    "If the {appliance} does not start, check",
+    "Our {appliance} broke down one {daypart} just as",
 ]
 
 
@@ -128,11 +186,15 @@ def held_apart(texts: list[str]) -> list[str]:
     return [t for t in texts if tuple(t.lower().split()[:4]) in taken]
 
 
-def main() -> None:
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--skip", type=int, default=0, help="leave out the first N prompts (488: the frames up to "
+                    "'Breaking news', what data/everyday-prompts-2.txt held)")
+    args = ap.parse_args(argv)
     texts = prompts()
     if clash := held_apart(texts):
         raise SystemExit(f"prompts that open as a benchmark's or the choosing set's: {clash[:3]}")
-    print("\n".join(texts))
+    print("\n".join(texts[args.skip:]))
 
 
 if __name__ == "__main__":

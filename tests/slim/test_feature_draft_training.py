@@ -253,6 +253,18 @@ def test_everyday_prompts_fill_every_blank_and_keep_apart_from_the_chosen_sets()
     assert every.held_apart(["The recipe calls for two eggs", "A recipe"]) == ["The recipe calls for two eggs"]
 
 
+def test_everyday_prompts_skip_prints_what_came_after_an_earlier_file(capsys):
+    """--skip N prints the prompts after the first N and nothing else; the frames only grow at the end, so the 488
+    prompts of the first 51 frames (the earlier file) still open the list, in order."""
+    every = script("everyday_prompts")
+    texts = every.prompts()
+    first = sum(np.prod([len(every.FILL[k]) for k in every.FILL if "{" + k + "}" in f]) for f in every.FRAMES[:51])
+    assert first == 488 and texts[0] == "To make a vegetable curry, you will need"
+    assert texts[487] == "Breaking news: students in the city centre" and every.FRAMES[50].startswith("Breaking")
+    every.main(["--skip", "488"])
+    assert capsys.readouterr().out.splitlines() == texts[488:] and texts[488] == "The heart is an organ that"
+
+
 def test_a_recording_with_taps_keeps_each_layers_output_over_its_rms(tmp_path, monkeypatch):
     """--taps: each shard holds the residual stream after those layers at every token, over its RMS in float16, and
     the RMS: times the RMS, what the sequence's own pass over the shard's tokens keeps."""
