@@ -41,7 +41,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parents[1]), str(HERE)]
 
-from gemma_vs_llamacpp import PROMPTS, choose_forward, llama_bench, vm  # noqa: E402
+from gemma_vs_llamacpp import PROMPTS, choose_forward, llama_bench, resident_line, vm  # noqa: E402
 from hostline import host_line, load_average  # noqa: E402
 from timings import median_interval  # noqa: E402
 
@@ -274,10 +274,7 @@ def engine_line(rows, args, mine_mb: float, server_mb: float) -> str:
         said += "; over llama-bench (" + f"{bench:.1f}): " + ", ".join(
             f"T={t:g} {median[(t, 'specviz autoregressive')] / bench:.2f}x" for t in args.temperatures
             if (t, "specviz autoregressive") in median)
-    said += f"\nresident (peak): specviz {mine_mb:.0f} MB (this process, every side's draft loaded)"
-    if server_mb == server_mb:
-        said += f", llama-server {server_mb:.0f} MB ({mine_mb / server_mb:.2f}x)"
-    return said
+    return said + "\n" + resident_line(mine_mb, server_mb, "this process, every side's draft loaded")
 
 
 def report(rows, checks, args) -> None:

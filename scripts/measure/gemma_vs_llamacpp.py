@@ -265,6 +265,14 @@ def main(argv=None) -> None:
     report(rows, args, benches, server_hwm, agree, first_diffs, forward)
 
 
+def resident_line(mine_mb: float, server_mb: float, mine_is: str = "") -> str:
+    """The two peak residents, and their ratio where llama-server's was read (not nan)."""
+    said = f"resident (peak): specviz {mine_mb:.0f} MB" + (f" ({mine_is})" if mine_is else "")
+    if server_mb == server_mb:
+        said += f", llama-server {server_mb:.0f} MB ({mine_mb / server_mb:.2f}x)"
+    return said
+
+
 def report(rows, args, benches, server_hwm, agree, first_diffs, forward: str) -> None:
     bench = statistics.median(benches) if benches else float("nan")
     print(f"\n# load average after: {load_average()}")
@@ -287,8 +295,7 @@ def report(rows, args, benches, server_hwm, agree, first_diffs, forward: str) ->
     if bench == bench:
         print(f"{'llama-bench tg' + str(args.max_new_tokens):<24} {bench:8.1f} [{min(benches):.1f}-{max(benches):.1f}]"
               f"  (interleaved: one run beside each prompt's calls)")
-    print(f"\nresident (peak): specviz {vm():.0f} MB, llama-server {server_hwm:.0f} MB"
-          + (f" ({vm() / server_hwm:.2f}x)" if server_hwm == server_hwm else ""))
+    print("\n" + resident_line(vm(), server_hwm))
     if agree[1]:
         kernels = "the same kernels" if forward in ("llamacpp", "slim") else "other kernels"
         print(f"greedy agreement with llama.cpp (same GGUF, {kernels}): first {agree[0]} of {agree[1]} tokens "

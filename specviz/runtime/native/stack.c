@@ -489,10 +489,6 @@ int sv_layers(const sv_dims *m, const sv_layer *const *layers, float *const *kv,
     return run_stack(&j, start + n, nt);
 }
 
-/* Rows of several sequences through the layers in one call: row i writes its keys and values at slot slots[i] and
- * attends to slots first[i]..slots[i] (its sequence's own, causally), at its position positions[i]; a sequence's rows
- * are consecutive, with their slots in order. Then (head not NULL) the final norm and the LM head. Returns as
- * sv_layers. */
 /* The longest run of slots a row of several sequences sees (first[i]..slots[i]), or -1 where a row's slot is outside
  * [0, cap), its first slot past it, or a sequence's rows (consecutive, one first) do not ascend. */
 static int rows_span(int n, const int64_t *slots, const int64_t *first, int cap) {
@@ -506,6 +502,10 @@ static int rows_span(int n, const int64_t *slots, const int64_t *first, int cap)
     return span;
 }
 
+/* Rows of several sequences through the layers in one call: row i writes its keys and values at slot slots[i] and
+ * attends to slots first[i]..slots[i] (its sequence's own, causally), at its position positions[i]; a sequence's rows
+ * are consecutive, with their slots in order. Then (head not NULL) the final norm and the LM head. Returns as
+ * sv_layers. */
 int sv_layers_rows(const sv_dims *m, const sv_layer *const *layers, float *const *kv, int nlayers, float *x, int n,
                    const int64_t *slots, const int64_t *first, int cap, const float *cos, const float *sin,
                    const int64_t *positions, const sv_head *head, int nt) {
